@@ -1,0 +1,55 @@
+"""One exception hierarchy for kbflow.
+
+Every error says what failed, the offending value and what to do about it. Each class mixes in
+the closest built-in so callers that only know the standard library still catch it sensibly.
+"""
+
+from __future__ import annotations
+
+
+class KbflowError(Exception):
+    """Base class for every error kbflow raises on purpose."""
+
+
+class ConfigError(KbflowError, ValueError):
+    """A setting or argument is invalid."""
+
+
+class ExtractionError(KbflowError, ValueError):
+    """A source file could not be turned into text."""
+
+
+class UnsupportedFormat(ExtractionError):
+    """The file's format is not one kbflow can extract (yet)."""
+
+
+class ValidationFailed(KbflowError, ValueError):
+    """Data failed a quality check (e.g. the Great Expectations chunk suite)."""
+
+
+class StoreBusy(KbflowError, TimeoutError):
+    """Another process holds the embedded vector store."""
+
+
+class StoreError(KbflowError, RuntimeError):
+    """The vector store failed or is inconsistent."""
+
+
+class NotFound(KbflowError, LookupError):
+    """An org, collection, document or user does not exist."""
+
+
+class ReviewConflict(KbflowError, RuntimeError):
+    """A state transition lost a race: the document was no longer in the expected state (HTTP 409)."""
+
+
+class Forbidden(KbflowError, PermissionError):
+    """The actor may not perform this action."""
+
+
+class BudgetExceeded(KbflowError, RuntimeError):
+    """A fetch or token budget was exhausted."""
+
+
+class UnsafeUrl(KbflowError, ValueError):
+    """A URL points somewhere kbflow refuses to fetch (private address, bad scheme...)."""

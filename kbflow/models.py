@@ -1,0 +1,165 @@
+"""Domain models shared by every layer: statuses, roles, documents, chunks, scopes and hits."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class DocStatus(StrEnum):
+    """Review state of a document. Only APPROVED (or no status at all) is ever served."""
+
+    PENDING_REVIEW = "pending_review"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    SUPERSEDED = "superseded"
+
+
+class ParseStatus(StrEnum):
+    """How far a document got through ingestion. Only INGESTED and PARSED are served."""
+
+    PENDING = "pending"
+    PARSED = "parsed"
+    INGESTED = "ingested"
+    FAILED = "failed"
+
+
+SERVABLE_PARSE_STATUSES: tuple[str, ...] = (ParseStatus.INGESTED.value, ParseStatus.PARSED.value)
+
+# Legacy status values found in older registries, mapped forward by migration 0002.
+LEGACY_STATUS_MAP: dict[str, str] = {
+    "active": DocStatus.APPROVED.value,
+    "draft": DocStatus.PENDING_REVIEW.value,
+    "deprecated": DocStatus.SUPERSEDED.value,
+}
+
+
+class Role(StrEnum):
+    SUPERADMIN = "superadmin"
+    ACCOUNT_MANAGER = "account_manager"
+    EXPERT = "expert"
+    ENGINEER = "engineer"
+
+
+class SearchMode(StrEnum):
+    HYBRID = "hybrid"
+    DENSE = "dense"
+    KEYWORD = "keyword"
+
+
+AUDIENCE_ALL = "all"
+
+
+@dataclass(frozen=True)
+class Section:
+    """A run of text under one heading path, as extraction found it."""
+
+    heading_path: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class ExtractedDocument:
+    """The text of one source, split into sections that keep their headings."""
+
+    title: str
+    uri: str
+    sections: tuple[Section, ...]
+    source_format: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(s.text for s in self.sections)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable piece of a document."""
+
+    chunk_id: str
+    doc_id: str
+    chunk_index: int
+    text: str
+    heading_path: tuple[str, ...] = ()
+
+    @property
+    def embed_text(self) -> str:
+        """The text the models see: the heading path gives the chunk its context."""
+        if not self.heading_path:
+            return self.text
+        return " > ".join(self.heading_path) + "\n" + self.text
+
+
+@dataclass(frozen=True)
+class SparseVec:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class ChunkPoint:
+    """A chunk ready for the vector store: id, both vectors and the payload the gate filters on."""
+
+    point_id: str
+    dense: list[float]
+    sparse: SparseVec
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who is asking, and so what they may see.
+
+    Attributes:
+        org_id: the caller's organisation; nothing from another org is ever returned.
+        today: the effective date cut-off (documents effective later are hidden).
+        audiences: audiences the caller belongs to; documents for audience "all" (or none) are
+            always in scope.
+        collections: collection paths the caller may read (a path admits its descendants);
+            None means every collection of the org.
+    """
+
+    org_id: str
+    today: dt.date = field(default_factory=dt.date.today)
+    audiences: tuple[str, ...] = ()
+    collections: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class StoredHit:
+    """What a vector store returns for one point."""
+
+    point_id: str
+    score: float
+    payload: dict[str, Any]
+
+
+@dataclass
+class SearchHit:
+    """One search result, ready for an agent or the CLI."""
+
+    doc_id: str
+    chunk_id: str
+    title: str
+    uri: str
+    heading_path: list[str]
+    text: str
+    score: float
+    collection: str
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "doc_id": self.doc_id,
+            "chunk_id": self.chunk_id,
+            "title": self.title,
+            "uri": self.uri,
+            "heading_path": self.heading_path,
+            "collection": self.collection,
+            "score": self.score,
+            "scores": self.scores,
+            "text": self.text,
+        }

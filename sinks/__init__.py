@@ -1,0 +1,1 @@
+"""Storage: the vector stores and the gate, the SQL registry, the warehouse."""

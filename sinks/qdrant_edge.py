@@ -1,0 +1,241 @@
+"""Qdrant Edge: the embedded default vector store, in-process and on disk.
+
+One process owns a shard at a time. A second open that Edge itself rejects was seen to break the
+first process's next flush, so we take our own OS file lock *before* touching the shard: a
+second kbflow process waits (bounded) and then gets :class:`~kbflow.errors.StoreBusy` without
+ever opening the shard.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kbflow.errors import StoreBusy, StoreError
+from kbflow.models import ChunkPoint, SparseVec, StoredHit
+from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_edge_filter
+from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
+
+log = logging.getLogger(__name__)
+
+_LOCK_POLL_S = 0.1
+
+
+class QdrantEdgeStore:
+    """Vector store on a Qdrant Edge shard under ``path``, guarded by ``<path>.lock``."""
+
+    def __init__(self, shard: Any, path: Path, lock_fd: int) -> None:
+        self._shard = shard
+        self.path = path
+        self._lock_fd: int | None = lock_fd
+        self._dirty = False
+
+    @classmethod
+    def open(cls, path: Path, *, lock_timeout_s: float = 10.0) -> QdrantEdgeStore:
+        """Lock, then load the shard at ``path`` (creating it on first use).
+
+        Raises:
+            StoreBusy: another process holds the lock for longer than ``lock_timeout_s``.
+            StoreError: the shard exists but cannot be loaded.
+        """
+        import qdrant_edge as qe
+
+        path = Path(path).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = _acquire_lock(path.with_name(path.name + ".lock"), lock_timeout_s)
+        try:
+            started = time.perf_counter()
+            if (path / "edge_config.json").exists():
+                shard = qe.EdgeShard.load(str(path))
+                fresh = False
+            else:
+                shard = qe.EdgeShard.create(str(path), _edge_config())
+                fresh = True
+            store = cls(shard, path, lock_fd)
+            if fresh:
+                store._create_indexes()
+            log.debug("opened edge shard %s in %.2fs", path, time.perf_counter() - started)
+            return store
+        except Exception as exc:
+            _release_lock(lock_fd)
+            raise StoreError(
+                f"could not open the Qdrant Edge shard at {path}: {exc}. If the directory is "
+                "damaged, move it aside and re-run the ingest to rebuild it."
+            ) from exc
+
+    def _create_indexes(self) -> None:
+        import qdrant_edge as qe
+
+        self._shard.update(
+            qe.UpdateOperation.create_field_index("org_id", qe.KeywordIndexParams(is_tenant=True))
+        )
+        for name in GATED_KEYWORD_FIELDS:
+            if name != "org_id":
+                self._shard.update(
+                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
+                )
+        for name in GATED_DATETIME_FIELDS:
+            self._shard.update(
+                qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Datetime)
+            )
+        self._shard.flush()
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        import qdrant_edge as qe
+
+        if not points:
+            return
+        edge_points = [
+            qe.Point(
+                id=p.point_id,
+                vector={
+                    DENSE: list(p.dense),
+                    SPARSE: qe.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
+        self._shard.flush()
+
+    def query(
+        self,
+        gate: Gate,
+        *,
+        dense: list[float] | None,
+        sparse: SparseVec | None,
+        limit: int,
+        prefetch_limit: int = 100,
+        rrf_k: int = 60,
+    ) -> list[StoredHit]:
+        import qdrant_edge as qe
+
+        flt = to_edge_filter(gate)
+        legs = []
+        if dense is not None:
+            legs.append(qe.Query.Nearest(list(dense), using=DENSE))
+        if sparse is not None and sparse.indices:
+            vec = qe.SparseVector(indices=sparse.indices, values=sparse.values)
+            legs.append(qe.Query.Nearest(vec, using=SPARSE))
+        if not legs:
+            return []
+        if len(legs) == 1:
+            request = qe.QueryRequest(limit=limit, query=legs[0], filter=flt, with_payload=True)
+        else:
+            request = qe.QueryRequest(
+                limit=limit,
+                prefetches=[qe.Prefetch(limit=prefetch_limit, query=q, filter=flt) for q in legs],
+                query=qe.Fusion.Rrf(k=rrf_k),
+                filter=flt,
+                with_payload=True,
+            )
+        points = self._shard.query(request)
+        return sort_hits(
+            [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+        )
+
+    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+        import qdrant_edge as qe
+
+        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        self._shard.update(qe.UpdateOperation.set_payload_by_filter(flt, payload))
+        self._shard.flush()
+
+    def delete_document(self, doc_id: str) -> None:
+        import qdrant_edge as qe
+
+        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+        self._shard.flush()
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        import qdrant_edge as qe
+
+        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        out: list[StoredHit] = []
+        offset = None
+        while True:
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True)
+            )
+            out.extend(StoredHit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            if offset is None:
+                break
+        return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
+
+    def count(self, org_id: str | None = None) -> int:
+        import qdrant_edge as qe
+
+        flt = None
+        if org_id is not None:
+            flt = qe.Filter(must=[qe.FieldCondition(key="org_id", match=qe.MatchValue(org_id))])
+        return int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
+
+    def optimize(self) -> None:
+        started = time.perf_counter()
+        self._shard.optimize()
+        self._shard.flush()
+        log.info("optimized edge shard %s in %.1fs", self.path, time.perf_counter() - started)
+
+    def close(self) -> None:
+        if self._lock_fd is None:
+            return
+        try:
+            self._shard.flush()
+            self._shard.close()
+        finally:
+            _release_lock(self._lock_fd)
+            self._lock_fd = None
+
+
+def _edge_config() -> Any:
+    import qdrant_edge as qe
+
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=DENSE_DIM, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    )
+
+
+def _acquire_lock(lock_path: Path, timeout_s: float) -> int:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise StoreBusy(
+                    f"the vector store at {lock_path.with_suffix('')} is busy: another kbflow "
+                    f"process{holder} holds it and did not finish within {timeout_s:g}s. Wait "
+                    "for it and retry, raise KBFLOW_STORE_LOCK_TIMEOUT_S, or use a Qdrant "
+                    "server (KBFLOW_QDRANT_URL) for many concurrent writers."
+                ) from None
+            time.sleep(_LOCK_POLL_S)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid else ""
+
+
+def _release_lock(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

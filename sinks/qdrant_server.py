@@ -1,0 +1,181 @@
+"""Qdrant through qdrant-client: a Qdrant server by URL (at scale) or ``:memory:`` (tests).
+
+Same collection layout and the same gate as the embedded Edge store, so congruence tests can run
+one query on both and compare.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from kbflow.errors import StoreError
+from kbflow.models import ChunkPoint, SparseVec, StoredHit
+from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_qdrant_filter
+from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
+
+log = logging.getLogger(__name__)
+
+
+class QdrantServerStore:
+    """Vector store in one Qdrant collection, multitenant by the indexed ``org_id``."""
+
+    def __init__(self, client: Any, collection: str) -> None:
+        self._client = client
+        self.collection = collection
+
+    @classmethod
+    def connect(
+        cls, url: str, *, collection: str = "kbflow_chunks", api_key: str | None = None
+    ) -> QdrantServerStore:
+        """Connect to ``url`` (``:memory:`` for an in-process store) and ensure the collection."""
+        from qdrant_client import QdrantClient
+
+        try:
+            client = (
+                QdrantClient(location=":memory:")
+                if url == ":memory:"
+                else QdrantClient(url=url, api_key=api_key)
+            )
+            store = cls(client, collection)
+            store._ensure_collection()
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"could not reach Qdrant at {url}: {exc}. Check KBFLOW_QDRANT_URL, or unset it to "
+                "use the embedded store."
+            ) from exc
+        return store
+
+    def _ensure_collection(self) -> None:
+        from qdrant_client import models as qm
+
+        if self._client.collection_exists(self.collection):
+            return
+        self._client.create_collection(
+            self.collection,
+            vectors_config={DENSE: qm.VectorParams(size=DENSE_DIM, distance=qm.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+        )
+        for name in GATED_KEYWORD_FIELDS:
+            schema: Any = qm.PayloadSchemaType.KEYWORD
+            if name == "org_id":
+                schema = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+            self._client.create_payload_index(self.collection, name, field_schema=schema)
+        for name in GATED_DATETIME_FIELDS:
+            self._client.create_payload_index(
+                self.collection, name, field_schema=qm.PayloadSchemaType.DATETIME
+            )
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        from qdrant_client import models as qm
+
+        if not points:
+            return
+        self._client.upsert(
+            self.collection,
+            points=[
+                qm.PointStruct(
+                    id=p.point_id,
+                    vector={
+                        DENSE: list(p.dense),
+                        SPARSE: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                    },
+                    payload=p.payload,
+                )
+                for p in points
+            ],
+            wait=True,
+        )
+
+    def query(
+        self,
+        gate: Gate,
+        *,
+        dense: list[float] | None,
+        sparse: SparseVec | None,
+        limit: int,
+        prefetch_limit: int = 100,
+        rrf_k: int = 60,
+    ) -> list[StoredHit]:
+        from qdrant_client import models as qm
+
+        flt = to_qdrant_filter(gate)
+        legs: list[tuple[Any, str]] = []
+        if dense is not None:
+            legs.append((list(dense), DENSE))
+        if sparse is not None and sparse.indices:
+            legs.append((qm.SparseVector(indices=sparse.indices, values=sparse.values), SPARSE))
+        if not legs:
+            return []
+        if len(legs) == 1:
+            vector, using = legs[0]
+            response = self._client.query_points(
+                self.collection,
+                query=vector,
+                using=using,
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
+        else:
+            response = self._client.query_points(
+                self.collection,
+                prefetch=[
+                    qm.Prefetch(query=v, using=u, filter=flt, limit=prefetch_limit) for v, u in legs
+                ],
+                query=qm.RrfQuery(rrf=qm.Rrf(k=rrf_k)),
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
+        return sort_hits(
+            [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
+        )
+
+    def _doc_filter(self, doc_id: str) -> Any:
+        from qdrant_client import models as qm
+
+        return qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchValue(value=doc_id))])
+
+    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+        self._client.set_payload(
+            self.collection, payload=payload, points=self._doc_filter(doc_id), wait=True
+        )
+
+    def delete_document(self, doc_id: str) -> None:
+        self._client.delete(self.collection, points_selector=self._doc_filter(doc_id), wait=True)
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        out: list[StoredHit] = []
+        offset = None
+        while True:
+            records, offset = self._client.scroll(
+                self.collection,
+                scroll_filter=self._doc_filter(doc_id),
+                limit=256,
+                offset=offset,
+                with_payload=True,
+            )
+            out.extend(StoredHit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            if offset is None:
+                break
+        return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
+
+    def count(self, org_id: str | None = None) -> int:
+        from qdrant_client import models as qm
+
+        flt = None
+        if org_id is not None:
+            flt = qm.Filter(
+                must=[qm.FieldCondition(key="org_id", match=qm.MatchValue(value=org_id))]
+            )
+        return int(self._client.count(self.collection, count_filter=flt, exact=True).count)
+
+    def optimize(self) -> None:
+        """A Qdrant server optimizes in the background; nothing to do."""
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,404 @@
+"""The registry: orgs, users, collections, documents and their review state, the audit log.
+
+SQLite (WAL, ``BEGIN IMMEDIATE``, busy timeout) by default, PostgreSQL by URL. Status changes
+are compare-and-set: ``UPDATE ... WHERE id=? AND status=?``; a lost race raises
+:class:`~kbflow.errors.ReviewConflict` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from kbflow.errors import ConfigError, NotFound, ReviewConflict
+from kbflow.models import DocStatus, ParseStatus, Role
+from sinks.registry_schema import AuditRow, CollectionRow, DocumentRow, OrgRow, UserRow
+
+log = logging.getLogger(__name__)
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True)
+class DocRecord:
+    """A detached snapshot of one document row."""
+
+    id: str
+    org_id: str
+    collection_path: str
+    source_key: str
+    title: str
+    uri: str
+    content_hash: str
+    version: int
+    status: str | None
+    source_tag: str | None
+    synthesis_run_id: str | None
+    audience: str | None
+    effective_date: dt.date | None
+    parse_status: str
+    chunk_count: int
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    def gate_record(self) -> dict[str, Any]:
+        """The fields the gate checks, shaped like a vector payload."""
+        return {
+            "org_id": self.org_id,
+            "status": self.status,
+            "parse_status": self.parse_status,
+            "effective_date": self.effective_date,
+            "audience": self.audience,
+            "collection_path": collection_ancestry(self.collection_path),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for key in ("effective_date", "created_at", "updated_at"):
+            if out[key] is not None:
+                out[key] = out[key].isoformat()
+        return out
+
+
+def collection_ancestry(path: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b", "a/b/c"]``: a collection and all its ancestors."""
+    parts = [p for p in path.split("/") if p]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def normalize_collection_path(path: str) -> str:
+    parts = [p.strip() for p in path.strip().strip("/").split("/")]
+    if not path.strip() or any(not p for p in parts):
+        raise ConfigError(
+            f"collection path must be names separated by '/', like 'policies/hr'. "
+            f"Currently it is {path!r}."
+        )
+    return "/".join(parts)
+
+
+class SqlRegistry:
+    """Registry over a SQLAlchemy engine; migrated to the latest schema on open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> SqlRegistry:
+        """Open (and migrate) the registry at ``url``."""
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url)
+        if engine.dialect.name == "sqlite":
+            _configure_sqlite(engine)
+        registry = cls(engine)
+        registry.migrate()
+        return registry
+
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to ``revision`` with Alembic."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def session(self) -> Session:
+        return self._sessions()
+
+    # --- orgs, users, collections -------------------------------------------------------
+
+    def ensure_org(
+        self, org_id: str, name: str | None = None, am_user_id: str | None = None
+    ) -> None:
+        """Create the org if missing; update its name or AM when given."""
+        with self.session() as s, s.begin():
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                s.add(OrgRow(id=org_id, name=name or org_id, am_user_id=am_user_id))
+                return
+            if name:
+                org.name = name
+            if am_user_id:
+                org.am_user_id = am_user_id
+
+    def get_org(self, org_id: str) -> OrgRow:
+        with self.session() as s:
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                raise NotFound(f"org {org_id!r} does not exist. Create it by ingesting into it.")
+            return org
+
+    def ensure_user(
+        self, user_id: str, role: Role, *, name: str | None = None, org_id: str | None = None
+    ) -> None:
+        with self.session() as s, s.begin():
+            user = s.get(UserRow, user_id)
+            if user is None:
+                s.add(UserRow(id=user_id, name=name or user_id, role=role.value, org_id=org_id))
+            else:
+                user.role = role.value
+
+    def ensure_collection(
+        self, org_id: str, path: str, description: str | None = None
+    ) -> CollectionRow:
+        """Create the collection at ``path`` (and its ancestors) if missing; return it."""
+        path = normalize_collection_path(path)
+        with self.session() as s, s.begin():
+            parent_id: int | None = None
+            row: CollectionRow | None = None
+            for sub in collection_ancestry(path):
+                row = s.scalar(
+                    select(CollectionRow).where(
+                        CollectionRow.org_id == org_id, CollectionRow.path == sub
+                    )
+                )
+                if row is None:
+                    row = CollectionRow(
+                        org_id=org_id,
+                        path=sub,
+                        name=sub.rsplit("/", 1)[-1],
+                        parent_id=parent_id,
+                        description=description if sub == path else None,
+                    )
+                    s.add(row)
+                    s.flush()
+                parent_id = row.id
+            assert row is not None
+            return row
+
+    # --- documents ------------------------------------------------------------------------
+
+    def create_document(
+        self,
+        *,
+        org_id: str,
+        collection_id: int,
+        source_key: str,
+        title: str,
+        uri: str,
+        content_hash: str,
+        version: int = 1,
+        status: DocStatus | None = DocStatus.APPROVED,
+        source_tag: str | None = None,
+        synthesis_run_id: str | None = None,
+        audience: str | None = None,
+        effective_date: dt.date | None = None,
+        actor: str = SYSTEM_ACTOR,
+    ) -> DocRecord:
+        """Insert a document with ``parse_status=pending`` (not served until marked ingested)."""
+        doc_id = uuid.uuid4().hex
+        with self.session() as s, s.begin():
+            s.add(
+                DocumentRow(
+                    id=doc_id,
+                    org_id=org_id,
+                    collection_id=collection_id,
+                    source_key=source_key,
+                    title=title[:500],
+                    uri=uri[:2000],
+                    content_hash=content_hash,
+                    version=version,
+                    status=status.value if status else None,
+                    source_tag=source_tag,
+                    synthesis_run_id=synthesis_run_id,
+                    audience=audience,
+                    effective_date=effective_date,
+                    parse_status=ParseStatus.PENDING.value,
+                    chunk_count=0,
+                )
+            )
+            s.add(
+                AuditRow(
+                    actor=actor,
+                    action="create",
+                    org_id=org_id,
+                    doc_id=doc_id,
+                    synthesis_run_id=synthesis_run_id,
+                    source_tag=source_tag,
+                    before=None,
+                    after={"status": status.value if status else None, "version": version},
+                )
+            )
+        return self.get_document(doc_id)
+
+    def mark_parsed(self, doc_id: str, *, parse_status: ParseStatus, chunk_count: int) -> None:
+        with self.session() as s, s.begin():
+            s.execute(
+                update(DocumentRow)
+                .where(DocumentRow.id == doc_id)
+                .values(parse_status=parse_status.value, chunk_count=chunk_count)
+            )
+
+    def transition(
+        self,
+        doc_id: str,
+        *,
+        expected: DocStatus | None,
+        new: DocStatus,
+        actor: str,
+        action: str,
+    ) -> DocRecord:
+        """Compare-and-set a document's status and write the audit row, in one transaction.
+
+        Raises:
+            NotFound: no such document.
+            ReviewConflict: the status was no longer ``expected`` (someone else won the race).
+        """
+        with self.session() as s, s.begin():
+            row = s.get(DocumentRow, doc_id)
+            if row is None:
+                raise NotFound(f"document {doc_id} does not exist.")
+            cond = (
+                DocumentRow.status.is_(None)
+                if expected is None
+                else DocumentRow.status == expected.value
+            )
+            result = s.execute(
+                update(DocumentRow)
+                .where(DocumentRow.id == doc_id, cond)
+                .values(status=new.value, updated_at=func.now())
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                s.rollback()
+                raise ReviewConflict(
+                    f"document {doc_id} is no longer {expected.value if expected else 'unset'}; "
+                    f"another decision was applied first. Reload it and decide again."
+                )
+            s.add(
+                AuditRow(
+                    actor=actor,
+                    action=action,
+                    org_id=row.org_id,
+                    doc_id=doc_id,
+                    synthesis_run_id=row.synthesis_run_id,
+                    source_tag=row.source_tag,
+                    before={"status": expected.value if expected else None},
+                    after={"status": new.value},
+                )
+            )
+        return self.get_document(doc_id)
+
+    def get_document(self, doc_id: str) -> DocRecord:
+        found = self.get_documents([doc_id])
+        if doc_id not in found:
+            raise NotFound(f"document {doc_id} does not exist.")
+        return found[doc_id]
+
+    def get_documents(self, doc_ids: Iterable[str]) -> dict[str, DocRecord]:
+        ids = list(dict.fromkeys(doc_ids))
+        if not ids:
+            return {}
+        out: dict[str, DocRecord] = {}
+        with self.session() as s:
+            for start in range(0, len(ids), 500):
+                stmt = (
+                    select(DocumentRow, CollectionRow.path)
+                    .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                    .where(DocumentRow.id.in_(ids[start : start + 500]))
+                )
+                for row, path in s.execute(stmt):
+                    out[row.id] = _record(row, path)
+        return out
+
+    def current_documents(self, org_id: str) -> dict[str, DocRecord]:
+        """The newest version of each source of an org, keyed by source key."""
+        out: dict[str, DocRecord] = {}
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow, CollectionRow.path)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(DocumentRow.org_id == org_id)
+                .order_by(DocumentRow.source_key, DocumentRow.version)
+            )
+            for row, path in s.execute(stmt):
+                out[row.source_key] = _record(row, path)
+        return out
+
+    def list_documents(
+        self,
+        org_id: str,
+        *,
+        statuses: Sequence[str] | None = None,
+        collection: str | None = None,
+        limit: int | None = None,
+    ) -> list[DocRecord]:
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow, CollectionRow.path)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(DocumentRow.org_id == org_id)
+                .order_by(CollectionRow.path, DocumentRow.title, DocumentRow.version)
+            )
+            if statuses:
+                stmt = stmt.where(DocumentRow.status.in_(list(statuses)))
+            if collection:
+                path = normalize_collection_path(collection)
+                stmt = stmt.where(
+                    (CollectionRow.path == path) | CollectionRow.path.startswith(path + "/")
+                )
+            if limit:
+                stmt = stmt.limit(limit)
+            return [_record(row, path) for row, path in s.execute(stmt)]
+
+    def audit_trail(self, org_id: str, doc_id: str | None = None) -> list[AuditRow]:
+        with self.session() as s:
+            stmt = select(AuditRow).where(AuditRow.org_id == org_id).order_by(AuditRow.id)
+            if doc_id:
+                stmt = stmt.where(AuditRow.doc_id == doc_id)
+            return list(s.scalars(stmt))
+
+
+def _record(row: DocumentRow, collection_path: str) -> DocRecord:
+    return DocRecord(
+        id=row.id,
+        org_id=row.org_id,
+        collection_path=collection_path,
+        source_key=row.source_key,
+        title=row.title,
+        uri=row.uri,
+        content_hash=row.content_hash,
+        version=row.version,
+        status=row.status,
+        source_tag=row.source_tag,
+        synthesis_run_id=row.synthesis_run_id,
+        audience=row.audience,
+        effective_date=row.effective_date,
+        parse_status=row.parse_status,
+        chunk_count=row.chunk_count,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL, a busy timeout and BEGIN IMMEDIATE: one writer at a time, waiting, never failing."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=15000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

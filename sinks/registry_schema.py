@@ -1,0 +1,87 @@
+"""Registry tables (SQLAlchemy 2). Alembic migrations in ``sinks/migrations`` create them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, Date, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class OrgRow(Base):
+    __tablename__ = "orgs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    am_user_id: Mapped[str | None] = mapped_column(String(120), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(32))
+    org_id: Mapped[str | None] = mapped_column(ForeignKey("orgs.id"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CollectionRow(Base):
+    __tablename__ = "collections"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
+    path: Mapped[str] = mapped_column(String(500))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("collections.id"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    __table_args__ = (Index("ux_collections_org_path", "org_id", "path", unique=True),)
+
+
+class DocumentRow(Base):
+    __tablename__ = "documents"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
+    collection_id: Mapped[int] = mapped_column(ForeignKey("collections.id"))
+    source_key: Mapped[str] = mapped_column(String(1000))
+    title: Mapped[str] = mapped_column(String(500))
+    uri: Mapped[str] = mapped_column(String(2000))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    source_tag: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    synthesis_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    audience: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    effective_date: Mapped[dt.date | None] = mapped_column(Date, nullable=True)
+    parse_status: Mapped[str] = mapped_column(String(32))
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    __table_args__ = (
+        Index("ix_documents_org_source", "org_id", "source_key"),
+        Index("ix_documents_org_status", "org_id", "status"),
+    )
+
+
+class AuditRow(Base):
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(120))
+    action: Mapped[str] = mapped_column(String(64))
+    org_id: Mapped[str] = mapped_column(String(64))
+    doc_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    synthesis_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    source_tag: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -1,0 +1,100 @@
+"""The vector store contract and how to open the configured one.
+
+Every query method takes a :class:`~sinks.gate.Gate`; there is no ungated search. Reviewers read
+drafts through :meth:`VectorStore.inspect_document_chunks`, an explicitly named path that search
+never uses.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from kbflow.models import ChunkPoint, SparseVec, StoredHit
+from kbflow.settings import Settings
+from sinks.gate import Gate
+
+DENSE = "dense"
+SPARSE = "bm25"
+DENSE_DIM = 384
+_POINT_NAMESPACE = uuid.UUID("6f1c7a52-5b8e-4b0e-9a53-2f8d0c1e7b11")
+
+
+def point_id_for(chunk_id: str) -> str:
+    """Stable point id (UUIDv5) for a chunk id: re-upserting a chunk overwrites it."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+
+
+class VectorStore(Protocol):
+    """A store of chunk points with named ``dense`` and sparse ``bm25`` vectors."""
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        """Insert or overwrite points."""
+        ...
+
+    def query(
+        self,
+        gate: Gate,
+        *,
+        dense: list[float] | None,
+        sparse: SparseVec | None,
+        limit: int,
+        prefetch_limit: int = 100,
+        rrf_k: int = 60,
+    ) -> list[StoredHit]:
+        """Gated search: hybrid RRF when both vectors are given, else the one leg given."""
+        ...
+
+    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+        """Set payload fields (e.g. ``status``) on every chunk of a document."""
+        ...
+
+    def delete_document(self, doc_id: str) -> None:
+        """Remove every chunk of a document."""
+        ...
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        """Reviewer path: every chunk of one document, whatever its status. Not for search."""
+        ...
+
+    def count(self, org_id: str | None = None) -> int:
+        """Number of points (of one org, if given)."""
+        ...
+
+    def optimize(self) -> None:
+        """Build indexes. Slow at scale: a maintenance step, never on the query path."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the store."""
+        ...
+
+
+def sort_hits(hits: list[StoredHit]) -> list[StoredHit]:
+    """Order by score, then id, so tied scores rank the same on every backend."""
+    return sorted(hits, key=lambda h: (-h.score, h.point_id))
+
+
+@contextmanager
+def open_vector_store(settings: Settings) -> Iterator[VectorStore]:
+    """Open the configured store for the duration of a command, then flush and close it."""
+    store: VectorStore
+    if settings.qdrant_url:
+        from sinks.qdrant_server import QdrantServerStore
+
+        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        store = QdrantServerStore.connect(
+            settings.qdrant_url, collection=settings.qdrant_collection, api_key=key
+        )
+    else:
+        from sinks.qdrant_edge import QdrantEdgeStore
+
+        store = QdrantEdgeStore.open(
+            settings.vectors_dir, lock_timeout_s=settings.store_lock_timeout_s
+        )
+    try:
+        yield store
+    finally:
+        store.close()
