@@ -27,6 +27,10 @@ class ValidationFailed(KbflowError, ValueError):
     """Data failed a quality check (e.g. the Great Expectations chunk suite)."""
 
 
+class IngestFailed(KbflowError, RuntimeError):
+    """Too many documents of an ingest run failed; the ones that worked are stored."""
+
+
 class StoreBusy(KbflowError, TimeoutError):
     """Another process holds the embedded vector store."""
 
@@ -40,7 +44,7 @@ class NotFound(KbflowError, LookupError):
 
 
 class ReviewConflict(KbflowError, RuntimeError):
-    """A state transition lost a race: the document was no longer in the expected state (HTTP 409)."""
+    """A state transition lost a race: the document was no longer in the expected state (409)."""
 
 
 class Forbidden(KbflowError, PermissionError):

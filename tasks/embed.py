@@ -79,6 +79,9 @@ def _load_sentence_transformer(model: str) -> Any:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     started = time.perf_counter()
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     path = model
     if model == PACKAGED_MINILM:

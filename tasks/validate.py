@@ -40,7 +40,6 @@ def _suite() -> tuple[Any, Any]:
         if not _state:
             import great_expectations as gx
             import great_expectations.expectations as gxe
-
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
             context = gx.get_context(mode="ephemeral")

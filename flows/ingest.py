@@ -1,0 +1,113 @@
+"""The ``ingest`` flow: discover -> plan (content hash) -> per batch: extract, chunk, embed,
+check, upsert -> report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from kbflow import progress
+from kbflow.models import DocStatus
+from kbflow.settings import Settings
+from sinks.registry import SqlRegistry
+from sinks.vectors import open_vector_store
+from tasks.discover import Source
+from tasks.embed import get_embedder
+from tasks.extract import SUPPORTED_SUFFIXES, file_to_document
+from tasks.index import BatchReport, IngestSummary, IngestTarget
+from tasks.wrapped import discover_task, index_batch_task, plan_task
+
+
+@flow(name="ingest")
+def ingest(
+    paths: list[str],
+    org: str,
+    collection: str,
+    status: DocStatus | None = DocStatus.APPROVED,
+    audience: str | None = None,
+    effective_date: dt.date | None = None,
+    source_tag: str | None = None,
+    actor: str = "system",
+) -> dict[str, Any]:
+    """Ingest files, directories, globs or JSONL corpora into one org's collection.
+
+    Unchanged documents (same content hash) are skipped; a changed one becomes a new version
+    and supersedes the old. Returns a report; fails when too many documents could not be read.
+    """
+    logger = get_run_logger()
+    settings = Settings()
+    started = time.perf_counter()
+    registry = SqlRegistry.open(settings.registry_url)
+    try:
+        registry.ensure_org(org)
+        coll = registry.ensure_collection(org, collection)
+        target = IngestTarget(
+            org_id=org,
+            collection_id=coll.id,
+            collection_path=coll.path,
+            status=status,
+            audience=audience,
+            effective_date=effective_date,
+            source_tag=source_tag,
+            actor=actor,
+        )
+        sources = discover_task(paths, SUPPORTED_SUFFIXES)
+        plan = plan_task(sources, registry, org)
+        logger.info(
+            "discovered %d sources: %d new, %d changed, %d unchanged",
+            len(sources),
+            plan.new,
+            plan.changed,
+            plan.unchanged,
+        )
+        progress.advance("index", 0, total=len(plan.work))
+        total = BatchReport()
+        embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
+        max_bytes = int(settings.max_file_mb * 1024 * 1024)
+
+        def extract(source: Source) -> Any:
+            return file_to_document(
+                source.path, max_bytes=max_bytes, artifacts_path=settings.docling_artifacts_path
+            )
+
+        if plan.work:
+            with open_vector_store(settings) as store:
+                size = settings.ingest_batch_docs
+                for start in range(0, len(plan.work), size):
+                    batch = plan.work[start : start + size]
+                    total.merge(
+                        index_batch_task(
+                            batch,
+                            target,
+                            store=store,
+                            registry=registry,
+                            embedder=embedder,
+                            extract_file=extract,
+                            max_words=settings.chunk_max_words,
+                            overlap_words=settings.chunk_overlap_words,
+                        )
+                    )
+                    progress.advance("index", len(batch))
+        summary = IngestSummary.build(
+            plan,
+            total,
+            org=org,
+            collection=coll.path,
+            discovered=len(sources),
+            seconds=time.perf_counter() - started,
+        )
+        logger.info(
+            "indexed %d documents (%d chunks), skipped %d, superseded %d in %.1fs",
+            total.documents,
+            total.chunks,
+            len(total.skipped),
+            total.superseded,
+            summary.seconds,
+        )
+        summary.raise_if_too_many_skipped(settings.max_skip_ratio)
+        return summary.to_dict()
+    finally:
+        registry.close()

@@ -1,0 +1,141 @@
+"""``kbflow demo``: the end-to-end slice on the embedded defaults, for a fictional client.
+
+Writes the demo corpus, ingests it (the pricing draft as ``pending_review``), runs the sample
+questions in every search mode and reports what an agent would see — and what the gate hides.
+Needs no network, no keys and nothing from outside the repository. Re-running is cheap: the
+unchanged corpus is not re-embedded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kbflow.demo_corpus import CLIENT_NAME, write_demo_corpus
+from kbflow.models import DocStatus, Role, Scope, SearchMode
+from kbflow.settings import Settings
+
+DEMO_ORG = "larkspur"
+DEMO_COLLECTION = "handbook-and-policies"
+DEMO_AM = "am@agency.example"
+
+
+def run_demo(
+    settings: Settings, *, show_progress: bool = True, console: Console | None = None
+) -> dict[str, Any]:
+    """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
+    from kbflow.cli import run_ingest
+    from kbflow.wiring import open_registry, search_context
+
+    corpus = write_demo_corpus(settings.home / "demo" / "corpus")
+    with open_registry(settings) as registry:
+        registry.ensure_user(DEMO_AM, Role.ACCOUNT_MANAGER, name="Demo Account Manager")
+        registry.ensure_org(DEMO_ORG, CLIENT_NAME, am_user_id=DEMO_AM)
+
+    approved = [str(p) for p in corpus.files if p != corpus.pending_file]
+    ingests = [
+        run_ingest(
+            settings,
+            approved,
+            org=DEMO_ORG,
+            collection=DEMO_COLLECTION,
+            show_progress=show_progress,
+        ),
+        run_ingest(
+            settings,
+            [str(corpus.pending_file)],
+            org=DEMO_ORG,
+            collection=DEMO_COLLECTION,
+            status=DocStatus.PENDING_REVIEW,
+            source_tag="demo-draft",
+            show_progress=show_progress,
+        ),
+    ]
+
+    scope = Scope(org_id=DEMO_ORG)
+    pending_name = corpus.pending_file.name
+    queries: list[dict[str, Any]] = []
+    with search_context(settings) as ctx:
+        documents = ctx.registry.list_documents(DEMO_ORG)
+        draft = next(d for d in documents if d.uri.endswith(pending_name))
+        draft_chunks = len(ctx.store.inspect_document_chunks(draft.id))
+        for q in corpus.queries:
+            by_mode = {m: ctx.search(q.question, scope, mode=m, top_k=3) for m in SearchMode}
+            hybrid = by_mode[SearchMode.HYBRID]
+            files = [_file_of(h.uri) for h in hybrid]
+            leaked = any(_file_of(h.uri) == pending_name for hs in by_mode.values() for h in hs)
+            passed = (q.expect_in in files) if q.expect_in else not leaked
+            queries.append(
+                {
+                    "question": q.question,
+                    "expected": q.expect_in,
+                    "ok": passed and not leaked,
+                    "top_by_mode": {
+                        m.value: (_file_of(hs[0].uri) if hs else None) for m, hs in by_mode.items()
+                    },
+                    "hits": [h.to_dict() for h in hybrid],
+                }
+            )
+
+    result = {
+        "org": DEMO_ORG,
+        "client": CLIENT_NAME,
+        "corpus_dir": str(corpus.files[0].parent),
+        "ingest": ingests,
+        "documents": [
+            {"title": d.title, "file": _file_of(d.uri), "status": d.status, "chunks": d.chunk_count}
+            for d in documents
+        ],
+        "draft": {"file": pending_name, "status": draft.status, "stored_chunks": draft_chunks},
+        "queries": queries,
+        "ok": all(q["ok"] for q in queries),
+    }
+    if console is not None:
+        _print_report(console, result)
+    return result
+
+
+def _file_of(uri: str) -> str:
+    return Path(uri.split("#", 1)[0]).name
+
+
+def _print_report(console: Console, r: dict[str, Any]) -> None:
+    console.rule(f"[bold]kbflow demo — {r['client']} (org '{r['org']}')")
+    for ing in r["ingest"]:
+        console.print(
+            f"ingest: {ing['discovered']} files, {ing['documents']} indexed "
+            f"({ing['chunks']} chunks), {ing['unchanged']} unchanged, "
+            f"{len(ing['skipped'])} skipped, {ing['seconds']:.1f}s"
+        )
+    docs = Table(title="Registry")
+    for col in ("file", "title", "status", "chunks"):
+        docs.add_column(col)
+    for d in r["documents"]:
+        style = "yellow" if d["status"] != DocStatus.APPROVED.value else ""
+        docs.add_row(d["file"], d["title"][:50], d["status"] or "—", str(d["chunks"]), style=style)
+    console.print(docs)
+    for q in r["queries"]:
+        mark = "[green]✓[/green]" if q["ok"] else "[red]✗[/red]"
+        console.print(f"\n{mark} [bold]{q['question']}[/bold]")
+        modes = ", ".join(f"{m}: {f or '—'}" for m, f in q["top_by_mode"].items())
+        console.print(f"  [dim]top document by mode — {modes}[/dim]")
+        if not q["hits"]:
+            console.print("  [yellow]no approved document answers this[/yellow]")
+        for hit in q["hits"]:
+            where = " > ".join(hit["heading_path"])
+            text = " ".join(hit["text"].split())
+            console.print(
+                f"  {hit['score']:.4f}  [cyan]{_file_of(hit['uri'])}[/cyan] {where}\n"
+                f"          {text[:160]}{'…' if len(text) > 160 else ''}"
+            )
+        if q["expected"] is None:
+            console.print(
+                f"  [yellow]gate:[/yellow] {r['draft']['file']} is {r['draft']['status']} with "
+                f"{r['draft']['stored_chunks']} chunks stored — invisible to agents until an AM "
+                "approves it."
+            )
+    verdict = "[green]all checks passed[/green]" if r["ok"] else "[red]some checks failed[/red]"
+    console.rule(verdict)

@@ -1,0 +1,1 @@
+"""Units of work: plain typed functions, usable without Prefect."""

@@ -1,0 +1,324 @@
+"""Plan and index documents: the unit of work behind the ingest flow.
+
+``plan_ingest`` compares discovered sources with the registry by content hash (unchanged sources
+cost nothing); ``index_batch`` extracts, chunks, embeds, checks and stores one batch of
+documents. Ordering fails safe: a document's registry row says ``parse_status=pending`` (not
+served) until its vectors are written, and an older version is hidden in the vector store
+before the registry records it as superseded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbflow.errors import ExtractionError, IngestFailed, ReviewConflict
+from kbflow.models import (
+    SERVABLE_PARSE_STATUSES,
+    Chunk,
+    ChunkPoint,
+    DocStatus,
+    ExtractedDocument,
+    ParseStatus,
+)
+from sinks.gate import format_datetime
+from sinks.registry import DocRecord, SqlRegistry, collection_ancestry
+from sinks.vectors import VectorStore, point_id_for
+from tasks.chunk import document_to_chunks
+from tasks.discover import Source, record_to_document
+from tasks.embed import Embedder
+from tasks.sparse import document_sparse_vector
+from tasks.validate import check_chunk_points
+
+log = logging.getLogger(__name__)
+
+_LIVE = (None, DocStatus.APPROVED)
+
+
+@dataclass(frozen=True)
+class IngestTarget:
+    """Where documents go and the review metadata they get."""
+
+    org_id: str
+    collection_id: int
+    collection_path: str
+    status: DocStatus | None = DocStatus.APPROVED
+    audience: str | None = None
+    effective_date: dt.date | None = None
+    source_tag: str | None = None
+    synthesis_run_id: str | None = None
+    actor: str = "system"
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A source to index, and the registry's current version of it (if any)."""
+
+    source: Source
+    previous: DocRecord | None = None
+    resume: bool = False  # same content, but its last ingest did not finish: redo it in place
+
+
+@dataclass
+class IngestPlan:
+    work: list[WorkItem] = field(default_factory=list)
+    unchanged: int = 0
+
+    @property
+    def new(self) -> int:
+        return sum(1 for w in self.work if w.previous is None)
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for w in self.work if w.previous is not None and not w.resume)
+
+
+@dataclass
+class BatchReport:
+    documents: int = 0
+    chunks: int = 0
+    superseded: int = 0
+    embed_seconds: float = 0.0
+    doc_ids: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (source name, reason)
+
+    def merge(self, other: BatchReport) -> None:
+        self.documents += other.documents
+        self.chunks += other.chunks
+        self.superseded += other.superseded
+        self.embed_seconds += other.embed_seconds
+        self.doc_ids.extend(other.doc_ids)
+        self.skipped.extend(other.skipped)
+
+
+def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -> IngestPlan:
+    """Split sources into work (new, changed, unfinished) and unchanged, by content hash."""
+    current = registry.current_documents(org_id)
+    plan = IngestPlan()
+    for source in sources:
+        prev = current.get(source.source_key)
+        if prev is None:
+            plan.work.append(WorkItem(source))
+        elif prev.content_hash != source.content_hash:
+            plan.work.append(WorkItem(source, previous=prev))
+        elif prev.parse_status not in SERVABLE_PARSE_STATUSES:
+            plan.work.append(WorkItem(source, previous=prev, resume=True))
+        else:
+            plan.unchanged += 1
+    return plan
+
+
+def index_batch(
+    items: Sequence[WorkItem],
+    target: IngestTarget,
+    *,
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    extract_file: Callable[[Source], ExtractedDocument],
+    max_words: int = 180,
+    overlap_words: int = 30,
+) -> BatchReport:
+    """Extract, chunk, embed, check and store one batch of documents.
+
+    A document that fails (unreadable file, failed data check) is skipped with its reason in
+    the report; the rest of the batch is stored.
+    """
+    report = BatchReport()
+    docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
+    for item in items:
+        try:
+            extracted = (
+                record_to_document(item.source)
+                if item.source.record is not None
+                else extract_file(item.source)
+            )
+        except ExtractionError as exc:
+            report.skipped.append((item.source.name, str(exc)))
+            log.warning("skipped %s: %s", item.source.name, exc)
+            continue
+        doc = _register(item, extracted, target, registry)
+        chunks = document_to_chunks(
+            doc.id, extracted, max_words=max_words, overlap_words=overlap_words
+        )
+        if not chunks:
+            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            report.skipped.append((item.source.name, "no text to index after extraction"))
+            continue
+        docs.append((item, doc, chunks))
+    if not docs:
+        return report
+
+    all_chunks = [c for _, _, chunks in docs for c in chunks]
+    started = time.perf_counter()
+    vectors = embedder.embed_documents([c.embed_text for c in all_chunks])
+    report.embed_seconds = time.perf_counter() - started
+    by_doc: dict[str, list[ChunkPoint]] = {}
+    records = {doc.id: doc for _, doc, _ in docs}
+    for chunk, vector in zip(all_chunks, vectors, strict=True):
+        by_doc.setdefault(chunk.doc_id, []).append(
+            chunk_to_point(chunk, vector, records[chunk.doc_id], target)
+        )
+
+    check = check_chunk_points([p for pts in by_doc.values() for p in pts])
+    bad_docs = {cid.rsplit(":", 1)[0] for ids in check.failures.values() for cid in ids if cid}
+    for item, doc, _ in docs:
+        if doc.id in bad_docs:
+            reasons = ", ".join(k for k, ids in check.failures.items() if _mentions(ids, doc.id))
+            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            report.skipped.append((item.source.name, f"failed data checks: {reasons}"))
+            continue
+        points = by_doc[doc.id]
+        if item.resume:
+            store.delete_document(doc.id)  # a half-written earlier attempt
+        store.upsert(points)
+        registry.mark_parsed(doc.id, parse_status=ParseStatus.INGESTED, chunk_count=len(points))
+        report.documents += 1
+        report.chunks += len(points)
+        report.doc_ids.append(doc.id)
+        # A new approved version retires the old one now; a draft does so when it is approved.
+        if item.previous is not None and not item.resume and target.status in _LIVE:
+            report.superseded += supersede(item.previous, store, registry, actor=target.actor)
+    return report
+
+
+def _mentions(chunk_ids: list[Any], doc_id: str) -> bool:
+    return any(str(c).startswith(doc_id + ":") for c in chunk_ids)
+
+
+def _register(
+    item: WorkItem, extracted: ExtractedDocument, target: IngestTarget, registry: SqlRegistry
+) -> DocRecord:
+    if item.resume and item.previous is not None:
+        return item.previous
+    return registry.create_document(
+        org_id=target.org_id,
+        collection_id=target.collection_id,
+        source_key=item.source.source_key,
+        title=extracted.title,
+        uri=extracted.uri,
+        content_hash=item.source.content_hash,
+        version=(item.previous.version + 1) if item.previous else 1,
+        status=target.status,
+        source_tag=target.source_tag,
+        synthesis_run_id=target.synthesis_run_id,
+        audience=target.audience,
+        effective_date=target.effective_date,
+        actor=target.actor,
+    )
+
+
+def chunk_to_point(
+    chunk: Chunk, vector: list[float], doc: DocRecord, target: IngestTarget
+) -> ChunkPoint:
+    """Build the stored point: both vectors and the payload the gate filters on."""
+    payload: dict[str, Any] = {
+        "org_id": doc.org_id,
+        "collection_path": collection_ancestry(target.collection_path),
+        "doc_id": doc.id,
+        "chunk_id": chunk.chunk_id,
+        "chunk_index": chunk.chunk_index,
+        "parse_status": ParseStatus.INGESTED.value,
+        "title": doc.title,
+        "uri": doc.uri,
+        "content_hash": doc.content_hash,
+        "heading_path": list(chunk.heading_path),
+        "text": chunk.text,
+    }
+    optional = {
+        "status": doc.status,
+        "source_tag": doc.source_tag,
+        "synthesis_run_id": doc.synthesis_run_id,
+        "audience": doc.audience,
+        "effective_date": format_datetime(doc.effective_date) if doc.effective_date else None,
+    }
+    payload.update({k: v for k, v in optional.items() if v is not None})
+    return ChunkPoint(
+        point_id=point_id_for(chunk.chunk_id),
+        dense=vector,
+        sparse=document_sparse_vector(chunk.embed_text),
+        payload=payload,
+    )
+
+
+def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str) -> int:
+    """Retire an older version: hide it in the store first, then record it (fails safe)."""
+    if doc.status not in (None, DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value):
+        return 0
+    store.set_document_payload(doc.id, {"status": DocStatus.SUPERSEDED.value})
+    expected = DocStatus(doc.status) if doc.status else None
+    try:
+        registry.transition(
+            doc.id, expected=expected, new=DocStatus.SUPERSEDED, actor=actor, action="supersede"
+        )
+    except ReviewConflict:
+        # Someone decided on the old version meanwhile; it stays hidden in the store, which is
+        # the safe side, and the registry keeps their decision.
+        log.warning("version %s changed state during supersede; left hidden", doc.id)
+        return 0
+    return 1
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest run did, for the CLI, the logs and the benchmarks."""
+
+    org: str
+    collection: str
+    discovered: int
+    new: int
+    changed: int
+    unchanged: int
+    documents: int
+    chunks: int
+    superseded: int
+    skipped: list[tuple[str, str]]
+    seconds: float
+    embed_seconds: float
+
+    @classmethod
+    def build(
+        cls,
+        plan: IngestPlan,
+        total: BatchReport,
+        *,
+        org: str,
+        collection: str,
+        discovered: int,
+        seconds: float,
+    ) -> IngestSummary:
+        return cls(
+            org=org,
+            collection=collection,
+            discovered=discovered,
+            new=plan.new,
+            changed=plan.changed,
+            unchanged=plan.unchanged,
+            documents=total.documents,
+            chunks=total.chunks,
+            superseded=total.superseded,
+            skipped=list(total.skipped),
+            seconds=round(seconds, 3),
+            embed_seconds=round(total.embed_seconds, 3),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["skipped"] = [{"source": s, "reason": r} for s, r in self.skipped]
+        return out
+
+    def raise_if_too_many_skipped(self, max_ratio: float) -> None:
+        """Fail the run when more than ``max_ratio`` of the attempted documents were skipped."""
+        attempted = self.documents + len(self.skipped)
+        if attempted and len(self.skipped) / attempted > max_ratio:
+            names = ", ".join(s for s, _ in self.skipped[:5])
+            raise IngestFailed(
+                f"{len(self.skipped)} of {attempted} documents could not be ingested "
+                f"(more than {max_ratio:.0%}), e.g. {names}. The {self.documents} that worked "
+                "are stored; see each reason in the report, fix the files and re-run "
+                "(unchanged documents are skipped)."
+            )

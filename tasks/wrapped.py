@@ -1,0 +1,20 @@
+"""Prefect task wrappers around the plain units of work (only flows import this module).
+
+They take live resources (store, registry, embedder) as arguments, so results are not cached
+(``NO_CACHE``); idempotency comes from the registry's content hashes instead. No retries: none
+of these steps fails transiently, and a retried partial batch is resumed by the next plan.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.discover import discover_sources
+from tasks.index import index_batch, plan_ingest
+
+discover_task = task(discover_sources, name="discover-sources", cache_policy=NO_CACHE)
+plan_task = task(plan_ingest, name="plan-ingest", cache_policy=NO_CACHE)
+index_batch_task = task(
+    index_batch, name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600
+)
