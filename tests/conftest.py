@@ -1,0 +1,150 @@
+"""Shared fixtures: a clean environment per test, no network beyond loopback, real components.
+
+Real storage everywhere: Qdrant Edge in a temp dir, SQLite in ``tmp_path``, MiniLM from the
+package that ships it. Prefect's test harness starts once per session, only for tests that ask.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbflow.models import DocStatus
+from kbflow.settings import Settings, configure_environment
+from sinks.registry import SqlRegistry
+from tasks.discover import Source
+from tasks.index import IngestTarget, WorkItem, index_batch
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
+
+# One data dir for the whole session's Prefect state, set before anything imports prefect.
+_SESSION_HOME = Path(os.environ.setdefault("KBFLOW_TEST_HOME", f"/tmp/kbflow-tests-{os.getpid()}"))
+configure_environment(Settings(home=_SESSION_HOME))
+
+
+def datasets_dir(*parts: str) -> Path:
+    """A path under ../shared/datasets, or skip the test when it is absent."""
+    path = DATASETS.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"dataset not available at {path} (set KBFLOW_DATASETS to its folder)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test gets its own KBFLOW_HOME and none of the caller's KBFLOW_* or API keys."""
+    for key in list(os.environ):
+        if key.startswith("KBFLOW_") and key not in ("KBFLOW_DATASETS", "KBFLOW_TEST_HOME"):
+            monkeypatch.delenv(key)
+    for key in ("ANTHROPIC_API_KEY", "COHERE_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("KBFLOW_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse connections to anything but loopback (Prefect's test server lives there)."""
+    real_connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                raise OSError(f"network access blocked in tests: {address!r}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    from tasks.embed import get_embedder
+
+    return get_embedder()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home")
+
+
+@pytest.fixture
+def registry(settings: Settings) -> Iterator[SqlRegistry]:
+    reg = SqlRegistry.open(settings.registry_url)
+    yield reg
+    reg.close()
+
+
+@pytest.fixture
+def edge_store(settings: Settings) -> Iterator[Any]:
+    from sinks.qdrant_edge import QdrantEdgeStore
+
+    store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
+    yield store
+    store.close()
+
+
+def index_records(
+    records: list[dict[str, Any]],
+    *,
+    store: Any,
+    registry: SqlRegistry,
+    embedder: Any,
+    org: str = "acme",
+    collection: str = "docs",
+    status: DocStatus | None = DocStatus.APPROVED,
+    audience: str | None = None,
+    effective_date: dt.date | None = None,
+) -> list[str]:
+    """Index ``{"key", "title", "text"}`` records as documents; returns their doc ids."""
+    registry.ensure_org(org)
+    coll = registry.ensure_collection(org, collection)
+    target = IngestTarget(
+        org_id=org,
+        collection_id=coll.id,
+        collection_path=coll.path,
+        status=status,
+        audience=audience,
+        effective_date=effective_date,
+    )
+    items = [
+        WorkItem(
+            Source(
+                source_key=f"test://{org}/{r['key']}",
+                uri=f"test://{org}/{r['key']}",
+                content_hash=str(hash((r["title"], r["text"]))),
+                path=Path(r["key"]),
+                record=(r["title"], r["text"]),
+            )
+        )
+        for r in records
+    ]
+    report = index_batch(
+        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_files
+    )
+    assert not report.skipped, report.skipped
+    return report.doc_ids
+
+
+def _no_files(source: Source) -> Any:
+    raise AssertionError(f"unexpected file source {source}")

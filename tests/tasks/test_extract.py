@@ -1,0 +1,384 @@
+"""Tests for tasks.extract: real Docling on the shared real-docs set, plus generated edge cases.
+
+Runs offline: the autouse `_no_network` fixture in tests/conftest.py refuses outside connections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbflow.errors import ConfigError, ExtractionError, UnsupportedFormat
+from kbflow.models import ExtractedDocument
+from tasks.extract import SUPPORTED_SUFFIXES, file_to_document
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATASETS = Path(
+    os.environ.get("KBFLOW_DATASETS", REPO_ROOT.parent / "shared" / "datasets")
+).resolve()
+REAL_DOCS = DATASETS / "real-docs"
+needs_real_docs = pytest.mark.skipif(
+    not (REAL_DOCS / "sources").is_dir(),
+    reason=f"real-docs dataset not found at {REAL_DOCS} (set KBFLOW_DATASETS to its parent)",
+)
+
+# Token recall of the reference Markdown (converter markup removed), measured with Docling 2.143
+# and the native PDF pipeline: 1.000 for every file here except wiki_duck.html (0.998). The floor
+# leaves a little room for Docling changes without letting a lost paragraph through.
+RECALL_FLOOR = 0.98
+RECALL_CASES = [
+    "mixed.md",
+    "wiki.md",
+    "example_03.html",
+    "table_06.html",
+    "wiki_duck.html",
+    "lorem_ipsum.docx",
+    "unit_test_headers.docx",
+    "word_sample.docx",
+    "powerpoint_sample.pptx",
+    "csv-comma.csv",
+    "2305.03393v1-pg9.pdf",
+    "multi_page.pdf",
+    "normal_4pages.pdf",
+    "code_and_formula.pdf",
+    "redp5110_sampled.pdf",
+]
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.findall(r"[a-z0-9]+", text.lower()) if len(t) >= 3}
+
+
+def _reference_tokens(markdown: str) -> set[str]:
+    # Drop the reference converter's own markup: "<!-- image -->" placeholders and link targets.
+    markdown = re.sub(r"<!--.*?-->", " ", markdown, flags=re.DOTALL)
+    markdown = re.sub(r"\]\([^)]*\)", "] ", markdown)
+    return _tokens(markdown)
+
+
+def _all_text(doc: ExtractedDocument) -> str:
+    """Title, heading paths and text: the headings are kept, just not inside `Section.text`."""
+    parts = [doc.title]
+    for section in doc.sections:
+        parts.extend(section.heading_path)
+        parts.append(section.text)
+    return "\n".join(parts)
+
+
+def _groundtruth(name: str) -> Path:
+    folder = REAL_DOCS / "groundtruth"
+    with_suffix = folder / f"{name}.md"
+    return with_suffix if with_suffix.exists() else folder / f"{Path(name).stem}.md"
+
+
+# --- real documents --------------------------------------------------------------------------
+
+
+@needs_real_docs
+@pytest.mark.parametrize("name", RECALL_CASES)
+def test_real_document_keeps_the_reference_text(name: str) -> None:
+    source = REAL_DOCS / "sources" / name
+    doc = file_to_document(source)
+
+    reference = _reference_tokens(_groundtruth(name).read_text(encoding="utf-8"))
+    found = _tokens(_all_text(doc))
+    recall = len(reference & found) / len(reference)
+    assert recall >= RECALL_FLOOR, (
+        f"{name}: recall {recall:.3f}, missing {sorted(reference - found)[:20]}"
+    )
+    assert doc.source_format == source.suffix[1:]
+    assert doc.uri == source.resolve().as_uri()
+    assert doc.title
+    assert all(section.text.strip() for section in doc.sections)
+
+
+@needs_real_docs
+def test_pdf_meta_counts_pages_and_flags_pages_without_text() -> None:
+    doc = file_to_document(REAL_DOCS / "sources" / "redp5110_sampled.pdf")
+
+    assert doc.meta["pages"] == 18
+    assert doc.meta["pages_without_text"] == [17]
+
+
+@needs_real_docs
+def test_pdf_lines_are_rejoined_into_paragraphs() -> None:
+    doc = file_to_document(REAL_DOCS / "sources" / "multi_page.pdf")
+    paragraphs = doc.text.split("\n\n")
+
+    assert "The Evolution of the Word Processor" in paragraphs
+    assert any(
+        p.startswith("The origins of word processing") and p.endswith("than handwriting.")
+        for p in paragraphs
+    )
+
+
+@needs_real_docs
+def test_docling_headings_become_heading_paths() -> None:
+    doc = file_to_document(REAL_DOCS / "sources" / "unit_test_headers.docx")
+    by_path = {section.heading_path: section.text for section in doc.sections}
+
+    assert doc.title == "Test Document"
+    assert (
+        "Paragraph 1.2.3.1"
+        in by_path[("Test Document", "Section 1", "Section 1.2", "Section 1.2.3")]
+    )
+
+
+@needs_real_docs
+def test_scanned_pdf_is_refused_with_a_clear_reason() -> None:
+    with pytest.raises(ExtractionError, match="looks scanned") as info:
+        file_to_document(REAL_DOCS / "sources" / "ocr_test.pdf")
+
+    assert "ocr_test.pdf" in str(info.value)
+    assert "OCR support is not enabled yet" in str(info.value)
+
+
+# --- structure, on generated files -----------------------------------------------------------
+
+
+def test_markdown_heading_paths_follow_nesting(tmp_path: Path) -> None:
+    source = tmp_path / "guide.md"
+    source.write_text(
+        "# Guide\n\nIntro with **bold** words.\n\n## Install\n\nRun it.\n\n### Linux\n\n"
+        "Use apt.\n\n- first step\n- second step\n\n## Usage\n\nCall it.\n",
+        encoding="utf-8",
+    )
+
+    doc = file_to_document(source)
+
+    assert doc.title == "Guide"
+    assert [(s.heading_path, s.text) for s in doc.sections] == [
+        (("Guide",), "Intro with bold words."),
+        (("Guide", "Install"), "Run it."),
+        (("Guide", "Install", "Linux"), "Use apt.\n\n- first step\n- second step"),
+        (("Guide", "Usage"), "Call it."),
+    ]
+    assert doc.source_format == "md"
+
+
+def test_docx_level_two_heading_sits_under_level_one(tmp_path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Policies", level=1)
+    document.add_paragraph("General rules.")
+    document.add_heading("Travel", level=2)
+    document.add_paragraph("Book economy class.")
+    document.add_table(rows=2, cols=2).rows[0].cells[0].text = "Zone"
+    source = tmp_path / "handbook.docx"
+    document.save(str(source))
+
+    doc = file_to_document(source)
+
+    travel = next(s for s in doc.sections if s.heading_path == ("Policies", "Travel"))
+    assert travel.text.startswith("Book economy class.")
+    assert "| Zone" in travel.text  # tables come out as Markdown
+    assert doc.title == "Policies"
+
+
+def test_xlsx_sheets_come_out_as_markdown_tables(tmp_path: Path) -> None:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["Region", "Revenue"])
+    sheet.append(["North", 1200])
+    source = tmp_path / "sales.xlsx"
+    book.save(source)
+
+    doc = file_to_document(source)
+
+    assert "| Region" in doc.text
+    assert "North" in doc.text
+    assert doc.source_format == "xlsx"
+
+
+def test_text_file_splits_paragraphs_on_blank_lines(tmp_path: Path) -> None:
+    source = tmp_path / "notes.txt"
+    source.write_bytes(b"First line\r\nstill first.\r\n\r\n\r\nSecond \xff paragraph.\n")
+
+    doc = file_to_document(source)
+
+    assert doc.title == "notes"
+    assert doc.sections[0].heading_path == ()
+    assert doc.text == "First line\nstill first.\n\nSecond \ufffd paragraph."
+
+
+def test_generated_pdf_paragraphs_are_rejoined(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    first = " ".join(f"alpha{i}" for i in range(60))
+    second = " ".join(f"beta{i}" for i in range(45))
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    pdf.multi_cell(0, 6, first)
+    pdf.ln(6)
+    pdf.multi_cell(0, 6, second)
+    source = tmp_path / "memo.pdf"
+    pdf.output(str(source))
+
+    doc = file_to_document(source)
+
+    assert doc.text.split("\n\n") == [first, second]
+    assert doc.meta["pages"] == 1
+
+
+def test_owner_password_only_pdf_still_extracts(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Printable but not editable.")
+    pdf.set_encryption(owner_password="owner-secret")
+    source = tmp_path / "locked-editing.pdf"
+    pdf.output(str(source))
+
+    assert file_to_document(source).text == "Printable but not editable."
+
+
+def test_docling_is_not_imported_at_module_import() -> None:
+    code = "import sys, tasks.extract; sys.exit('docling' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=False)
+
+    assert result.returncode == 0
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ExtractionError, match="does not exist — check the path"):
+        file_to_document(tmp_path / "nowhere.md")
+
+
+def test_unsupported_suffix_lists_the_supported_ones(tmp_path: Path) -> None:
+    source = tmp_path / "scan.tif"
+    source.write_bytes(b"II*\x00")
+
+    with pytest.raises(UnsupportedFormat) as info:
+        file_to_document(source)
+
+    message = str(info.value)
+    assert "scan.tif" in message
+    assert "'.tif'" in message
+    assert all(suffix in message for suffix in SUPPORTED_SUFFIXES)
+    assert isinstance(info.value, ExtractionError)
+
+
+def test_oversize_file_names_size_limit_and_remedy(tmp_path: Path) -> None:
+    source = tmp_path / "big.md"
+    source.write_text("# Big\n\n" + "word " * 100, encoding="utf-8")
+
+    with pytest.raises(ExtractionError) as info:
+        file_to_document(source, max_bytes=100)
+
+    message = str(info.value)
+    assert "big.md" in message
+    assert "507 bytes" in message
+    assert "100 bytes" in message
+    assert "raise KBFLOW_MAX_FILE_MB or split the file" in message
+
+
+def test_corrupt_pdf_names_file_hash_reason_and_remedy(tmp_path: Path) -> None:
+    source = tmp_path / "broken.pdf"
+    payload = b"%PDF-1.4\n" + bytes(range(256)) * 8
+    source.write_bytes(payload)
+
+    with pytest.raises(ExtractionError) as info:
+        file_to_document(source)
+
+    import hashlib
+
+    message = str(info.value)
+    assert "broken.pdf" in message
+    assert hashlib.sha256(payload).hexdigest()[:12] in message
+    assert "corrupt" in message
+    assert "re-export" in message
+    assert info.value.__cause__ is not None
+
+
+def test_corrupt_docx_is_reported_as_corrupt(tmp_path: Path) -> None:
+    source = tmp_path / "broken.docx"
+    source.write_bytes(b"PK\x03\x04 this is not a real zip archive")
+
+    with pytest.raises(ExtractionError, match=r"broken\.docx \(sha [0-9a-f]{12}\).*corrupt"):
+        file_to_document(source)
+
+
+def test_encrypted_pdf_asks_for_an_unlocked_copy(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Quarterly figures that must not leak into messages.")
+    pdf.set_encryption(owner_password="owner-secret", user_password="user-secret")
+    source = tmp_path / "locked.pdf"
+    pdf.output(str(source))
+
+    with pytest.raises(ExtractionError) as info:
+        file_to_document(source)
+
+    message = str(info.value)
+    assert "locked.pdf" in message
+    assert "file is encrypted — supply an unlocked copy" in message
+    assert "Quarterly" not in message
+
+
+def test_blank_pdf_is_not_called_scanned(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    source = tmp_path / "blank.pdf"
+    pdf.output(str(source))
+
+    with pytest.raises(ExtractionError, match=r"blank\.pdf .*looks blank"):
+        file_to_document(source)
+
+
+@pytest.mark.parametrize("name", ["empty.md", "empty.pdf", "empty.txt"])
+def test_zero_byte_file(tmp_path: Path, name: str) -> None:
+    source = tmp_path / name
+    source.write_bytes(b"")
+
+    with pytest.raises(ExtractionError, match=rf"{re.escape(name)} is empty .*remove it"):
+        file_to_document(source)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("blank.md", "\n\n   \n"), ("blank.txt", " \n\n\t\n"), ("blank.html", "<html></html>")],
+)
+def test_file_without_text(tmp_path: Path, name: str, content: str) -> None:
+    source = tmp_path / name
+    source.write_text(content, encoding="utf-8")
+
+    with pytest.raises(ExtractionError, match=rf"{re.escape(name)} .*no extractable text"):
+        file_to_document(source)
+
+
+def test_missing_layout_models_are_a_config_error_not_a_corrupt_file(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Text layer present.")
+    source = tmp_path / "fine.pdf"
+    pdf.output(str(source))
+    models = tmp_path / "no-models-here"
+    models.mkdir()
+
+    with pytest.raises(ConfigError, match="docling-layout-heron") as info:
+        file_to_document(source, artifacts_path=models)
+
+    assert str(models) in str(info.value)
+    assert "leave artifacts_path unset" in str(info.value)
