@@ -39,7 +39,7 @@ class QdrantServerStore:
                 else QdrantClient(url=url, api_key=api_key)
             )
             store = cls(client, collection)
-            store._ensure_collection()
+            store._ensure_collection(payload_indexes=url != ":memory:")
         except StoreError:
             raise
         except Exception as exc:
@@ -49,7 +49,7 @@ class QdrantServerStore:
             ) from exc
         return store
 
-    def _ensure_collection(self) -> None:
+    def _ensure_collection(self, *, payload_indexes: bool = True) -> None:
         from qdrant_client import models as qm
 
         if self._client.collection_exists(self.collection):
@@ -59,6 +59,8 @@ class QdrantServerStore:
             vectors_config={DENSE: qm.VectorParams(size=DENSE_DIM, distance=qm.Distance.COSINE)},
             sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
         )
+        if not payload_indexes:  # local mode filters in Python and ignores indexes
+            return
         for name in GATED_KEYWORD_FIELDS:
             schema: Any = qm.PayloadSchemaType.KEYWORD
             if name == "org_id":

@@ -1,0 +1,78 @@
+"""The CLI as a user runs it: real subprocesses, a fresh data directory, JSON out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kbflow.cli import app
+
+runner = CliRunner()
+
+
+def _kbflow(*args: str, home: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KBFLOW_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "kbflow.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_every_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("ingest", "search", "docs", "demo", "store", "server"):
+        assert command in result.output
+
+
+def test_ingest_of_a_missing_path_fails_clearly(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["ingest", str(tmp_path / "nope"), "--org", "acme"])
+    assert result.exit_code == 1
+    assert "matches no file kbflow can ingest" in result.output
+
+
+def test_search_rejects_a_bad_top_k() -> None:
+    result = runner.invoke(app, ["search", "x", "--org", "acme", "--top-k", "0"])
+    assert result.exit_code == 2
+
+
+@pytest.mark.integration
+def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    demo = _kbflow("demo", "--json", home=home)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    report: dict[str, Any] = json.loads(demo.stdout)
+    assert report["ok"] is True
+    assert report["draft"]["status"] == "pending_review" and report["draft"]["stored_chunks"] > 0
+    assert sum(i["documents"] for i in report["ingest"]) == 6
+
+    found = _kbflow(
+        "search", "annual leave days", "--org", "larkspur", "--json", "-k", "3", home=home
+    )
+    assert found.returncode == 0, found.stderr[-3000:]
+    hits = json.loads(found.stdout)["hits"]
+    assert len(hits) == 3 and hits[0]["uri"].endswith("handbook.md")
+    assert {"doc_id", "chunk_id", "title", "uri", "heading_path", "text", "score"} <= set(hits[0])
+
+    hidden = _kbflow("search", "Aurora 3,450 EUR 2027", "--org", "larkspur", "--json", home=home)
+    assert all(
+        not h["uri"].endswith("pricing-2027-draft.md") for h in json.loads(hidden.stdout)["hits"]
+    )
+
+    listed = _kbflow("docs", "list", "--org", "larkspur", "--json", home=home)
+    statuses = sorted(d["status"] for d in json.loads(listed.stdout))
+    assert statuses == ["approved"] * 5 + ["pending_review"]
+
+    rerun = _kbflow("demo", "--json", home=home)
+    assert rerun.returncode == 0
+    assert all(i["documents"] == 0 for i in json.loads(rerun.stdout)["ingest"])
