@@ -1,0 +1,68 @@
+# kbflow — two commands: `make demo` runs the end-to-end demo, `make test` runs the tests.
+# Both create/update .venv from requirements.lock first (and install Tesseract and ffmpeg with
+# apt when running as root and they are missing).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch must be the CPU build and be installed before anything that depends on it, or pip pulls
+# a multi-GB CUDA build. Where no local wheel is configured, point TORCH_INDEX at a CPU index.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX   ?=
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-all install system-deps lint typecheck bench lock clean
+
+demo: install system-deps
+	$(BIN)/kbflow demo
+
+test: install system-deps
+	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+test-all: install system-deps
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip wheel
+	$(PIP) install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PIP) install -q --no-deps -r requirements.lock
+	$(PIP) install -q --no-deps -e .
+	@# docling's torchvision does not import beside the CPU torch, and nothing here needs it.
+	-@$(PIP) uninstall -y -q torchvision 2>/dev/null
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+system-deps:
+	@missing=""; \
+	command -v tesseract >/dev/null 2>&1 || missing="$$missing tesseract-ocr tesseract-ocr-eng"; \
+	command -v ffmpeg >/dev/null 2>&1 || missing="$$missing ffmpeg"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing$$missing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+		echo "note:$$missing not installed (needs root + apt): OCR of scans/images and audio/video transcription are off."; \
+	fi
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python bench/ingest_scifact.py
+
+lock:
+	$(PIP) freeze --exclude-editable | grep -v '^kbflow' | sed 's/+cpu//' > requirements.lock.new
+	@{ head -n 2 requirements.lock; cat requirements.lock.new; } > requirements.lock.tmp
+	@mv requirements.lock.tmp requirements.lock; rm -f requirements.lock.new
+
+clean:
+	rm -rf .kbflow .pytest_cache .ruff_cache .mypy_cache
