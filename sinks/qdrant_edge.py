@@ -12,7 +12,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,29 @@ class QdrantEdgeStore:
             if offset is None:
                 break
         return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
+
+    def export_points(self, batch: int = 1000) -> Iterator[ChunkPoint]:
+        """Every point with its vectors and payload (for copying a store, and benchmarks)."""
+        import qdrant_edge as qe
+
+        offset = None
+        while True:
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=batch, with_payload=True, with_vector=True)
+            )
+            for r in records:
+                vectors = r.vector or {}
+                sparse = vectors.get(SPARSE)
+                yield ChunkPoint(
+                    point_id=str(r.id),
+                    dense=list(vectors.get(DENSE) or []),
+                    sparse=SparseVec(list(sparse.indices), list(sparse.values))
+                    if sparse is not None
+                    else SparseVec([], []),
+                    payload=dict(r.payload or {}),
+                )
+            if offset is None:
+                return
 
     def count(self, org_id: str | None = None) -> int:
         import qdrant_edge as qe
