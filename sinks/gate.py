@@ -86,7 +86,8 @@ def build_gate(scope: Scope) -> Gate:
 
 
 def _absent(value: Any) -> bool:
-    return value is None or value == [] or value == ""
+    """Absent as Qdrant's is-empty condition sees it: missing, null or an empty list."""
+    return value is None or value == []
 
 
 def _holds(cond: Condition, record: Mapping[str, Any]) -> bool:

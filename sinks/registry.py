@@ -20,7 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kbflow.errors import ConfigError, NotFound, ReviewConflict
 from kbflow.models import DocStatus, ParseStatus, Role
-from sinks.registry_schema import AuditRow, CollectionRow, DocumentRow, OrgRow, UserRow
+from sinks.registry_schema import (
+    AuditRow,
+    CollectionRow,
+    DocumentRow,
+    OrgRow,
+    UserRow,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +279,7 @@ class SqlRegistry:
             result = s.execute(
                 update(DocumentRow)
                 .where(DocumentRow.id == doc_id, cond)
-                .values(status=new.value, updated_at=func.now())
+                .values(status=new.value, updated_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -350,8 +357,10 @@ class SqlRegistry:
                 stmt = stmt.where(DocumentRow.status.in_(list(statuses)))
             if collection:
                 path = normalize_collection_path(collection)
+                prefix = path + "/"  # literal, case-sensitive subtree match (no LIKE wildcards)
                 stmt = stmt.where(
-                    (CollectionRow.path == path) | CollectionRow.path.startswith(path + "/")
+                    (CollectionRow.path == path)
+                    | (func.substr(CollectionRow.path, 1, len(prefix)) == prefix)
                 )
             if limit:
                 stmt = stmt.limit(limit)

@@ -1,0 +1,429 @@
+"""The SQL registry on real SQLite in ``tmp_path``: schema, collections, documents, review CAS."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from kbflow.errors import ConfigError, NotFound, ReviewConflict
+from kbflow.models import DocStatus, ParseStatus, Scope
+from kbflow.settings import Settings
+from sinks.gate import build_gate
+from sinks.registry import DocRecord, SqlRegistry, _configure_sqlite
+from sinks.registry_schema import CollectionRow
+
+ORG = "acme"
+
+
+def add_doc(
+    registry: SqlRegistry,
+    *,
+    collection: str = "policies",
+    key: str = "a",
+    status: DocStatus | None = DocStatus.APPROVED,
+    version: int = 1,
+    org: str = ORG,
+    title: str | None = None,
+) -> DocRecord:
+    registry.ensure_org(org)
+    coll = registry.ensure_collection(org, collection)
+    return registry.create_document(
+        org_id=org,
+        collection_id=coll.id,
+        source_key=f"test://{key}",
+        title=title or f"{key} v{version}",
+        uri=f"test://{key}",
+        content_hash=f"{key}-{version}",
+        version=version,
+        status=status,
+    )
+
+
+def actions(registry: SqlRegistry, doc_id: str, org: str = ORG) -> list[str]:
+    return [row.action for row in registry.audit_trail(org, doc_id)]
+
+
+# --- connection and schema ---------------------------------------------------------------
+
+
+def test_sqlite_runs_in_wal_with_busy_timeout_and_foreign_keys(registry: SqlRegistry) -> None:
+    with registry.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 15000
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_reopening_a_migrated_registry_keeps_its_rows(settings: Settings) -> None:
+    first = SqlRegistry.open(settings.registry_url)
+    doc = add_doc(first)
+    first.close()
+    again = SqlRegistry.open(settings.registry_url)
+    try:
+        assert again.get_document(doc.id).status == "approved"
+    finally:
+        again.close()
+
+
+# --- collections ---------------------------------------------------------------------------
+
+
+def collection_rows(registry: SqlRegistry, org: str = ORG) -> dict[str, CollectionRow]:
+    with registry.session() as s:
+        rows = s.query(CollectionRow).filter(CollectionRow.org_id == org).all()
+    return {row.path: row for row in rows}
+
+
+def test_ensure_collection_creates_ancestors_with_parent_links(registry: SqlRegistry) -> None:
+    registry.ensure_org(ORG)
+    leaf = registry.ensure_collection(ORG, "policies/hr/leave", description="Leave rules")
+    rows = collection_rows(registry)
+    assert set(rows) == {"policies", "policies/hr", "policies/hr/leave"}
+    assert rows["policies"].parent_id is None
+    assert rows["policies/hr"].parent_id == rows["policies"].id
+    assert rows["policies/hr/leave"].parent_id == rows["policies/hr"].id
+    assert leaf.id == rows["policies/hr/leave"].id
+    assert [rows[p].name for p in ("policies", "policies/hr", "policies/hr/leave")] == [
+        "policies",
+        "hr",
+        "leave",
+    ]
+    # The description belongs to the collection asked for, not to the ancestors made on the way.
+    assert rows["policies/hr/leave"].description == "Leave rules"
+    assert rows["policies"].description is None
+
+
+def test_ensure_collection_is_idempotent(registry: SqlRegistry) -> None:
+    registry.ensure_org(ORG)
+    first = registry.ensure_collection(ORG, "policies/hr")
+    before = {path: row.id for path, row in collection_rows(registry).items()}
+    second = registry.ensure_collection(ORG, "policies/hr")
+    sibling = registry.ensure_collection(ORG, "policies/it")
+    after = {path: row.id for path, row in collection_rows(registry).items()}
+    assert second.id == first.id
+    assert {k: after[k] for k in before} == before
+    assert set(after) == {"policies", "policies/hr", "policies/it"}
+    assert collection_rows(registry)["policies/it"].parent_id == before["policies"]
+    assert sibling.path == "policies/it"
+
+
+def test_ensure_collection_normalizes_the_path(registry: SqlRegistry) -> None:
+    registry.ensure_org(ORG)
+    row = registry.ensure_collection(ORG, " /policies / hr/ ")
+    assert row.path == "policies/hr"
+    assert registry.ensure_collection(ORG, "policies/hr").id == row.id
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "/", "policies//hr", "a/ /b"])
+def test_ensure_collection_rejects_bad_paths(registry: SqlRegistry, bad: str) -> None:
+    registry.ensure_org(ORG)
+    with pytest.raises(ConfigError, match="collection path"):
+        registry.ensure_collection(ORG, bad)
+
+
+def test_same_collection_path_in_two_orgs(registry: SqlRegistry) -> None:
+    registry.ensure_org("acme")
+    registry.ensure_org("globex")
+    a = registry.ensure_collection("acme", "policies")
+    b = registry.ensure_collection("globex", "policies")
+    assert a.id != b.id
+
+
+# --- documents -----------------------------------------------------------------------------
+
+
+def test_create_document_defaults_and_audit(registry: SqlRegistry) -> None:
+    doc = add_doc(registry, collection="policies/hr")
+    assert doc.status == DocStatus.APPROVED.value
+    assert doc.parse_status == ParseStatus.PENDING.value
+    assert (doc.version, doc.chunk_count) == (1, 0)
+    assert doc.collection_path == "policies/hr"
+    assert doc.audience is None and doc.effective_date is None
+    trail = registry.audit_trail(ORG, doc.id)
+    assert [(r.action, r.actor, r.before, r.after) for r in trail] == [
+        ("create", "system", None, {"status": "approved", "version": 1})
+    ]
+
+
+def test_create_document_without_status(registry: SqlRegistry) -> None:
+    doc = add_doc(registry, status=None)
+    assert doc.status is None
+    assert registry.audit_trail(ORG, doc.id)[0].after == {"status": None, "version": 1}
+
+
+def test_a_new_document_is_not_served_until_parsed(registry: SqlRegistry) -> None:
+    doc = add_doc(registry)
+    gate = build_gate(Scope(ORG))
+    assert not gate.admits(doc.gate_record())
+    registry.mark_parsed(doc.id, parse_status=ParseStatus.INGESTED, chunk_count=3)
+    parsed = registry.get_document(doc.id)
+    assert (parsed.parse_status, parsed.chunk_count) == ("ingested", 3)
+    assert gate.admits(parsed.gate_record())
+
+
+def test_get_document_unknown_raises(registry: SqlRegistry) -> None:
+    with pytest.raises(NotFound):
+        registry.get_document("nope")
+    assert registry.get_documents([]) == {}
+
+
+def test_get_documents_in_bulk(registry: SqlRegistry) -> None:
+    ids = [add_doc(registry, key=f"k{i}").id for i in range(3)]
+    found = registry.get_documents([*ids, ids[0], "missing"])
+    assert set(found) == set(ids)
+
+
+# --- review transitions ----------------------------------------------------------------------
+
+
+def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
+    doc = add_doc(registry, status=DocStatus.PENDING_REVIEW)
+    decided = registry.transition(
+        doc.id,
+        expected=DocStatus.PENDING_REVIEW,
+        new=DocStatus.APPROVED,
+        actor="am@agency",
+        action="decision",
+    )
+    assert decided.status == "approved"
+    with pytest.raises(ReviewConflict, match=doc.id):
+        registry.transition(
+            doc.id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.APPROVED,
+            actor="am@agency",
+            action="decision",
+        )
+    trail = registry.audit_trail(ORG, doc.id)
+    assert [r.action for r in trail] == ["create", "decision"]
+    decision = trail[-1]
+    assert (decision.actor, decision.before, decision.after) == (
+        "am@agency",
+        {"status": "pending_review"},
+        {"status": "approved"},
+    )
+    assert registry.get_document(doc.id).status == "approved"
+
+
+def test_a_lost_race_changes_nothing(registry: SqlRegistry) -> None:
+    doc = add_doc(registry, status=DocStatus.PENDING_REVIEW)
+    registry.transition(
+        doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.REJECTED, actor="a", action="x"
+    )
+    with pytest.raises(ReviewConflict):
+        registry.transition(
+            doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="b", action="x"
+        )
+    assert registry.get_document(doc.id).status == "rejected"
+    assert actions(registry, doc.id) == ["create", "x"]
+
+
+def test_transition_from_no_status(registry: SqlRegistry) -> None:
+    doc = add_doc(registry, status=None)
+    with pytest.raises(ReviewConflict):
+        registry.transition(
+            doc.id, expected=DocStatus.APPROVED, new=DocStatus.SUPERSEDED, actor="s", action="s"
+        )
+    done = registry.transition(
+        doc.id, expected=None, new=DocStatus.SUPERSEDED, actor="s", action="supersede"
+    )
+    assert done.status == "superseded"
+    assert registry.audit_trail(ORG, doc.id)[-1].before == {"status": None}
+
+
+def test_transition_unknown_document(registry: SqlRegistry) -> None:
+    with pytest.raises(NotFound):
+        registry.transition(
+            "missing", expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
+            action="decision",
+        )  # fmt: skip
+
+
+def test_transition_keeps_updated_at_after_created_at(registry: SqlRegistry) -> None:
+    for i in range(20):
+        doc = add_doc(registry, key=f"t{i}", status=DocStatus.PENDING_REVIEW)
+        done = registry.transition(
+            doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
+            action="decision",
+        )  # fmt: skip
+        assert done.updated_at >= done.created_at, (done.created_at, done.updated_at)
+
+
+def _decide_all(url: str, doc_ids: list[str], decision: str, barrier: Any, results: Any) -> None:
+    """Child process: its own registry on the shared file, racing the other reviewer."""
+    registry = SqlRegistry.open(url)
+    won: list[str] = []
+    # Each reviewer walks the documents in its own fixed order, so they collide all along.
+    order = sorted(doc_ids)
+    random.Random(decision).shuffle(order)
+    try:
+        barrier.wait(timeout=120)
+        for doc_id in order:
+            try:
+                registry.transition(
+                    doc_id,
+                    expected=DocStatus.PENDING_REVIEW,
+                    new=DocStatus(decision),
+                    actor=f"reviewer-{decision}",
+                    action="decision",
+                )
+            except ReviewConflict:
+                continue
+            won.append(doc_id)
+    finally:
+        registry.close()
+    results.put((decision, won))
+
+
+@pytest.mark.integration
+def test_two_processes_race_and_each_document_is_decided_once(
+    registry: SqlRegistry, settings: Settings
+) -> None:
+    doc_ids = [
+        add_doc(registry, key=f"d{i}", status=DocStatus.PENDING_REVIEW).id for i in range(30)
+    ]
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_decide_all, args=(settings.registry_url, doc_ids, decision, barrier, results)
+        )
+        for decision in ("approved", "rejected")
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = dict(results.get(timeout=300) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+
+    approved, rejected = set(outcomes["approved"]), set(outcomes["rejected"])
+    assert not approved & rejected, "a document was decided by both reviewers"
+    assert approved | rejected == set(doc_ids), "a document was decided by neither reviewer"
+    final = registry.get_documents(doc_ids)
+    for doc_id in doc_ids:
+        expected = "approved" if doc_id in approved else "rejected"
+        assert final[doc_id].status == expected
+        decisions = [r for r in registry.audit_trail(ORG, doc_id) if r.action == "decision"]
+        assert len(decisions) == 1
+        assert decisions[0].after == {"status": expected}
+        assert decisions[0].actor == f"reviewer-{expected}"
+
+
+# --- the legacy status migration ---------------------------------------------------------------
+
+
+def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'legacy.db'}")
+    _configure_sqlite(engine)
+    registry = SqlRegistry(engine)
+    try:
+        registry.migrate("0001")
+        legacy = {
+            "active": "active",
+            "draft": "draft",
+            "deprecated": "deprecated",
+            "weird": "weird",
+            "null": None,
+            "approved": "approved",
+            "rejected": "rejected",
+            "pending": "pending_review",
+        }
+        now = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO orgs (id, name, created_at) VALUES ('acme', 'Acme', :now)"),
+                {"now": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO collections (id, org_id, path, name, created_at) "
+                    "VALUES (1, 'acme', 'old', 'old', :now)"
+                ),
+                {"now": now},
+            )
+            for doc_id, status in legacy.items():
+                conn.execute(
+                    text(
+                        "INSERT INTO documents (id, org_id, collection_id, source_key, title, "
+                        "uri, content_hash, version, status, parse_status, chunk_count, "
+                        "created_at, updated_at) VALUES (:id, 'acme', 1, :id, :id, :id, 'h', 1, "
+                        ":status, 'ingested', 1, :now, :now)"
+                    ),
+                    {"id": doc_id, "status": status, "now": now},
+                )
+        registry.migrate("head")
+        statuses = {doc.id: doc.status for doc in registry.get_documents(legacy).values()}
+        assert statuses == {
+            "active": "approved",
+            "draft": "pending_review",
+            "deprecated": "superseded",
+            "weird": "approved",
+            "null": None,
+            "approved": "approved",
+            "rejected": "rejected",
+            "pending": "pending_review",
+        }
+        registry.migrate("head")  # already at head: nothing changes
+        again = {doc.id: doc.status for doc in registry.get_documents(legacy).values()}
+        assert again == statuses
+    finally:
+        registry.close()
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+def test_list_documents_filters_by_status_and_collection_subtree(registry: SqlRegistry) -> None:
+    docs = {
+        "root": add_doc(registry, collection="policies", key="root"),
+        "hr": add_doc(
+            registry, collection="policies/hr", key="hr", status=DocStatus.PENDING_REVIEW
+        ),
+        "leave": add_doc(registry, collection="policies/hr/leave", key="leave"),
+        "old": add_doc(registry, collection="policies-old", key="old"),
+        "hb": add_doc(registry, collection="handbook", key="hb", status=DocStatus.REJECTED),
+        "legacy": add_doc(registry, collection="handbook", key="legacy", status=None),
+    }
+    add_doc(registry, collection="policies", key="other-org", org="globex")
+    ids = {v.id: k for k, v in docs.items()}
+
+    def listed(**kwargs: Any) -> set[str]:
+        return {ids[d.id] for d in registry.list_documents(ORG, **kwargs)}
+
+    assert listed() == set(docs)
+    assert listed(collection="policies") == {"root", "hr", "leave"}
+    assert listed(collection="policies/hr") == {"hr", "leave"}
+    assert listed(collection="/policies/hr/") == {"hr", "leave"}
+    assert listed(collection="policies-old") == {"old"}
+    assert listed(statuses=["approved"]) == {"root", "leave", "old"}
+    assert listed(statuses=["pending_review", "rejected"]) == {"hr", "hb"}
+    assert listed(statuses=["approved"], collection="policies/hr") == {"leave"}
+    assert listed(collection="nowhere") == set()
+    assert len(registry.list_documents(ORG, limit=2)) == 2
+
+
+def test_list_documents_subtree_is_literal(registry: SqlRegistry) -> None:
+    mine = add_doc(registry, collection="hr_policies/leave", key="mine")
+    add_doc(registry, collection="hrXpolicies/leave", key="wildcard")
+    add_doc(registry, collection="HR_POLICIES/leave", key="case")
+    assert [d.id for d in registry.list_documents(ORG, collection="hr_policies")] == [mine.id]
+
+
+def test_current_documents_returns_the_newest_version(registry: SqlRegistry) -> None:
+    for version in (2, 3, 1):  # inserted out of order on purpose
+        add_doc(registry, key="guide", version=version)
+    add_doc(registry, key="faq", version=1)
+    add_doc(registry, key="guide", version=9, org="globex")
+    current = registry.current_documents(ORG)
+    assert set(current) == {"test://guide", "test://faq"}
+    assert current["test://guide"].version == 3
+    assert current["test://faq"].version == 1
+    assert registry.current_documents("globex")["test://guide"].version == 9
+    assert registry.current_documents("nobody") == {}

@@ -1,0 +1,194 @@
+"""Imports go one way (STYLE habit 1), and the query path never imports Prefect.
+
+``flows -> tasks -> sinks -> kbflow.{settings,models,errors,progress}``; ``evals`` may use tasks
+and sinks; ``kbflow/cli.py`` (with ``wiring.py`` and ``demo.py`` beside it) sits on top. The
+check reads every import statement with ``ast``, including imports inside functions: a lazy
+import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("kbflow", "tasks", "flows", "sinks", "evals")
+KBFLOW_CORE = ("kbflow.settings", "kbflow.models", "kbflow.errors", "kbflow.progress")
+QUERY_PATH = (
+    "tasks.retrieve",
+    "tasks.embed",
+    "tasks.sparse",
+    "kbflow.wiring",
+    *sorted(f"sinks.{p.stem}" for p in (REPO / "sinks").glob("*.py") if p.stem != "__init__"),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def project_modules() -> dict[str, Path]:
+    return {
+        module_name(file): file
+        for package in PACKAGES
+        if (REPO / package).is_dir()
+        for file in sorted((REPO / package).rglob("*.py"))
+    }
+
+
+@cache
+def imports_of(module: str) -> frozenset[str]:
+    """Absolute names of everything ``module`` imports (relative imports resolved)."""
+    path = project_modules()[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                prefix = ".".join([*base, node.module] if node.module else base)
+            else:
+                prefix = node.module or ""
+            found.add(prefix)
+            # ``from pkg import mod`` may import a submodule: record it when it is one of ours.
+            for alias in node.names:
+                candidate = f"{prefix}.{alias.name}"
+                if candidate in project_modules():
+                    found.add(candidate)
+    return frozenset(found)
+
+
+def _is_under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def modules_in(*packages: str) -> list[str]:
+    return [m for m in project_modules() if any(_is_under(m, p) for p in packages)]
+
+
+def test_the_scan_finds_the_tree() -> None:
+    modules = project_modules()
+    assert {"kbflow.cli", "kbflow.models", "sinks.gate", "tasks.retrieve", "flows.ingest"} <= set(
+        modules
+    )
+    assert "sinks.gate" in imports_of("tasks.retrieve")
+    assert "prefect" in imports_of("flows.ingest")
+    assert "kbflow.models" in imports_of("sinks.gate")
+
+
+def forbidden_imports(modules: list[str], banned: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{module} imports {name}"
+        for module in modules
+        for name in imports_of(module)
+        if any(_is_under(name, b) for b in banned)
+    )
+
+
+def test_sinks_do_not_import_tasks_flows_or_evals() -> None:
+    banned = ("tasks", "flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
+    assert forbidden_imports(modules_in("sinks"), banned) == []
+
+
+def test_tasks_do_not_import_flows_or_evals() -> None:
+    banned = ("flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
+    assert forbidden_imports(modules_in("tasks"), banned) == []
+
+
+def test_kbflow_core_imports_no_other_layer() -> None:
+    banned = ("tasks", "sinks", "flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
+    core = [m for m in KBFLOW_CORE if m in project_modules()]
+    assert len(core) == len(KBFLOW_CORE)
+    assert forbidden_imports(core, banned) == []
+
+
+def test_flows_only_compose_tasks() -> None:
+    """Flows sit under the CLI: they must not reach up into it."""
+    banned = ("kbflow.cli", "kbflow.wiring", "kbflow.demo", "evals")
+    assert forbidden_imports(modules_in("flows"), banned) == []
+
+
+def query_path_closure() -> dict[str, str]:
+    """Every project module the query path reaches, mapped to the module that first imports it."""
+    reached: dict[str, str] = {m: "<query path>" for m in QUERY_PATH}
+    todo = list(QUERY_PATH)
+    while todo:
+        module = todo.pop()
+        for name in imports_of(module):
+            for candidate in (name, name.rpartition(".")[0]):
+                if candidate in project_modules() and candidate not in reached:
+                    reached[candidate] = module
+                    todo.append(candidate)
+    return reached
+
+
+def test_nothing_on_the_query_path_imports_prefect() -> None:
+    reached = query_path_closure()
+    assert "sinks.gate" in reached and "tasks.sparse" in reached
+    offenders = forbidden_imports(sorted(reached), ("prefect",))
+    chains = [f"{o} (reached via {reached[o.split()[0]]})" for o in offenders]
+    assert chains == []
+
+
+def test_query_path_does_not_reach_the_orchestration_modules() -> None:
+    reached = query_path_closure()
+    assert not [m for m in reached if _is_under(m, "flows") or m == "tasks.wrapped"]
+
+
+def _imported_after(statement: str, tmp_path: Path) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["KBFLOW_HOME"] = str(tmp_path / "home")
+    code = f"{statement}; import sys, json; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.integration
+def test_importing_the_query_path_does_not_load_prefect(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["KBFLOW_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import kbflow.cli, kbflow.wiring, tasks.retrieve, sys; "
+            "assert 'prefect' not in sys.modules, 'prefect was imported'",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.integration
+def test_importing_the_query_path_loads_no_heavy_library(tmp_path: Path) -> None:
+    """Models and heavy libraries load lazily, never at import time (STYLE habit 4)."""
+    loaded = _imported_after("import kbflow.cli, kbflow.wiring, tasks.retrieve", tmp_path)
+    heavy = {"prefect", "great_expectations", "torch", "sentence_transformers", "docling", "dlt"}
+    assert loaded & heavy == set()
