@@ -137,7 +137,7 @@ def to_edge_filter(gate: Gate) -> Any:
             key=cond.key, range=qe.RangeDateTime(lte=format_datetime(cond.limit))
         )
 
-    must = []
+    must: list[Any] = []
     for cond in gate.conditions:
         if cond.or_absent:
             must.append(qe.Filter(should=[leaf(cond), qe.IsEmptyCondition(key=cond.key)]))

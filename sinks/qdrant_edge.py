@@ -131,7 +131,7 @@ class QdrantEdgeStore:
             request = qe.QueryRequest(
                 limit=limit,
                 prefetches=[qe.Prefetch(limit=prefetch_limit, query=q, filter=flt) for q in legs],
-                query=qe.Fusion.Rrf(k=rrf_k),
+                query=qe.Fusion.Rrf(k=rrf_k),  # type: ignore[arg-type]  # stub is wrong
                 filter=flt,
                 with_payload=True,
             )

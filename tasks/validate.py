@@ -17,6 +17,7 @@ from kbflow.models import ChunkPoint, DocStatus
 from sinks.vectors import DENSE_DIM
 
 log = logging.getLogger(__name__)
+logging.getLogger("great_expectations").setLevel(logging.WARNING)  # it logs temp dirs at INFO
 
 MAX_CHUNK_CHARS = 20_000
 _lock = threading.Lock()

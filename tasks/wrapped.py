@@ -13,8 +13,8 @@ from prefect.cache_policies import NO_CACHE
 from tasks.discover import discover_sources
 from tasks.index import index_batch, plan_ingest
 
-discover_task = task(discover_sources, name="discover-sources", cache_policy=NO_CACHE)
-plan_task = task(plan_ingest, name="plan-ingest", cache_policy=NO_CACHE)
-index_batch_task = task(
-    index_batch, name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600
+discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover_sources)
+plan_task = task(name="plan-ingest", cache_policy=NO_CACHE)(plan_ingest)
+index_batch_task = task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600)(
+    index_batch
 )
