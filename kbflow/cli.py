@@ -128,27 +128,21 @@ def run_ingest(
     from kbflow.wiring import open_registry
     from tasks.discover import discover_sources
     from tasks.extract import SUPPORTED_SUFFIXES
-    from tasks.index import plan_ingest
+    from tasks.index import BatchReport, IngestSummary, plan_ingest
 
     started = time.perf_counter()
     sources = discover_sources(paths, SUPPORTED_SUFFIXES)
     with open_registry(settings) as registry:
         plan = plan_ingest(sources, registry, org)
     if not plan.work:
-        return {
-            "org": org,
-            "collection": collection,
-            "discovered": len(sources),
-            "new": 0,
-            "changed": 0,
-            "unchanged": plan.unchanged,
-            "documents": 0,
-            "chunks": 0,
-            "superseded": 0,
-            "skipped": [],
-            "seconds": round(time.perf_counter() - started, 3),
-            "embed_seconds": 0.0,
-        }
+        return IngestSummary.build(
+            plan,
+            BatchReport(),
+            org=org,
+            collection=collection,
+            discovered=len(sources),
+            seconds=time.perf_counter() - started,
+        ).to_dict()
     from flows.ingest import ingest as ingest_flow
 
     kwargs: dict[str, Any] = dict(
