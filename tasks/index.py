@@ -166,19 +166,22 @@ def index_batch(
 
     check = check_chunk_points([p for pts in by_doc.values() for p in pts])
     bad_docs = {cid.rsplit(":", 1)[0] for ids in check.failures.values() for cid in ids if cid}
+    stored: list[tuple[WorkItem, DocRecord]] = []
     for item, doc, _ in docs:
         if doc.id in bad_docs:
             reasons = ", ".join(k for k, ids in check.failures.items() if _mentions(ids, doc.id))
             registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
             report.skipped.append((item.source.name, f"failed data checks: {reasons}"))
             continue
-        points = by_doc[doc.id]
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
-        store.upsert(points)
-        registry.mark_parsed(doc.id, parse_status=ParseStatus.INGESTED, chunk_count=len(points))
+        stored.append((item, doc))
+    # One upsert (and one flush) per batch; documents become servable only after it.
+    store.upsert([p for _, doc in stored for p in by_doc[doc.id]])
+    registry.mark_ingested({doc.id: len(by_doc[doc.id]) for _, doc in stored})
+    for item, doc in stored:
         report.documents += 1
-        report.chunks += len(points)
+        report.chunks += len(by_doc[doc.id])
         report.doc_ids.append(doc.id)
         # A new approved version retires the old one now; a draft does so when it is approved.
         if item.previous is not None and not item.resume and target.status in _LIVE:
