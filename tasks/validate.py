@@ -17,7 +17,6 @@ from kbflow.models import ChunkPoint, DocStatus
 from sinks.vectors import DENSE_DIM
 
 log = logging.getLogger(__name__)
-logging.getLogger("great_expectations").setLevel(logging.WARNING)  # it logs temp dirs at INFO
 
 MAX_CHUNK_CHARS = 20_000
 _lock = threading.Lock()
@@ -43,6 +42,8 @@ def _suite() -> tuple[Any, Any]:
             import great_expectations.expectations as gxe
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
+            # GX logs its temporary directories at INFO; our logs are about our data.
+            logging.getLogger("great_expectations").setLevel(logging.WARNING)
             context = gx.get_context(mode="ephemeral")
             context.variables.progress_bars = ProgressBarsConfig(globally=False)
             source = context.data_sources.add_pandas("kbflow")
