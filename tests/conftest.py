@@ -148,3 +148,11 @@ def index_records(
 
 def _no_files(source: Source) -> Any:
     raise AssertionError(f"unexpected file source {source}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's Prefect/dlt state (it lives outside tmp_path)."""
+    import shutil
+
+    if "KBFLOW_TEST_HOME" in os.environ and str(_SESSION_HOME).startswith("/tmp/kbflow-tests-"):
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
