@@ -36,6 +36,16 @@ LEGACY_STATUS_MAP: dict[str, str] = {
 }
 
 
+class AuditAction(StrEnum):
+    """What an audit row records. Each review transition writes exactly one row."""
+
+    CREATED = "kb.document.created"
+    APPROVED = "kb.document.approved"
+    REJECTED = "kb.document.rejected"
+    EDITED_APPROVED = "kb.document.edited_approved"
+    SUPERSEDED = "kb.document.superseded"
+
+
 class Role(StrEnum):
     SUPERADMIN = "superadmin"
     ACCOUNT_MANAGER = "account_manager"

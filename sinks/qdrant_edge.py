@@ -169,6 +169,19 @@ class QdrantEdgeStore:
                 break
         return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
 
+    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
+        import qdrant_edge as qe
+
+        offset = None
+        while True:
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=1000, with_payload=list(fields))
+            )
+            for r in records:
+                yield StoredHit(str(r.id), 0.0, dict(r.payload or {}))
+            if offset is None:
+                return
+
     def export_points(self, batch: int = 1000) -> Iterator[ChunkPoint]:
         """Every point with its vectors and payload (for copying a store, and benchmarks)."""
         import qdrant_edge as qe

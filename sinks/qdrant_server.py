@@ -7,7 +7,7 @@ one query on both and compare.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kbflow.errors import StoreError
@@ -165,6 +165,17 @@ class QdrantServerStore:
             if offset is None:
                 break
         return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
+
+    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
+        offset = None
+        while True:
+            records, offset = self._client.scroll(
+                self.collection, limit=1000, offset=offset, with_payload=list(fields)
+            )
+            for r in records:
+                yield StoredHit(str(r.id), 0.0, dict(r.payload or {}))
+            if offset is None:
+                return
 
     def count(self, org_id: str | None = None) -> int:
         from qdrant_client import models as qm

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kbflow.errors import ConfigError, NotFound, ReviewConflict
-from kbflow.models import DocStatus, ParseStatus, Role
+from kbflow.models import AuditAction, DocStatus, ParseStatus, Role
 from sinks.registry_schema import (
     AuditRow,
     CollectionRow,
@@ -56,6 +56,12 @@ class DocRecord:
     chunk_count: int
     created_at: dt.datetime
     updated_at: dt.datetime
+    approved_by: str | None = None
+    approved_at: dt.datetime | None = None
+    rejected_by: str | None = None
+    rejected_at: dt.datetime | None = None
+    edited_by: str | None = None
+    edited_at: dt.datetime | None = None
 
     def gate_record(self) -> dict[str, Any]:
         """The fields the gate checks, shaped like a vector payload."""
@@ -70,10 +76,25 @@ class DocRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for key in ("effective_date", "created_at", "updated_at"):
-            if out[key] is not None:
-                out[key] = out[key].isoformat()
+        for key, value in out.items():
+            if isinstance(value, dt.date):
+                out[key] = value.isoformat()
         return out
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    id: str
+    name: str
+    role: Role
+    org_id: str | None
+
+
+@dataclass(frozen=True)
+class OrgRecord:
+    id: str
+    name: str
+    am_user_id: str | None
 
 
 def collection_ancestry(path: str) -> list[str]:
@@ -144,22 +165,63 @@ class SqlRegistry:
             if am_user_id:
                 org.am_user_id = am_user_id
 
-    def get_org(self, org_id: str) -> OrgRow:
+    def get_org(self, org_id: str) -> OrgRecord:
         with self.session() as s:
             org = s.get(OrgRow, org_id)
             if org is None:
-                raise NotFound(f"org {org_id!r} does not exist. Create it by ingesting into it.")
-            return org
+                raise NotFound(
+                    f"org {org_id!r} does not exist. Create it with `kbflow orgs create {org_id}`."
+                )
+            return OrgRecord(org.id, org.name, org.am_user_id)
+
+    def list_orgs(self) -> list[OrgRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(OrgRow).order_by(OrgRow.id))
+            return [OrgRecord(o.id, o.name, o.am_user_id) for o in rows]
+
+    def assign_am(self, org_id: str, user_id: str) -> OrgRecord:
+        """Make ``user_id`` (an account manager) the org's assigned AM."""
+        user = self.get_user(user_id)
+        if user.role is not Role.ACCOUNT_MANAGER:
+            raise ConfigError(
+                f"user {user_id!r} is a {user.role.value}, not an account_manager; only an "
+                "account manager can be assigned to an org."
+            )
+        with self.session() as s, s.begin():
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                raise NotFound(f"org {org_id!r} does not exist. Create it first.")
+            org.am_user_id = user_id
+        return self.get_org(org_id)
 
     def ensure_user(
         self, user_id: str, role: Role, *, name: str | None = None, org_id: str | None = None
-    ) -> None:
+    ) -> UserRecord:
+        """Create the user, or update its role, name and org."""
         with self.session() as s, s.begin():
             user = s.get(UserRow, user_id)
             if user is None:
                 s.add(UserRow(id=user_id, name=name or user_id, role=role.value, org_id=org_id))
             else:
                 user.role = role.value
+                user.name = name or user.name
+                user.org_id = org_id
+        return self.get_user(user_id)
+
+    def get_user(self, user_id: str) -> UserRecord:
+        with self.session() as s:
+            user = s.get(UserRow, user_id)
+            if user is None:
+                raise NotFound(
+                    f"user {user_id!r} does not exist. Add it with `kbflow users add {user_id} "
+                    "--role ...`."
+                )
+            return UserRecord(user.id, user.name, Role(user.role), user.org_id)
+
+    def list_users(self) -> list[UserRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(UserRow).order_by(UserRow.id))
+            return [UserRecord(u.id, u.name, Role(u.role), u.org_id) for u in rows]
 
     def ensure_collection(
         self, org_id: str, path: str, description: str | None = None
@@ -233,7 +295,7 @@ class SqlRegistry:
             s.add(
                 AuditRow(
                     actor=actor,
-                    action="create",
+                    action=AuditAction.CREATED.value,
                     org_id=org_id,
                     doc_id=doc_id,
                     synthesis_run_id=synthesis_run_id,
@@ -271,9 +333,14 @@ class SqlRegistry:
         expected: DocStatus | None,
         new: DocStatus,
         actor: str,
-        action: str,
+        action: AuditAction,
+        changes: dict[str, Any] | None = None,
+        note: str | None = None,
     ) -> DocRecord:
         """Compare-and-set a document's status and write the audit row, in one transaction.
+
+        ``changes`` sets further columns in the same conditional update (review stamps, the
+        content fields of an edit); ``note`` is kept in the audit row.
 
         Raises:
             NotFound: no such document.
@@ -291,7 +358,7 @@ class SqlRegistry:
             result = s.execute(
                 update(DocumentRow)
                 .where(DocumentRow.id == doc_id, cond)
-                .values(status=new.value, updated_at=utcnow())
+                .values(status=new.value, updated_at=utcnow(), **(changes or {}))
                 .execution_options(synchronize_session=False)
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -303,13 +370,13 @@ class SqlRegistry:
             s.add(
                 AuditRow(
                     actor=actor,
-                    action=action,
+                    action=action.value,
                     org_id=row.org_id,
                     doc_id=doc_id,
                     synthesis_run_id=row.synthesis_run_id,
                     source_tag=row.source_tag,
                     before={"status": expected.value if expected else None},
-                    after={"status": new.value},
+                    after=_audit_after(new, changes, note),
                 )
             )
         return self.get_document(doc_id)
@@ -350,6 +417,17 @@ class SqlRegistry:
                 out[row.source_key] = _record(row, path)
         return out
 
+    def versions_of(self, org_id: str, source_key: str) -> list[DocRecord]:
+        """Every version of one source, oldest first."""
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow, CollectionRow.path)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(DocumentRow.org_id == org_id, DocumentRow.source_key == source_key)
+                .order_by(DocumentRow.version)
+            )
+            return [_record(row, path) for row, path in s.execute(stmt)]
+
     def list_documents(
         self,
         org_id: str,
@@ -386,6 +464,19 @@ class SqlRegistry:
             return list(s.scalars(stmt))
 
 
+def _audit_after(
+    new: DocStatus, changes: dict[str, Any] | None, note: str | None
+) -> dict[str, Any]:
+    after: dict[str, Any] = {"status": new.value}
+    for key, value in (changes or {}).items():
+        if key.endswith("_at"):
+            continue  # the audit row has its own time
+        after[key] = value.isoformat() if isinstance(value, dt.date) else value
+    if note:
+        after["note"] = note
+    return after
+
+
 def _record(row: DocumentRow, collection_path: str) -> DocRecord:
     return DocRecord(
         id=row.id,
@@ -405,6 +496,12 @@ def _record(row: DocumentRow, collection_path: str) -> DocRecord:
         chunk_count=row.chunk_count,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        approved_by=row.approved_by,
+        approved_at=row.approved_at,
+        rejected_by=row.rejected_by,
+        rejected_at=row.rejected_at,
+        edited_by=row.edited_by,
+        edited_at=row.edited_at,
     )
 
 
@@ -417,6 +514,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA busy_timeout=15000")
+        cur.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

@@ -59,6 +59,10 @@ class VectorStore(Protocol):
         """Reviewer path: every chunk of one document, whatever its status. Not for search."""
         ...
 
+    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
+        """Maintenance path (the reconciler): every point with the named payload fields."""
+        ...
+
     def count(self, org_id: str | None = None) -> int:
         """Number of points (of one org, if given)."""
         ...

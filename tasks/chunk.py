@@ -7,6 +7,8 @@ import re
 from kbflow.errors import ConfigError
 from kbflow.models import Chunk, ExtractedDocument, Section
 
+_ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+
 _PARA_SPLIT = re.compile(r"\n\s*\n")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 
@@ -72,3 +74,34 @@ def section_to_texts(section: Section, *, max_words: int, overlap_words: int) ->
     if current and fresh:
         texts.append(" ".join(current))
     return texts
+
+
+def markdown_to_sections(text: str, *, title: str) -> list[Section]:
+    """Split Markdown into sections at ATX headings (``#`` .. ``######``), keeping the path.
+
+    Text before the first heading sits under ``title``. Used for content that arrives as text
+    (a reviewer's edit), not as a file.
+    """
+    sections: list[Section] = []
+    path: list[tuple[int, str]] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        body = "\n".join(lines).strip()
+        if body:
+            heading = tuple(h for _, h in path) or (title,)
+            sections.append(Section(heading, body))
+        lines.clear()
+
+    for line in text.splitlines():
+        match = _ATX_HEADING.match(line)
+        if match:
+            flush()
+            level = len(match.group(1))
+            path = [(lvl, h) for lvl, h in path if lvl < level] + [(level, match.group(2))]
+        else:
+            lines.append(line)
+    flush()
+    if not sections and path:  # headings only: keep them as text so nothing is lost
+        sections.append(Section((title,), "\n".join(h for _, h in path)))
+    return sections

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbflow.errors import ExtractionError, IngestFailed, ReviewConflict
+from kbflow.errors import ExtractionError, IngestFailed
 from kbflow.models import (
     SERVABLE_PARSE_STATUSES,
     Chunk,
@@ -25,13 +25,13 @@ from kbflow.models import (
     ExtractedDocument,
     ParseStatus,
 )
-from sinks.gate import format_datetime
-from sinks.registry import DocRecord, SqlRegistry, collection_ancestry
-from sinks.vectors import VectorStore, point_id_for
+from sinks.registry import DocRecord, SqlRegistry
+from sinks.vectors import VectorStore
 from tasks.chunk import document_to_chunks
 from tasks.discover import Source, record_to_document
 from tasks.embed import Embedder
-from tasks.sparse import document_sparse_vector
+from tasks.points import chunk_to_point
+from tasks.review import retire_older_versions
 from tasks.validate import check_chunk_points
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def index_batch(
     records = {doc.id: doc for _, doc, _ in docs}
     for chunk, vector in zip(all_chunks, vectors, strict=True):
         by_doc.setdefault(chunk.doc_id, []).append(
-            chunk_to_point(chunk, vector, records[chunk.doc_id], target)
+            chunk_to_point(chunk, vector, records[chunk.doc_id])
         )
 
     check = check_chunk_points([p for pts in by_doc.values() for p in pts])
@@ -185,7 +185,7 @@ def index_batch(
         report.doc_ids.append(doc.id)
         # A new approved version retires the old one now; a draft does so when it is approved.
         if item.previous is not None and not item.resume and target.status in _LIVE:
-            report.superseded += supersede(item.previous, store, registry, actor=target.actor)
+            report.superseded += retire_older_versions(doc, store, registry, actor=target.actor)
     return report
 
 
@@ -213,57 +213,6 @@ def _register(
         effective_date=target.effective_date,
         actor=target.actor,
     )
-
-
-def chunk_to_point(
-    chunk: Chunk, vector: list[float], doc: DocRecord, target: IngestTarget
-) -> ChunkPoint:
-    """Build the stored point: both vectors and the payload the gate filters on."""
-    payload: dict[str, Any] = {
-        "org_id": doc.org_id,
-        "collection_path": collection_ancestry(target.collection_path),
-        "doc_id": doc.id,
-        "chunk_id": chunk.chunk_id,
-        "chunk_index": chunk.chunk_index,
-        "parse_status": ParseStatus.INGESTED.value,
-        "title": doc.title,
-        "uri": doc.uri,
-        "content_hash": doc.content_hash,
-        "heading_path": list(chunk.heading_path),
-        "text": chunk.text,
-    }
-    optional = {
-        "status": doc.status,
-        "source_tag": doc.source_tag,
-        "synthesis_run_id": doc.synthesis_run_id,
-        "audience": doc.audience,
-        "effective_date": format_datetime(doc.effective_date) if doc.effective_date else None,
-    }
-    payload.update({k: v for k, v in optional.items() if v is not None})
-    return ChunkPoint(
-        point_id=point_id_for(chunk.chunk_id),
-        dense=vector,
-        sparse=document_sparse_vector(chunk.embed_text),
-        payload=payload,
-    )
-
-
-def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str) -> int:
-    """Retire an older version: hide it in the store first, then record it (fails safe)."""
-    if doc.status not in (None, DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value):
-        return 0
-    store.set_document_payload(doc.id, {"status": DocStatus.SUPERSEDED.value})
-    expected = DocStatus(doc.status) if doc.status else None
-    try:
-        registry.transition(
-            doc.id, expected=expected, new=DocStatus.SUPERSEDED, actor=actor, action="supersede"
-        )
-    except ReviewConflict:
-        # Someone decided on the old version meanwhile; it stays hidden in the store, which is
-        # the safe side, and the registry keeps their decision.
-        log.warning("version %s changed state during supersede; left hidden", doc.id)
-        return 0
-    return 1
 
 
 @dataclass

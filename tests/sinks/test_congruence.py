@@ -11,7 +11,7 @@ import pytest
 from kbflow.models import DocStatus, Scope
 from sinks.gate import build_gate
 from sinks.qdrant_server import QdrantServerStore
-from tasks.index import IngestTarget, chunk_to_point
+from tasks.points import chunk_to_point
 from tasks.sparse import query_sparse_vector
 from tests.conftest import datasets_dir
 
@@ -61,8 +61,7 @@ def points(embedder: Any) -> list[Any]:
             updated_at=None,  # type: ignore[arg-type]
         )
         chunk = Chunk(f"{doc.id}:0", doc.id, 0, row["text"], (row["title"],))
-        target = IngestTarget(org_id=org, collection_id=1, collection_path="scifact")
-        out.append(chunk_to_point(chunk, vec, doc, target))
+        out.append(chunk_to_point(chunk, vec, doc))
     return out
 
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from kbflow.errors import ConfigError, NotFound, ReviewConflict
-from kbflow.models import DocStatus, ParseStatus, Scope
+from kbflow.models import AuditAction, DocStatus, ParseStatus, Scope
 from kbflow.settings import Settings
 from sinks.gate import build_gate
 from sinks.registry import DocRecord, SqlRegistry, _configure_sqlite
@@ -146,7 +146,7 @@ def test_create_document_defaults_and_audit(registry: SqlRegistry) -> None:
     assert doc.audience is None and doc.effective_date is None
     trail = registry.audit_trail(ORG, doc.id)
     assert [(r.action, r.actor, r.before, r.after) for r in trail] == [
-        ("create", "system", None, {"status": "approved", "version": 1})
+        ("kb.document.created", "system", None, {"status": "approved", "version": 1})
     ]
 
 
@@ -188,7 +188,7 @@ def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
         expected=DocStatus.PENDING_REVIEW,
         new=DocStatus.APPROVED,
         actor="am@agency",
-        action="decision",
+        action=AuditAction.APPROVED,
     )
     assert decided.status == "approved"
     with pytest.raises(ReviewConflict, match=doc.id):
@@ -197,10 +197,10 @@ def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.APPROVED,
             actor="am@agency",
-            action="decision",
+            action=AuditAction.APPROVED,
         )
     trail = registry.audit_trail(ORG, doc.id)
-    assert [r.action for r in trail] == ["create", "decision"]
+    assert [r.action for r in trail] == ["kb.document.created", "kb.document.approved"]
     decision = trail[-1]
     assert (decision.actor, decision.before, decision.after) == (
         "am@agency",
@@ -213,24 +213,36 @@ def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
 def test_a_lost_race_changes_nothing(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=DocStatus.PENDING_REVIEW)
     registry.transition(
-        doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.REJECTED, actor="a", action="x"
+        doc.id,
+        expected=DocStatus.PENDING_REVIEW,
+        new=DocStatus.REJECTED,
+        actor="a",
+        action=AuditAction.REJECTED,
     )
     with pytest.raises(ReviewConflict):
         registry.transition(
-            doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="b", action="x"
+            doc.id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.APPROVED,
+            actor="b",
+            action=AuditAction.APPROVED,
         )
     assert registry.get_document(doc.id).status == "rejected"
-    assert actions(registry, doc.id) == ["create", "x"]
+    assert actions(registry, doc.id) == ["kb.document.created", "kb.document.rejected"]
 
 
 def test_transition_from_no_status(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=None)
     with pytest.raises(ReviewConflict):
         registry.transition(
-            doc.id, expected=DocStatus.APPROVED, new=DocStatus.SUPERSEDED, actor="s", action="s"
+            doc.id,
+            expected=DocStatus.APPROVED,
+            new=DocStatus.SUPERSEDED,
+            actor="s",
+            action=AuditAction.SUPERSEDED,
         )
     done = registry.transition(
-        doc.id, expected=None, new=DocStatus.SUPERSEDED, actor="s", action="supersede"
+        doc.id, expected=None, new=DocStatus.SUPERSEDED, actor="s", action=AuditAction.SUPERSEDED
     )
     assert done.status == "superseded"
     assert registry.audit_trail(ORG, doc.id)[-1].before == {"status": None}
@@ -240,7 +252,7 @@ def test_transition_unknown_document(registry: SqlRegistry) -> None:
     with pytest.raises(NotFound):
         registry.transition(
             "missing", expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
-            action="decision",
+            action=AuditAction.APPROVED,
         )  # fmt: skip
 
 
@@ -249,9 +261,12 @@ def test_transition_keeps_updated_at_after_created_at(registry: SqlRegistry) -> 
         doc = add_doc(registry, key=f"t{i}", status=DocStatus.PENDING_REVIEW)
         done = registry.transition(
             doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
-            action="decision",
+            action=AuditAction.APPROVED,
         )  # fmt: skip
         assert done.updated_at >= done.created_at, (done.created_at, done.updated_at)
+
+
+_ACTION = {"approved": AuditAction.APPROVED, "rejected": AuditAction.REJECTED}
 
 
 def _decide_all(url: str, doc_ids: list[str], decision: str, barrier: Any, results: Any) -> None:
@@ -270,7 +285,7 @@ def _decide_all(url: str, doc_ids: list[str], decision: str, barrier: Any, resul
                     expected=DocStatus.PENDING_REVIEW,
                     new=DocStatus(decision),
                     actor=f"reviewer-{decision}",
-                    action="decision",
+                    action=_ACTION[decision],
                 )
             except ReviewConflict:
                 continue
@@ -310,9 +325,12 @@ def test_two_processes_race_and_each_document_is_decided_once(
     for doc_id in doc_ids:
         expected = "approved" if doc_id in approved else "rejected"
         assert final[doc_id].status == expected
-        decisions = [r for r in registry.audit_trail(ORG, doc_id) if r.action == "decision"]
+        decisions = [
+            r for r in registry.audit_trail(ORG, doc_id) if r.action != AuditAction.CREATED.value
+        ]
         assert len(decisions) == 1
         assert decisions[0].after == {"status": expected}
+        assert decisions[0].action == _ACTION[expected].value
         assert decisions[0].actor == f"reviewer-{expected}"
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from kbflow.errors import ConfigError
-from kbflow.models import DocStatus, Scope, SearchMode
-from tasks.index import supersede
+from kbflow.models import AuditAction, DocStatus, Scope, SearchMode
 from tasks.retrieve import search
+from tasks.review import supersede
 from tests.conftest import index_records
 
 TOPIC = "Heron turbine maintenance interval"
@@ -85,7 +85,7 @@ def test_registry_recheck_drops_a_hit_the_store_still_shows(
         expected=DocStatus.APPROVED,
         new=DocStatus.REJECTED,
         actor="test",
-        action="reject",
+        action=AuditAction.REJECTED,
     )
     ctx = {"store": edge_store, "registry": registry, "embedder": embedder}
     assert world["approved"] not in _search(ctx, Scope(org_id="acme"), SearchMode.HYBRID)
