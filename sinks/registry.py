@@ -199,6 +199,8 @@ class SqlRegistry:
     ) -> UserRecord:
         """Create the user, or update its role, name and org."""
         with self.session() as s, s.begin():
+            if org_id is not None and s.get(OrgRow, org_id) is None:
+                raise NotFound(f"org {org_id!r} does not exist. Create it before its users.")
             user = s.get(UserRow, user_id)
             if user is None:
                 s.add(UserRow(id=user_id, name=name or user_id, role=role.value, org_id=org_id))

@@ -127,6 +127,7 @@ def index_records(
         audience=audience,
         effective_date=effective_date,
     )
+    current = registry.current_documents(org)
     items = [
         WorkItem(
             Source(
@@ -135,7 +136,8 @@ def index_records(
                 content_hash=str(hash((r["title"], r["text"]))),
                 path=Path(r["key"]),
                 record=(r["title"], r["text"]),
-            )
+            ),
+            previous=current.get(f"test://{org}/{r['key']}"),
         )
         for r in records
     ]
