@@ -1,0 +1,196 @@
+"""Property: whatever the review history, no search mode returns a chunk it must not.
+
+A Hypothesis state machine drives real components (Qdrant Edge in a temp dir, SQLite, MiniLM,
+the review state machine): it creates documents in two orgs and several collections with random
+initial statuses (including none), adds new versions, approves, rejects and edits them. After
+every step it searches in hybrid, dense and keyword mode (for each org in turn) and checks
+every hit against an independently written rule over the registry's truth.
+
+Default run: >= 2,000 checked steps; ``-m slow``: >= 20,000.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+
+from kbflow.errors import ReviewConflict
+from kbflow.models import DocStatus, Role, Scope, SearchMode
+from sinks.qdrant_edge import QdrantEdgeStore
+from sinks.registry import SqlRegistry
+from tasks import review
+from tasks.retrieve import search
+from tests.conftest import index_records
+
+ORGS = ("acme", "globex")
+AMS = {"acme": "am-acme", "globex": "am-globex"}
+COLLECTIONS = ("handbook", "policies/hr", "policies/it")
+WORDS = ("turbine", "heron", "maintenance", "hours", "rotor", "blade", "safety", "inspection")
+TEXTS = [
+    " ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(12)) + f" record {i}."
+    for i in range(12)
+]
+QUERIES = ["turbine maintenance", "rotor blade safety", "valve inspection schedule", "heron"]
+STATUSES = (DocStatus.APPROVED, DocStatus.PENDING_REVIEW, DocStatus.REJECTED, None)
+
+
+class CachedEmbedder:
+    """The real MiniLM, memoised by text: the state machine reuses a small pool of texts."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.cache: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: Any) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for text, vec in zip(missing, self.inner.embed_documents(missing), strict=True):
+            self.cache[text] = vec
+        return [self.cache[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def servable(doc: Any, org: str) -> bool:
+    """The invariant from ARCHITECTURE.md, written apart from sinks/gate.py."""
+    return (
+        doc.org_id == org
+        and doc.status in (None, "approved")
+        and doc.parse_status in ("ingested", "parsed")
+    )
+
+
+CHECKS = {"steps": 0}
+
+
+def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
+    class GateMachine(RuleBasedStateMachine):
+        docs = Bundle("docs")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.dir = Path(tempfile.mkdtemp(prefix="kbflow-gate-"))
+            self.registry = SqlRegistry.open(f"sqlite:///{self.dir / 'registry.db'}")
+            self.store = QdrantEdgeStore.open(self.dir / "vectors")
+            for org in ORGS:
+                self.registry.ensure_org(org, am_user_id=AMS[org])
+                self.registry.ensure_user(AMS[org], Role.ACCOUNT_MANAGER)
+            self.keys = 0
+            self.ctx = {"store": self.store, "registry": self.registry, "embedder": embedder}
+
+        def teardown(self) -> None:
+            self.store.close()
+            self.registry.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+        @rule(
+            target=docs,
+            org=st.sampled_from(ORGS),
+            collection=st.sampled_from(COLLECTIONS),
+            text=st.sampled_from(TEXTS),
+            status=st.sampled_from(STATUSES),
+        )
+        def create(self, org: str, collection: str, text: str, status: Any) -> tuple[str, str]:
+            self.keys += 1
+            key = f"k{self.keys}"
+            record = {"key": key, "title": f"Doc {key}", "text": text}
+            index_records([record], org=org, collection=collection, status=status, **self.ctx)
+            return (org, key)
+
+        @rule(
+            source=docs,
+            text=st.sampled_from(TEXTS),
+            status=st.sampled_from([DocStatus.APPROVED, DocStatus.PENDING_REVIEW]),
+        )
+        def new_version(self, source: tuple[str, str], text: str, status: DocStatus) -> None:
+            org, key = source
+            record = {"key": key, "title": f"Doc {key} v", "text": text + " revised"}
+            index_records([record], org=org, status=status, **self.ctx)
+
+        def _latest(self, source: tuple[str, str]) -> Any:
+            org, key = source
+            return self.registry.current_documents(org)[f"test://{org}/{key}"]
+
+        @rule(source=docs, decision=st.sampled_from(["approve", "reject", "edit"]))
+        def decide(self, source: tuple[str, str], decision: str) -> None:
+            doc = self._latest(source)
+            opener = review.held(self.store)
+            try:
+                if decision == "approve":
+                    review.approve(
+                        doc.id, AMS[doc.org_id], registry=self.registry, open_store=opener
+                    )
+                elif decision == "reject":
+                    review.reject(
+                        doc.id, AMS[doc.org_id], registry=self.registry, open_store=opener
+                    )
+                else:
+                    review.edit_and_approve(
+                        doc.id,
+                        AMS[doc.org_id],
+                        "# Edited\n\n" + TEXTS[len(doc.id) % len(TEXTS)],
+                        registry=self.registry,
+                        open_store=opener,
+                        embedder=embedder,
+                    )
+            except ReviewConflict:
+                assert doc.status != "pending_review"
+
+        @precondition(lambda self: self.keys > 0)
+        @rule(source=consumes(docs))
+        def supersede_by_hand(self, source: tuple[str, str]) -> None:
+            review.supersede(self._latest(source), self.store, self.registry, actor="system")
+
+        @invariant()
+        def no_search_returns_what_it_must_not(self) -> None:
+            CHECKS["steps"] += 1
+            org = ORGS[CHECKS["steps"] % len(ORGS)]  # each org every other step
+            query = QUERIES[(CHECKS["steps"] // len(ORGS)) % len(QUERIES)]
+            for mode in SearchMode:
+                hits = search(query, Scope(org_id=org), mode=mode, top_k=50, **self.ctx)
+                truth = self.registry.get_documents(h.doc_id for h in hits)
+                for hit in hits:
+                    assert servable(truth[hit.doc_id], org), (mode, org, truth[hit.doc_id])
+
+    return GateMachine
+
+
+def _run(embedder: Any, examples: int, steps: int) -> None:
+    machine = make_machine(CachedEmbedder(embedder))
+    machine.TestCase.settings = settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    CHECKS["steps"] = 0
+    machine.TestCase().runTest()
+
+
+def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
+    _run(embedder, examples=80, steps=25)
+    assert CHECKS["steps"] >= 2000, CHECKS
+
+
+@pytest.mark.slow
+def test_gate_holds_over_random_review_histories_long(embedder: Any) -> None:
+    _run(embedder, examples=800, steps=30)
+    assert CHECKS["steps"] >= 20000, CHECKS
