@@ -10,15 +10,21 @@ import datetime as dt
 import json
 import logging
 import sys
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from kbflow.errors import KbflowError
-from kbflow.models import DocStatus, Scope, SearchMode
+from kbflow.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
+from kbflow.models import DocStatus, Role, Scope, SearchMode
 from kbflow.settings import Settings, configure_environment
+
+if TYPE_CHECKING:
+    from sinks.registry import DocRecord, OrgRecord, UserRecord
+    from sinks.registry_schema import AuditRow
 
 app = typer.Typer(
     name="kbflow",
@@ -28,14 +34,32 @@ app = typer.Typer(
 )
 docs_app = typer.Typer(help="Inspect the document registry.", no_args_is_help=True)
 store_app = typer.Typer(help="Vector store maintenance.", no_args_is_help=True)
+orgs_app = typer.Typer(help="Client orgs and their account managers.", no_args_is_help=True)
+users_app = typer.Typer(help="Users and their roles (who may review what).", no_args_is_help=True)
+review_app = typer.Typer(
+    help="Review drafts: list, read, approve, reject or edit them (only approved is searchable).",
+    no_args_is_help=True,
+)
 app.add_typer(docs_app, name="docs")
 app.add_typer(store_app, name="store")
+app.add_typer(orgs_app, name="orgs")
+app.add_typer(users_app, name="users")
+app.add_typer(review_app, name="review")
 
 console = Console()
 err_console = Console(stderr=True)
 
 OrgOpt = Annotated[str, typer.Option("--org", help="Organisation id (a short slug).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ActorOpt = Annotated[
+    str, typer.Option("--as", help="Your user id (see `kbflow users list`); checked per action.")
+]
+NoteOpt = Annotated[
+    str | None, typer.Option("--note", help="Why: kept with the decision in the audit log.")
+]
+
+EXIT_CONFLICT = 3
+"""Exit code of a review decision that lost a race (the document was no longer pending)."""
 
 
 def _settings() -> Settings:
@@ -50,8 +74,27 @@ def _settings() -> Settings:
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {exc}")
+    # escape: messages quote user values ("[draft] memo.md"), which rich would read as markup.
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
     return typer.Exit(1)
+
+
+def _fail_review(exc: KbflowError) -> typer.Exit:
+    """A review error, its message as-is; a lost race exits with EXIT_CONFLICT."""
+    if isinstance(exc, ReviewConflict):
+        err_console.print(f"[red]conflict:[/red] {escape(str(exc))}", soft_wrap=True)
+        return typer.Exit(EXIT_CONFLICT)
+    if isinstance(exc, Forbidden):
+        err_console.print(f"[red]forbidden:[/red] {escape(str(exc))}", soft_wrap=True)
+        return typer.Exit(1)
+    exit_ = _fail(exc)
+    if isinstance(exc, StoreBusy):
+        err_console.print(
+            "The registry may already record the decision (see `kbflow docs list`); once the "
+            "store is free, `kbflow reconcile` brings the search index in line with it.",
+            soft_wrap=True,
+        )
+    return exit_
 
 
 def _print_json(data: Any) -> None:
@@ -228,12 +271,12 @@ def search(
     for rank, hit in enumerate(hits, start=1):
         where = " > ".join(hit.heading_path)
         console.print(
-            f"[bold]{rank}. {hit.title}[/bold]  [dim]{hit.score:.4f} · {hit.collection} · "
-            f"{hit.uri}[/dim]"
+            f"[bold]{rank}. {escape(hit.title)}[/bold]  [dim]{hit.score:.4f} · "
+            f"{escape(hit.collection)} · {escape(hit.uri)}[/dim]"
         )
         if where:
-            console.print(f"   [cyan]{where}[/cyan]")
-        console.print(f"   {_snippet(hit.text)}")
+            console.print(f"   [cyan]{escape(where)}[/cyan]")
+        console.print(f"   {_snippet(hit.text)}", markup=False)
 
 
 def _snippet(text: str, width: int = 240) -> str:
@@ -297,6 +340,594 @@ def store_optimize() -> None:
     except KbflowError as exc:
         raise _fail(exc) from exc
     console.print(f"optimized: {count} points")
+
+
+# --- orgs and users ----------------------------------------------------------------------------
+
+
+def _org_dict(org: OrgRecord) -> dict[str, Any]:
+    return {"id": org.id, "name": org.name, "am_user_id": org.am_user_id}
+
+
+def _user_dict(user: UserRecord) -> dict[str, Any]:
+    return {"id": user.id, "name": user.name, "role": user.role.value, "org_id": user.org_id}
+
+
+@orgs_app.command("create")
+def orgs_create(
+    org: Annotated[str, typer.Argument(help="Organisation id, a short slug such as 'acme'.")],
+    name: Annotated[str | None, typer.Option(help="Display name (default: the id).")] = None,
+    am: Annotated[
+        str | None,
+        typer.Option(
+            "--am", help="Assign this account manager (a user added with --role account_manager)."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an org; if it exists, rename it (--name) or assign its account manager (--am)."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            registry.ensure_org(org, name=name)
+            record = registry.get_org(org)
+            if am:
+                try:
+                    record = registry.assign_am(org, am)
+                except KbflowError as exc:
+                    raise type(exc)(
+                        f"{exc} Org {org!r} is saved with account manager "
+                        f"{record.am_user_id or 'none'}; run `kbflow orgs assign-am {org} USER` "
+                        "once the user is an account manager."
+                    ) from exc
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(_org_dict(record))
+        return
+    console.print(
+        f"org [bold]{escape(record.id)}[/bold] ({escape(record.name)}), account manager: "
+        f"{escape(record.am_user_id or 'none')}"
+    )
+
+
+@orgs_app.command("assign-am")
+def orgs_assign_am(
+    org: Annotated[str, typer.Argument(help="Organisation id.")],
+    user: Annotated[str, typer.Argument(help="User id of an account manager.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Make USER (an account manager) the one who approves ORG's documents."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            record = registry.assign_am(org, user)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(_org_dict(record))
+        return
+    console.print(f"org [bold]{escape(record.id)}[/bold]: account manager is now {escape(user)}")
+
+
+@orgs_app.command("list")
+def orgs_list(as_json: JsonOpt = False) -> None:
+    """List organisations and their assigned account managers."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            orgs = registry.list_orgs()
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([_org_dict(o) for o in orgs])
+        return
+    table = Table(title=f"orgs ({len(orgs)})")
+    for col in ("id", "name", "account manager"):
+        table.add_column(col)
+    for o in orgs:
+        table.add_row(escape(o.id), escape(o.name), escape(o.am_user_id or "—"))
+    console.print(table)
+
+
+@users_app.command("add")
+def users_add(
+    user: Annotated[str, typer.Argument(help="User id, e.g. an email address or a handle.")],
+    role: Annotated[
+        Role,
+        typer.Option(
+            help="superadmin: decides for every org; account_manager: decides for the orgs "
+            "assigned to them; expert: reads the drafts of their org (or of every org without "
+            "--org); engineer: no review rights."
+        ),
+    ],
+    name: Annotated[str | None, typer.Option(help="Display name (default: the id).")] = None,
+    org: Annotated[
+        str | None,
+        typer.Option("--org", help="The user's organisation (must exist; omit for agency-wide)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a user, or update an existing one (its role and org are replaced by what you give)."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            if org:
+                registry.get_org(org)  # a clear "does not exist" instead of a foreign-key error
+            record = registry.ensure_user(user, role, name=name, org_id=org)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(_user_dict(record))
+        return
+    console.print(
+        f"user [bold]{escape(record.id)}[/bold] ({escape(record.name)}): {record.role.value}"
+        + (f" of {escape(record.org_id)}" if record.org_id else "")
+    )
+
+
+@users_app.command("list")
+def users_list(as_json: JsonOpt = False) -> None:
+    """List users with their roles and organisations."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            users = registry.list_users()
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([_user_dict(u) for u in users])
+        return
+    table = Table(title=f"users ({len(users)})")
+    for col in ("id", "name", "role", "org"):
+        table.add_column(col)
+    for u in users:
+        table.add_row(escape(u.id), escape(u.name), u.role.value, escape(u.org_id or "—"))
+    console.print(table)
+
+
+# --- review ------------------------------------------------------------------------------------
+
+
+@review_app.command("list")
+def review_list(
+    org: OrgOpt,
+    actor: ActorOpt,
+    status: Annotated[
+        list[DocStatus] | None,
+        typer.Option(help="Statuses to list (repeatable). Default: pending_review and rejected."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """An org's drafts grouped by the synthesis run that produced them (experts may look too)."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from tasks.review import list_drafts
+
+    try:
+        with open_registry(settings) as registry:
+            if status:
+                groups = list_drafts(registry, actor, org, statuses=status)
+            else:
+                groups = list_drafts(registry, actor, org)
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    if as_json:
+        _print_json(
+            {
+                "org": org,
+                "runs": [
+                    {"synthesis_run_id": run, "documents": [d.to_dict() for d in docs]}
+                    for run, docs in groups.items()
+                ],
+            }
+        )
+        return
+    if not groups:
+        console.print(f"[green]no drafts in {escape(org)}.[/green]")
+        return
+    for run, docs in groups.items():
+        table = Table(title=f"synthesis run {escape(run or 'none')} ({len(docs)})")
+        table.add_column("id", no_wrap=True)  # whole: it is what `review approve` takes
+        for col in ("title", "collection", "v", "status", "tag", "updated"):
+            table.add_column(col)
+        for d in docs:
+            table.add_row(
+                d.id,
+                escape(d.title[:60]),
+                escape(d.collection_path),
+                str(d.version),
+                d.status or "—",
+                escape(d.source_tag or "—"),
+                _when(d.updated_at),
+            )
+        console.print(table)
+
+
+def _when(at: dt.datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "—"
+
+
+@review_app.command("show")
+def review_show(
+    doc_id: Annotated[str, typer.Argument(help="Document id (see `kbflow review list`).")],
+    actor: ActorOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """A document's metadata and full stored text, chunk by chunk, whatever its status."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from sinks.vectors import open_vector_store
+    from tasks.review import inspect_draft
+
+    try:
+        with open_registry(settings) as registry, open_vector_store(settings) as store:
+            view = inspect_draft(doc_id, actor, registry=registry, store=store)
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    if as_json:
+        _print_json({"document": view.doc.to_dict(), "chunks": view.chunks, "text": view.text})
+        return
+    d = view.doc
+    meta = Table.grid(padding=(0, 2))
+    meta.add_column(style="dim")
+    meta.add_column()
+    for key, value in (
+        ("id", d.id),
+        ("title", d.title),
+        ("org / collection", f"{d.org_id} / {d.collection_path}"),
+        ("uri", d.uri),
+        ("version", str(d.version)),
+        ("status", d.status or "—"),
+        ("parse status", f"{d.parse_status}, {d.chunk_count} chunks"),
+        ("synthesis run", d.synthesis_run_id or "—"),
+        ("source tag", d.source_tag or "—"),
+        ("audience", d.audience or "all"),
+        ("effective", d.effective_date.isoformat() if d.effective_date else "—"),
+        ("approved", f"{d.approved_by} at {_when(d.approved_at)}" if d.approved_by else "—"),
+        ("rejected", f"{d.rejected_by} at {_when(d.rejected_at)}" if d.rejected_by else "—"),
+        ("edited", f"{d.edited_by} at {_when(d.edited_at)}" if d.edited_by else "—"),
+    ):
+        meta.add_row(key, escape(value))
+    console.print(meta)
+    if not view.chunks:
+        console.print("[yellow]no chunks stored for this document.[/yellow]")
+    for index, text in enumerate(view.chunks, start=1):
+        console.rule(f"chunk {index}/{len(view.chunks)}", style="dim")
+        console.print(text, markup=False, highlight=False)
+
+
+def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> None:
+    if as_json:
+        _print_json(doc.to_dict())
+        return
+    console.print(
+        f"[green]{verb}[/green] {doc.id} “{escape(doc.title)}” ({escape(doc.org_id)}, "
+        f"v{doc.version}) by {escape(actor)}: now {doc.status}"
+    )
+
+
+@review_app.command("approve")
+def review_approve(
+    doc_id: Annotated[str, typer.Argument(help="Document id of a pending_review draft.")],
+    actor: ActorOpt,
+    note: NoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a draft: it becomes searchable and older versions of its source are superseded.
+
+    Only a superadmin or the org's assigned account manager may. Exit code 3 means someone else
+    decided first (nothing was changed).
+    """
+    settings = _settings()
+    from kbflow.wiring import open_registry, store_opener
+    from tasks.review import approve
+
+    try:
+        with open_registry(settings) as registry:
+            doc = approve(
+                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
+            )
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    _print_decision(doc, "approved", actor, as_json)
+
+
+@review_app.command("reject")
+def review_reject(
+    doc_id: Annotated[str, typer.Argument(help="Document id of a pending_review draft.")],
+    actor: ActorOpt,
+    note: NoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject a draft: it stays stored for reviewers but is never searchable.
+
+    Only a superadmin or the org's assigned account manager may. Exit code 3 means someone else
+    decided first (nothing was changed).
+    """
+    settings = _settings()
+    from kbflow.wiring import open_registry, store_opener
+    from tasks.review import reject
+
+    try:
+        with open_registry(settings) as registry:
+            doc = reject(
+                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
+            )
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    _print_decision(doc, "rejected", actor, as_json)
+
+
+@review_app.command("edit")
+def review_edit(
+    doc_id: Annotated[str, typer.Argument(help="Document id of a pending_review draft.")],
+    actor: ActorOpt,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Markdown file with the full corrected text ('-': stdin)."),
+    ] = None,
+    content: Annotated[
+        str | None, typer.Option("--content", help="The full corrected text (Markdown).")
+    ] = None,
+    note: NoteOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace a draft's text with a corrected one, re-chunk and re-embed it, and approve it.
+
+    Give the whole text (--file or --content), not a diff. Only a superadmin or the org's assigned
+    account manager may. Exit code 3 means someone else decided first.
+    """
+    settings = _settings()
+    try:
+        text = _edited_text(file, content)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    from kbflow.wiring import open_registry, store_opener
+    from tasks.embed import get_embedder
+    from tasks.review import edit_and_approve
+
+    try:
+        with open_registry(settings) as registry:
+            doc = edit_and_approve(
+                doc_id,
+                actor,
+                text,
+                registry=registry,
+                open_store=store_opener(settings),
+                embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+                max_words=settings.chunk_max_words,
+                overlap_words=settings.chunk_overlap_words,
+                note=note,
+            )
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    _print_decision(doc, "edited and approved", actor, as_json)
+
+
+def _edited_text(file: Path | None, content: str | None) -> str:
+    from kbflow.errors import ConfigError
+
+    if (file is None) == (content is None):
+        raise ConfigError(
+            "give the corrected text with exactly one of --file PATH or --content TEXT. "
+            f"Currently {'both are' if file is not None else 'neither is'} given."
+        )
+    if content is not None:
+        return content
+    assert file is not None
+    if str(file) == "-":
+        return sys.stdin.read()
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the edited text from {str(file)!r}: {exc}. Give a readable UTF-8 "
+            "Markdown file."
+        ) from exc
+
+
+@review_app.command("flow")
+def review_flow(
+    org: OrgOpt,
+    actor: Annotated[
+        str | None,
+        typer.Option(
+            "--as", help="Prefill the form's reviewer (whoever resumes the run may change it)."
+        ),
+    ] = None,
+    timeout: Annotated[
+        int,
+        typer.Option(
+            "--timeout",
+            min=1,
+            help="Seconds to wait for the form; then the run fails and nothing changes.",
+        ),
+    ] = 3600,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the review flow: it pauses for decisions in the Prefect UI, then applies them.
+
+    Start `kbflow server` in another shell first, then in this one export
+    PREFECT_API_URL=http://127.0.0.1:4200/api
+
+    Open the paused run in the UI, pick approve, edit, reject or skip for each
+    draft and resume it. Decisions are checked like `kbflow review approve`.
+    """
+    _settings()  # points Prefect at kbflow's data dir before it is imported
+    from prefect.exceptions import FlowPauseTimeout
+    from prefect.settings import get_current_settings
+
+    if not get_current_settings().api.url:
+        bad = KbflowError(
+            "PREFECT_API_URL is not set, so the run would pause on a temporary server that no UI "
+            "can reach. Start `kbflow server` in another shell and export "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api here."
+        )
+        raise _fail(bad)
+    from flows.review import review as run_review_flow
+
+    try:
+        report = run_review_flow(org=org, reviewer=actor, timeout_s=timeout)
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    except FlowPauseTimeout as exc:
+        bad = KbflowError(
+            f"no decisions arrived within {timeout}s, so every draft of {org!r} stays "
+            "pending_review. Run `kbflow review flow` again, or decide with "
+            "`kbflow review approve/reject/edit`."
+        )
+        raise _fail(bad) from exc
+    if as_json:
+        _print_json(report)
+        return
+    _print_report(report)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """Scalars as `key: value` lines, lists of records as tables, anything else as JSON."""
+    for key, value in report.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            table = Table(title=escape(key))
+            columns = list(dict.fromkeys(k for row in value for k in row))
+            for col in columns:
+                table.add_column(escape(col))
+            for row in value:
+                table.add_row(*(escape(_cell(row.get(col))) for col in columns))
+            console.print(table)
+        elif isinstance(value, dict | list):
+            console.print(f"[dim]{escape(key)}:[/dim] {escape(json.dumps(value, default=str))}")
+        else:
+            console.print(f"[dim]{escape(key)}:[/dim] {escape(_cell(value))}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+# --- audit and reconcile -----------------------------------------------------------------------
+
+
+def _audit_dict(row: AuditRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "at": row.at.isoformat() if row.at else None,
+        "actor": row.actor,
+        "action": row.action,
+        "org_id": row.org_id,
+        "doc_id": row.doc_id,
+        "synthesis_run_id": row.synthesis_run_id,
+        "source_tag": row.source_tag,
+        "before": row.before,
+        "after": row.after,
+    }
+
+
+def _audit_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    was = (before or {}).get("status") or "—"
+    now = dict(after or {})
+    change = f"{was} → {now.pop('status', None) or '—'}"
+    extras = ", ".join(f"{k}={v}" for k, v in now.items())
+    return f"{change} ({extras})" if extras else change
+
+
+@app.command()
+def audit(
+    org: OrgOpt,
+    doc: Annotated[str | None, typer.Option("--doc", help="Only this document's rows.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Show the most recent N rows.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """An org's audit log: who created, approved, rejected, edited or superseded what, and when."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+
+    try:
+        with open_registry(settings) as registry:
+            registry.get_org(org)  # an unknown org is an error, not an empty log
+            rows = registry.audit_trail(org, doc)[-limit:]
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([_audit_dict(r) for r in rows])
+        return
+    table = Table(title=f"audit log of {escape(org)} ({len(rows)} rows)")
+    for col in ("time", "actor", "action", "doc", "run", "tag", "before → after"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            _when(r.at),
+            escape(r.actor),
+            escape(r.action.removeprefix("kb.document.")),
+            (r.doc_id or "—")[:12],
+            escape((r.synthesis_run_id or "—")[:12]),
+            escape(r.source_tag or "—"),
+            escape(_audit_change(r.before, r.after)),
+        )
+    console.print(table)
+
+
+@app.command()
+def reconcile(
+    org: Annotated[
+        str | None, typer.Option("--org", help="Only this org's chunks (default: every org).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report the drift; change nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bring the search index in line with the registry (the source of truth).
+
+    Rewrites chunk statuses that differ from the registry's and deletes chunks of documents the
+    registry does not know. Safe to run any time; holds the embedded store while it runs.
+    """
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from sinks.vectors import open_vector_store
+    from tasks.review import reconcile as reconcile_payloads
+
+    try:
+        with open_registry(settings) as registry, open_vector_store(settings) as store:
+            report = reconcile_payloads(registry, store, org_id=org, dry_run=dry_run)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json({**report.to_dict(), "org": org, "dry_run": dry_run})
+        return
+    where = f" in {escape(org)}" if org else ""
+    repaired, removed = len(report.repaired), len(report.orphans_removed)
+    if dry_run:
+        summary = (
+            f"{repaired} documents need repair, {removed} unknown documents' chunks would be "
+            "removed (dry run: nothing changed)"
+        )
+    else:
+        summary = f"{repaired} documents repaired, {removed} unknown documents' chunks removed"
+    checked = f"checked {report.points} chunks of {report.documents} documents{where}"
+    console.print(f"{checked}: {summary}")
+    verb = ("would repair", "would remove") if dry_run else ("repaired", "removed")
+    for item in report.repaired:
+        console.print(
+            f"  {verb[0]} {item['doc_id']}: {escape(', '.join(item['was']))} → "
+            f"{escape(item['now'])}"
+        )
+    for doc_id in report.orphans_removed:
+        console.print(f"  {verb[1]} the chunks of {escape(doc_id)} (not in the registry)")
 
 
 @app.command()

@@ -5,8 +5,8 @@ Lives on top of every layer, like the CLI. Imports no Prefect: the query path mu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from kbflow.models import Scope, SearchHit, SearchMode
@@ -47,6 +47,15 @@ def open_registry(settings: Settings) -> Iterator[SqlRegistry]:
         yield registry
     finally:
         registry.close()
+
+
+def store_opener(settings: Settings) -> Callable[[], AbstractContextManager[VectorStore]]:
+    """A StoreOpener for the review functions: each call opens the store and closes it after.
+
+    Review commands pass this rather than an open store so the embedded store's lock is held
+    only for their vector step, not while they check rights and race in the registry.
+    """
+    return lambda: open_vector_store(settings)
 
 
 @contextmanager
