@@ -147,6 +147,18 @@ class QdrantEdgeStore:
         self._shard.update(qe.UpdateOperation.set_payload_by_filter(flt, payload))
         self._shard.flush()
 
+    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
+        import qdrant_edge as qe
+
+        flt = qe.Filter(
+            must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))],
+            must_not=[
+                qe.FieldCondition(key="content_hash", match=qe.MatchValue(keep_content_hash))
+            ],
+        )
+        self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+        self._shard.flush()
+
     def delete_document(self, doc_id: str) -> None:
         import qdrant_edge as qe
 

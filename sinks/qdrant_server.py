@@ -147,6 +147,17 @@ class QdrantServerStore:
             self.collection, payload=payload, points=self._doc_filter(doc_id), wait=True
         )
 
+    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
+        from qdrant_client import models as qm
+
+        stale = qm.Filter(
+            must=[qm.FieldCondition(key="doc_id", match=qm.MatchValue(value=doc_id))],
+            must_not=[
+                qm.FieldCondition(key="content_hash", match=qm.MatchValue(value=keep_content_hash))
+            ],
+        )
+        self._client.delete(self.collection, points_selector=stale, wait=True)
+
     def delete_document(self, doc_id: str) -> None:
         self._client.delete(self.collection, points_selector=self._doc_filter(doc_id), wait=True)
 

@@ -51,6 +51,10 @@ class VectorStore(Protocol):
         """Set payload fields (e.g. ``status``) on every chunk of a document."""
         ...
 
+    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
+        """Remove a document's chunks whose ``content_hash`` is not ``keep_content_hash``."""
+        ...
+
     def delete_document(self, doc_id: str) -> None:
         """Remove every chunk of a document."""
         ...

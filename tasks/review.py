@@ -25,7 +25,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kbflow.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict
@@ -109,19 +109,22 @@ def authorize_inspection(registry: SqlRegistry, actor_id: str, org_id: str) -> U
 # --- transitions ---------------------------------------------------------------------------
 
 
-def _pending(registry: SqlRegistry, doc_id: str, verb: str) -> DocRecord:
+def _authorized_pending(
+    registry: SqlRegistry, doc_id: str, actor_id: str, verb: str
+) -> tuple[DocRecord, UserRecord]:
+    """The document and the actor, once the actor may decide and the document is pending.
+
+    Authorisation comes first, so an outsider learns nothing about the document's state.
+    """
     doc = registry.get_document(doc_id)
+    user = authorize_decision(registry, actor_id, doc.org_id)
     if doc.status != DocStatus.PENDING_REVIEW.value:
+        why = " (a superseded document cannot be acted on)" if doc.status == "superseded" else ""
         raise ReviewConflict(
             f"cannot {verb} document {doc_id}: it is {doc.status or 'unset'}, and only "
-            f"pending_review documents can be decided"
-            + (
-                " (a superseded document cannot be acted on)."
-                if doc.status == "superseded"
-                else "."
-            )
+            f"pending_review documents can be decided{why}."
         )
-    return doc
+    return doc, user
 
 
 def approve(
@@ -133,8 +136,7 @@ def approve(
     note: str | None = None,
 ) -> DocRecord:
     """pending_review -> approved; the chunks are shown after the registry commit."""
-    doc = _pending(registry, doc_id, "approve")
-    user = authorize_decision(registry, actor_id, doc.org_id)
+    _, user = _authorized_pending(registry, doc_id, actor_id, "approve")
     now = _now()
     decided = registry.transition(
         doc_id,
@@ -146,7 +148,7 @@ def approve(
         note=note,
     )
     with open_store() as store:
-        store.set_document_payload(doc_id, {"status": DocStatus.APPROVED.value})
+        sync_document(decided, store)  # drops any chunks of other content, then shows it
         retire_older_versions(decided, store, registry, actor=user.id)
     return decided
 
@@ -160,8 +162,7 @@ def reject(
     note: str | None = None,
 ) -> DocRecord:
     """pending_review -> rejected; the chunks are hidden before the registry commit."""
-    doc = _pending(registry, doc_id, "reject")
-    user = authorize_decision(registry, actor_id, doc.org_id)
+    _, user = _authorized_pending(registry, doc_id, actor_id, "reject")
     with open_store() as store:
         store.set_document_payload(doc_id, {"status": DocStatus.REJECTED.value})
     try:
@@ -201,21 +202,26 @@ def edit_and_approve(
             f"the edited content for document {doc_id} is empty; send the full corrected text "
             "(or reject the draft instead)."
         )
-    doc = _pending(registry, doc_id, "edit")
-    user = authorize_decision(registry, actor_id, doc.org_id)
+    doc, user = _authorized_pending(registry, doc_id, actor_id, "edit")
     extracted = ExtractedDocument(
         title=doc.title,
         uri=doc.uri,
         sections=tuple(markdown_to_sections(content, title=doc.title)),
         source_format="md",
     )
-    chunks = document_to_chunks(doc_id, extracted, max_words=max_words, overlap_words=overlap_words)
     content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
-    hidden = _with(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
+    # The edited chunks get their own ids (keyed by the new content) and are written hidden,
+    # beside the draft's chunks; which set survives is decided by the registry commit.
+    chunks = [
+        replace(c, chunk_id=f"{doc_id}@{content_hash[:12]}:{c.chunk_index}")
+        for c in document_to_chunks(
+            doc_id, extracted, max_words=max_words, overlap_words=overlap_words
+        )
+    ]
+    hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
     vectors = embedder.embed_documents([c.embed_text for c in chunks])
     points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
     with open_store() as store:
-        store.delete_document(doc_id)
         store.upsert(points)
     now = _now()
     try:
@@ -237,18 +243,12 @@ def edit_and_approve(
             note=note,
         )
     except ReviewConflict:
-        sync_payload(doc_id, registry=registry, open_store=open_store)
+        sync_payload(doc_id, registry=registry, open_store=open_store)  # drops the edit's chunks
         raise
     with open_store() as store:
-        store.set_document_payload(doc_id, {"status": DocStatus.APPROVED.value})
+        sync_document(decided, store)  # drops the draft's chunks, then shows the edited ones
         retire_older_versions(decided, store, registry, actor=user.id)
     return decided
-
-
-def _with(doc: DocRecord, **changes: Any) -> DocRecord:
-    from dataclasses import replace
-
-    return replace(doc, **changes)
 
 
 def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str) -> bool:
@@ -289,12 +289,19 @@ def retire_older_versions(
 
 
 def sync_payload(doc_id: str, *, registry: SqlRegistry, open_store: StoreOpener) -> None:
-    """Make a document's vector payload say what the registry says (after a lost race)."""
+    """Make a document's vectors say what the registry says now (after a lost race)."""
     current = registry.get_document(doc_id)
     with open_store() as store:
-        store.set_document_payload(
-            doc_id, {"status": current.status, "parse_status": current.parse_status}
-        )
+        sync_document(current, store)
+
+
+def sync_document(doc: DocRecord, store: VectorStore) -> None:
+    """Delete chunks of other content than the registry's, then set status and parse status.
+
+    Stale chunks go first, so showing a document never shows text that was not approved.
+    """
+    store.delete_stale_chunks(doc.id, keep_content_hash=doc.content_hash)
+    store.set_document_payload(doc.id, {"status": doc.status, "parse_status": doc.parse_status})
 
 
 # --- decisions in bulk (CLI, Prefect review flow) ------------------------------------------
@@ -419,6 +426,7 @@ class ReconcileReport:
     documents: int = 0
     points: int = 0
     repaired: list[dict[str, Any]] = field(default_factory=list)
+    stale_removed: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -426,6 +434,7 @@ class ReconcileReport:
             "documents": self.documents,
             "points": self.points,
             "repaired": self.repaired,
+            "stale_removed": self.stale_removed,
             "orphans_removed": self.orphans_removed,
         }
 
@@ -433,20 +442,23 @@ class ReconcileReport:
 def reconcile(
     registry: SqlRegistry, store: VectorStore, *, org_id: str | None = None, dry_run: bool = False
 ) -> ReconcileReport:
-    """Make vector payloads agree with the registry (the source of truth).
+    """Make the vector store agree with the registry (the source of truth).
 
-    For every document with chunks in the store: a status or parse status that differs from the
-    registry is rewritten; chunks whose document the registry does not know are deleted.
+    For every document with chunks in the store: chunks of other content than the registry's
+    (an edit that lost its race or crashed) are deleted; a status or parse status that differs
+    from the registry is rewritten; chunks whose document the registry does not know are
+    deleted. It repairs the store only and never makes a review decision.
     """
     report = ReconcileReport()
-    seen: dict[str, set[tuple[Any, Any]]] = {}
-    for hit in store.iter_payloads(["doc_id", "org_id", "status", "parse_status"]):
+    seen: dict[str, set[tuple[Any, Any, Any]]] = {}
+    fields = ["doc_id", "org_id", "status", "parse_status", "content_hash"]
+    for hit in store.iter_payloads(fields):
         if org_id is not None and hit.payload.get("org_id") != org_id:
             continue
         report.points += 1
-        doc_key = str(hit.payload.get("doc_id", ""))
-        seen.setdefault(doc_key, set()).add(
-            (hit.payload.get("status"), hit.payload.get("parse_status"))
+        p = hit.payload
+        seen.setdefault(str(p.get("doc_id", "")), set()).add(
+            (p.get("status"), p.get("parse_status"), p.get("content_hash"))
         )
     report.documents = len(seen)
     known = registry.get_documents(seen)
@@ -457,17 +469,19 @@ def reconcile(
             if not dry_run:
                 store.delete_document(doc_id)
             continue
-        want = (doc.status, doc.parse_status)
-        if states != {want}:
+        stale = any(h != doc.content_hash for _, _, h in states)
+        current = {(s, p) for s, p, h in states if h == doc.content_hash}
+        wrong = bool(current) and current != {(doc.status, doc.parse_status)}
+        if stale:
+            report.stale_removed.append(doc_id)
+        if wrong:
             report.repaired.append(
                 {
                     "doc_id": doc_id,
-                    "was": sorted(f"{s}/{p}" for s, p in states),
+                    "was": sorted(f"{s}/{p}" for s, p in current),
                     "now": f"{doc.status}/{doc.parse_status}",
                 }
             )
-            if not dry_run:
-                store.set_document_payload(
-                    doc_id, {"status": doc.status, "parse_status": doc.parse_status}
-                )
+        if (stale or wrong) and not dry_run:
+            sync_document(doc, store)
     return report

@@ -299,3 +299,61 @@ def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
     )
     assert forbidden[0].result == "forbidden"
     assert registry.get_document(b).status == "pending_review"
+
+
+def test_an_edit_that_loses_its_race_never_serves_its_text(
+    ctx: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry, store = ctx["registry"], ctx["store"]
+    doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
+    real_transition = registry.transition
+
+    def approved_first(*args: Any, **kwargs: Any) -> Any:
+        # Another reviewer approves the original draft just before the edit commits.
+        monkeypatch.setattr(registry, "transition", real_transition)
+        review.approve(doc_id, ADMIN, registry=registry, open_store=review.held(store))
+        return real_transition(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "transition", approved_first)
+    with pytest.raises(ReviewConflict):
+        review.edit_and_approve(
+            doc_id,
+            AM,
+            "The heron turbine maintenance interval is 999 hours (unapproved edit).",
+            registry=registry,
+            open_store=review.held(store),
+            embedder=ctx["embedder"],
+        )
+    texts = [h.payload["text"] for h in store.inspect_document_chunks(doc_id)]
+    assert texts and all("999" not in t and "400 hours" in t for t in texts)
+    assert all(doc_id in ids for ids in _visible(ctx).values())
+    assert review.reconcile(registry, store).to_dict()["stale_removed"] == []
+
+
+def test_a_crashed_edit_leaves_hidden_chunks_that_reconcile_removes(
+    ctx: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry, store = ctx["registry"], ctx["store"]
+    doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
+
+    def crash(*_a: Any, **_k: Any) -> Any:
+        raise Boom("injected: died before the edit's registry commit")
+
+    monkeypatch.setattr(registry, "transition", crash)
+    with pytest.raises(Boom):
+        review.edit_and_approve(
+            doc_id,
+            AM,
+            "Edited: 999 hours.",
+            registry=registry,
+            open_store=review.held(store),
+            embedder=ctx["embedder"],
+        )
+    monkeypatch.undo()
+    assert all(doc_id not in ids for ids in _visible(ctx).values())
+    assert review.reconcile(registry, store, dry_run=True).stale_removed == [doc_id]
+    # Approving the original (without a reconcile first) must not show the edit's text.
+    review.approve(doc_id, AM, registry=registry, open_store=review.held(store))
+    texts = [h.payload["text"] for h in store.inspect_document_chunks(doc_id)]
+    assert texts and all("999" not in t for t in texts)
+    assert all(doc_id in ids for ids in _visible(ctx).values())
