@@ -316,7 +316,7 @@ def docs_list(
         table.add_column(col)
     for d in docs:
         table.add_row(
-            d.id[:12],
+            d.id,
             d.title[:60],
             d.collection_path,
             str(d.version),
@@ -859,7 +859,7 @@ def audit(
     try:
         with open_registry(settings) as registry:
             registry.get_org(org)  # an unknown org is an error, not an empty log
-            rows = registry.audit_trail(org, doc)[-limit:]
+            rows = registry.audit_trail(org, doc, last=limit)
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:

@@ -458,12 +458,19 @@ class SqlRegistry:
                 stmt = stmt.limit(limit)
             return [_record(row, path) for row, path in s.execute(stmt)]
 
-    def audit_trail(self, org_id: str, doc_id: str | None = None) -> list[AuditRow]:
+    def audit_trail(
+        self, org_id: str, doc_id: str | None = None, *, last: int | None = None
+    ) -> list[AuditRow]:
+        """An org's audit rows (of one document, if given), oldest first; ``last`` keeps the
+        most recent N."""
         with self.session() as s:
-            stmt = select(AuditRow).where(AuditRow.org_id == org_id).order_by(AuditRow.id)
+            stmt = select(AuditRow).where(AuditRow.org_id == org_id)
             if doc_id:
                 stmt = stmt.where(AuditRow.doc_id == doc_id)
-            return list(s.scalars(stmt))
+            if last is not None:
+                recent = stmt.order_by(AuditRow.id.desc()).limit(last)
+                return list(reversed(list(s.scalars(recent))))
+            return list(s.scalars(stmt.order_by(AuditRow.id)))
 
 
 def _audit_after(
