@@ -394,6 +394,11 @@ class DraftView:
         return "\n\n".join(self.chunks)
 
 
+def pending_documents(registry: SqlRegistry, org_id: str) -> list[DocRecord]:
+    """The org's documents awaiting a review decision (for the review flow's form)."""
+    return registry.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
+
+
 def list_drafts(
     registry: SqlRegistry,
     actor_id: str,

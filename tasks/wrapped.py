@@ -12,9 +12,15 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.discover import discover_sources
 from tasks.index import index_batch, plan_ingest
+from tasks.review import apply_decisions, pending_documents
 
 discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover_sources)
 plan_task = task(name="plan-ingest", cache_policy=NO_CACHE)(plan_ingest)
 index_batch_task = task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600)(
     index_batch
 )
+
+
+list_pending_task = task(name="list-pending-reviews", cache_policy=NO_CACHE)(pending_documents)
+# Each decision is a compare-and-set that writes one audit row: never retried, never cached.
+apply_decisions_task = task(name="apply-review-decisions", cache_policy=NO_CACHE)(apply_decisions)
