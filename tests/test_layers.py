@@ -192,3 +192,12 @@ def test_importing_the_query_path_loads_no_heavy_library(tmp_path: Path) -> None
     loaded = _imported_after("import kbflow.cli, kbflow.wiring, tasks.retrieve", tmp_path)
     heavy = {"prefect", "great_expectations", "torch", "sentence_transformers", "docling", "dlt"}
     assert loaded & heavy == set()
+
+
+def test_search_never_uses_the_inspection_or_maintenance_paths() -> None:
+    """Reviewers and the reconciler read stored chunks whatever their status; search must not."""
+    query_path = [REPO / "tasks" / "retrieve.py", REPO / "kbflow" / "wiring.py"]
+    for path in query_path:
+        source = path.read_text()
+        for name in ("inspect_document_chunks", "iter_payloads", "export_points", "inspect_draft"):
+            assert name not in source, f"{path.name} uses {name}"
