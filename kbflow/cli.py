@@ -617,6 +617,23 @@ def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> Non
     )
 
 
+def _decide(verb: str, doc_id: str, actor: str, note: str | None, as_json: bool) -> None:
+    """Approve or reject one draft through the state machine, holding the store only briefly."""
+    settings = _settings()
+    from kbflow.wiring import open_registry, store_opener
+    from tasks.review import approve, reject
+
+    transition = approve if verb == "approve" else reject
+    try:
+        with open_registry(settings) as registry:
+            doc = transition(
+                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
+            )
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    _print_decision(doc, {"approve": "approved", "reject": "rejected"}[verb], actor, as_json)
+
+
 @review_app.command("approve")
 def review_approve(
     doc_id: Annotated[str, typer.Argument(help="Document id of a pending_review draft.")],
@@ -629,18 +646,7 @@ def review_approve(
     Only a superadmin or the org's assigned account manager may. Exit code 3 means someone else
     decided first (nothing was changed).
     """
-    settings = _settings()
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.review import approve
-
-    try:
-        with open_registry(settings) as registry:
-            doc = approve(
-                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
-            )
-    except KbflowError as exc:
-        raise _fail_review(exc) from exc
-    _print_decision(doc, "approved", actor, as_json)
+    _decide("approve", doc_id, actor, note, as_json)
 
 
 @review_app.command("reject")
@@ -655,18 +661,7 @@ def review_reject(
     Only a superadmin or the org's assigned account manager may. Exit code 3 means someone else
     decided first (nothing was changed).
     """
-    settings = _settings()
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.review import reject
-
-    try:
-        with open_registry(settings) as registry:
-            doc = reject(
-                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
-            )
-    except KbflowError as exc:
-        raise _fail_review(exc) from exc
-    _print_decision(doc, "rejected", actor, as_json)
+    _decide("reject", doc_id, actor, note, as_json)
 
 
 @review_app.command("edit")
