@@ -173,3 +173,76 @@ class SearchHit:
             "scores": self.scores,
             "text": self.text,
         }
+
+
+# --- research & synthesis ------------------------------------------------------------------
+
+KB_FILENAMES: tuple[str, ...] = (
+    "brand-voice-playbook.md",
+    "product-context.md",
+    "compliance-notes.md",
+    "key-contacts-extracted.md",
+)
+
+
+class SourceTag(StrEnum):
+    """Where a registry document came from."""
+
+    AM_FILE = "am_file"
+    AM_URL = "am_url"
+    AM_PROMPT = "am_prompt"
+    AGENT_SYNTHESIS = "agent_synthesis"
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    """One citable input to research.
+
+    Attributes:
+        cite_id: what a draft cites, without brackets: ``doc:<id>`` for AM inputs,
+            ``url:<url>`` for fetched pages, ``search:<query>`` for web-search results.
+        title: a short human title.
+        text: the input's text (already extracted and bounded).
+        source: ``am_file``, ``am_url``, ``am_prompt``, ``public_homepage``, ``public_x`` or
+            ``public_search``.
+    """
+
+    cite_id: str
+    title: str
+    text: str
+    source: str
+
+    @property
+    def citation(self) -> str:
+        return f"[{self.cite_id}]"
+
+
+@dataclass(frozen=True)
+class ResearchCorpus:
+    """Everything a synthesizer may use, each entry citable by its id."""
+
+    client_name: str
+    entries: tuple[CorpusEntry, ...]
+
+    def cite_ids(self) -> frozenset[str]:
+        return frozenset(e.cite_id for e in self.entries)
+
+    def render(self) -> str:
+        """The corpus as one text, each entry headed by its citation id."""
+        return "\n\n".join(f"{e.citation} {e.title}\n{e.text}" for e in self.entries)
+
+
+@dataclass(frozen=True)
+class DraftDocument:
+    """One synthesized KB document (Markdown)."""
+
+    filename: str
+    title: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    documents: tuple[DraftDocument, ...]
+    consumed_tokens: int
+    model: str
