@@ -1,0 +1,72 @@
+"""The research budget: a cap on outbound fetches and on tokens, charged as the run goes.
+
+Crossing either cap raises :class:`~kbflow.errors.BudgetExceeded`; the research flow then
+persists nothing and counts the event in the Prometheus counter
+``kb_research_budget_exceeded_total{org=...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter
+
+from kbflow.errors import BudgetExceeded, ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_FETCHES = 30
+DEFAULT_MAX_TOKENS = 200_000
+
+BUDGET_EXCEEDED_TOTAL = Counter(
+    "kb_research_budget_exceeded_total",
+    "Research runs stopped because they crossed their fetch or token budget.",
+    ["org"],
+)
+
+
+@dataclass
+class ResearchBudget:
+    """What one research run may spend; every charge is checked before it is recorded."""
+
+    org_id: str
+    max_fetches: int = DEFAULT_MAX_FETCHES
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    fetches: int = 0
+    tokens: int = 0
+    charges: list[tuple[str, str, int]] = field(default_factory=list)  # (kind, what, amount)
+
+    def __post_init__(self) -> None:
+        if self.max_fetches < 0:
+            raise ConfigError(f"max_fetches must be >= 0. Currently it is {self.max_fetches}.")
+        if self.max_tokens <= 0:
+            raise ConfigError(f"budget_cap_tokens must be > 0. Currently it is {self.max_tokens}.")
+
+    def charge_fetch(self, what: str) -> None:
+        """Count one outbound fetch (before it is made)."""
+        if self.fetches + 1 > self.max_fetches:
+            self._exceeded(
+                f"fetch of {what} would be fetch {self.fetches + 1} of {self.max_fetches}"
+            )
+        self.fetches += 1
+        self.charges.append(("fetch", what, 1))
+
+    def charge_tokens(self, amount: int, what: str) -> None:
+        """Count ``amount`` tokens for ``what`` (corpus, a public block, the prompt, the reply)."""
+        if amount < 0:
+            raise ConfigError(f"a token charge cannot be negative. Currently it is {amount}.")
+        if self.tokens + amount > self.max_tokens:
+            self._exceeded(
+                f"{what} needs {amount} tokens; {self.tokens} of {self.max_tokens} are spent"
+            )
+        self.tokens += amount
+        self.charges.append(("tokens", what, amount))
+
+    def _exceeded(self, detail: str) -> None:
+        BUDGET_EXCEEDED_TOTAL.labels(org=self.org_id).inc()
+        log.warning("research budget exceeded for org %s: %s", self.org_id, detail)
+        raise BudgetExceeded(
+            f"research budget exceeded for org {self.org_id!r}: {detail}. Nothing was persisted; "
+            "raise the budget (--budget) or seed fewer/smaller inputs and run again."
+        )
