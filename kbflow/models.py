@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
 
 class DocStatus(StrEnum):
     """Review state of a document. Only APPROVED (or no status at all) is ever served."""
@@ -246,3 +248,47 @@ class SynthesisResult:
     documents: tuple[DraftDocument, ...]
     consumed_tokens: int
     model: str
+
+
+class AmInput(BaseModel):
+    """One account-manager input as the research API receives it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    doc_id: str = Field(
+        validation_alias=AliasChoices("docId", "doc_id"), serialization_alias="docId"
+    )
+    source: str = Field(description="am_file, am_url or am_prompt")
+    title: str = ""
+    snippet: str = ""
+
+
+class ResearchRequest(BaseModel):
+    """A research run's request, in the original API's shape (camelCase or snake_case)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    org_id: str = Field(
+        validation_alias=AliasChoices("orgId", "org_id"), serialization_alias="orgId"
+    )
+    client_name: str = Field(
+        validation_alias=AliasChoices("clientName", "client_name"), serialization_alias="clientName"
+    )
+    am_inputs: list[AmInput] = Field(default_factory=list)
+    budget_cap_tokens: int = Field(200_000, gt=0)
+    model: str | None = None
+
+
+class ResearchDocumentOut(BaseModel):
+    filename: str
+    title: str
+    content: str
+
+
+class ResearchResponse(BaseModel):
+    """A research run's outcome, in the original API's shape."""
+
+    synthesis_run_id: str | None
+    budget_exceeded: bool
+    documents: list[ResearchDocumentOut] = Field(default_factory=list)
+    consumed_tokens: int = 0
