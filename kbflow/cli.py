@@ -45,6 +45,11 @@ app.add_typer(store_app, name="store")
 app.add_typer(orgs_app, name="orgs")
 app.add_typer(users_app, name="users")
 app.add_typer(review_app, name="review")
+seed_app = typer.Typer(
+    help="An account manager's seed bundle for research: files, URLs and free-text prompts.",
+    invoke_without_command=True,
+)
+app.add_typer(seed_app, name="seed")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -838,6 +843,91 @@ def _audit_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     change = f"{was} → {now.pop('status', None) or '—'}"
     extras = ", ".join(f"{k}={v}" for k, v in now.items())
     return f"{change} ({extras})" if extras else change
+
+
+@seed_app.callback()
+def seed(
+    ctx: typer.Context,
+    org: Annotated[str | None, typer.Option("--org", help="Organisation id.")] = None,
+    file: Annotated[
+        list[Path] | None, typer.Option("--file", help="A file to seed (repeatable, max 20).")
+    ] = None,
+    url: Annotated[
+        list[str] | None, typer.Option("--url", help="A URL to research (repeatable).")
+    ] = None,
+    prompt: Annotated[
+        list[str] | None, typer.Option("--prompt", help="Free-text guidance (repeatable).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Seed research inputs for an org (`kbflow seed --org ORG --file F --url U --prompt T`).
+
+    Files are at most 25 MB each and 20 per bundle; a bundle over a limit stores nothing. The
+    first http(s) URL is taken as the client's homepage. Inputs are readable by reviewers and
+    never returned to agents. `kbflow seed list --org ORG` lists them.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not org:
+        raise _fail(KbflowError("--org is required to seed inputs."))
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from sinks.vectors import open_vector_store
+    from tasks.embed import get_embedder
+    from tasks.extract import file_to_document
+    from tasks.seed import SeedBundle, seed_bundle
+
+    bundle = SeedBundle(tuple(file or ()), tuple(url or ()), tuple(prompt or ()))
+    max_bytes = int(settings.max_file_mb * 1024 * 1024)
+    try:
+        bundle.check()
+        with open_registry(settings) as registry, open_vector_store(settings) as store:
+            report = seed_bundle(
+                bundle,
+                org,
+                registry=registry,
+                store=store,
+                embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+                extract_file=lambda src: file_to_document(src.path, max_bytes=max_bytes),
+            )
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    result = {
+        "org": org,
+        "stored": report.documents,
+        "doc_ids": report.doc_ids,
+        "skipped": [{"source": s, "reason": r} for s, r in report.skipped],
+    }
+    if as_json:
+        _print_json(result)
+        return
+    console.print(f"seeded {report.documents} new input(s) for {escape(org)}")
+    for source, reason in report.skipped:
+        console.print(f"  [yellow]skipped[/yellow] {escape(source)}: {escape(reason)}")
+
+
+@seed_app.command("list")
+def seed_list(org: OrgOpt, as_json: JsonOpt = False) -> None:
+    """List an org's seed inputs (am_file, am_url, am_prompt)."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from tasks.seed import list_seeds
+
+    try:
+        with open_registry(settings) as registry:
+            registry.get_org(org)
+            seeds = list_seeds(registry, org)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json([d.to_dict() for d in seeds])
+        return
+    table = Table(title=f"seed inputs of {org} ({len(seeds)})")
+    for col in ("id", "tag", "title", "uri"):
+        table.add_column(col)
+    for d in seeds:
+        table.add_row(d.id, d.source_tag or "", escape(d.title[:60]), escape(d.uri[:60]))
+    console.print(table)
 
 
 @app.command()
