@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kbflow.errors import ConfigError, ExtractionError
 from kbflow.models import ExtractedDocument, Section
+from tasks.chunk import markdown_to_sections
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class Source:
     content_hash: str
     path: Path
     record: tuple[str, str] | None = None  # (title, text) for corpus records
+    markdown: bool = False  # the record's text is Markdown: split it at its headings
 
     @property
     def name(self) -> str:
@@ -134,6 +136,13 @@ def record_to_document(source: Source) -> ExtractedDocument:
     title, text = source.record
     if not text and not title:
         raise ExtractionError(f"record {source.name} in {source.path.name} has no title or text.")
+    if source.markdown:
+        return ExtractedDocument(
+            title=title or source.name,
+            uri=source.uri,
+            sections=tuple(markdown_to_sections(text, title=title or source.name)),
+            source_format="md",
+        )
     heading = (title,) if title else ()
     return ExtractedDocument(
         title=title or source.name,
