@@ -57,3 +57,11 @@ class BudgetExceeded(KbflowError, RuntimeError):
 
 class UnsafeUrl(KbflowError, ValueError):
     """A URL points somewhere kbflow refuses to fetch (private address, bad scheme...)."""
+
+
+class SynthesisInvalid(KbflowError, ValueError):
+    """Draft KB documents break the synthesis contract (count, names, footer or citations)."""
+
+
+class SynthesisFailed(KbflowError, RuntimeError):
+    """A synthesizer could not produce valid drafts (API error, or invalid output after repair)."""

@@ -19,16 +19,12 @@ from kbflow.errors import BudgetExceeded, KbflowError
 from kbflow.models import CorpusEntry
 from tasks.budget import ResearchBudget
 from tasks.fetch import FetchResult, safe_get
+from tasks.synthesize import estimate_tokens
 
 log = logging.getLogger(__name__)
 
 MAX_BLOCK_CHARS = 6_000
 Fetcher = Callable[[str], FetchResult]
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate (about 4 characters per token), used for budgeting."""
-    return max(1, len(text) // 4) if text else 0
 
 
 @dataclass(frozen=True)
