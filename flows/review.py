@@ -61,7 +61,12 @@ class ReviewDecision(RunInput):
 
 
 @flow(name="review")
-def review(org: str, reviewer: str | None = None, timeout_s: int = 3600) -> dict[str, Any]:
+def review(
+    org: str,
+    reviewer: str | None = None,
+    timeout_s: int = 3600,
+    synthesis_run_id: str | None = None,
+) -> dict[str, Any]:
     """Pause for a reviewer's decisions on the org's pending drafts, then apply them.
 
     Args:
@@ -69,6 +74,7 @@ def review(org: str, reviewer: str | None = None, timeout_s: int = 3600) -> dict
         reviewer: user id to prefill in the form (whoever resumes may change it).
         timeout_s: how long to wait for the form; after that the run fails and every document
             stays pending_review.
+        synthesis_run_id: review only the drafts of this research run.
 
     Returns:
         A report: org, reviewer, pending, applied, skipped, failed and one outcome per decision.
@@ -80,7 +86,7 @@ def review(org: str, reviewer: str | None = None, timeout_s: int = 3600) -> dict
     registry = SqlRegistry.open(settings.registry_url)
     try:
         registry.get_org(org)
-        pending = list_pending_task(registry, org)
+        pending = list_pending_task(registry, org, synthesis_run_id)
     finally:
         registry.close()  # hold nothing while paused
     if not pending:

@@ -931,6 +931,80 @@ def seed_list(org: OrgOpt, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
+def research(
+    org: OrgOpt,
+    client_name: Annotated[str, typer.Option("--client-name", help="The client's name.")],
+    model: Annotated[
+        str | None, typer.Option(help="Anthropic model (default: KB_RESEARCH_MODEL).")
+    ] = None,
+    budget: Annotated[
+        int, typer.Option("--budget", min=1, help="Token budget for the run.")
+    ] = 200_000,
+    actor: Annotated[
+        str | None, typer.Option("--as", help="Reviewer to prefill in the review form.")
+    ] = None,
+    review_timeout: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds to wait for the review form (default: 3600 with a Prefect server, "
+            "else 0 = don't pause)."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Draft the four KB documents for an org from its seed bundle, then pause for review.
+
+    Uses Anthropic when ANTHROPIC_API_KEY is set, else the offline extractive synthesizer. The
+    drafts are pending_review (never searchable) until approved. With a Prefect server
+    (`kbflow server`, PREFECT_API_URL exported) the run pauses for the review form in the UI;
+    without one, review with `kbflow review list/approve/reject`.
+    """
+    import os
+
+    _settings()
+    from flows.research import research as research_flow
+
+    timeout = review_timeout
+    if timeout is None:
+        timeout = 3600 if os.environ.get("PREFECT_API_URL") else 0
+    try:
+        report = research_flow(
+            org=org,
+            client_name=client_name,
+            model=model,
+            budget_cap_tokens=budget,
+            reviewer=actor,
+            review_timeout_s=timeout,
+        )
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(report)
+        return
+    if report["budget_exceeded"]:
+        console.print(
+            f"[red]budget exceeded[/red] after {report['consumed_tokens']} tokens: nothing was "
+            "persisted. Raise --budget or seed less."
+        )
+        for note in report["notes"]:
+            console.print(f"  {escape(note)}")
+        raise typer.Exit(1)
+    console.print(
+        f"research run [bold]{report['synthesis_run_id']}[/bold] ({report['synthesizer']}, "
+        f"{report['consumed_tokens']} tokens): {len(report['documents'])} drafts pending review"
+    )
+    for doc_id, doc in zip(report["doc_ids"], report["documents"], strict=False):
+        console.print(f"  {doc_id}  {escape(doc['filename'])}")
+    for note in report["notes"]:
+        console.print(f"  [dim]{escape(note)}[/dim]")
+    if "review" not in report:
+        console.print(
+            f"review them: kbflow review list --org {org} --as USER, then "
+            "kbflow review approve|edit|reject DOC_ID --as USER"
+        )
+
+
+@app.command()
 def audit(
     org: OrgOpt,
     doc: Annotated[str | None, typer.Option("--doc", help="Only this document's rows.")] = None,

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     research_max_fetches: int = Field(
         30, ge=0, description="Outbound fetches allowed per research run."
     )
+    research_offline: bool = Field(
+        False, description="Skip public context (homepage, X, web search) in research runs."
+    )
     research_fetch_timeout_s: float = Field(
         10.0, gt=0, description="Time limit per research fetch (each redirect hop included)."
     )

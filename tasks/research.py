@@ -88,6 +88,7 @@ def run_research(
     max_fetches: int = 30,
     fetch: Fetcher | None = None,
     search_provider: SearchProvider | None = None,
+    public_context: bool = True,
 ) -> ResearchOutcome:
     """Build the corpus, synthesize, validate and persist four pending drafts.
 
@@ -106,15 +107,20 @@ def run_research(
         budget.charge_tokens(
             sum(estimate_tokens(e.text) for e in am_entries) or 0, "account-manager corpus"
         )
-        public = gather_public_context(
-            request.client_name,
-            homepage_of(seeds, am_entries),
-            budget=budget,
-            fetch=fetch,
-            search_provider=search_provider,
-        )
-        notes.extend(public.notes)
-        corpus = build_corpus(request.client_name, [*am_entries, *public.entries])
+        public = []
+        if public_context:
+            found = gather_public_context(
+                request.client_name,
+                homepage_of(seeds, am_entries),
+                budget=budget,
+                fetch=fetch,
+                search_provider=search_provider,
+            )
+            notes.extend(found.notes)
+            public = found.entries
+        else:
+            notes.append("public context skipped (research offline): AM inputs only")
+        corpus = build_corpus(request.client_name, [*am_entries, *public])
         budget.charge_tokens(estimate_tokens(SYSTEM_PROMPT), "prompt")
         remaining = budget.max_tokens - budget.tokens
         result = synthesizer.synthesize(

@@ -394,9 +394,14 @@ class DraftView:
         return "\n\n".join(self.chunks)
 
 
-def pending_documents(registry: SqlRegistry, org_id: str) -> list[DocRecord]:
-    """The org's documents awaiting a review decision (for the review flow's form)."""
-    return registry.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
+def pending_documents(
+    registry: SqlRegistry, org_id: str, synthesis_run_id: str | None = None
+) -> list[DocRecord]:
+    """The org's documents awaiting a review decision (of one synthesis run, if given)."""
+    docs = registry.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
+    if synthesis_run_id is not None:
+        docs = [d for d in docs if d.synthesis_run_id == synthesis_run_id]
+    return docs
 
 
 def list_drafts(

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.discover import discover_sources
 from tasks.index import index_batch, plan_ingest
+from tasks.research import run_research
 from tasks.review import apply_decisions, pending_documents
 
 discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover_sources)
@@ -24,3 +25,5 @@ index_batch_task = task(name="index-batch", cache_policy=NO_CACHE, timeout_secon
 list_pending_task = task(name="list-pending-reviews", cache_policy=NO_CACHE)(pending_documents)
 # Each decision is a compare-and-set that writes one audit row: never retried, never cached.
 apply_decisions_task = task(name="apply-review-decisions", cache_policy=NO_CACHE)(apply_decisions)
+# Research persists only after a whole successful run; a retry would start a new run.
+research_task = task(name="research-and-persist-drafts", cache_policy=NO_CACHE)(run_research)

@@ -455,3 +455,118 @@ def test_no_pending_documents_returns_without_pausing(
     assert rc == 0
     assert report is not None
     assert (report["pending"], report["applied"], report["outcomes"]) == (0, 0, [])
+
+
+RESEARCH_CHILD = (
+    "import json, sys\n"
+    "from flows.research import research\n"
+    "run = research.with_options(flow_run_name=sys.argv[1])\n"
+    "report = run(org=sys.argv[2], client_name='Fresh Foods', reviewer=sys.argv[3],\n"
+    "             review_timeout_s=120)\n"
+    "print('REPORT ' + json.dumps(report))\n"
+)
+BRIEF = """# Fresh Foods brief
+
+## Voice
+Our voice is warm, plain and reassuring. Example: "Hi Ana, your order is on its way!"
+Avoid jargon such as "synergy" and never promise health cures.
+
+## Products
+Fresh Foods sells organic baby food jars in Belgium and the Netherlands, from 2.49 EUR a jar.
+
+## Compliance
+Baby food must follow EU food safety and labelling rules. Customer data is processed under GDPR.
+
+## Contacts
+Ann Lee, support lead, ann.lee@fresh-foods.example. Escalate recalls to Tom Dubois, quality lead.
+"""
+
+
+def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
+    prefect_server: Server,
+    server_env: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+    tmp_path: Path,
+) -> None:
+    """Brand-new org -> seed -> research (offline) -> 4 hidden drafts -> paused review:
+    approve two, reject two -> exactly the two approved become searchable."""
+    from tasks.extract import file_to_document
+    from tasks.seed import SeedBundle, seed_bundle
+
+    org = "fresh"
+    registry.ensure_org(org, "Fresh Foods")
+    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.assign_am(org, AM)
+    brief = tmp_path / "brief.md"
+    brief.write_text(BRIEF)
+    with open_vector_store(settings) as store:
+        seed_bundle(
+            SeedBundle(files=(brief,), prompts=("Focus on parents of babies under one.",)),
+            org, registry=registry, store=store, embedder=embedder,
+            extract_file=lambda s: file_to_document(s.path),
+        )  # fmt: skip
+
+    name = f"research-test-{uuid.uuid4().hex[:12]}"
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    env = {**server_env, "KBFLOW_RESEARCH_OFFLINE": "true"}  # the child is not network-guarded
+    with out.open("wb") as fo, err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RESEARCH_CHILD, name, org, AM],
+            cwd=REPO, env=env, stdout=fo, stderr=fe,
+        )  # fmt: skip
+    child = ReviewChild(proc, f"{name}-review", out, err)
+    try:
+        run_id = child.wait_until_waiting_for_input(prefect_server, timeout_s=120)
+        drafts = [d for d in registry.list_documents(org) if d.source_tag == "agent_synthesis"]
+        assert len(drafts) == 4 and {d.status for d in drafts} == {"pending_review"}
+        (synthesis_run,) = {d.synthesis_run_id for d in drafts}
+        hidden = set().union(*_fresh_visible(settings, registry, embedder, org).values())
+        assert not hidden & {d.id for d in drafts}  # no search returns a pending draft
+
+        by_name = {Path(d.uri).name: d.id for d in drafts}
+        approve = [by_name["product-context.md"], by_name["key-contacts-extracted.md"]]
+        reject = [by_name["brand-voice-playbook.md"], by_name["compliance-notes.md"]]
+        prefect_server.resume(
+            run_id,
+            {
+                "reviewer": AM,
+                "decisions": [{"doc_id": d, "action": "approve"} for d in approve]
+                + [{"doc_id": d, "action": "reject"} for d in reject],
+            },
+        )
+        rc, report = child.finish(timeout_s=120)
+        assert rc == 0, child.output()
+        assert report is not None and report["synthesis_run_id"] == synthesis_run
+        assert report["review"]["applied"] == 4
+    finally:
+        _stop(proc, grace_s=5)
+
+    visible = set().union(*_fresh_visible(settings, registry, embedder, org).values())
+    assert set(approve) <= visible
+    assert not set(reject) & visible
+    assert visible & {d.id for d in drafts} == set(approve)
+    rows = [r for r in registry.audit_trail(org) if r.doc_id in set(approve) | set(reject)]
+    decisions = [r for r in rows if r.action != AuditAction.CREATED.value]
+    assert (
+        sorted(r.action for r in decisions)
+        == ["kb.document.approved"] * 2 + ["kb.document.rejected"] * 2
+    )
+    assert {r.synthesis_run_id for r in rows} == {synthesis_run}
+
+
+def _fresh_visible(
+    settings: Settings, registry: SqlRegistry, embedder: Any, org: str
+) -> dict[str, set[str]]:
+    queries = ["organic baby food jars price", "support lead email", "warm plain voice"]
+    found: dict[str, set[str]] = {}
+    with open_vector_store(settings) as store:
+        for mode in SearchMode:
+            ids: set[str] = set()
+            for q in queries:
+                hits = search(q, Scope(org_id=org), store=store, registry=registry,
+                              embedder=embedder, mode=mode)  # fmt: skip
+                ids |= {h.doc_id for h in hits}
+            found[mode.value] = ids
+    return found
