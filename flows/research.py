@@ -28,11 +28,13 @@ def research(
     budget_cap_tokens: int = 200_000,
     reviewer: str | None = None,
     review_timeout_s: int = 3600,
+    offline: bool | None = None,
 ) -> dict[str, Any]:
     """Draft the four KB documents for ``org`` and pause for their review.
 
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
+    ``offline`` skips public context (default: the ``KBFLOW_RESEARCH_OFFLINE`` setting).
     """
     logger = get_run_logger()
     settings = Settings()
@@ -55,7 +57,7 @@ def research(
                 synthesizer=choose_synthesizer(request, key, embedder),
                 max_fetches=settings.research_max_fetches,
                 fetch=lambda url: safe_get(url, timeout_s=settings.research_fetch_timeout_s),
-                public_context=not settings.research_offline,
+                public_context=not (settings.research_offline if offline is None else offline),
             )
     finally:
         registry.close()  # hold nothing while the review pauses

@@ -80,6 +80,7 @@ def run_demo(
                 }
             )
 
+    research = _research_step(settings, corpus.files, show_progress=show_progress)
     result = {
         "org": DEMO_ORG,
         "client": CLIENT_NAME,
@@ -91,11 +92,72 @@ def run_demo(
         ],
         "draft": {"file": pending_name, "status": draft.status, "stored_chunks": draft_chunks},
         "queries": queries,
-        "ok": all(q["ok"] for q in queries),
+        "research": research,
+        "ok": all(q["ok"] for q in queries) and research["ok"],
     }
     if console is not None:
         _print_report(console, result)
     return result
+
+
+def _research_step(settings: Settings, files: list[Path], *, show_progress: bool) -> dict[str, Any]:
+    """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
+    hidden, approve one as the org's AM and show that it becomes searchable."""
+    from kbflow.wiring import open_registry, search_context
+    from sinks.vectors import open_vector_store
+    from tasks import review
+    from tasks.embed import get_embedder
+    from tasks.extract import file_to_document
+    from tasks.seed import SeedBundle, seed_bundle
+
+    bundle = SeedBundle(
+        files=tuple(
+            f for f in files if f.suffix in (".md", ".html", ".csv") and "draft" not in f.name
+        ),
+        prompts=("Larkspur's agents answer customers about bikes, warranty and orders.",),
+    )
+    embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        seed_bundle(
+            bundle, DEMO_ORG, registry=registry, store=store, embedder=embedder,
+            extract_file=lambda s: file_to_document(s.path),
+        )  # fmt: skip
+        drafts = _latest_run(registry)
+    if not drafts:  # one research run per demo home: re-runs reuse it
+        from flows.research import research
+
+        # The demo never fetches the web: its client is fictional.
+        research(org=DEMO_ORG, client_name=CLIENT_NAME, review_timeout_s=0, offline=True)
+        with open_registry(settings) as registry:
+            drafts = _latest_run(registry)
+    question = "What bikes does Larkspur sell and at what price?"
+    with search_context(settings) as ctx:
+        seen = {h.doc_id for m in SearchMode for h in ctx.search(question, Scope(DEMO_ORG), mode=m)}
+        pending = [d for d in drafts if d.status == DocStatus.PENDING_REVIEW.value]
+        hidden = not seen & {d.id for d in pending}
+        product = next(d for d in drafts if d.uri.endswith("product-context.md"))
+        if product.status == DocStatus.PENDING_REVIEW.value:
+            review.approve(
+                product.id, DEMO_AM, registry=ctx.registry, open_store=review.held(ctx.store),
+                note="demo: approved by the account manager",
+            )  # fmt: skip
+        shown = product.id in {h.doc_id for h in ctx.search(question, Scope(DEMO_ORG), top_k=20)}
+        final = ctx.registry.get_documents(d.id for d in drafts)
+    return {
+        "synthesis_run_id": drafts[0].synthesis_run_id if drafts else None,
+        "drafts": [{"file": _file_of(d.uri), "status": final[d.id].status} for d in drafts],
+        "hidden_while_pending": hidden,
+        "approved_is_searchable": shown,
+        "ok": len(drafts) == 4 and hidden and shown,
+    }
+
+
+def _latest_run(registry: Any) -> list[Any]:
+    drafts = [d for d in registry.list_documents(DEMO_ORG) if d.source_tag == "agent_synthesis"]
+    if not drafts:
+        return []
+    latest = max(drafts, key=lambda d: d.created_at).synthesis_run_id
+    return [d for d in drafts if d.synthesis_run_id == latest]
 
 
 def _file_of(uri: str) -> str:
@@ -137,5 +199,18 @@ def _print_report(console: Console, r: dict[str, Any]) -> None:
                 f"{r['draft']['stored_chunks']} chunks stored — invisible to agents until an AM "
                 "approves it."
             )
+    res = r["research"]
+    console.rule("[bold]research: four KB drafts from the seed bundle (offline synthesizer)")
+    console.print(f"synthesis run {res['synthesis_run_id']}")
+    for d in res["drafts"]:
+        console.print(f"  {d['file']:<28} {d['status']}")
+    console.print(
+        f"pending drafts hidden from search: {'yes' if res['hidden_while_pending'] else 'NO'}; "
+        f"product-context.md approved by the AM and now searchable: "
+        f"{'yes' if res['approved_is_searchable'] else 'NO'}"
+    )
+    console.print(
+        "[dim]review the rest: kbflow review list --org larkspur --as am@agency.example[/dim]"
+    )
     verdict = "[green]all checks passed[/green]" if r["ok"] else "[red]some checks failed[/red]"
     console.rule(verdict)

@@ -69,10 +69,18 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
         not h["uri"].endswith("pricing-2027-draft.md") for h in json.loads(hidden.stdout)["hits"]
     )
 
-    listed = _kbflow("docs", "list", "--org", "larkspur", "--json", home=home)
+    listed = _kbflow(
+        "docs", "list", "--org", "larkspur", "--collection", "handbook-and-policies", "--json",
+        home=home,
+    )  # fmt: skip
     statuses = sorted(d["status"] for d in json.loads(listed.stdout))
     assert statuses == ["approved"] * 5 + ["pending_review"]
+    research = report["research"]
+    assert research["ok"] and research["hidden_while_pending"]
+    assert sorted(d["status"] for d in research["drafts"]) == ["approved"] + ["pending_review"] * 3
 
     rerun = _kbflow("demo", "--json", home=home)
     assert rerun.returncode == 0
-    assert all(i["documents"] == 0 for i in json.loads(rerun.stdout)["ingest"])
+    again = json.loads(rerun.stdout)
+    assert all(i["documents"] == 0 for i in again["ingest"])
+    assert again["research"]["synthesis_run_id"] == research["synthesis_run_id"]
