@@ -14,6 +14,7 @@ from kbflow.models import ResearchRequest
 from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
+from tasks.budget import push_metrics
 from tasks.embed import get_embedder
 from tasks.fetch import safe_get
 from tasks.research import choose_synthesizer
@@ -62,6 +63,8 @@ def research(
     finally:
         registry.close()  # hold nothing while the review pauses
     report = outcome.to_dict()
+    if settings.metrics_pushgateway:
+        push_metrics(settings.metrics_pushgateway, org)
     for note in outcome.notes:
         logger.warning("research %s: %s", org, note)
     if outcome.response.budget_exceeded:

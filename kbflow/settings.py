@@ -68,6 +68,10 @@ class Settings(BaseSettings):
         10.0, gt=0, description="Time limit per research fetch (each redirect hop included)."
     )
 
+    metrics_pushgateway: str | None = Field(
+        None, description="Prometheus Pushgateway address research runs push their metrics to."
+    )
+
     @field_validator("chunk_overlap_words")
     @classmethod
     def _overlap_below_cap(cls, v: int, info: object) -> int:

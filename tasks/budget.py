@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter
+from prometheus_client import REGISTRY, Counter, push_to_gateway
 
 from kbflow.errors import BudgetExceeded, ConfigError
 
@@ -70,3 +70,17 @@ class ResearchBudget:
             f"research budget exceeded for org {self.org_id!r}: {detail}. Nothing was persisted; "
             "raise the budget (--budget) or seed fewer/smaller inputs and run again."
         )
+
+
+def push_metrics(gateway: str, org_id: str) -> bool:
+    """Push this process's research metrics to a Prometheus Pushgateway (job ``kbflow_research``,
+    grouped by org). Research runs are short-lived processes, so they push rather than wait to
+    be scraped. Returns False (and logs) if the gateway cannot be reached."""
+    try:
+        push_to_gateway(
+            gateway, job="kbflow_research", grouping_key={"org": org_id}, registry=REGISTRY
+        )
+    except OSError as exc:
+        log.warning("could not push metrics to %s: %s", gateway, exc)
+        return False
+    return True

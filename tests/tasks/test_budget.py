@@ -48,3 +48,40 @@ def test_bad_budgets_are_config_errors() -> None:
         ResearchBudget("x", max_tokens=0)
     with pytest.raises(ConfigError, match="negative"):
         ResearchBudget("x").charge_tokens(-1, "x")
+
+
+def test_metrics_are_pushed_to_a_gateway() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tasks.budget import push_metrics
+
+    received: list[tuple[str, str, bytes]] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.command, self.path, body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Gateway)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    with pytest.raises(BudgetExceeded):
+        ResearchBudget("pushed", max_fetches=0).charge_fetch("https://a.example/")
+    assert push_metrics(f"127.0.0.1:{server.server_port}", "pushed")
+    thread.join(timeout=10)
+    server.server_close()
+    (method, path, body) = received[0]
+    assert method == "PUT" and path == "/metrics/job/kbflow_research/org/pushed"
+    assert b'kb_research_budget_exceeded_total{org="pushed"} 1.0' in body
+
+
+def test_an_unreachable_gateway_is_logged_not_raised() -> None:
+    from tasks.budget import push_metrics
+
+    assert push_metrics("127.0.0.1:9", "nobody") is False
