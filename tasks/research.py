@@ -105,7 +105,7 @@ def run_research(
         if not am_entries:
             notes.append("no seed inputs: research uses public context only")
         budget.charge_tokens(
-            sum(estimate_tokens(e.text) for e in am_entries) or 0, "account-manager corpus"
+            sum(estimate_tokens(e.text) for e in am_entries), "account-manager corpus"
         )
         public = []
         if public_context:
