@@ -186,7 +186,7 @@ def _run(embedder: Any, examples: int, steps: int) -> None:
 
 
 def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
-    _run(embedder, examples=80, steps=25)
+    _run(embedder, examples=100, steps=25)
     assert CHECKS["steps"] >= 2000, CHECKS
 
 
