@@ -143,7 +143,7 @@ class QdrantEdgeStore:
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
         import qdrant_edge as qe
 
-        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        flt = _doc_filter(doc_id)
         self._shard.update(qe.UpdateOperation.set_payload_by_filter(flt, payload))
         self._shard.flush()
 
@@ -151,7 +151,7 @@ class QdrantEdgeStore:
         import qdrant_edge as qe
 
         flt = qe.Filter(
-            must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))],
+            must=[_doc_filter(doc_id)],
             must_not=[
                 qe.FieldCondition(key="content_hash", match=qe.MatchValue(keep_content_hash))
             ],
@@ -162,14 +162,14 @@ class QdrantEdgeStore:
     def delete_document(self, doc_id: str) -> None:
         import qdrant_edge as qe
 
-        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        flt = _doc_filter(doc_id)
         self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
         self._shard.flush()
 
     def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
         import qdrant_edge as qe
 
-        flt = qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+        flt = _doc_filter(doc_id)
         out: list[StoredHit] = []
         offset = None
         while True:
@@ -240,6 +240,13 @@ class QdrantEdgeStore:
         finally:
             _release_lock(self._lock_fd)
             self._lock_fd = None
+
+
+def _doc_filter(doc_id: str) -> Any:
+    """Every point of one document (maintenance and inspection; never a gate)."""
+    import qdrant_edge as qe
+
+    return qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
 
 
 def _edge_config() -> Any:

@@ -270,8 +270,7 @@ def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, acto
             action=AuditAction.SUPERSEDED,
         )
     except ReviewConflict:
-        current = registry.get_document(doc.id)
-        store.set_document_payload(doc.id, {"status": current.status})
+        sync_document(registry.get_document(doc.id), store)
         log.warning("version %s changed state during supersede; payload re-synced", doc.id)
         return False
     return True
