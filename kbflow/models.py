@@ -38,6 +38,14 @@ LEGACY_STATUS_MAP: dict[str, str] = {
 }
 
 
+class JobStatus(StrEnum):
+    """State of a long-running ingest job."""
+
+    PROCESSING = "PROCESSING"
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+
+
 class AuditAction(StrEnum):
     """What an audit row records. Each review transition writes exactly one row."""
 
@@ -65,11 +73,52 @@ AUDIENCE_ALL = "all"
 
 
 @dataclass(frozen=True)
+class Location:
+    """Where in its source a passage sits: page (PDF), slide (PPTX), sheet (XLSX) or a time
+    range in seconds (audio, video). Unset fields do not apply to the format."""
+
+    page: int | None = None
+    slide: int | None = None
+    sheet: str | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        """The set fields only, as stored in a chunk's payload."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Location | None:
+        fields = {k: payload[k] for k in cls.__dataclass_fields__ if payload.get(k) is not None}
+        return cls(**fields) if fields else None
+
+    def describe(self) -> str:
+        """A short human label: "p. 3", "slide 2", "sheet Sales", "00:01:05-00:01:12"."""
+        parts: list[str] = []
+        if self.page is not None:
+            parts.append(f"p. {self.page}")
+        if self.slide is not None:
+            parts.append(f"slide {self.slide}")
+        if self.sheet is not None:
+            parts.append(f"sheet {self.sheet}")
+        if self.start_s is not None:
+            end = f"-{_clock(self.end_s)}" if self.end_s is not None else ""
+            parts.append(f"{_clock(self.start_s)}{end}")
+        return ", ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+@dataclass(frozen=True)
 class Section:
-    """A run of text under one heading path, as extraction found it."""
+    """A run of text under one heading path, as extraction found it, and where it came from."""
 
     heading_path: tuple[str, ...]
     text: str
+    location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +145,7 @@ class Chunk:
     chunk_index: int
     text: str
     heading_path: tuple[str, ...] = ()
+    location: Location | None = None
 
     @property
     def embed_text(self) -> str:
@@ -162,6 +212,7 @@ class SearchHit:
     score: float
     collection: str
     scores: dict[str, float] = field(default_factory=dict)
+    location: Location | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -170,6 +221,7 @@ class SearchHit:
             "title": self.title,
             "uri": self.uri,
             "heading_path": self.heading_path,
+            "location": self.location.to_payload() if self.location else None,
             "collection": self.collection,
             "score": self.score,
             "scores": self.scores,

@@ -30,6 +30,15 @@ _SESSION_HOME = Path(os.environ.setdefault("KBFLOW_TEST_HOME", f"/tmp/kbflow-tes
 configure_environment(Settings(home=_SESSION_HOME))
 
 
+def require_binaries(*names: str) -> None:
+    """Skip the test when a system program it needs (tesseract, ffmpeg) is not installed."""
+    import shutil
+
+    missing = [name for name in names if shutil.which(name) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (`make system-deps` installs them)")
+
+
 def datasets_dir(*parts: str) -> Path:
     """A path under ../shared/datasets, or skip the test when it is absent."""
     path = DATASETS.joinpath(*parts)
@@ -158,3 +167,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if "KBFLOW_TEST_HOME" in os.environ and str(_SESSION_HOME).startswith("/tmp/kbflow-tests-"):
         shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_whisper_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny, randomly initialised Whisper checkpoint (~14 MB), built in code: the real
+    openai-whisper code path without downloadable weights. Its text is arbitrary tokens.
+
+    ``n_text_ctx=64`` caps decoding at 32 tokens per 30 s window, so a random model cannot
+    spend long generating (a 10 s clip: ~0.2 s here, ~0.5 s with Whisper's usual 448).
+    """
+    whisper = pytest.importorskip("whisper")
+    import torch
+    from whisper.model import ModelDimensions, Whisper
+
+    dims = ModelDimensions(
+        n_mels=80,
+        n_audio_ctx=1500,
+        n_audio_state=64,
+        n_audio_head=2,
+        n_audio_layer=1,
+        n_vocab=51865,
+        n_text_ctx=64,
+        n_text_state=64,
+        n_text_head=2,
+        n_text_layer=1,
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    try:
+        model = Whisper(dims)
+        # Whisper leaves the decoder's positional embedding as torch.empty (real checkpoints
+        # overwrite it): fill it, or the model would depend on whatever memory it got.
+        torch.nn.init.normal_(model.decoder.positional_embedding, std=0.02)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    path = tmp_path_factory.mktemp("whisper") / "tiny-random.pt"
+    torch.save({"dims": dims.__dict__, "model_state_dict": model.state_dict()}, path)
+    whisper.load_model(str(path), device="cpu")  # fail here, not in a test, if it does not load
+    return path

@@ -1,0 +1,1 @@
+"""Evaluations: extraction quality against reference text, retrieval quality on benchmarks."""
