@@ -12,13 +12,14 @@ from prefect import flow, get_run_logger
 from kbflow import progress
 from kbflow.models import DocStatus
 from kbflow.settings import Settings
+from sinks.jobs import JobStore
 from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
-from tasks.discover import Source
 from tasks.embed import get_embedder
-from tasks.extract import SUPPORTED_SUFFIXES, file_to_document
-from tasks.index import BatchReport, IngestSummary, IngestTarget
-from tasks.wrapped import discover_task, index_batch_task, plan_task
+from tasks.extract import SUPPORTED_SUFFIXES
+from tasks.index import BatchReport, IngestSummary, IngestTarget, prefetched
+from tasks.isolate import isolated_extractor
+from tasks.wrapped import discover_task, extract_batch_task, index_batch_task, plan_task
 
 
 @flow(name="ingest")
@@ -31,16 +32,22 @@ def ingest(
     effective_date: dt.date | None = None,
     source_tag: str | None = None,
     actor: str = "system",
+    job_id: str | None = None,
 ) -> dict[str, Any]:
     """Ingest files, directories, globs or JSONL corpora into one org's collection.
 
     Unchanged documents (same content hash) are skipped; a changed one becomes a new version
     and supersedes the old. Returns a report; fails when too many documents could not be read.
+    ``job_id`` names the registry job this run does (see `kbflow.jobs`).
     """
     logger = get_run_logger()
     settings = Settings()
     started = time.perf_counter()
     registry = SqlRegistry.open(settings.registry_url)
+    if job_id is not None:
+        from prefect.runtime import flow_run
+
+        JobStore(registry).update_runner(job_id, flow_run_id=str(flow_run.id))
     try:
         registry.ensure_org(org)
         coll = registry.ensure_collection(org, collection)
@@ -66,30 +73,27 @@ def ingest(
         progress.advance("index", 0, total=len(plan.work))
         total = BatchReport()
         embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
-        max_bytes = int(settings.max_file_mb * 1024 * 1024)
-
-        def extract(source: Source) -> Any:
-            return file_to_document(
-                source.path, max_bytes=max_bytes, artifacts_path=settings.docling_artifacts_path
-            )
 
         if plan.work:
-            with open_vector_store(settings) as store:
+            with isolated_extractor(settings) as extract:
                 size = settings.ingest_batch_docs
                 for start in range(0, len(plan.work), size):
                     batch = plan.work[start : start + size]
-                    total.merge(
-                        index_batch_task(
-                            batch,
-                            target,
-                            store=store,
-                            registry=registry,
-                            embedder=embedder,
-                            extract_file=extract,
-                            max_words=settings.chunk_max_words,
-                            overlap_words=settings.chunk_overlap_words,
+                    extracted = extract_batch_task(batch, extract)
+                    # The store is held only while writing, not while parsing or transcribing.
+                    with open_vector_store(settings) as store:
+                        total.merge(
+                            index_batch_task(
+                                batch,
+                                target,
+                                store=store,
+                                registry=registry,
+                                embedder=embedder,
+                                extract_file=prefetched(extracted),
+                                max_words=settings.chunk_max_words,
+                                overlap_words=settings.chunk_overlap_words,
+                            )
                         )
-                    )
                     progress.advance("index", len(batch))
         summary = IngestSummary.build(
             plan,

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbflow.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
-from kbflow.models import DocStatus, Role, Scope, SearchMode
+from kbflow.models import DocStatus, JobStatus, Role, Scope, SearchMode
 from kbflow.settings import Settings, configure_environment
 
 if TYPE_CHECKING:
@@ -50,6 +50,10 @@ seed_app = typer.Typer(
     invoke_without_command=True,
 )
 app.add_typer(seed_app, name="seed")
+jobs_app = typer.Typer(
+    help="Background ingest jobs (audio, video, large files).", no_args_is_help=True
+)
+app.add_typer(jobs_app, name="jobs")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -127,9 +131,19 @@ def ingest(
     source_tag: Annotated[
         str | None, typer.Option(help="Free tag recorded on each document.")
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Ingest audio, video and large files here too, instead of as a job."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest documents into an org's collection (unchanged files are skipped)."""
+    """Ingest documents into an org's collection (unchanged files are skipped).
+
+    Audio, video and files over KBFLOW_JOB_THRESHOLD_MB are handed to a background job, whose
+    id is printed at once: follow it with `kbflow jobs status ID`. `--wait` ingests them here.
+    """
     settings = _settings()
     try:
         eff = dt.date.fromisoformat(effective_date) if effective_date else None
@@ -149,6 +163,7 @@ def ingest(
             effective_date=eff,
             source_tag=source_tag,
             show_progress=not as_json,
+            wait=wait,
         )
     except KbflowError as exc:
         raise _fail(exc) from exc
@@ -169,21 +184,47 @@ def run_ingest(
     effective_date: dt.date | None = None,
     source_tag: str | None = None,
     show_progress: bool = True,
+    wait: bool = True,
 ) -> dict[str, Any]:
-    """Plan without Prefect; start the ingest flow only when there is work to do."""
+    """Plan without Prefect; start the ingest flow only when there is work to do.
+
+    Unless ``wait``, audio, video and large files go to a background job (see `kbflow.jobs`);
+    the report's ``jobs`` lists them.
+    """
     import time
 
+    from kbflow.jobs import ingest_params, submit_ingest_job
     from kbflow.wiring import open_registry
     from tasks.discover import discover_sources
-    from tasks.extract import SUPPORTED_SUFFIXES
+    from tasks.extract import SUPPORTED_SUFFIXES, runs_long
     from tasks.index import BatchReport, IngestSummary, plan_ingest
 
     started = time.perf_counter()
     sources = discover_sources(paths, SUPPORTED_SUFFIXES)
     with open_registry(settings) as registry:
         plan = plan_ingest(sources, registry, org)
+    jobs: list[dict[str, Any]] = []
+    if not wait:
+        threshold = int(settings.job_threshold_mb * 1024 * 1024)
+        long_files = [w for w in plan.work if runs_long(w.source.path, threshold)]
+        if long_files:
+            job = submit_ingest_job(
+                settings,
+                sorted({str(w.source.path) for w in long_files}),
+                ingest_params(
+                    org=org,
+                    collection=collection,
+                    status=status,
+                    audience=audience,
+                    effective_date=effective_date,
+                    source_tag=source_tag,
+                ),
+            )
+            jobs.append({"id": job.id, "status": job.status.value, "files": len(job.inputs)})
+            plan.work = [w for w in plan.work if w not in long_files]
+            paths = sorted({str(w.source.path) for w in plan.work})
     if not plan.work:
-        return IngestSummary.build(
+        report = IngestSummary.build(
             plan,
             BatchReport(),
             org=org,
@@ -191,6 +232,7 @@ def run_ingest(
             discovered=len(sources),
             seconds=time.perf_counter() - started,
         ).to_dict()
+        return report | {"jobs": jobs}
     from flows.ingest import ingest as ingest_flow
 
     kwargs: dict[str, Any] = dict(
@@ -203,7 +245,7 @@ def run_ingest(
         source_tag=source_tag,
     )
     if not show_progress:
-        return ingest_flow(**kwargs)
+        return ingest_flow(**kwargs) | {"jobs": jobs}
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from kbflow import progress
@@ -223,18 +265,91 @@ def run_ingest(
             bar.advance(task_id, by)
 
         with progress.listening(on_progress):
-            return ingest_flow(**kwargs)
+            return ingest_flow(**kwargs) | {"jobs": jobs}
 
 
 def _print_ingest_report(r: dict[str, Any]) -> None:
+    empty = f", {len(r['empty'])} empty" if r.get("empty") else ""
     console.print(
-        f"[bold]{r['org']}/{r['collection']}[/bold]: {r['discovered']} found, "
+        f"[bold]{escape(r['org'])}/{escape(r['collection'])}[/bold]: {r['discovered']} found, "
         f"{r['new']} new, {r['changed']} changed, {r['unchanged']} unchanged → "
         f"{r['documents']} indexed ({r['chunks']} chunks), {r['superseded']} superseded, "
-        f"{len(r['skipped'])} skipped in {r['seconds']:.1f}s"
+        f"{len(r['skipped'])} skipped{empty} in {r['seconds']:.1f}s"
     )
+    for item in r.get("notes", []):
+        console.print(f"  [cyan]note[/cyan] {escape(item['source'])}: {escape(item['note'])}")
+    for item in r.get("empty", []):
+        console.print(f"  [cyan]empty[/cyan] {escape(item['source'])}: {escape(item['reason'])}")
     for item in r["skipped"]:
-        console.print(f"  [yellow]skipped[/yellow] {item['source']}: {item['reason']}")
+        console.print(
+            f"  [yellow]skipped[/yellow] {escape(item['source'])}: {escape(item['reason'])}"
+        )
+    for job in r.get("jobs", []):
+        console.print(
+            f"  [bold]job {job['id']}[/bold] {job['status']}: {job['files']} long file(s) "
+            f"(audio, video or large) ingesting in the background — `kbflow jobs status "
+            f"{job['id']}`"
+        )
+
+
+def _job_line(job: Any) -> str:
+    when = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
+    line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {len(job.inputs)} file(s)  {when}"
+    return line + (f"\n    {job.reason}" if job.reason else "")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    org: Annotated[str | None, typer.Option(help="Only this org's jobs.")] = None,
+    status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List recent jobs, newest first: PROCESSING, COMPLETE or FAILED (with the reason)."""
+    from kbflow.jobs import refresh
+    from kbflow.wiring import open_registry
+    from sinks.jobs import JobStore
+
+    settings = _settings()
+    with open_registry(settings) as registry:
+        store = JobStore(registry)
+        jobs = [refresh(store, job) for job in store.list(org, status, limit)]
+    if as_json:
+        _print_json([job.to_dict() for job in jobs])
+        return
+    if not jobs:
+        console.print("no jobs.")
+    for job in jobs:
+        console.print(_job_line(job), markup=False, highlight=False)
+
+
+@jobs_app.command("status")
+def jobs_status(
+    job_id: Annotated[str, typer.Argument(help="The id `kbflow ingest` printed.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job: its state, the Prefect flow run doing it, and its report when done."""
+    from kbflow.jobs import refresh
+    from kbflow.wiring import open_registry
+    from sinks.jobs import JobStore
+
+    settings = _settings()
+    try:
+        with open_registry(settings) as registry:
+            store = JobStore(registry)
+            job = refresh(store, store.get(job_id))
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(job.to_dict())
+        return
+    console.print(_job_line(job), markup=False, highlight=False)
+    console.print(f"  flow run: {job.flow_run_id or '(not started yet)'}", markup=False)
+    console.print(f"  log: {job.log_path or '-'}", markup=False)
+    for path in job.inputs:
+        console.print(f"  input: {path}", markup=False)
+    if job.report:
+        _print_ingest_report(job.report)
 
 
 @app.command()
@@ -275,6 +390,8 @@ def search(
         return
     for rank, hit in enumerate(hits, start=1):
         where = " > ".join(hit.heading_path)
+        if hit.location is not None:
+            where = f"{where} · {hit.location.describe()}" if where else hit.location.describe()
         console.print(
             f"[bold]{rank}. {escape(hit.title)}[/bold]  [dim]{hit.score:.4f} · "
             f"{escape(hit.collection)} · {escape(hit.uri)}[/dim]"
@@ -874,21 +991,24 @@ def seed(
     from kbflow.wiring import open_registry
     from sinks.vectors import open_vector_store
     from tasks.embed import get_embedder
-    from tasks.extract import file_to_document
+    from tasks.isolate import isolated_extractor
     from tasks.seed import SeedBundle, seed_bundle
 
     bundle = SeedBundle(tuple(file or ()), tuple(url or ()), tuple(prompt or ()))
-    max_bytes = int(settings.max_file_mb * 1024 * 1024)
     try:
         bundle.check()
-        with open_registry(settings) as registry, open_vector_store(settings) as store:
+        with (
+            isolated_extractor(settings) as extract,
+            open_registry(settings) as registry,
+            open_vector_store(settings) as store,
+        ):
             report = seed_bundle(
                 bundle,
                 org,
                 registry=registry,
                 store=store,
                 embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
-                extract_file=lambda src: file_to_document(src.path, max_bytes=max_bytes),
+                extract_file=extract,
             )
     except KbflowError as exc:
         raise _fail(exc) from exc

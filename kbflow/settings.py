@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,7 +51,57 @@ class Settings(BaseSettings):
     rrf_k: int = Field(60, gt=0, description="Reciprocal-rank-fusion constant for hybrid search.")
     prefetch_limit: int = Field(100, gt=0, description="Candidates per leg before fusion.")
     docling_artifacts_path: Path | None = Field(
-        None, description="Local Docling layout models; enables the standard PDF pipeline."
+        None,
+        validation_alias=AliasChoices("KBFLOW_DOCLING_ARTIFACTS", "KBFLOW_DOCLING_ARTIFACTS_PATH"),
+        description="Local Docling layout models; enables the standard PDF pipeline.",
+    )
+
+    # Extraction: isolation and caps (see docs/EXTRACTION.md).
+    extract_timeout_s: float = Field(
+        300.0, gt=0, description="Hard time limit per document file; the worker is killed after."
+    )
+    media_timeout_s: float = Field(
+        3600.0, gt=0, description="Hard time limit per audio or video file (transcription)."
+    )
+    extract_memory_mb: int = Field(
+        4096, gt=0, description="Memory (RSS) cap of an extraction worker; killed above it."
+    )
+    max_pdf_pages: int = Field(2000, gt=0, description="PDFs with more pages are refused.")
+    max_image_megapixels: float = Field(
+        150.0, gt=0, description="Images (or TIFF frames) larger than this are refused."
+    )
+    max_media_minutes: float = Field(
+        240.0, gt=0, description="Audio or video longer than this is refused."
+    )
+    zip_max_ratio: float = Field(
+        200.0, gt=1, description="OOXML zip-bomb guard: largest allowed compression ratio."
+    )
+    zip_max_total_mb: float = Field(
+        1024.0, gt=0, description="OOXML zip-bomb guard: largest total uncompressed size."
+    )
+    zip_max_entries: int = Field(
+        10_000, gt=0, description="OOXML zip-bomb guard: most entries in one file."
+    )
+    ocr_engine: Literal["tesseract", "rapidocr"] = Field(
+        "tesseract", description="OCR for scans and images: tesseract (CLI) or rapidocr (pip)."
+    )
+    ocr_language: str = Field("eng", description="OCR language (Tesseract code, e.g. eng+deu).")
+    ocr_dpi: int = Field(200, ge=72, le=600, description="Resolution PDF pages are OCRed at.")
+    asr_engine: Literal["auto", "whisper", "pocketsphinx"] = Field(
+        "auto",
+        description="Speech to text: whisper, pocketsphinx, or auto (whisper when its weights "
+        "are on disk, else pocketsphinx).",
+    )
+    whisper_model: str = Field(
+        "base",
+        description="Whisper model name (weights under <home>/models/whisper or "
+        "~/.cache/whisper) or a local checkpoint path. Never downloaded.",
+    )
+    asr_language: str | None = Field(
+        None, description="Spoken language for transcription (e.g. en); unset: detect."
+    )
+    job_threshold_mb: float = Field(
+        25.0, gt=0, description="Files over this size (and all audio/video) ingest as jobs."
     )
 
     anthropic_api_key: SecretStr | None = Field(
@@ -91,6 +142,14 @@ class Settings(BaseSettings):
     @property
     def vectors_dir(self) -> Path:
         return self.home / "vectors"
+
+    @property
+    def whisper_dir(self) -> Path:
+        return self.home / "models" / "whisper"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
 
 
 def configure_environment(settings: Settings) -> None:

@@ -40,6 +40,7 @@ def document_to_chunks(
                     chunk_index=index,
                     text=text,
                     heading_path=section.heading_path,
+                    location=section.location,
                 )
             )
     return chunks

@@ -1,20 +1,27 @@
-"""Turn one source file into an `ExtractedDocument`: its text, split into sections under headings.
+"""Turn one source file into an `ExtractedDocument`: its text, in sections that keep their
+headings and where each passage came from (page, slide, sheet or time range).
 
-Docling converts Markdown, HTML, Office files and CSV. Text-layer PDFs go through Docling's
-model-free native pipeline, which yields one item per printed line; the lines are re-joined here
-into paragraphs from their positions on the page. When local layout-model artifacts are supplied,
-PDFs use Docling's standard pipeline instead (headings and tables, no OCR). Plain text is read
-directly. Nothing here touches the network, and Docling is imported and set up only on first use.
+The format comes from the file's bytes (`tasks.sniff`), never from its name alone. Docling
+converts Markdown, HTML, Office files and CSV; OOXML passes a zip-bomb check first. Text-layer
+PDFs go through Docling's model-free native pipeline, which yields one item per printed line;
+the lines are re-joined here into paragraphs from their positions on the page, and pages without
+a text layer are OCRed (`tasks.ocr`). When local layout-model artifacts are supplied, PDFs use
+Docling's standard pipeline instead. Images are OCRed; audio and video are transcribed
+(`tasks.media`). Plain text is read directly. Nothing here touches the network, and every heavy
+library is imported on first use. Run it through `tasks.isolate.ExtractionPool` to get hard time
+and memory limits per file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
-import hashlib
 import itertools
 import logging
 import re
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,16 +29,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbflow.errors import ConfigError, ExtractionError, UnsupportedFormat
-from kbflow.models import ExtractedDocument, Section
+from kbflow.models import ExtractedDocument, Location, Section
+from tasks.media import AUDIO_FORMATS, VIDEO_FORMATS
+from tasks.pages import Box, join_wrapped, open_pdf, sha12
 
 if TYPE_CHECKING:
     from docling.document_converter import DocumentConverter
     from docling_core.types.doc import DoclingDocument, NodeItem
 
+    from kbflow.settings import Settings
+
 logger = logging.getLogger(__name__)
+
+IMAGE_FORMATS: frozenset[str] = frozenset({"png", "jpeg", "tiff", "webp"})
+MEDIA_FORMATS: frozenset[str] = AUDIO_FORMATS | VIDEO_FORMATS
+OOXML_FORMATS: frozenset[str] = frozenset({"docx", "pptx", "xlsx"})
+_DOCLING_FORMATS: frozenset[str] = frozenset({"md", "html", "csv"}) | OOXML_FORMATS
 
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
     {".md", ".markdown", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".csv", ".pdf", ".txt"}
+    | {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"}
+    | {f".{fmt}" for fmt in MEDIA_FORMATS}
 )
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
@@ -44,31 +62,80 @@ _BULLET_RE = re.compile(r"^\s*(?:[•◦▪▫●○■□‣⁃∞∙·\-–—
 _HASH_RE = re.compile(r"\b[0-9a-f]{64}\b")
 
 
+@dataclass(frozen=True)
+class ExtractOptions:
+    """Everything extraction needs to know, picklable so it can travel to a worker process.
+
+    Built from `Settings` with `from_settings`; the defaults match the settings' defaults.
+    """
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    artifacts_path: Path | None = None
+    max_pdf_pages: int = 2000
+    max_image_pixels: int = 150_000_000
+    ocr_engine: str = "tesseract"
+    ocr_language: str = "eng"
+    ocr_dpi: int = 200
+    ocr_timeout_s: float = 120.0
+    zip_max_ratio: float = 200.0
+    zip_max_total_bytes: int = 1 << 30
+    zip_max_entries: int = 10_000
+    asr_engine: str = "auto"
+    whisper_model: str = "base"
+    whisper_dir: Path | None = None
+    asr_language: str | None = None
+    max_media_s: float = 4 * 3600.0
+    media_timeout_s: float = 3600.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ExtractOptions:
+        return cls(
+            max_bytes=int(settings.max_file_mb * 1024 * 1024),
+            artifacts_path=settings.docling_artifacts_path,
+            max_pdf_pages=settings.max_pdf_pages,
+            max_image_pixels=int(settings.max_image_megapixels * 1_000_000),
+            ocr_engine=settings.ocr_engine,
+            ocr_language=settings.ocr_language,
+            ocr_dpi=settings.ocr_dpi,
+            ocr_timeout_s=min(settings.extract_timeout_s, 600.0),
+            zip_max_ratio=settings.zip_max_ratio,
+            zip_max_total_bytes=int(settings.zip_max_total_mb * 1024 * 1024),
+            zip_max_entries=settings.zip_max_entries,
+            asr_engine=settings.asr_engine,
+            whisper_model=settings.whisper_model,
+            whisper_dir=settings.whisper_dir.resolve(),
+            asr_language=settings.asr_language,
+            max_media_s=settings.max_media_minutes * 60,
+            media_timeout_s=settings.media_timeout_s,
+        )
+
+
 def file_to_document(
-    path: Path,
-    *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    artifacts_path: Path | None = None,
+    path: Path, options: ExtractOptions | None = None, **overrides: Any
 ) -> ExtractedDocument:
-    """Extract the text of one file, keeping the headings each run of text sits under.
+    """Extract the text of one file, keeping headings and where each passage came from.
 
     Args:
-        path: The file to read. Its suffix picks the extractor (see `SUPPORTED_SUFFIXES`).
-        max_bytes: Files larger than this are refused before anything is parsed.
-        artifacts_path: A folder holding Docling's layout models. When given, PDFs use Docling's
-            standard pipeline (better headings and tables); otherwise the model-free native one.
+        path: The file to read. Its bytes decide the format; a name that disagrees is noted in
+            ``meta["declared_format"]`` and otherwise ignored.
+        options: Limits and engines (see `ExtractOptions`); defaults when omitted.
+        overrides: Individual `ExtractOptions` fields, e.g. ``max_bytes=100``.
 
     Returns:
         The document: title (first title or heading, else the file stem), `file://` URI,
-        sections (heading path and text; tables as Markdown, list items as "- item"),
-        source format (the suffix without its dot) and meta (e.g. ``{"pages": 4}`` for a PDF).
+        sections (heading path, text, location; tables as Markdown, list items as "- item"),
+        source format (what the bytes are) and meta (e.g. ``{"pages": 4}`` for a PDF). Audio
+        or video without speech gives a document with no sections and ``meta["empty_reason"]``.
 
     Raises:
-        UnsupportedFormat: The suffix is not one of `SUPPORTED_SUFFIXES`.
-        ExtractionError: The file is missing, too large, empty, encrypted, corrupt, a scanned
-            PDF without a text layer, or yields no text at all.
-        ConfigError: `artifacts_path` does not hold Docling's layout models.
+        UnsupportedFormat: The bytes are no format kbflow reads.
+        ExtractionError: The file is missing, too large, empty, encrypted, corrupt, over a cap
+            (pages, pixels, duration, zip ratio), or yields no text at all.
+        ConfigError: an engine the file needs (layout models, OCR, speech) is not available.
     """
+    from tasks.sniff import TEXT_FORMATS, detect_format
+
+    opts = dataclasses.replace(options or ExtractOptions(), **overrides)
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -80,43 +147,73 @@ def file_to_document(
         ) from exc
     if not path.is_file():
         raise ExtractionError(f"{path} is not a regular file — pass a file, not a folder")
-
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        raise UnsupportedFormat(
-            f"{path.name}: format {suffix or '(no suffix)'!r} is not supported — convert it to "
-            f"one of {', '.join(sorted(SUPPORTED_SUFFIXES))}"
-        )
-    if size > max_bytes:
+    if size > opts.max_bytes:
         raise ExtractionError(
             f"{path.name} is {size:,} bytes ({size / 2**20:.1f} MiB), over the limit of "
-            f"{max_bytes:,} bytes ({max_bytes / 2**20:.1f} MiB) — raise KBFLOW_MAX_FILE_MB "
-            "or split the file"
+            f"{opts.max_bytes:,} bytes ({opts.max_bytes / 2**20:.1f} MiB) — raise "
+            "KBFLOW_MAX_FILE_MB or split the file"
         )
     if size == 0:
         raise ExtractionError(f"{path.name} is empty (0 bytes) — nothing to extract; remove it")
 
-    started = time.perf_counter()
-    if suffix == ".txt":
-        title, sections, meta = _txt_to_sections(path)
-    elif suffix == ".pdf" and artifacts_path is not None:
-        title, sections, meta = _standard_pdf_to_sections(path, Path(artifacts_path))
-    elif suffix == ".pdf":
-        title, sections, meta = _native_pdf_to_sections(path)
-    else:
-        doc = _convert(path, _office_converter())
-        title, sections = _docling_to_sections(doc)
-        meta = {"pages": len(doc.pages)} if doc.pages else {}
+    detected = detect_format(path)
+    fmt = detected.format
+    meta: dict[str, Any] = {}
+    if detected.mismatch and fmt in TEXT_FORMATS and detected.declared not in TEXT_FORMATS:
+        # Magic numbers are proof, "decodes as text" is not: a .pdf of plain text is a mistake.
+        raise UnsupportedFormat(
+            f"{path.name} is named .{detected.declared} but holds plain text, not a "
+            f"{detected.declared.upper()} file — re-export it, or rename it .txt if it is text"
+        )
+    if detected.mismatch:
+        logger.warning("%s is named .%s but its bytes are %s", path.name, detected.declared, fmt)
+        meta["declared_format"] = detected.declared
 
-    if not any(s.text.strip() for s in sections):
+    started = time.perf_counter()
+    title: str | None = None
+    if fmt == "txt":
+        sections = _txt_to_sections(path)
+    elif fmt == "pdf":
+        title, sections, found = _pdf_to_sections(path, opts)
+        meta.update(found)
+    elif fmt in IMAGE_FORMATS:
+        sections, found = _image_to_sections(path, opts)
+        meta.update(found)
+    elif fmt in MEDIA_FORMATS:
+        sections, found = _media_to_sections(path, opts)
+        meta.update(found)
+    elif fmt in _DOCLING_FORMATS:
+        if fmt in OOXML_FORMATS:
+            from tasks.sniff import check_zip_safety
+
+            check_zip_safety(
+                path,
+                max_ratio=opts.zip_max_ratio,
+                max_total_bytes=opts.zip_max_total_bytes,
+                max_entries=opts.zip_max_entries,
+            )
+        with _named_as(path, fmt) as readable:
+            doc = _convert(readable, _office_converter(), shown=path)
+        title, sections = _docling_to_sections(doc, unit="slide" if fmt == "pptx" else None)
+        if doc.pages and fmt == "pptx":
+            meta["slides"] = len(doc.pages)
+        elif doc.pages and fmt == "xlsx":
+            meta["sheets"] = len(doc.pages)
+    else:  # a format sniff knows but nothing here reads
+        raise UnsupportedFormat(
+            f"{path.name}: {fmt} files are not supported — convert it to one of "
+            f"{', '.join(sorted(SUPPORTED_SUFFIXES))}"
+        )
+
+    if not any(s.text.strip() for s in sections) and "empty_reason" not in meta:
         raise ExtractionError(
-            f"{path.name} (sha {_sha12(path)}) contains no extractable text — check that the "
+            f"{path.name} (sha {sha12(path)}) contains no extractable text — check that the "
             "file is not blank or image-only"
         )
     logger.info(
         "extracted %s: format=%s sections=%d chars=%d in %.2fs",
         path.name,
-        suffix[1:],
+        fmt,
         len(sections),
         sum(len(s.text) for s in sections),
         time.perf_counter() - started,
@@ -124,10 +221,74 @@ def file_to_document(
     return ExtractedDocument(
         title=title or path.stem,
         uri=path.resolve().as_uri(),
-        sections=tuple(sections),
-        source_format=suffix[1:],
+        sections=tuple(s for s in sections if s.text.strip()),
+        source_format=fmt,
         meta=meta,
     )
+
+
+def runs_long(path: Path, threshold_bytes: int) -> bool:
+    """Audio, video, and any file over ``threshold_bytes``: worth a background job."""
+    from tasks.sniff import detect_format
+
+    try:
+        if Path(path).stat().st_size > threshold_bytes:
+            return True
+        return detect_format(Path(path)).format in MEDIA_FORMATS
+    except (OSError, ExtractionError):
+        return False  # unreadable: reported by the normal run
+
+
+@contextlib.contextmanager
+def _named_as(path: Path, fmt: str) -> Iterator[Path]:
+    """The file under a name whose suffix matches its real format (Docling goes by suffix)."""
+    wanted = {"md": {".md", ".markdown"}, "html": {".html", ".htm"}}.get(fmt, {f".{fmt}"})
+    if path.suffix.lower() in wanted:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="kbflow-named-") as tmp:
+        alias = Path(tmp) / f"{path.stem or 'file'}.{fmt}"
+        alias.symlink_to(path.resolve())
+        yield alias
+
+
+# --- images, audio and video -----------------------------------------------------------------
+
+
+def _image_to_sections(path: Path, opts: ExtractOptions) -> tuple[list[Section], dict[str, Any]]:
+    from tasks.ocr import check_image, ensure_ocr_engine, ocr_image_file
+
+    check_image(path, max_pixels=opts.max_image_pixels)  # caps first: cheap, header only
+    ensure_ocr_engine(opts.ocr_engine)
+    sections = ocr_image_file(
+        path,
+        engine=opts.ocr_engine,
+        language=opts.ocr_language,
+        max_pixels=opts.max_image_pixels,
+        timeout_s=opts.ocr_timeout_s,
+    )
+    if not sections:
+        raise ExtractionError(
+            f"{path.name} (sha {sha12(path)}): OCR ({opts.ocr_engine}) found no text in the "
+            "image — check it is a readable scan (at least ~200 dpi, not blank)"
+        )
+    return sections, {"ocr_engine": opts.ocr_engine, "pages": len(sections)}
+
+
+def _media_to_sections(path: Path, opts: ExtractOptions) -> tuple[list[Section], dict[str, Any]]:
+    from tasks.media import get_transcriber, transcribe_media
+
+    transcriber = get_transcriber(
+        opts.asr_engine, opts.whisper_model, download_root=opts.whisper_dir
+    )
+    sections, meta = transcribe_media(
+        path,
+        transcriber=transcriber,
+        language=opts.asr_language,
+        max_duration_s=opts.max_media_s,
+        timeout_s=opts.media_timeout_s,
+    )
+    return list(sections), dict(meta)
 
 
 # --- converters (built once per process, on first use) -------------------------------------
@@ -166,7 +327,7 @@ def _pdf_converter(artifacts_path: Path | None) -> DocumentConverter:
         from docling.datamodel.pipeline_options import PdfPipelineOptions
         from docling.document_converter import PdfFormatOption
 
-        # OCR is off on purpose: it needs more models, and scanned files get a clear error.
+        # Docling's OCR needs more models; pages without a text layer go through ours instead.
         standard = PdfPipelineOptions(artifacts_path=artifacts_path, do_ocr=False)
         option = PdfFormatOption(pipeline_options=standard)
     converter = DocumentConverter(
@@ -185,27 +346,31 @@ def _pdf_converter(artifacts_path: Path | None) -> DocumentConverter:
     return converter
 
 
-def _convert(path: Path, converter: DocumentConverter) -> DoclingDocument:
+def _convert(
+    path: Path, converter: DocumentConverter, *, shown: Path | None = None
+) -> DoclingDocument:
     try:
         result = converter.convert(path, raises_on_error=True)
     except Exception as exc:  # any failure inside docling or its backends means "unreadable"
-        raise _corrupt(path, _reason(exc)) from exc
+        raise _corrupt(shown or path, _reason(exc)) from exc
     return result.document
 
 
 # --- plain text ------------------------------------------------------------------------------
 
 
-def _txt_to_sections(path: Path) -> tuple[str | None, list[Section], dict[str, Any]]:
+def _txt_to_sections(path: Path) -> list[Section]:
     try:
-        raw = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as exc:
         raise ExtractionError(
             f"cannot read {path.name}: {exc.strerror} — check the file's permissions"
         ) from exc
+    encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    raw = data.decode(encoding, errors="replace")
     raw = raw.replace("\r\n", "\n").replace("\r", "\n")
     paragraphs = [p.strip() for p in re.split(r"\n[ \t]*\n", raw) if p.strip()]
-    return None, [Section((), "\n\n".join(paragraphs))], {}
+    return [Section((), "\n\n".join(paragraphs))]
 
 
 # --- PDF -------------------------------------------------------------------------------------
@@ -213,87 +378,117 @@ def _txt_to_sections(path: Path) -> tuple[str | None, list[Section], dict[str, A
 
 def _pdf_page_count(path: Path) -> int:
     """Open the PDF with pdfium first: docling reports encrypted and corrupt files alike."""
-    import pypdfium2 as pdfium
-    import pypdfium2.raw as pdfium_c
-
-    try:
-        pdf = pdfium.PdfDocument(path)
-    except pdfium.PdfiumError as exc:
-        if getattr(exc, "err_code", None) == pdfium_c.FPDF_ERR_PASSWORD:
-            raise ExtractionError(
-                f"cannot read {path.name} (sha {_sha12(path)}): file is encrypted — supply an "
-                "unlocked copy"
-            ) from exc
-        raise _corrupt(path, _reason(exc)) from exc
+    pdf = open_pdf(path)
     try:
         return len(pdf)
     finally:
         pdf.close()
 
 
+def _pdf_to_sections(
+    path: Path, opts: ExtractOptions
+) -> tuple[str | None, list[Section], dict[str, Any]]:
+    """Text-layer pages through Docling, pages without a text layer through OCR."""
+    pages = _pdf_page_count(path)
+    if pages > opts.max_pdf_pages:
+        raise ExtractionError(
+            f"{path.name} has {pages:,} pages, over the limit of {opts.max_pdf_pages:,} — split "
+            "it, or raise KBFLOW_MAX_PDF_PAGES"
+        )
+    with _named_as(path, "pdf") as readable:
+        doc = _convert(readable, _pdf_converter(opts.artifacts_path), shown=path)
+    meta: dict[str, Any] = {"pages": pages}
+    title: str | None = None
+    if opts.artifacts_path is not None:
+        title, sections = _docling_to_sections(doc, unit="page")
+        meta["pdf_pipeline"] = "standard"
+    else:
+        sections = _pdf_paragraph_sections(list(_pdf_lines(doc)))
+        meta["pdf_pipeline"] = "native"
+    with_text = {s.location.page for s in sections if s.location and s.text.strip()}
+    missing = [page for page in range(1, pages + 1) if page not in with_text]
+    if missing:
+        sections = _ocr_missing_pages(path, sections, missing, pages, opts, meta)
+    if not any(s.text.strip() for s in sections):
+        raise _no_text(path, pages, doc)
+    return title, sections, meta
+
+
+def _ocr_missing_pages(
+    path: Path,
+    sections: list[Section],
+    missing: list[int],
+    pages: int,
+    opts: ExtractOptions,
+    meta: dict[str, Any],
+) -> list[Section]:
+    """OCR the pages that have no text layer and merge them in page order."""
+    from tasks.ocr import ensure_ocr_engine, ocr_pdf_pages
+
+    try:
+        ensure_ocr_engine(opts.ocr_engine)
+    except ConfigError as exc:
+        if len(missing) == pages:
+            raise ExtractionError(
+                f"{path.name} (sha {sha12(path)}) has no text layer on any of its {pages} "
+                f"page(s): it looks scanned, and OCR is unavailable: {exc}"
+            ) from exc
+        logger.warning("%s: %d page(s) without text left out: %s", path.name, len(missing), exc)
+        meta["pages_without_text"] = missing
+        return sections
+    texts = ocr_pdf_pages(
+        path,
+        missing,
+        engine=opts.ocr_engine,
+        language=opts.ocr_language,
+        dpi=opts.ocr_dpi,
+        max_pixels=opts.max_image_pixels,
+        timeout_s=opts.ocr_timeout_s,
+    )
+    ocred = [
+        Section((), text.strip(), Location(page=p)) for p, text in texts.items() if text.strip()
+    ]
+    meta["ocr_pages"] = sorted(p for p, text in texts.items() if text.strip())
+    meta["ocr_engine"] = opts.ocr_engine
+    blank = sorted(set(missing) - set(meta["ocr_pages"]))
+    if blank:
+        meta["pages_without_text"] = blank
+    merged = sections + ocred
+    merged.sort(key=lambda s: s.location.page if s.location and s.location.page else 0)
+    return merged
+
+
 def _no_text(path: Path, pages: int, doc: DoclingDocument) -> ExtractionError:
-    """The error for a PDF without text: scanned if it holds images, else blank."""
+    """The error for a PDF that yields no text even after OCR."""
     from docling_core.types.doc import PictureItem
 
     if any(isinstance(item, PictureItem) for item, _level in doc.iterate_items()):
         return ExtractionError(
-            f"{path.name} (sha {_sha12(path)}) has no text layer on any of its {pages} page(s): "
-            "it looks scanned, and OCR support is not enabled yet — supply a PDF with a text "
-            "layer (e.g. run it through OCR first)"
+            f"{path.name} (sha {sha12(path)}): none of its {pages} page(s) has a text layer "
+            "and OCR found no text in its images — check the scan is readable (at least "
+            "~200 dpi) or supply a PDF with a text layer"
         )
     return ExtractionError(
-        f"{path.name} (sha {_sha12(path)}) has neither text nor images on its {pages} page(s) "
+        f"{path.name} (sha {sha12(path)}) has neither text nor images on its {pages} page(s) "
         "— it looks blank; check the export and supply a copy with content"
     )
 
 
-def _standard_pdf_to_sections(
-    path: Path, artifacts_path: Path
-) -> tuple[str | None, list[Section], dict[str, Any]]:
-    pages = _pdf_page_count(path)
-    doc = _convert(path, _pdf_converter(artifacts_path))
-    title, sections = _docling_to_sections(doc)
-    if not sections:
-        raise _no_text(path, pages, doc)
-    return title, sections, {"pages": pages, "pdf_pipeline": "standard"}
-
-
 @dataclass(frozen=True)
-class _Line:
-    """One printed line of a PDF page, in top-left coordinates (y grows downwards)."""
+class _Line(Box):
+    """One printed line of a PDF page."""
 
     page: int
-    left: float
-    top: float
-    right: float
-    bottom: float
-    text: str
-
-    @property
-    def height(self) -> float:
-        return self.bottom - self.top
 
 
-def _native_pdf_to_sections(path: Path) -> tuple[str | None, list[Section], dict[str, Any]]:
-    pages = _pdf_page_count(path)
-    doc = _convert(path, _pdf_converter(None))
-    lines = list(_pdf_lines(doc))
+def _pdf_paragraph_sections(lines: list[_Line]) -> list[Section]:
+    """One section per page, holding that page's re-joined paragraphs."""
     if not lines:
-        raise _no_text(path, pages, doc)
-    meta: dict[str, Any] = {"pages": pages, "pdf_pipeline": "native"}
-    empty_pages = sorted(set(range(1, pages + 1)) - {line.page for line in lines})
-    if empty_pages:
-        # Usually scanned pages inside an otherwise digital PDF; their text is missing.
-        logger.warning(
-            "%s: %d of %d pages have no text layer (pages %s)",
-            path.name,
-            len(empty_pages),
-            pages,
-            empty_pages[:20],
-        )
-        meta["pages_without_text"] = empty_pages
-    paragraphs = _lines_to_paragraphs(lines)
-    return None, [Section((), "\n\n".join(paragraphs))], meta
+        return []
+    by_page: dict[int, list[str]] = {}
+    for page, paragraph in _lines_to_paragraphs(lines):
+        by_page.setdefault(page, []).append(paragraph)
+    return [Section((), "\n\n".join(paras), Location(page=page)) for page, paras in by_page.items()]
 
 
 def _pdf_lines(doc: DoclingDocument) -> Iterator[_Line]:
@@ -305,11 +500,12 @@ def _pdf_lines(doc: DoclingDocument) -> Iterator[_Line]:
         prov = item.prov[0]
         height = doc.pages[prov.page_no].size.height
         box = prov.bbox.to_top_left_origin(page_height=height)
-        yield _Line(prov.page_no, box.l, box.t, box.r, box.b, " ".join(item.text.split()))
+        text = " ".join(item.text.split())
+        yield _Line(left=box.l, top=box.t, right=box.r, bottom=box.b, text=text, page=prov.page_no)
 
 
-def _lines_to_paragraphs(lines: list[_Line]) -> list[str]:
-    """Re-join the native pipeline's one-item-per-line output into paragraphs.
+def _lines_to_paragraphs(lines: list[_Line]) -> list[tuple[int, str]]:
+    """Re-join the native pipeline's one-item-per-line output into (page, paragraph) pairs.
 
     A new paragraph starts on a new page or column, after a vertical gap clearly wider than the
     document's usual line spacing, at a bullet, or after a line that stopped short (the next
@@ -323,17 +519,17 @@ def _lines_to_paragraphs(lines: list[_Line]) -> list[str]:
     usual_gap = statistics.median(gaps) if gaps else 0.0
     line_height = statistics.median(line.height for line in lines)
 
-    paragraphs: list[str] = []
-    current = lines[0].text
+    paragraphs: list[tuple[int, str]] = []
+    page, current = lines[0].page, lines[0].text
     for prev, cur in itertools.pairwise(lines):
         if _same_row(prev, cur):
             current += " " + cur.text
         elif _starts_paragraph(prev, cur, usual_gap, line_height):
-            paragraphs.append(current)
-            current = cur.text
+            paragraphs.append((page, current))
+            page, current = cur.page, cur.text
         else:
-            current = _join_wrapped(current, cur.text)
-    paragraphs.append(current)
+            current = join_wrapped(current, cur.text)
+    paragraphs.append((page, current))
     return paragraphs
 
 
@@ -360,13 +556,6 @@ def _starts_paragraph(prev: _Line, cur: _Line, usual_gap: float, line_height: fl
     return prev.right + (len(first_word) + 2) * char_width < right_margin
 
 
-def _join_wrapped(text: str, continuation: str) -> str:
-    """Join a wrapped line, undoing end-of-line hyphenation ("docu-" + "ment")."""
-    if len(text) > 1 and text.endswith("-") and text[-2].isalpha() and continuation[:1].islower():
-        return text[:-1] + continuation
-    return text + " " + continuation
-
-
 # --- Docling document → sections -------------------------------------------------------------
 
 
@@ -380,12 +569,25 @@ class _SectionBuilder:
         self._stack: list[tuple[int, str]] = []  # (level, heading text); a title is level 0
         self._blocks: list[str] = []
         self._heading_is_bare = False  # the innermost heading has no text (yet)
+        self._location: Location | None = None
+
+    def locate(self, location: Location | None) -> None:
+        """Later blocks come from ``location`` (a new page, slide or sheet cuts a section)."""
+        if location is not None and location != self._location:
+            self._flush()
+            if location.slide is not None or location.sheet is not None:
+                # A slide or sheet stands alone: it does not sit under the previous one's title.
+                if self._heading_is_bare:
+                    self.sections.append(Section(self._path(), self._stack[-1][1], self._location))
+                    self._heading_is_bare = False
+                self._stack = []
+            self._location = location
 
     def heading(self, level: int, text: str) -> None:
         self._flush()
         if self._heading_is_bare and level <= self._stack[-1][0]:
             # A heading with neither text nor sub-headings: keep its words searchable.
-            self.sections.append(Section(self._path(), self._stack[-1][1]))
+            self.sections.append(Section(self._path(), self._stack[-1][1], self._location))
         while self._stack and self._stack[-1][0] >= level:
             self._stack.pop()
         self._stack.append((level, text))
@@ -407,7 +609,7 @@ class _SectionBuilder:
     def finish(self) -> list[Section]:
         self._flush()
         if self._heading_is_bare:
-            self.sections.append(Section(self._path(), self._stack[-1][1]))
+            self.sections.append(Section(self._path(), self._stack[-1][1], self._location))
             self._heading_is_bare = False
         return self.sections
 
@@ -416,19 +618,25 @@ class _SectionBuilder:
 
     def _flush(self) -> None:
         if self._blocks:
-            self.sections.append(Section(self._path(), "\n\n".join(self._blocks)))
+            self.sections.append(Section(self._path(), "\n\n".join(self._blocks), self._location))
             self._blocks = []
             self._heading_is_bare = False
 
 
-def _docling_to_sections(doc: DoclingDocument) -> tuple[str | None, list[Section]]:
-    """Walk the document body in reading order, cutting a section at every title or heading."""
+def _docling_to_sections(
+    doc: DoclingDocument, *, unit: str | None = None
+) -> tuple[str | None, list[Section]]:
+    """Walk the document body in reading order, cutting a section at every title or heading.
+
+    ``unit`` says what an item's page number means: ``"page"`` (PDF), ``"slide"`` (PPTX) or
+    None (no pages). Spreadsheet sheets are found from their groups.
+    """
     builder = _SectionBuilder()
-    _walk(doc, doc.body, builder)
+    _walk(doc, doc.body, builder, unit)
     return builder.title, builder.finish()
 
 
-def _walk(doc: DoclingDocument, node: NodeItem, builder: _SectionBuilder) -> None:
+def _walk(doc: DoclingDocument, node: NodeItem, builder: _SectionBuilder, unit: str | None) -> None:
     from docling_core.types.doc import (
         ContentLayer,
         DocItemLabel,
@@ -445,6 +653,7 @@ def _walk(doc: DoclingDocument, node: NodeItem, builder: _SectionBuilder) -> Non
         child = ref.resolve(doc)
         if getattr(child, "content_layer", ContentLayer.BODY) != ContentLayer.BODY:
             continue
+        builder.locate(_location_of(child, unit))
         if isinstance(child, TitleItem):
             if child.text.strip():
                 builder.heading(0, child.text.strip())
@@ -470,7 +679,19 @@ def _walk(doc: DoclingDocument, node: NodeItem, builder: _SectionBuilder) -> Non
             continue
         elif isinstance(child, TextItem):
             builder.block(child.text)
-        _walk(doc, child, builder)
+        _walk(doc, child, builder, unit)
+
+
+def _location_of(item: NodeItem, unit: str | None) -> Location | None:
+    """The page, slide or sheet an item sits on, if the format has such units."""
+    from docling_core.types.doc import GroupItem
+
+    if isinstance(item, GroupItem) and item.label == "sheet":
+        return Location(sheet=item.name)
+    prov = getattr(item, "prov", None)
+    if unit is None or not prov:
+        return None
+    return Location(page=prov[0].page_no) if unit == "page" else Location(slide=prov[0].page_no)
 
 
 def _list_lines(doc: DoclingDocument, node: NodeItem, depth: int, number: int = 1) -> list[str]:
@@ -517,18 +738,6 @@ def _inline_text(doc: DoclingDocument, node: NodeItem) -> str:
 # --- errors ----------------------------------------------------------------------------------
 
 
-def _sha12(path: Path) -> str:
-    """The first 12 hex digits of the file's SHA-256, to tell copies of a bad file apart."""
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError:
-        return "unreadable"
-    return digest.hexdigest()[:12]
-
-
 def _reason(exc: BaseException) -> str:
     """A short, single-line reason from a parser exception (hashes elided, length capped)."""
     lines = str(exc).strip().splitlines()
@@ -540,6 +749,6 @@ def _reason(exc: BaseException) -> str:
 
 def _corrupt(path: Path, reason: str) -> ExtractionError:
     return ExtractionError(
-        f"docling could not read {path.name} (sha {_sha12(path)}): {reason} — the file looks "
+        f"docling could not read {path.name} (sha {sha12(path)}): {reason} — the file looks "
         f"corrupt; {_CORRUPT_ADVICE}"
     )

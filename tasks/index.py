@@ -85,6 +85,8 @@ class BatchReport:
     embed_seconds: float = 0.0
     doc_ids: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (source name, reason)
+    empty: list[tuple[str, str]] = field(default_factory=list)  # read fine, nothing to index
+    notes: list[tuple[str, str]] = field(default_factory=list)  # stored, with a caveat
 
     def merge(self, other: BatchReport) -> None:
         self.documents += other.documents
@@ -93,6 +95,8 @@ class BatchReport:
         self.embed_seconds += other.embed_seconds
         self.doc_ids.extend(other.doc_ids)
         self.skipped.extend(other.skipped)
+        self.empty.extend(other.empty)
+        self.notes.extend(other.notes)
 
 
 def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -> IngestPlan:
@@ -110,6 +114,38 @@ def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -
         else:
             plan.unchanged += 1
     return plan
+
+
+Extracted = dict[str, "ExtractedDocument | ExtractionError"]
+
+
+def extract_batch(
+    items: Sequence[WorkItem], extract_file: Callable[[Source], ExtractedDocument]
+) -> Extracted:
+    """Extract the files of a batch up front (corpus records need no extraction), so the
+    vector store is held only while writing. Failures are kept, keyed by source, and reported
+    by `index_batch`."""
+    out: Extracted = {}
+    for item in items:
+        if item.source.record is not None:
+            continue
+        try:
+            out[item.source.source_key] = extract_file(item.source)
+        except ExtractionError as exc:
+            out[item.source.source_key] = exc
+    return out
+
+
+def prefetched(extracted: Extracted) -> Callable[[Source], ExtractedDocument]:
+    """An ``extract_file`` for `index_batch` that returns (or raises) what `extract_batch` got."""
+
+    def lookup(source: Source) -> ExtractedDocument:
+        found = extracted[source.source_key]
+        if isinstance(found, ExtractionError):
+            raise found
+        return found
+
+    return lookup
 
 
 def index_batch(
@@ -141,7 +177,13 @@ def index_batch(
             report.skipped.append((item.source.name, str(exc)))
             log.warning("skipped %s: %s", item.source.name, exc)
             continue
+        report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
         doc = _register(item, extracted, target, registry)
+        if not extracted.sections and extracted.meta.get("empty_reason"):
+            # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it.
+            registry.mark_ingested({doc.id: 0})
+            report.empty.append((item.source.name, str(extracted.meta["empty_reason"])))
+            continue
         chunks = document_to_chunks(
             doc.id, extracted, max_words=max_words, overlap_words=overlap_words
         )
@@ -189,6 +231,27 @@ def index_batch(
     return report
 
 
+def extraction_notes(doc: ExtractedDocument) -> list[str]:
+    """Caveats worth telling the user about a document that was read."""
+    notes: list[str] = []
+    meta = doc.meta
+    if meta.get("declared_format"):
+        notes.append(
+            f"named .{meta['declared_format']} but its content is {doc.source_format}; "
+            f"read as {doc.source_format}"
+        )
+    if meta.get("ocr_pages"):
+        notes.append(f"OCR ({meta.get('ocr_engine')}) on page(s) {_pages(meta['ocr_pages'])}")
+    if meta.get("pages_without_text"):
+        notes.append(f"no text found on page(s) {_pages(meta['pages_without_text'])}")
+    return notes
+
+
+def _pages(pages: list[int]) -> str:
+    shown = ", ".join(str(p) for p in pages[:10])
+    return shown + (f" and {len(pages) - 10} more" if len(pages) > 10 else "")
+
+
 def _mentions(chunk_ids: list[Any], doc_id: str) -> bool:
     return any(str(c).startswith(doc_id + ":") for c in chunk_ids)
 
@@ -231,6 +294,8 @@ class IngestSummary:
     skipped: list[tuple[str, str]]
     seconds: float
     embed_seconds: float
+    empty: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -256,18 +321,22 @@ class IngestSummary:
             skipped=list(total.skipped),
             seconds=round(seconds, 3),
             embed_seconds=round(total.embed_seconds, 3),
+            empty=list(total.empty),
+            notes=list(total.notes),
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["skipped"] = [{"source": s, "reason": r} for s, r in self.skipped]
+        out["empty"] = [{"source": s, "reason": r} for s, r in self.empty]
+        out["notes"] = [{"source": s, "note": n} for s, n in self.notes]
         return out
 
     def raise_if_too_many_skipped(self, max_ratio: float) -> None:
         """Fail the run when more than ``max_ratio`` of the attempted documents were skipped."""
-        attempted = self.documents + len(self.skipped)
+        attempted = self.documents + len(self.empty) + len(self.skipped)
         if attempted and len(self.skipped) / attempted > max_ratio:
-            names = ", ".join(s for s, _ in self.skipped[:5])
+            names = "; ".join(f"{s} ({r})" for s, r in self.skipped[:3])
             raise IngestFailed(
                 f"{len(self.skipped)} of {attempted} documents could not be ingested "
                 f"(more than {max_ratio:.0%}), e.g. {names}. The {self.documents} that worked "

@@ -34,6 +34,8 @@ def chunk_to_point(chunk: Chunk, vector: list[float], doc: DocRecord) -> ChunkPo
         "effective_date": format_datetime(doc.effective_date) if doc.effective_date else None,
     }
     payload.update({k: v for k, v in optional.items() if v is not None})
+    if chunk.location is not None:
+        payload.update(chunk.location.to_payload())
     return ChunkPoint(
         point_id=point_id_for(chunk.chunk_id),
         dense=vector,

@@ -10,7 +10,7 @@ import logging
 import time
 
 from kbflow.errors import ConfigError
-from kbflow.models import Scope, SearchHit, SearchMode, StoredHit
+from kbflow.models import Location, Scope, SearchHit, SearchMode, StoredHit
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
@@ -87,6 +87,7 @@ def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
         score=hit.score,
         collection=path[-1] if path else "",
         scores={mode.value: hit.score},
+        location=Location.from_payload(p),
     )
 
 

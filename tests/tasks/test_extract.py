@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from evals.extraction import groundtruth_for, recall_row
 from kbflow.errors import ConfigError, ExtractionError, UnsupportedFormat
-from kbflow.models import ExtractedDocument
-from tasks.extract import SUPPORTED_SUFFIXES, file_to_document
+from tasks.extract import file_to_document
+from tests.conftest import require_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATASETS = Path(
@@ -27,10 +28,12 @@ needs_real_docs = pytest.mark.skipif(
     reason=f"real-docs dataset not found at {REAL_DOCS} (set KBFLOW_DATASETS to its parent)",
 )
 
-# Token recall of the reference Markdown (converter markup removed), measured with Docling 2.143
-# and the native PDF pipeline: 1.000 for every file here except wiki_duck.html (0.998). The floor
-# leaves a little room for Docling changes without letting a lost paragraph through.
-RECALL_FLOOR = 0.98
+# Word-token recall of the reference (evals.extraction), measured with Docling 2.143, the native
+# PDF pipeline and Tesseract 5: 1.000 for most files, 0.970 for 2305.03393v1-pg9.pdf (the
+# reference spells out a formula the PDF draws), 0.982 for redp5110_sampled.pdf, 0.996 for
+# wiki_duck.html. The issue's bar is 0.90; the floor sits a little above it.
+RECALL_FLOOR = 0.95
+OCR_RECALL_FLOOR = 0.90
 RECALL_CASES = [
     "mixed.md",
     "wiki.md",
@@ -47,33 +50,8 @@ RECALL_CASES = [
     "normal_4pages.pdf",
     "code_and_formula.pdf",
     "redp5110_sampled.pdf",
+    "ocr_test.pdf",
 ]
-
-
-def _tokens(text: str) -> set[str]:
-    return {t for t in re.findall(r"[a-z0-9]+", text.lower()) if len(t) >= 3}
-
-
-def _reference_tokens(markdown: str) -> set[str]:
-    # Drop the reference converter's own markup: "<!-- image -->" placeholders and link targets.
-    markdown = re.sub(r"<!--.*?-->", " ", markdown, flags=re.DOTALL)
-    markdown = re.sub(r"\]\([^)]*\)", "] ", markdown)
-    return _tokens(markdown)
-
-
-def _all_text(doc: ExtractedDocument) -> str:
-    """Title, heading paths and text: the headings are kept, just not inside `Section.text`."""
-    parts = [doc.title]
-    for section in doc.sections:
-        parts.extend(section.heading_path)
-        parts.append(section.text)
-    return "\n".join(parts)
-
-
-def _groundtruth(name: str) -> Path:
-    folder = REAL_DOCS / "groundtruth"
-    with_suffix = folder / f"{name}.md"
-    return with_suffix if with_suffix.exists() else folder / f"{Path(name).stem}.md"
 
 
 # --- real documents --------------------------------------------------------------------------
@@ -82,15 +60,16 @@ def _groundtruth(name: str) -> Path:
 @needs_real_docs
 @pytest.mark.parametrize("name", RECALL_CASES)
 def test_real_document_keeps_the_reference_text(name: str) -> None:
+    if name == "ocr_test.pdf":
+        require_binaries("tesseract")
     source = REAL_DOCS / "sources" / name
     doc = file_to_document(source)
 
-    reference = _reference_tokens(_groundtruth(name).read_text(encoding="utf-8"))
-    found = _tokens(_all_text(doc))
-    recall = len(reference & found) / len(reference)
-    assert recall >= RECALL_FLOOR, (
-        f"{name}: recall {recall:.3f}, missing {sorted(reference - found)[:20]}"
-    )
+    reference = groundtruth_for(source, REAL_DOCS / "groundtruth")
+    assert reference is not None
+    row = recall_row(source, reference, doc, 0.0)
+    floor = OCR_RECALL_FLOOR if "OCR" in row.method else RECALL_FLOOR
+    assert row.recall >= floor, f"{name}: recall {row.recall:.3f} < {floor} ({row.method})"
     assert doc.source_format == source.suffix[1:]
     assert doc.uri == source.resolve().as_uri()
     assert doc.title
@@ -98,11 +77,16 @@ def test_real_document_keeps_the_reference_text(name: str) -> None:
 
 
 @needs_real_docs
-def test_pdf_meta_counts_pages_and_flags_pages_without_text() -> None:
+def test_pdf_pages_are_located_and_a_page_without_text_is_ocred() -> None:
+    require_binaries("tesseract")
     doc = file_to_document(REAL_DOCS / "sources" / "redp5110_sampled.pdf")
 
     assert doc.meta["pages"] == 18
+    # Page 17 has no text layer: it went through OCR, which found no text on it either.
+    assert doc.meta["ocr_engine"] == "tesseract"
     assert doc.meta["pages_without_text"] == [17]
+    pages = [s.location.page for s in doc.sections if s.location]
+    assert pages == sorted(pages) and set(pages) == set(range(1, 19)) - {17}
 
 
 @needs_real_docs
@@ -130,12 +114,30 @@ def test_docling_headings_become_heading_paths() -> None:
 
 
 @needs_real_docs
-def test_scanned_pdf_is_refused_with_a_clear_reason() -> None:
-    with pytest.raises(ExtractionError, match="looks scanned") as info:
-        file_to_document(REAL_DOCS / "sources" / "ocr_test.pdf")
+@pytest.mark.parametrize("engine", ["tesseract", "rapidocr"])
+def test_scanned_pdf_and_tiff_come_through_ocr(engine: str) -> None:
+    if engine == "tesseract":
+        require_binaries("tesseract")
+    scanned = file_to_document(REAL_DOCS / "sources" / "ocr_test.pdf", ocr_engine=engine)
+    assert scanned.meta["ocr_pages"] == [1] and scanned.meta["ocr_engine"] == engine
+    assert [s.location.page for s in scanned.sections if s.location] == [1]
+    assert "docling" in scanned.text.lower()
 
-    assert "ocr_test.pdf" in str(info.value)
-    assert "OCR support is not enabled yet" in str(info.value)
+    tiff = file_to_document(REAL_DOCS / "sources" / "2206.01062.tif", ocr_engine=engine)
+    assert tiff.source_format == "tiff" and tiff.meta["ocr_engine"] == engine
+    assert "doclaynet" in tiff.text.lower()
+    assert all(s.location and s.location.page for s in tiff.sections)
+
+
+@needs_real_docs
+def test_slides_carry_their_number_and_do_not_inherit_titles() -> None:
+    doc = file_to_document(REAL_DOCS / "sources" / "powerpoint_sample.pptx")
+
+    by_slide = {s.location.slide: s.heading_path for s in doc.sections if s.location}
+    assert by_slide[1] == ("Test Table Slide",)
+    assert by_slide[2] == ("Second slide title",)
+    assert by_slide[3] == ()  # slide 3 has no title of its own
+    assert doc.meta["slides"] == 3
 
 
 # --- structure, on generated files -----------------------------------------------------------
@@ -258,18 +260,22 @@ def test_missing_file(tmp_path: Path) -> None:
         file_to_document(tmp_path / "nowhere.md")
 
 
-def test_unsupported_suffix_lists_the_supported_ones(tmp_path: Path) -> None:
-    source = tmp_path / "scan.tif"
-    source.write_bytes(b"II*\x00")
+def test_unknown_bytes_are_unsupported(tmp_path: Path) -> None:
+    source = tmp_path / "blob.bin"
+    source.write_bytes(bytes(range(256)) * 4)
 
-    with pytest.raises(UnsupportedFormat) as info:
+    with pytest.raises(UnsupportedFormat, match=r"blob\.bin") as info:
         file_to_document(source)
 
-    message = str(info.value)
-    assert "scan.tif" in message
-    assert "'.tif'" in message
-    assert all(suffix in message for suffix in SUPPORTED_SUFFIXES)
     assert isinstance(info.value, ExtractionError)
+
+
+def test_a_truncated_tiff_is_an_extraction_error(tmp_path: Path) -> None:
+    source = tmp_path / "scan.tif"
+    source.write_bytes(b"II*\x00" + b"\x00" * 12)
+
+    with pytest.raises(ExtractionError, match=r"scan\.tif"):
+        file_to_document(source)
 
 
 def test_oversize_file_names_size_limit_and_remedy(tmp_path: Path) -> None:
@@ -308,7 +314,7 @@ def test_corrupt_docx_is_reported_as_corrupt(tmp_path: Path) -> None:
     source = tmp_path / "broken.docx"
     source.write_bytes(b"PK\x03\x04 this is not a real zip archive")
 
-    with pytest.raises(ExtractionError, match=r"broken\.docx \(sha [0-9a-f]{12}\).*corrupt"):
+    with pytest.raises(ExtractionError, match=r"broken\.docx.*corrupt"):
         file_to_document(source)
 
 
