@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kbflow.errors import ExtractionError
+from tasks.discover import Source, file_sha256
+from tasks.index import IngestTarget, WorkItem, extract_batch, index_batch, prefetched
 from tasks.isolate import ExtractionPool, Limits
 
 TARGETS = "tests.tasks.isolate_targets"
@@ -74,3 +77,31 @@ def test_the_worker_is_reused_between_files(tmp_path: Path) -> None:
     a, b = _files(tmp_path, "a.txt", "b.txt")
     with ExtractionPool(f"{TARGETS}:echo") as pool:
         assert pool.extract(a).meta["pid"] == pool.extract(b).meta["pid"]
+
+
+def test_a_hung_file_is_reported_in_the_batch_and_its_neighbours_are_stored(
+    tmp_path: Path, registry: Any, edge_store: Any, embedder: Any
+) -> None:
+    """The ingest path end to end below Prefect: extract_batch through the pool, then index."""
+    hung, fine = _files(tmp_path, "hang.txt", "fine.txt")
+    registry.ensure_org("acme")
+    coll = registry.ensure_collection("acme", "docs")
+    target = IngestTarget(org_id="acme", collection_id=coll.id, collection_path=coll.path)
+    items = [WorkItem(Source(p.as_uri(), p.as_uri(), file_sha256(p), p)) for p in (hung, fine)]
+    with ExtractionPool(f"{TARGETS}:hang", limits=Limits(timeout_s=2)) as pool:
+        extracted = extract_batch(items, lambda source: pool.extract(source.path))
+
+    report = index_batch(
+        items,
+        target,
+        store=edge_store,
+        registry=registry,
+        embedder=embedder,
+        extract_file=prefetched(extracted),
+    )
+
+    assert report.documents == 1
+    ((name, reason),) = report.skipped
+    assert name == "hang.txt" and "took longer than 2 s and was stopped" in reason
+    stored = registry.list_documents("acme")
+    assert [Path(d.uri).name for d in stored] == ["fine.txt"]
