@@ -15,13 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from kbflow.errors import ConfigError, NotFound, ReviewConflict
-from kbflow.models import AuditAction, DocStatus, ParseStatus, Role
+from kbflow.models import (
+    SERVABLE_PARSE_STATUSES,
+    AuditAction,
+    Chunk,
+    DocStatus,
+    Location,
+    ParseStatus,
+    Role,
+)
 from sinks.registry_schema import (
     AuditRow,
+    ChunkRow,
     CollectionRow,
     DocumentRow,
     OrgRow,
@@ -418,6 +427,75 @@ class SqlRegistry:
             for row, path in s.execute(stmt):
                 out[row.source_key] = _record(row, path)
         return out
+
+    # --- chunk texts (the keyword fallback's corpus) --------------------------------------
+
+    def put_chunks(self, doc: DocRecord, content_hash: str, chunks: Sequence[Chunk]) -> None:
+        """Record a document's chunk texts for one content version (replacing that version's)."""
+        with self.session() as s, s.begin():
+            s.execute(
+                delete(ChunkRow).where(
+                    ChunkRow.doc_id == doc.id, ChunkRow.content_hash == content_hash
+                )
+            )
+            s.add_all(
+                ChunkRow(
+                    chunk_id=c.chunk_id,
+                    doc_id=doc.id,
+                    org_id=doc.org_id,
+                    content_hash=content_hash,
+                    chunk_index=c.chunk_index,
+                    text=c.text,
+                    heading_path=list(c.heading_path),
+                    location=c.location.to_payload() if c.location else None,
+                )
+                for c in chunks
+            )
+
+    def current_chunks(self, org_id: str) -> list[tuple[DocRecord, Chunk]]:
+        """Every servable document's chunks for its current content, in document order.
+
+        The caller applies the gate (status, audience, dates, collections) to each document.
+        """
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow, DocumentRow, CollectionRow.path)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(
+                    ChunkRow.org_id == org_id,
+                    ChunkRow.content_hash == DocumentRow.content_hash,
+                    DocumentRow.parse_status.in_(SERVABLE_PARSE_STATUSES),
+                )
+                .order_by(ChunkRow.doc_id, ChunkRow.chunk_index)
+            )
+            records: dict[str, DocRecord] = {}
+            out: list[tuple[DocRecord, Chunk]] = []
+            for chunk, row, path in s.execute(stmt):
+                doc = records.setdefault(row.id, _record(row, path))
+                out.append(
+                    (
+                        doc,
+                        Chunk(
+                            chunk_id=chunk.chunk_id,
+                            doc_id=chunk.doc_id,
+                            chunk_index=chunk.chunk_index,
+                            text=chunk.text,
+                            heading_path=tuple(chunk.heading_path or ()),
+                            location=Location(**chunk.location) if chunk.location else None,
+                        ),
+                    )
+                )
+            return out
+
+    def chunk_generation(self, org_id: str) -> tuple[int, str]:
+        """Changes whenever an org's chunks or documents change (for caching derived indexes)."""
+        with self.session() as s:
+            chunks = s.scalar(select(func.count()).where(ChunkRow.org_id == org_id)) or 0
+            stamp = s.scalar(
+                select(func.max(DocumentRow.updated_at)).where(DocumentRow.org_id == org_id)
+            )
+            return int(chunks), str(stamp)
 
     def versions_of(self, org_id: str, source_key: str) -> list[DocRecord]:
         """Every version of one source, oldest first."""

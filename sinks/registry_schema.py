@@ -113,3 +113,23 @@ class JobRow(Base):
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
     __table_args__ = (Index("ix_jobs_org_created", "org_id", "created_at"),)
+
+
+class ChunkRow(Base):
+    """A chunk's text, kept beside its document so retrieval can fall back to keyword search
+    over the registry when the vector engine is down. Keyed by the document's content hash: a
+    document serves the chunks of its current content only."""
+
+    __tablename__ = "chunks"
+    chunk_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(ForeignKey("documents.id"))
+    org_id: Mapped[str] = mapped_column(String(64))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    chunk_index: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    heading_path: Mapped[list[str]] = mapped_column(JSON)
+    location: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    __table_args__ = (
+        Index("ix_chunks_doc", "doc_id", "content_hash"),
+        Index("ix_chunks_org", "org_id"),
+    )

@@ -196,6 +196,7 @@ def index_batch(
         return report
 
     all_chunks = [c for _, _, chunks in docs for c in chunks]
+    chunks_of = {doc.id: chunks for _, doc, chunks in docs}
     started = time.perf_counter()
     vectors = embedder.embed_documents([c.embed_text for c in all_chunks])
     report.embed_seconds = time.perf_counter() - started
@@ -217,6 +218,7 @@ def index_batch(
             continue
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
+        registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id])
         stored.append((item, doc))
     # One upsert (and one flush) per batch; documents become servable only after it.
     store.upsert([p for _, doc in stored for p in by_doc[doc.id]])

@@ -221,6 +221,7 @@ def edit_and_approve(
     hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
     vectors = embedder.embed_documents([c.embed_text for c in chunks])
     points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
+    registry.put_chunks(doc, content_hash, chunks)
     with open_store() as store:
         store.upsert(points)
     now = _now()
