@@ -125,7 +125,7 @@ def main() -> int:
             samples = []
             for d, s in zip(dense, sparse, strict=True):
                 t = time.perf_counter()
-                ctx.store.query(gate, dense=d, sparse=s, limit=10, prefetch_limit=100)
+                ctx.vector_store.query(gate, dense=d, sparse=s, limit=10, prefetch_limit=100)
                 samples.append(time.perf_counter() - t)
             return _latency(samples)
 
@@ -137,7 +137,7 @@ def main() -> int:
                 samples.append(time.perf_counter() - t)
             return _latency(samples)
 
-        small = ctx.store.count()
+        small = ctx.vector_store.count()
         result["query_small"] = {"points": small, "store": time_store(), "search": time_search()}
         print(f"{small} points: {result['query_small']}", flush=True)
 
@@ -145,11 +145,11 @@ def main() -> int:
         from kbflow.models import ChunkPoint
         from sinks.vectors import point_id_for
 
-        base = list(ctx.store.export_points())  # type: ignore[attr-defined]
+        base = list(ctx.vector_store.export_points())  # type: ignore[attr-defined]
         rng = random.Random(11)
         copies = 0
         t0 = time.perf_counter()
-        while ctx.store.count() < args.target_chunks:
+        while ctx.vector_store.count() < args.target_chunks:
             copies += 1
             batch = []
             for p in base:
@@ -158,9 +158,9 @@ def main() -> int:
                 pid = point_id_for(f"copy{copies}:{p.payload['chunk_id']}")
                 batch.append(ChunkPoint(pid, noisy, p.sparse, payload))
             for i in range(0, len(batch), 2000):
-                ctx.store.upsert(batch[i : i + 2000])
+                ctx.vector_store.upsert(batch[i : i + 2000])
         upsert_s = time.perf_counter() - t0
-        large = ctx.store.count()
+        large = ctx.vector_store.count()
         result["query_large"] = {
             "points": large,
             "upsert_points_per_s": round((large - small) / upsert_s, 1),
@@ -168,7 +168,7 @@ def main() -> int:
             "search_before_optimize": time_search(),
         }
         t0 = time.perf_counter()
-        ctx.store.optimize()
+        ctx.vector_store.optimize()
         result["query_large"]["optimize_s"] = round(time.perf_counter() - t0, 2)
         result["query_large"]["store"] = time_store()
         result["query_large"]["search"] = time_search()

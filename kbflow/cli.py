@@ -6,10 +6,13 @@ is instant and ``search`` never loads Prefect.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -54,6 +57,11 @@ jobs_app = typer.Typer(
     help="Background ingest jobs (audio, video, large files).", no_args_is_help=True
 )
 app.add_typer(jobs_app, name="jobs")
+eval_app = typer.Typer(
+    help="Retrieval evals: BEIR datasets, every mode, a warehouse of results.",
+    no_args_is_help=True,
+)
+app.add_typer(eval_app, name="eval")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -366,7 +374,12 @@ def search(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search approved, effective documents of one org (hybrid BM25 + dense by default)."""
+    """Search approved, effective documents of one org (hybrid BM25 + dense by default).
+
+    Modes: hybrid, dense, keyword, hybrid+rerank (Cohere with COHERE_API_KEY, or a local
+    cross-encoder from KBFLOW_RERANK_MODEL). When the vector store is unavailable the answer
+    comes from the keyword fallback over the registry and is marked degraded.
+    """
     settings = _settings()
     from kbflow.wiring import search_context
 
@@ -376,15 +389,21 @@ def search(
         collections=tuple(collection) if collection else None,
     )
     try:
-        with search_context(settings) as ctx:
-            hits = ctx.search(query, scope, mode=mode, top_k=top_k)
+        with search_context(settings, degrade=True) as ctx:
+            result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
     except KbflowError as exc:
         raise _fail(exc) from exc
+    hits = result.hits
     if as_json:
-        _print_json(
-            {"query": query, "org": org, "mode": mode.value, "hits": [h.to_dict() for h in hits]}
-        )
+        _print_json({"query": query, "org": org} | result.to_dict())
         return
+    if result.paused:
+        console.print(f"[yellow]paused:[/yellow] {escape(result.reason or '')}")
+        return
+    if result.degraded:
+        err_console.print(f"[yellow]degraded:[/yellow] {escape(result.reason or '')}")
+    elif result.reason:
+        err_console.print(f"[dim]note: {escape(result.reason)}[/dim]")
     if not hits:
         console.print("[yellow]no approved document matches.[/yellow]")
         return
@@ -1250,6 +1269,222 @@ def server(
         str(port),
     ]
     raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))
+
+
+DatasetOpt = Annotated[
+    Path,
+    typer.Option(
+        "--dataset", help="A BEIR folder: corpus.jsonl[.gz], queries.jsonl, qrels.", exists=True
+    ),
+]
+
+
+@eval_app.command("run")
+def eval_run(
+    dataset: DatasetOpt,
+    split: Annotated[
+        str | None, typer.Option(help="Split to use (default: test, then dev, then none).")
+    ] = None,
+    modes: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated modes (default: keyword,dense,hybrid [+rerank])."),
+    ] = None,
+    record: Annotated[
+        bool, typer.Option("--record/--no-record", help="Save to the eval warehouse.")
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate retrieval on a BEIR dataset in every mode: MRR@10, nDCG@10, Recall@100.
+
+    The corpus is indexed into its own data directory (<home>/evals/<dataset>) with cached
+    embeddings, so a re-run re-embeds nothing. Results go to the DuckDB warehouse.
+    """
+    settings = _settings()
+    from evals.beir import load_beir
+    from evals.retrieval import parse_modes, run_eval
+    from evals.warehouse import write_eval
+
+    try:
+        ds = load_beir(dataset, split)
+        chosen = parse_modes(modes)
+        with _stage_progress(enabled=not as_json) as progress:
+            result = run_eval(ds, settings, chosen, progress=progress)
+        if record:
+            write_eval(result.record, home=settings.home)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    summary = result.summary()
+    if as_json:
+        _print_json(summary)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{summary['dataset']} — {summary['queries']} queries")
+    table.add_column("mode")
+    for metric in ("mrr@10", "ndcg@10", "recall@100"):
+        table.add_column(metric, justify="right")
+    for mode, metrics in summary["modes"].items():
+        table.add_row(mode, *(f"{metrics[m]:.4f}" for m in ("mrr@10", "ndcg@10", "recall@100")))
+    console.print(table)
+    index = summary["index"]
+    console.print(
+        f"run {summary['run_id']} in {summary['seconds']:.0f}s; index: {index['documents']} "
+        f"documents ({index['indexed']} indexed now), embeddings computed "
+        f"{index.get('embeddings_computed', 0)}, cached {index.get('embeddings_cached', 0)}"
+        + ("" if record else "; not recorded")
+    )
+    for note in summary["notes"]:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+
+
+@contextlib.contextmanager
+def _stage_progress(enabled: bool) -> Iterator[Any]:
+    """A rich progress bar per stage ("index", then each mode), fed by (stage, done, total)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+@eval_app.command("report")
+def eval_report(
+    dataset: Annotated[
+        str | None, typer.Option(help="Only this dataset (e.g. scifact/dev).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="PNG to write (default: <home>/evals/history.png).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the history of recorded eval runs and plot each metric over time (PNG)."""
+    settings = _settings()
+    from evals.warehouse import plot_history, read_history
+
+    try:
+        rows = read_history(settings.home, dataset)
+        out = plot or settings.home / "evals" / "history.png"
+        written = plot_history(rows, out) if rows else None
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json({"runs": rows, "plot": str(written) if written else None})
+        return
+    if not rows:
+        console.print("no eval runs recorded yet — run `kbflow eval run --dataset DIR` first.")
+        return
+    from rich.table import Table
+
+    table = Table(title="eval history")
+    for column in ("started", "run", "dataset", "mode", "mrr@10", "ndcg@10", "recall@100"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["started_at"])[:16],
+            str(row["run_id"]),
+            str(row["dataset"]),
+            str(row["mode"]),
+            *(f"{row[c]:.4f}" for c in ("mrr_at_10", "ndcg_at_10", "recall_at_100")),
+        )
+    console.print(table)
+    console.print(f"plot: {written}")
+
+
+@eval_app.command("baseline")
+def eval_baseline(
+    dataset: Annotated[str, typer.Option(help="Recorded dataset name, e.g. scifact/dev.")],
+    tolerance: Annotated[
+        float, typer.Option(min=0, max=1, help="Allowed drop before the alarm fires.")
+    ] = 0.02,
+    out: Annotated[
+        Path | None, typer.Option(help="Where to write it (default: evals/baselines/<name>.json).")
+    ] = None,
+) -> None:
+    """Make the latest recorded run of a dataset its baseline (what the nightly compares to)."""
+    settings = _settings()
+    from evals.regression import Baseline, baseline_path, save_baseline
+    from evals.warehouse import latest
+
+    try:
+        modes = latest(settings.home, dataset)
+        if not modes:
+            raise KbflowError(
+                f"no recorded run of {dataset!r} — run `kbflow eval run --dataset DIR` first"
+            )
+        path = save_baseline(out or baseline_path(dataset), Baseline(dataset, tolerance, modes))
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    console.print(f"baseline for {escape(dataset)} written to {path}")
+
+
+@eval_app.command("golden")
+def eval_golden(
+    out: Annotated[Path, typer.Option(help="Folder to write the BEIR files to.")] = Path("golden"),
+) -> None:
+    """Write the small golden set over the demo corpus as a BEIR folder."""
+    _settings()
+    from evals.golden import write_golden_set
+
+    console.print(f"golden set written to {write_golden_set(out)}")
+
+
+@app.command("serve-schedules")
+def serve_schedules(
+    dataset: Annotated[
+        list[Path] | None, typer.Option(help="BEIR folders the nightly eval runs (repeatable).")
+    ] = None,
+    cron: Annotated[str, typer.Option(help="When, as a cron expression.")] = "0 2 * * *",
+    timezone: Annotated[str, typer.Option(help="The cron's time zone.")] = "Europe/London",
+) -> None:
+    """Serve kbflow's schedules from this process (the nightly eval) until stopped.
+
+    Needs a Prefect server: `kbflow server` in another shell and
+    PREFECT_API_URL=http://127.0.0.1:4200/api. Equivalent to `prefect deploy` of the
+    `nightly-eval` deployment in prefect.yaml plus a process worker.
+    """
+    import os
+
+    _settings()
+    if not os.environ.get("PREFECT_API_URL"):
+        raise _fail(
+            KbflowError(
+                "PREFECT_API_URL is not set: schedules need a running Prefect server — start "
+                "`kbflow server` and export PREFECT_API_URL=http://127.0.0.1:4200/api"
+            )
+        )
+    from prefect import serve
+    from prefect.schedules import Cron
+
+    from evals.nightly import DEPLOYMENT, nightly_eval
+
+    folders = [str(p.resolve()) for p in dataset] if dataset else [_default_eval_dataset()]
+    deployment: Any = nightly_eval.to_deployment(
+        name=DEPLOYMENT, schedule=Cron(cron, timezone=timezone), parameters={"datasets": folders}
+    )
+    console.print(f"serving {DEPLOYMENT} ({cron}, {timezone}) on {', '.join(folders)}")
+    serve(deployment)
+
+
+def _default_eval_dataset() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    return str(
+        Path(os.environ.get("KBFLOW_DATASETS", repo.parent / "shared" / "datasets")) / "scifact"
+    )
 
 
 def main() -> None:  # pragma: no cover - console script shim

@@ -18,6 +18,9 @@ from kbflow.demo_corpus import CLIENT_NAME, write_demo_corpus
 from kbflow.models import DocStatus, Role, Scope, SearchMode
 from kbflow.settings import Settings
 
+# The three engines the demo compares (hybrid+rerank needs a reranker the demo does not have).
+ENGINE_MODES = (SearchMode.HYBRID, SearchMode.DENSE, SearchMode.KEYWORD)
+
 DEMO_ORG = "larkspur"
 DEMO_COLLECTION = "handbook-and-policies"
 DEMO_AM = "am@agency.example"
@@ -61,9 +64,9 @@ def run_demo(
     with search_context(settings) as ctx:
         documents = ctx.registry.list_documents(DEMO_ORG)
         draft = next(d for d in documents if d.uri.endswith(pending_name))
-        draft_chunks = len(ctx.store.inspect_document_chunks(draft.id))
+        draft_chunks = len(ctx.vector_store.inspect_document_chunks(draft.id))
         for q in corpus.queries:
-            by_mode = {m: ctx.search(q.question, scope, mode=m, top_k=3) for m in SearchMode}
+            by_mode = {m: ctx.search(q.question, scope, mode=m, top_k=3) for m in ENGINE_MODES}
             hybrid = by_mode[SearchMode.HYBRID]
             files = [_file_of(h.uri) for h in hybrid]
             leaked = any(_file_of(h.uri) == pending_name for hs in by_mode.values() for h in hs)
@@ -132,15 +135,20 @@ def _research_step(settings: Settings, files: list[Path], *, show_progress: bool
             drafts = _latest_run(registry)
     question = "What bikes does Larkspur sell and at what price?"
     with search_context(settings) as ctx:
-        seen = {h.doc_id for m in SearchMode for h in ctx.search(question, Scope(DEMO_ORG), mode=m)}
+        seen = {
+            h.doc_id for m in ENGINE_MODES for h in ctx.search(question, Scope(DEMO_ORG), mode=m)
+        }
         pending = [d for d in drafts if d.status == DocStatus.PENDING_REVIEW.value]
         hidden = not seen & {d.id for d in pending}
         product = next(d for d in drafts if d.uri.endswith("product-context.md"))
         if product.status == DocStatus.PENDING_REVIEW.value:
             review.approve(
-                product.id, DEMO_AM, registry=ctx.registry, open_store=review.held(ctx.store),
+                product.id,
+                DEMO_AM,
+                registry=ctx.registry,
+                open_store=review.held(ctx.vector_store),
                 note="demo: approved by the account manager",
-            )  # fmt: skip
+            )
         shown = product.id in {h.doc_id for h in ctx.search(question, Scope(DEMO_ORG), top_k=20)}
         final = ctx.registry.get_documents(d.id for d in drafts)
     return {

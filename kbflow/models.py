@@ -64,9 +64,13 @@ class Role(StrEnum):
 
 
 class SearchMode(StrEnum):
+    """Retrieval engines. Every mode is gated; ``hybrid+rerank`` reranks the gated hybrid
+    candidates (and falls back to their fused order when the reranker fails)."""
+
     HYBRID = "hybrid"
     DENSE = "dense"
     KEYWORD = "keyword"
+    HYBRID_RERANK = "hybrid+rerank"
 
 
 AUDIENCE_ALL = "all"
@@ -226,6 +230,43 @@ class SearchHit:
             "score": self.score,
             "scores": self.scores,
             "text": self.text,
+        }
+
+
+@dataclass
+class RetrievalResult:
+    """What retrieval returns: the hits, and whether they came from the normal path.
+
+    Attributes:
+        hits: the gated hits, best first (may be empty: a genuine "nothing matched").
+        mode: the mode asked for.
+        degraded: the vector engine failed and the keyword fallback served (fail open).
+        paused: retrieval is switched off by configuration; ``hits`` is empty.
+        reason: why it was degraded or paused, or why reranking fell back.
+        reranked: the hits were reordered by a reranker.
+    """
+
+    hits: list[SearchHit]
+    mode: SearchMode
+    degraded: bool = False
+    paused: bool = False
+    reason: str | None = None
+    reranked: bool = False
+
+    @property
+    def kb_context_provided(self) -> bool:
+        """The hits are the knowledge base's real answer (not paused, not a fallback)."""
+        return not self.paused and not self.degraded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode.value,
+            "degraded": self.degraded,
+            "paused": self.paused,
+            "kb_context_provided": self.kb_context_provided,
+            "reranked": self.reranked,
+            "reason": self.reason,
+            "hits": [h.to_dict() for h in self.hits],
         }
 
 

@@ -50,6 +50,32 @@ class Settings(BaseSettings):
     )
     rrf_k: int = Field(60, gt=0, description="Reciprocal-rank-fusion constant for hybrid search.")
     prefetch_limit: int = Field(100, gt=0, description="Candidates per leg before fusion.")
+    fusion: Literal["rrf", "weighted"] = Field(
+        "rrf", description="Hybrid fusion: rrf, or weighted (min-max normalised scores)."
+    )
+    dense_weight: float = Field(
+        0.5, ge=0, le=1, description="Dense leg's weight in weighted fusion (keyword: 1 - it)."
+    )
+    retrieval_paused: bool = Field(
+        False, description="Switch retrieval off: searches return nothing, marked paused."
+    )
+    rerank: Literal["auto", "none", "cohere", "cross-encoder"] = Field(
+        "auto",
+        description="Reranker for hybrid+rerank: cohere (needs COHERE_API_KEY), cross-encoder "
+        "(needs KBFLOW_RERANK_MODEL), none, or auto (cohere with a key, else a local model).",
+    )
+    cohere_api_key: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("KBFLOW_COHERE_API_KEY", "COHERE_API_KEY"),
+        description="Cohere key for reranking.",
+    )
+    cohere_rerank_model: str = Field("rerank-v3.5", description="Cohere rerank model.")
+    rerank_model: str | None = Field(
+        None, description="Local sentence-transformers CrossEncoder folder for reranking."
+    )
+    rerank_candidates: int = Field(
+        50, gt=0, description="Gated hybrid hits a reranker sees per query."
+    )
     docling_artifacts_path: Path | None = Field(
         None,
         validation_alias=AliasChoices("KBFLOW_DOCLING_ARTIFACTS", "KBFLOW_DOCLING_ARTIFACTS_PATH"),

@@ -5,24 +5,52 @@ Lives on top of every layer, like the CLI. Imports no Prefect: the query path mu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
 
-from kbflow.models import Scope, SearchHit, SearchMode
+from kbflow.errors import StoreError
+from kbflow.models import RetrievalResult, Scope, SearchHit, SearchMode
 from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore, open_vector_store
 from tasks.embed import Embedder, get_embedder
-from tasks.retrieve import search
+from tasks.rerank import Reranker, build_reranker
+from tasks.retrieve import RetrievalConfig, retrieve, search
+
+log = logging.getLogger(__name__)
+
+
+def retrieval_config(settings: Settings) -> RetrievalConfig:
+    return RetrievalConfig(
+        prefetch_limit=settings.prefetch_limit,
+        fusion=settings.fusion,
+        rrf_k=settings.rrf_k,
+        dense_weight=settings.dense_weight,
+        rerank_candidates=settings.rerank_candidates,
+    )
 
 
 @dataclass
 class SearchContext:
+    """What a query needs. ``store`` is None when the vector store could not be opened; then
+    `retrieve` serves the keyword fallback and `search` raises."""
+
     settings: Settings
     registry: SqlRegistry
-    store: VectorStore
+    store: VectorStore | None
     embedder: Embedder
+    store_error: str | None = None
+    _reranker: Reranker | None = field(default=None, repr=False)
+    _reranker_built: bool = field(default=False, repr=False)
+
+    @property
+    def vector_store(self) -> VectorStore:
+        """The open store; raises when it could not be opened."""
+        if self.store is None:
+            raise StoreError(self.store_error or "the vector store is not available")
+        return self.store
 
     def search(
         self, query: str, scope: Scope, *, mode: SearchMode = SearchMode.HYBRID, top_k: int = 10
@@ -30,14 +58,43 @@ class SearchContext:
         return search(
             query,
             scope,
+            store=self.vector_store,
+            registry=self.registry,
+            embedder=self.embedder,
+            mode=mode,
+            top_k=top_k,
+            config=retrieval_config(self.settings),
+        )
+
+    def retrieve(
+        self, query: str, scope: Scope, *, mode: SearchMode = SearchMode.HYBRID, top_k: int = 10
+    ) -> RetrievalResult:
+        """Gated retrieval with the degraded/paused contract (see `tasks.retrieve.retrieve`)."""
+        return retrieve(
+            query,
+            scope,
             store=self.store,
             registry=self.registry,
             embedder=self.embedder,
             mode=mode,
             top_k=top_k,
-            prefetch_limit=self.settings.prefetch_limit,
-            rrf_k=self.settings.rrf_k,
+            config=retrieval_config(self.settings),
+            reranker=self.reranker() if mode is SearchMode.HYBRID_RERANK else None,
+            paused=self.settings.retrieval_paused,
+            store_error=self.store_error,
         )
+
+    def reranker(self) -> Reranker | None:
+        if not self._reranker_built:
+            key = self.settings.cohere_api_key
+            self._reranker = build_reranker(
+                self.settings.rerank,
+                cohere_api_key=key.get_secret_value() if key else None,
+                cohere_model=self.settings.cohere_rerank_model,
+                cross_encoder_path=self.settings.rerank_model,
+            )
+            self._reranker_built = True
+        return self._reranker
 
 
 @contextmanager
@@ -59,12 +116,26 @@ def store_opener(settings: Settings) -> Callable[[], AbstractContextManager[Vect
 
 
 @contextmanager
-def search_context(settings: Settings) -> Iterator[SearchContext]:
-    """Registry, vector store and embedder for the duration of one command."""
-    with open_registry(settings) as registry, open_vector_store(settings) as store:
+def search_context(settings: Settings, *, degrade: bool = False) -> Iterator[SearchContext]:
+    """Registry, vector store and embedder for the duration of one command.
+
+    With ``degrade``, a vector store that cannot be opened (busy, down, corrupt) does not fail
+    the command: the context has no store, and `SearchContext.retrieve` falls back.
+    """
+    with open_registry(settings) as registry, ExitStack() as stack:
+        store: VectorStore | None = None
+        error: str | None = None
+        try:
+            store = stack.enter_context(open_vector_store(settings))
+        except Exception as exc:
+            if not degrade:
+                raise
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("vector store unavailable, retrieval will degrade: %s", error)
         yield SearchContext(
             settings=settings,
             registry=registry,
             store=store,
             embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            store_error=error,
         )

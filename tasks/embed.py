@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any, Protocol
 
 from kbflow.errors import ConfigError
@@ -102,3 +105,68 @@ def _load_sentence_transformer(model: str) -> Any:
 def get_embedder(model: str = PACKAGED_MINILM, batch_size: int = 64) -> MiniLMEmbedder:
     """One embedder per (model, batch size) per process."""
     return MiniLMEmbedder(model, batch_size)
+
+
+class CachedEmbedder:
+    """An `Embedder` that remembers every vector by (model id, SHA-256 of the text).
+
+    The cache is one SQLite file (float32 blobs), so a re-run over the same texts — an eval
+    over a corpus already embedded, a re-index after a BM25 change — computes nothing. Safe
+    for one writer at a time per file; readers may share it.
+    """
+
+    def __init__(self, inner: Embedder, path: Path) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.path = path
+        self.hits = 0
+        self.misses = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL)"
+        )
+        self._lock = threading.Lock()
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model_id}\0{text}".encode()).hexdigest()
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
+        keys = [self._key(t) for t in texts]
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                batch = keys[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                rows = self._db.execute(
+                    f"SELECT key, vector FROM embeddings WHERE key IN ({marks})",
+                    batch,
+                )
+                for key, blob in rows:
+                    found[key] = np.frombuffer(blob, dtype=np.float32).tolist()
+        todo = [i for i, key in enumerate(keys) if key not in found]
+        self.hits += len(keys) - len(todo)
+        self.misses += len(todo)
+        if todo:
+            vectors = self.inner.embed_documents([texts[i] for i in todo])
+            with self._lock, self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO embeddings (key, vector) VALUES (?, ?)",
+                    [
+                        (keys[i], np.asarray(v, dtype=np.float32).tobytes())
+                        for i, v in zip(todo, vectors, strict=True)
+                    ],
+                )
+            for i, vector in zip(todo, vectors, strict=True):
+                found[keys[i]] = list(vector)
+        return [found[key] for key in keys]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+    def close(self) -> None:
+        self._db.close()

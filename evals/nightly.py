@@ -1,0 +1,77 @@
+"""The nightly eval as a Prefect flow: run every mode on each dataset, record the results in
+the warehouse, and fail loudly when a metric falls below its baseline.
+
+Scheduled in ``prefect.yaml`` (deployment ``nightly-eval``) or served locally with
+``kbflow serve-schedules``. The flow lives in ``evals/`` because it orchestrates evals, which the
+product's flows never import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from evals.beir import load_beir
+from evals.regression import baseline_path, check, load_baseline
+from evals.retrieval import EvalResult, parse_modes, run_eval
+from evals.warehouse import write_eval
+from kbflow.settings import Settings
+
+DEPLOYMENT = "nightly-eval"
+CRON = "0 2 * * *"
+TIMEZONE = "Europe/London"
+
+
+@task(name="eval-dataset", cache_policy=NO_CACHE)
+def eval_dataset_task(folder: str, split: str | None, modes: str | None) -> EvalResult:
+    settings = Settings()
+    return run_eval(load_beir(Path(folder), split), settings, parse_modes(modes))
+
+
+@task(name="record-eval", cache_policy=NO_CACHE)
+def record_eval_task(result: EvalResult) -> dict[str, int]:
+    return write_eval(result.record, home=Settings().home)
+
+
+@flow(name="nightly-eval")
+def nightly_eval(
+    datasets: list[str],
+    split: str | None = None,
+    modes: str | None = None,
+    baseline_dir: str | None = None,
+    tolerance: float | None = None,
+) -> dict[str, Any]:
+    """Evaluate retrieval on each BEIR folder, record it, then compare with the baselines.
+
+    Every dataset is evaluated and recorded before any alarm is raised, so one regression
+    does not hide another dataset's figures. A dataset without a baseline is recorded only.
+    """
+    logger = get_run_logger()
+    summaries: dict[str, Any] = {}
+    problems: list[str] = []
+    for folder in datasets:
+        result = eval_dataset_task(folder, split, modes)
+        record_eval_task(result)
+        summary = result.summary()
+        summaries[result.record.dataset] = summary
+        logger.info("%s: %s", result.record.dataset, summary["modes"])
+        path = (
+            Path(baseline_dir) / baseline_path(result.record.dataset).name
+            if baseline_dir
+            else baseline_path(result.record.dataset)
+        )
+        if not path.exists():
+            logger.warning("no baseline for %s at %s: recorded only", result.record.dataset, path)
+            continue
+        try:
+            check(result.record.modes, load_baseline(path), tolerance)
+        except Exception as exc:
+            problems.append(str(exc))
+    if problems:
+        from evals.regression import EvalRegression
+
+        raise EvalRegression(" | ".join(problems))
+    return summaries

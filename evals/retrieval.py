@@ -1,0 +1,323 @@
+"""Retrieval evals: index a BEIR dataset the way kbflow indexes anything, query it in every mode
+through the same gated retrieval agents use, and score the document rankings.
+
+The index lives in its own data directory (``<KBFLOW_HOME>/evals/<dataset>``: registry and
+embedded Qdrant), so evals never touch a client's knowledge base. Corpus records go through the
+normal ingest path (content-hash planning, chunking, BM25 sparse vectors, the data checks) with
+embeddings cached by content hash and model id (``<KBFLOW_HOME>/cache/embeddings.sqlite``): a
+re-run re-embeds nothing, and neither does rebuilding an index after a BM25 change.
+
+Rankings are per document: a document's rank is that of its best chunk. Each mode retrieves
+enough chunks to fill 100 distinct documents (Recall@100).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.beir import BeirDataset
+from evals.metrics import Run, Scores, evaluate
+from evals.warehouse import EvalRecord
+from kbflow.errors import ConfigError, ExtractionError
+from kbflow.models import ExtractedDocument, Scope, SearchMode
+from kbflow.settings import Settings
+from sinks.registry import SqlRegistry
+from sinks.vectors import VectorStore, open_vector_store
+from tasks.discover import Source, jsonl_sources
+from tasks.embed import CachedEmbedder, Embedder, get_embedder
+from tasks.index import IngestTarget, index_batch, plan_ingest
+from tasks.rerank import Reranker, build_reranker, rerank_hits
+from tasks.retrieve import RetrievalConfig, search
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODES: tuple[SearchMode, ...] = (SearchMode.KEYWORD, SearchMode.DENSE, SearchMode.HYBRID)
+EVAL_ORG = "eval"
+DOC_DEPTH = 100  # documents ranked per query (Recall@100)
+CHUNK_DEPTH = 250  # chunks fetched to fill DOC_DEPTH documents (SciFact: ~1.7 chunks a doc)
+INDEX_BATCH = 256
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "dataset"
+
+
+def eval_settings(settings: Settings, dataset: BeirDataset) -> Settings:
+    """The settings of the dataset's own index: the same models, its own data directory."""
+    return settings.model_copy(
+        update={"home": settings.home / "evals" / _slug(dataset.name), "database_url": None,
+                "qdrant_url": None}
+    )  # fmt: skip
+
+
+def cached_embedder(settings: Settings) -> CachedEmbedder:
+    inner = get_embedder(settings.embedding_model, settings.embed_batch_size)
+    return CachedEmbedder(inner, settings.home / "cache" / "embeddings.sqlite")
+
+
+def build_index(
+    dataset: BeirDataset,
+    settings: Settings,
+    *,
+    embedder: Embedder,
+    progress: Progress | None = None,
+) -> dict[str, int]:
+    """Index the dataset's corpus into its eval home; unchanged records cost nothing."""
+    home = eval_settings(settings, dataset)
+    sources = list(jsonl_sources(dataset.corpus_path))
+    registry = SqlRegistry.open(home.registry_url)
+    try:
+        registry.ensure_org(EVAL_ORG)
+        coll = registry.ensure_collection(EVAL_ORG, "corpus")
+        target = IngestTarget(EVAL_ORG, coll.id, coll.path, actor="eval")
+        plan = plan_ingest(sources, registry, EVAL_ORG)
+        done = 0
+        if plan.work:
+            with open_vector_store(home) as store:
+                for start in range(0, len(plan.work), INDEX_BATCH):
+                    batch = plan.work[start : start + INDEX_BATCH]
+                    report = index_batch(
+                        batch,
+                        target,
+                        store=store,
+                        registry=registry,
+                        embedder=embedder,
+                        extract_file=_no_files,
+                        max_words=home.chunk_max_words,
+                        overlap_words=home.chunk_overlap_words,
+                    )
+                    if report.skipped:
+                        log.warning("eval index: %d records skipped", len(report.skipped))
+                    done += len(batch)
+                    if progress:
+                        progress("index", done, len(plan.work))
+        return {"documents": len(sources), "indexed": len(plan.work), "unchanged": plan.unchanged}
+    finally:
+        registry.close()
+
+
+def _no_files(source: Source) -> ExtractedDocument:
+    raise ExtractionError(f"{source.name}: an eval corpus holds records, not files")
+
+
+@dataclass
+class ModeRun:
+    run: Run
+    seconds: float
+    notes: list[str]
+
+
+def run_queries(
+    dataset: BeirDataset,
+    settings: Settings,
+    modes: Sequence[SearchMode],
+    *,
+    embedder: Embedder,
+    config: RetrievalConfig,
+    reranker: Reranker | None = None,
+    progress: Progress | None = None,
+) -> dict[SearchMode, ModeRun]:
+    """Rank documents for every query in every mode, through the gated search."""
+    home = eval_settings(settings, dataset)
+    scope = Scope(org_id=EVAL_ORG)
+    registry = SqlRegistry.open(home.registry_url)
+    try:
+        corpus_ids = {
+            doc.id: doc.source_key.rsplit("#", 1)[-1]
+            for doc in registry.current_documents(EVAL_ORG).values()
+        }
+        out: dict[SearchMode, ModeRun] = {}
+        with open_vector_store(home) as store:
+            for mode in modes:
+                out[mode] = _run_mode(
+                    dataset, mode, scope, store, registry, embedder, config, reranker,
+                    corpus_ids, progress,
+                )  # fmt: skip
+        return out
+    finally:
+        registry.close()
+
+
+def _run_mode(
+    dataset: BeirDataset,
+    mode: SearchMode,
+    scope: Scope,
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    config: RetrievalConfig,
+    reranker: Reranker | None,
+    corpus_ids: dict[str, str],
+    progress: Progress | None,
+) -> ModeRun:
+    started = time.perf_counter()
+    run: Run = {}
+    failures: list[str] = []
+    engine_mode = SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode
+    for done, (qid, text) in enumerate(dataset.queries.items(), start=1):
+        hits = search(
+            text, scope, store=store, registry=registry, embedder=embedder, mode=engine_mode,
+            top_k=CHUNK_DEPTH, config=config,
+        )  # fmt: skip
+        if mode is SearchMode.HYBRID_RERANK and reranker is not None:
+            head = config.rerank_candidates
+            ranked, failure = rerank_hits(text, hits[:head], reranker, top_k=head)
+            if failure:
+                failures.append(failure)
+            hits = ranked + hits[head:]
+        ranking: list[str] = []
+        for hit in hits:
+            cid = corpus_ids.get(hit.doc_id)
+            if cid is not None and cid not in ranking:
+                ranking.append(cid)
+                if len(ranking) == DOC_DEPTH:
+                    break
+        run[qid] = ranking
+        if progress and (done % 50 == 0 or done == len(dataset.queries)):
+            progress(mode.value, done, len(dataset.queries))
+    notes = [f"reranker failed on {len(failures)} queries: {failures[0]}"] if failures else []
+    return ModeRun(run, time.perf_counter() - started, notes)
+
+
+def available_modes(settings: Settings) -> tuple[SearchMode, ...]:
+    """The default modes, plus ``hybrid+rerank`` when a reranker is configured."""
+    return (*DEFAULT_MODES, SearchMode.HYBRID_RERANK) if reranker_for(settings) else DEFAULT_MODES
+
+
+def reranker_for(settings: Settings) -> Reranker | None:
+    key = settings.cohere_api_key
+    return build_reranker(
+        settings.rerank,
+        cohere_api_key=key.get_secret_value() if key else None,
+        cohere_model=settings.cohere_rerank_model,
+        cross_encoder_path=settings.rerank_model,
+    )
+
+
+@dataclass
+class EvalResult:
+    record: EvalRecord
+    scores: dict[str, Scores]
+    index: dict[str, int]
+    notes: list[str]
+
+    def summary(self) -> dict[str, Any]:
+        """The command's JSON: ``{"dataset", "modes": {mode: {metric: value}}, ...}``."""
+        return {
+            "dataset": self.record.dataset,
+            "run_id": self.record.run_id,
+            "queries": next(iter(self.scores.values())).queries if self.scores else 0,
+            "modes": {
+                m: {k: round(v, 4) for k, v in s.mean.items()} for m, s in self.scores.items()
+            },
+            "seconds": round(self.record.seconds, 1),
+            "index": self.index,
+            "settings": self.record.settings,
+            "notes": self.notes,
+        }
+
+
+def run_eval(
+    dataset: BeirDataset,
+    settings: Settings,
+    modes: Sequence[SearchMode] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> EvalResult:
+    """Index (cached), query every mode, and score: one eval run, not yet recorded."""
+    started_at = dt.datetime.now(dt.UTC)
+    started = time.perf_counter()
+    modes = tuple(modes or available_modes(settings))
+    reranker = reranker_for(settings) if SearchMode.HYBRID_RERANK in modes else None
+    notes: list[str] = []
+    if SearchMode.HYBRID_RERANK in modes and reranker is None:
+        notes.append("hybrid+rerank: no reranker configured, so it equals hybrid")
+    embedder = cached_embedder(settings)
+    try:
+        index = build_index(dataset, settings, embedder=embedder, progress=progress)
+        config = RetrievalConfig(
+            prefetch_limit=settings.prefetch_limit,
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            rerank_candidates=settings.rerank_candidates,
+        )
+        runs = run_queries(
+            dataset, settings, modes, embedder=embedder, config=config, reranker=reranker,
+            progress=progress,
+        )  # fmt: skip
+        index["embeddings_computed"] = embedder.misses
+        index["embeddings_cached"] = embedder.hits
+    finally:
+        embedder.close()
+    scores = {mode.value: evaluate(r.run, dataset.qrels) for mode, r in runs.items()}
+    for r in runs.values():
+        notes.extend(r.notes)
+    record = EvalRecord(
+        run_id=uuid.uuid4().hex[:12],
+        dataset=dataset.name,
+        started_at=started_at,
+        commit=_git_commit(),
+        settings=_eval_settings_record(settings, reranker),
+        modes={m: dict(s.mean) for m, s in scores.items()},
+        per_query={m: s.per_query for m, s in scores.items()},
+        seconds=time.perf_counter() - started,
+    )
+    return EvalResult(record, scores, index, notes)
+
+
+def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict[str, Any]:
+    from tasks.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+
+    return {
+        "embedding_model": settings.embedding_model,
+        "chunk_max_words": settings.chunk_max_words,
+        "chunk_overlap_words": settings.chunk_overlap_words,
+        "fusion": settings.fusion,
+        "rrf_k": settings.rrf_k,
+        "dense_weight": settings.dense_weight,
+        "prefetch_limit": settings.prefetch_limit,
+        "bm25": {"k1": BM25_K1, "b": BM25_B, "avg_len": BM25_AVG_LEN},
+        "reranker": reranker.name if reranker else None,
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parents[1],
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def parse_modes(text: str | None) -> tuple[SearchMode, ...] | None:
+    """``"keyword,dense,hybrid"`` -> modes; None for the default set."""
+    if not text:
+        return None
+    modes: list[SearchMode] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            modes.append(SearchMode(part))
+        except ValueError:
+            raise ConfigError(
+                f"unknown mode {part!r} — choose from {', '.join(m.value for m in SearchMode)}"
+            ) from None
+    return tuple(dict.fromkeys(modes))

@@ -1,0 +1,427 @@
+"""Eval results in DuckDB, loaded through dlt, and their history over time.
+
+Every retrieval eval run is written to ``<home>/warehouse/kbflow.duckdb`` (dataset ``evals``):
+
+- ``eval_runs``: one row per (run, mode) with the mean of each metric;
+- ``eval_queries``: one row per (run, mode, query) with that query's metrics.
+
+Both tables merge on their primary keys, so loading the same run twice replaces its rows
+instead of duplicating them.
+
+DuckDB allows ONE writer process per file, and a writer also shuts readers out: never run two
+evals (or an eval and a history read) against the same home at the same time. A write or read
+that meets another process's lock raises :class:`WarehouseError`; retry when that process ends.
+
+dlt, duckdb and matplotlib are imported inside the functions: together they take about a
+second to import, which commands that never touch the warehouse should not pay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kbflow.errors import ConfigError, KbflowError
+
+if TYPE_CHECKING:
+    import duckdb
+
+log = logging.getLogger(__name__)
+
+PIPELINE_NAME = "kbflow_evals"
+DATASET_NAME = "evals"
+RUNS_TABLE = "eval_runs"
+QUERIES_TABLE = "eval_queries"
+
+# Metric name as the eval reports it -> column name (SQL identifiers cannot hold "@").
+METRIC_COLUMNS: dict[str, str] = {
+    "mrr@10": "mrr_at_10",
+    "ndcg@10": "ndcg_at_10",
+    "recall@100": "recall_at_100",
+}
+
+_METRIC_HINTS: dict[str, Any] = {
+    column: {"data_type": "double", "nullable": True} for column in METRIC_COLUMNS.values()
+}
+# Declared up front so the tables have the same columns whatever the first run holds (a run
+# without a commit would otherwise create no ``commit`` column at all).
+_RUNS_COLUMNS: dict[str, Any] = {
+    "run_id": {"data_type": "text", "nullable": False},
+    "dataset": {"data_type": "text", "nullable": False},
+    "started_at": {"data_type": "timestamp", "timezone": True, "nullable": False},
+    "commit": {"data_type": "text", "nullable": True},
+    "mode": {"data_type": "text", "nullable": False},
+    **_METRIC_HINTS,
+    "queries": {"data_type": "bigint", "nullable": False},
+    "seconds": {"data_type": "double", "nullable": False},
+    "settings": {"data_type": "text", "nullable": False},  # JSON, so dlt does not flatten it
+}
+_QUERIES_COLUMNS: dict[str, Any] = {
+    "run_id": {"data_type": "text", "nullable": False},
+    "dataset": {"data_type": "text", "nullable": False},
+    "mode": {"data_type": "text", "nullable": False},
+    "query_id": {"data_type": "text", "nullable": False},
+    **_METRIC_HINTS,
+}
+_HISTORY_COLUMNS = tuple(_RUNS_COLUMNS)
+
+PLOT_SIZE_INCHES = (10.0, 9.0)
+PLOT_DPI = 100
+
+
+class WarehouseError(KbflowError, RuntimeError):
+    """The eval warehouse could not be written or read (e.g. another process holds it)."""
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One retrieval eval run: its means per mode and its metrics per query.
+
+    Attributes:
+        run_id: Unique id of the run; writing the same id again replaces its rows.
+        dataset: Name of the evaluated dataset.
+        started_at: When the run started; must be timezone-aware (stored as UTC).
+        commit: kbflow's git commit, when known.
+        settings: Settings the run used (stored as JSON).
+        modes: mode -> metric ("mrr@10", "ndcg@10", "recall@100") -> mean over queries.
+        per_query: mode -> query id -> metric -> value.
+        seconds: Wall-clock duration of the run.
+    """
+
+    run_id: str
+    dataset: str
+    started_at: datetime
+    commit: str | None
+    settings: dict[str, Any]
+    modes: dict[str, dict[str, float]]
+    per_query: dict[str, dict[str, dict[str, float]]]
+    seconds: float
+
+
+def warehouse_path(home: Path) -> Path:
+    """The DuckDB file eval results live in: ``<home>/warehouse/kbflow.duckdb``."""
+    return home / "warehouse" / "kbflow.duckdb"
+
+
+def write_eval(
+    record: EvalRecord, *, home: Path, pipelines_dir: Path | None = None
+) -> dict[str, int]:
+    """Load one eval run into the warehouse (idempotent per run id).
+
+    Only one process may write a DuckDB file at a time; see the module docstring.
+
+    Args:
+        record: The run to store.
+        home: kbflow's data directory; the warehouse is ``warehouse_path(home)``.
+        pipelines_dir: Where dlt keeps the pipeline's own state. Default: ``<home>/dlt``.
+
+    Returns:
+        Rows written per table: ``{"eval_runs": n, "eval_queries": m}``.
+
+    Raises:
+        ConfigError: The record is malformed (naive ``started_at``, unknown metric, a mode
+            with per-query values but no means).
+        WarehouseError: Another process holds the DuckDB file, or dlt failed to load.
+    """
+    runs = _run_rows(record)
+    queries = list(_query_rows(record))
+    pipeline_home = pipelines_dir if pipelines_dir is not None else home / "dlt"
+    path = warehouse_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pipeline_home.mkdir(parents=True, exist_ok=True)
+
+    # Evals run offline and must not phone home. dlt reads this once per process, when it
+    # first resolves its runtime config, so it has to be set before the pipeline is created
+    # (and `_without_dlt_usage_tracking` covers a process where that already happened).
+    os.environ["RUNTIME__DLTHUB_TELEMETRY"] = "false"
+    import dlt
+    from dlt.pipeline.exceptions import PipelineStepFailed
+
+    pipeline = dlt.pipeline(
+        pipeline_name=PIPELINE_NAME,
+        destination=dlt.destinations.duckdb(str(path)),
+        dataset_name=DATASET_NAME,
+        pipelines_dir=str(pipeline_home),
+    )
+    eval_runs = dlt.resource(
+        runs,
+        name=RUNS_TABLE,
+        write_disposition="merge",
+        primary_key=("run_id", "mode"),
+        columns=_RUNS_COLUMNS,
+    )
+    eval_queries = dlt.resource(
+        queries,
+        name=QUERIES_TABLE,
+        write_disposition="merge",
+        primary_key=("run_id", "mode", "query_id"),
+        columns=_QUERIES_COLUMNS,
+    )
+    started = time.perf_counter()
+    try:
+        with _without_dlt_usage_tracking(pipeline):
+            pipeline.run([eval_runs, eval_queries])
+    except PipelineStepFailed as exc:
+        if _is_lock_error(exc):
+            raise _locked(path, "write eval run " + repr(record.run_id)) from exc
+        raise WarehouseError(
+            f"could not load eval run {record.run_id!r} into {path} "
+            f"(dlt step {exc.step!r} failed): {exc.exception} — fix the cause and run the eval "
+            "again; loading the same run id again replaces its rows"
+        ) from exc
+    written = {RUNS_TABLE: len(runs), QUERIES_TABLE: len(queries)}
+    log.info(
+        "wrote eval run %s to %s: %s in %.2f s",
+        record.run_id,
+        path,
+        written,
+        time.perf_counter() - started,
+    )
+    return written
+
+
+def read_history(
+    home: Path, dataset: str | None = None, mode: str | None = None
+) -> list[dict[str, Any]]:
+    """Stored ``eval_runs`` rows, oldest first; ``[]`` when nothing has been written yet.
+
+    Each row has the table's columns: ``run_id``, ``dataset``, ``started_at`` (UTC datetime),
+    ``commit``, ``mode``, ``mrr_at_10``, ``ndcg_at_10``, ``recall_at_100``, ``queries``,
+    ``seconds`` and ``settings`` (parsed back into a dict).
+
+    Args:
+        home: kbflow's data directory.
+        dataset: Only runs of this dataset.
+        mode: Only rows of this retrieval mode.
+
+    Raises:
+        WarehouseError: Another process is writing the warehouse.
+    """
+    path = warehouse_path(home)
+    if not path.exists():
+        return []
+    filters = {"dataset": dataset, "mode": mode}
+    where = [f"{column} = ?" for column, value in filters.items() if value is not None]
+    params = [value for value in filters.values() if value is not None]
+    columns = ", ".join(f'"{c}"' for c in _HISTORY_COLUMNS)
+    sql = (
+        f"SELECT {columns} FROM {DATASET_NAME}.{RUNS_TABLE}"
+        + (f" WHERE {' AND '.join(where)}" if where else "")
+        + " ORDER BY started_at, run_id, mode"
+    )
+    with _read_only(path) as con:
+        if not _table_exists(con, RUNS_TABLE):
+            return []
+        result = con.execute(sql, params).fetchall()
+    rows = [dict(zip(_HISTORY_COLUMNS, values, strict=True)) for values in result]
+    for row in rows:
+        row["started_at"] = row["started_at"].astimezone(UTC)
+        row["settings"] = json.loads(row["settings"])
+    return rows
+
+
+def latest(home: Path, dataset: str) -> dict[str, dict[str, float]] | None:
+    """Means of the most recent run of ``dataset``: mode -> metric ("mrr@10", ...) -> value.
+
+    Shaped like :attr:`EvalRecord.modes`, so a new run can be compared with it directly.
+    Metrics the run did not record are left out. ``None`` when the dataset has no runs.
+    """
+    rows = read_history(home, dataset=dataset)
+    if not rows:
+        return None
+    newest = max(rows, key=lambda row: (row["started_at"], row["run_id"]))
+    return {
+        row["mode"]: {
+            metric: row[column]
+            for metric, column in METRIC_COLUMNS.items()
+            if row[column] is not None
+        }
+        for row in rows
+        if row["run_id"] == newest["run_id"]
+    }
+
+
+def plot_history(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Draw ``read_history`` rows as a PNG: a subplot per metric, a line per (dataset, mode).
+
+    Args:
+        rows: Rows from :func:`read_history`.
+        out: Where to write the PNG (its folder is created).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        ConfigError: ``rows`` is empty.
+    """
+    if not rows:
+        raise ConfigError("no eval runs recorded yet — run `kbflow eval run --dataset DIR` first")
+    # Figure + the Agg canvas directly: no pyplot, so no GUI backend and no global figure state.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.figure import Figure
+
+    lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: r["started_at"]):
+        lines.setdefault((row["dataset"], row["mode"]), []).append(row)
+
+    fig = Figure(figsize=PLOT_SIZE_INCHES, dpi=PLOT_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(METRIC_COLUMNS), 1, sharex=True)
+    for ax, (metric, column) in zip(axes, METRIC_COLUMNS.items(), strict=True):
+        for (dataset, mode), points in sorted(lines.items()):
+            ax.plot(
+                [p["started_at"] for p in points],
+                [math.nan if p[column] is None else p[column] for p in points],
+                marker="o",
+                label=f"{dataset} · {mode}",
+            )
+        ax.set_ylabel(metric)
+        ax.grid(True, alpha=0.3)
+    locator = AutoDateLocator()
+    axes[-1].xaxis.set_major_locator(locator)
+    axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes[-1].set_xlabel("run started (UTC)")
+    axes[0].legend(loc="best", fontsize="small")
+    fig.suptitle("kbflow retrieval evals over time")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def _run_rows(record: EvalRecord) -> list[dict[str, Any]]:
+    if record.started_at.tzinfo is None or record.started_at.utcoffset() is None:
+        raise ConfigError(
+            f"started_at of eval run {record.run_id!r} must be timezone-aware (UTC). "
+            f"Currently {record.started_at.isoformat()} — pass datetime.now(UTC)"
+        )
+    orphans = sorted(set(record.per_query) - set(record.modes))
+    if orphans:
+        raise ConfigError(
+            f"eval run {record.run_id!r} has per-query values for modes without means: "
+            f"{orphans} — add them to `modes`"
+        )
+    started_at = record.started_at.astimezone(UTC)
+    settings = json.dumps(record.settings, sort_keys=True, default=str)
+    return [
+        {
+            "run_id": record.run_id,
+            "dataset": record.dataset,
+            "started_at": started_at,
+            "commit": record.commit,
+            "mode": mode,
+            **_metric_values(metrics, f"{record.run_id}/{mode}"),
+            "queries": len(record.per_query.get(mode, {})),
+            "seconds": record.seconds,
+            "settings": settings,
+        }
+        for mode, metrics in record.modes.items()
+    ]
+
+
+def _query_rows(record: EvalRecord) -> Iterator[dict[str, Any]]:
+    for mode, by_query in record.per_query.items():
+        for query_id, metrics in by_query.items():
+            yield {
+                "run_id": record.run_id,
+                "dataset": record.dataset,
+                "mode": mode,
+                "query_id": query_id,
+                **_metric_values(metrics, f"{record.run_id}/{mode}/{query_id}"),
+            }
+
+
+def _metric_values(metrics: dict[str, float], where: str) -> dict[str, float | None]:
+    unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
+    if unknown:
+        raise ConfigError(
+            f"unknown metric(s) {unknown} in eval results {where}: the warehouse stores "
+            f"{sorted(METRIC_COLUMNS)} — add a column to evals/warehouse.py for a new metric"
+        )
+    return {column: metrics.get(metric) for metric, column in METRIC_COLUMNS.items()}
+
+
+@contextmanager
+def _without_dlt_usage_tracking(pipeline: Any) -> Iterator[None]:
+    """Unhook dlt's usage tracker from pipeline steps while ``pipeline`` runs.
+
+    With telemetry off dlt sends nothing, but its tracker still builds each event and so
+    creates ``.anonymous_id`` in dlt's global dir (``~/.dlt``, ``/var/dlt`` for root), outside
+    the pipelines dir. Dropping the tracker for the run keeps dlt out of that dir and also
+    guarantees no event even if this process started dlt earlier with telemetry on. The
+    tracker also carries Sentry spans, so it stays when a Sentry DSN is configured.
+    """
+    from dlt.pipeline import trace, track
+
+    if pipeline.run_context.runtime_config.sentry_dsn:
+        yield
+        return
+    hooked = trace.TRACKING_MODULES
+    trace.TRACKING_MODULES = [module for module in hooked if module is not track]
+    try:
+        yield
+    finally:
+        trace.TRACKING_MODULES = hooked
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    """Whether DuckDB refused the file because another process holds its lock.
+
+    dlt wraps the duckdb error (``PipelineStepFailed.exception`` -> ``__cause__``), so walk
+    the chain; duckdb says "Could not set lock on file ...: Conflicting lock is held in ...".
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if "Could not set lock on file" in str(current) or "Conflicting lock" in str(current):
+            return True
+        inner = getattr(current, "exception", None)
+        if isinstance(inner, BaseException):
+            todo.append(inner)
+        todo.extend((current.__cause__, current.__context__))
+    return False
+
+
+def _locked(path: Path, action: str) -> WarehouseError:
+    return WarehouseError(
+        f"could not {action}: another process is writing the eval warehouse {path} "
+        "(DuckDB allows one writer per file) — wait for it to finish and retry"
+    )
+
+
+@contextmanager
+def _read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only DuckDB connection, closed on exit; a held lock becomes WarehouseError."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.IOException as exc:
+        if _is_lock_error(exc):
+            raise _locked(path, "read eval history") from exc
+        raise WarehouseError(f"could not open the eval warehouse {path}: {exc}") from exc
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    found = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+        [DATASET_NAME, table],
+    ).fetchone()
+    return bool(found and found[0])

@@ -1,0 +1,107 @@
+"""The nightly eval as Prefect runs it: served on a schedule, triggered against a local Prefect
+server, recorded in the warehouse; and its alarm against a better baseline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evals.beir import load_beir
+from evals.golden import write_golden_set
+from evals.regression import Baseline, EvalRegression, baseline_path, save_baseline
+from evals.warehouse import read_history
+from kbflow.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_golden_set(tmp_path_factory.mktemp("golden"))
+
+
+def test_the_nightly_deployment_runs_and_records_rows(prefect_harness: None, golden: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ, PREFECT_API_URL=str(PREFECT_API_URL.value()))
+    env["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kbflow.cli", "serve-schedules", "--dataset", str(golden)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deployment = _wait_for_deployment("nightly-eval/nightly-eval", server)
+        (schedule,) = deployment.schedules
+        assert schedule.schedule.cron == "0 2 * * *"  # type: ignore[union-attr]
+        assert schedule.schedule.timezone == "Europe/London"  # type: ignore[union-attr]
+
+        run = run_deployment("nightly-eval/nightly-eval", timeout=300, poll_interval=1)
+        assert run.state is not None and run.state.is_completed(), run.state
+    finally:
+        server.terminate()
+        try:
+            output, _ = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            output, _ = server.communicate()
+    rows = read_history(Settings().home)
+    assert {r["mode"] for r in rows} == {"keyword", "dense", "hybrid"}, output[-2000:]
+    assert {r["dataset"] for r in rows} == {load_beir(golden).name}
+
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(run.id)
+    assert flow_run.deployment_id == deployment.id
+
+
+def _wait_for_deployment(name: str, server: subprocess.Popen[str], timeout_s: float = 120) -> Any:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            try:
+                return client.read_deployment_by_name(name)
+            except ObjectNotFound:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    output = server.stdout.read() if server.stdout else ""
+                    raise AssertionError(f"serve-schedules did not register: {output}") from None
+                time.sleep(1)
+
+
+def test_the_alarm_fires_against_a_better_baseline(
+    prefect_harness: None, golden: Path, tmp_path: Path
+) -> None:
+    from evals.nightly import nightly_eval
+
+    name = load_beir(golden).name
+    first = nightly_eval(datasets=[str(golden)], baseline_dir=str(tmp_path))  # no baseline yet
+    measured = first[name]["modes"]
+    # A baseline 0.05 better than what this code measures, on every metric of the dense mode.
+    better = {"dense": {metric: value + 0.05 for metric, value in measured["dense"].items()}}
+    save_baseline(tmp_path / baseline_path(name).name, Baseline(name, 0.02, better))
+
+    with pytest.raises(EvalRegression) as alarm:
+        nightly_eval(datasets=[str(golden)], baseline_dir=str(tmp_path))
+
+    message = str(alarm.value)
+    for metric in ("mrr@10", "ndcg@10", "recall@100"):
+        assert f"dense {metric} dropped 0.0500" in message, message
+    assert "hybrid" not in message.split(" — ")[0]  # modes without a baseline are not judged
+    # Both runs were recorded, the failing one before its alarm.
+    runs = {r["run_id"] for r in read_history(Settings().home, name)}
+    assert len(runs) == 2
