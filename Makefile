@@ -13,7 +13,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all install system-deps lint typecheck bench lock clean
+.PHONY: demo test test-all install system-deps lint typecheck bench eval lock clean
 
 demo: install system-deps
 	$(BIN)/kbflow demo
@@ -58,6 +58,10 @@ typecheck: install
 
 bench: install
 	$(BIN)/python bench/ingest_scifact.py
+
+# The retrieval table in docs/RETRIEVAL.md: SciFact dev, keyword / dense / hybrid.
+eval: install
+	$(BIN)/kbflow eval run --dataset ../shared/datasets/scifact
 
 lock:
 	$(PIP) freeze --exclude-editable | grep -v '^kbflow' | sed 's/+cpu//' > requirements.lock.new

@@ -8,12 +8,15 @@ embeddings cached by content hash and model id (``<KBFLOW_HOME>/cache/embeddings
 re-run re-embeds nothing, and neither does rebuilding an index after a BM25 change.
 
 Rankings are per document: a document's rank is that of its best chunk. Each mode retrieves
-enough chunks to fill 100 distinct documents (Recall@100).
+enough chunks to fill 100 distinct documents (Recall@100). For fused modes the top of the
+ranking comes from a query made exactly as agents make it (top 10, the configured candidate
+depth per leg), and the rest from the deep query, so MRR@10 and nDCG@10 measure what is served.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import re
 import subprocess
@@ -35,7 +38,7 @@ from sinks.vectors import VectorStore, open_vector_store
 from tasks.discover import Source, jsonl_sources
 from tasks.embed import CachedEmbedder, Embedder, get_embedder
 from tasks.index import IngestTarget, index_batch, plan_ingest
-from tasks.rerank import Reranker, build_reranker, rerank_hits
+from tasks.rerank import Reranker, rerank_hits, reranker_from_settings
 from tasks.retrieve import RetrievalConfig, search
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ DEFAULT_MODES: tuple[SearchMode, ...] = (SearchMode.KEYWORD, SearchMode.DENSE, S
 EVAL_ORG = "eval"
 DOC_DEPTH = 100  # documents ranked per query (Recall@100)
 CHUNK_DEPTH = 250  # chunks fetched to fill DOC_DEPTH documents (SciFact: ~1.7 chunks a doc)
+SERVED_K = 10  # what an agent asks for: the fused top is measured at this depth
 INDEX_BATCH = 256
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -53,12 +57,26 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "dataset"
 
 
+def index_fingerprint(settings: Settings) -> str:
+    """What the stored index depends on: a change to any of these needs a fresh index."""
+    from tasks.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+
+    parts = (
+        settings.embedding_model,
+        settings.chunk_max_words,
+        settings.chunk_overlap_words,
+        BM25_K1,
+        BM25_B,
+        BM25_AVG_LEN,
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+
+
 def eval_settings(settings: Settings, dataset: BeirDataset) -> Settings:
-    """The settings of the dataset's own index: the same models, its own data directory."""
-    return settings.model_copy(
-        update={"home": settings.home / "evals" / _slug(dataset.name), "database_url": None,
-                "qdrant_url": None}
-    )  # fmt: skip
+    """The settings of the dataset's own index: the same models, its own data directory
+    (one per index fingerprint, so changing chunking or BM25 never reuses a stale index)."""
+    home = settings.home / "evals" / _slug(dataset.name) / index_fingerprint(settings)
+    return settings.model_copy(update={"home": home, "database_url": None, "qdrant_url": None})
 
 
 def cached_embedder(settings: Settings) -> CachedEmbedder:
@@ -165,17 +183,26 @@ def _run_mode(
     run: Run = {}
     failures: list[str] = []
     engine_mode = SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode
+    fused = engine_mode is SearchMode.HYBRID
     for done, (qid, text) in enumerate(dataset.queries.items(), start=1):
-        hits = search(
+        deep = search(
             text, scope, store=store, registry=registry, embedder=embedder, mode=engine_mode,
             top_k=CHUNK_DEPTH, config=config,
         )  # fmt: skip
-        if mode is SearchMode.HYBRID_RERANK and reranker is not None:
-            head = config.rerank_candidates
-            ranked, failure = rerank_hits(text, hits[:head], reranker, top_k=head)
-            if failure:
-                failures.append(failure)
-            hits = ranked + hits[head:]
+        hits = deep
+        if fused:
+            # A deep query widens each leg's candidates, which changes the fused order: the top
+            # is taken from a query made exactly as agents make it, the tail from the deep one.
+            head = config.rerank_candidates if mode is SearchMode.HYBRID_RERANK else SERVED_K
+            hits = search(
+                text, scope, store=store, registry=registry, embedder=embedder,
+                mode=engine_mode, top_k=head, config=config,
+            )  # fmt: skip
+            if mode is SearchMode.HYBRID_RERANK and reranker is not None:
+                hits, failure = rerank_hits(text, hits, reranker, top_k=head)
+                if failure:
+                    failures.append(failure)
+            hits = hits + deep
         ranking: list[str] = []
         for hit in hits:
             cid = corpus_ids.get(hit.doc_id)
@@ -192,16 +219,10 @@ def _run_mode(
 
 def available_modes(settings: Settings) -> tuple[SearchMode, ...]:
     """The default modes, plus ``hybrid+rerank`` when a reranker is configured."""
-    return (*DEFAULT_MODES, SearchMode.HYBRID_RERANK) if reranker_for(settings) else DEFAULT_MODES
-
-
-def reranker_for(settings: Settings) -> Reranker | None:
-    key = settings.cohere_api_key
-    return build_reranker(
-        settings.rerank,
-        cohere_api_key=key.get_secret_value() if key else None,
-        cohere_model=settings.cohere_rerank_model,
-        cross_encoder_path=settings.rerank_model,
+    return (
+        (*DEFAULT_MODES, SearchMode.HYBRID_RERANK)
+        if reranker_from_settings(settings)
+        else DEFAULT_MODES
     )
 
 
@@ -239,20 +260,14 @@ def run_eval(
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     modes = tuple(modes or available_modes(settings))
-    reranker = reranker_for(settings) if SearchMode.HYBRID_RERANK in modes else None
+    reranker = reranker_from_settings(settings) if SearchMode.HYBRID_RERANK in modes else None
     notes: list[str] = []
     if SearchMode.HYBRID_RERANK in modes and reranker is None:
         notes.append("hybrid+rerank: no reranker configured, so it equals hybrid")
     embedder = cached_embedder(settings)
     try:
         index = build_index(dataset, settings, embedder=embedder, progress=progress)
-        config = RetrievalConfig(
-            prefetch_limit=settings.prefetch_limit,
-            fusion=settings.fusion,
-            rrf_k=settings.rrf_k,
-            dense_weight=settings.dense_weight,
-            rerank_candidates=settings.rerank_candidates,
-        )
+        config = RetrievalConfig.from_settings(settings)
         runs = run_queries(
             dataset, settings, modes, embedder=embedder, config=config, reranker=reranker,
             progress=progress,

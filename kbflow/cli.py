@@ -254,17 +254,9 @@ def run_ingest(
     )
     if not show_progress:
         return ingest_flow(**kwargs) | {"jobs": jobs}
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from kbflow import progress
 
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-    ) as bar:
+    with _progress_bar() as bar:
         task_id = bar.add_task(f"ingest {len(plan.work)} documents", total=len(plan.work))
 
         def on_progress(stage: str, by: int, total: int | None) -> None:
@@ -1337,21 +1329,26 @@ def eval_run(
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
 
 
+def _progress_bar() -> Any:
+    """The progress bar every long command shows on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+    )
+
+
 @contextlib.contextmanager
 def _stage_progress(enabled: bool) -> Iterator[Any]:
     """A rich progress bar per stage ("index", then each mode), fed by (stage, done, total)."""
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-    ) as bar:
+    with _progress_bar() as bar:
         tasks: dict[str, Any] = {}
 
         def update(stage: str, done: int, total: int) -> None:

@@ -16,20 +16,10 @@ from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore, open_vector_store
 from tasks.embed import Embedder, get_embedder
-from tasks.rerank import Reranker, build_reranker
+from tasks.rerank import Reranker, reranker_from_settings
 from tasks.retrieve import RetrievalConfig, retrieve, search
 
 log = logging.getLogger(__name__)
-
-
-def retrieval_config(settings: Settings) -> RetrievalConfig:
-    return RetrievalConfig(
-        prefetch_limit=settings.prefetch_limit,
-        fusion=settings.fusion,
-        rrf_k=settings.rrf_k,
-        dense_weight=settings.dense_weight,
-        rerank_candidates=settings.rerank_candidates,
-    )
 
 
 @dataclass
@@ -63,7 +53,7 @@ class SearchContext:
             embedder=self.embedder,
             mode=mode,
             top_k=top_k,
-            config=retrieval_config(self.settings),
+            config=RetrievalConfig.from_settings(self.settings),
         )
 
     def retrieve(
@@ -78,7 +68,7 @@ class SearchContext:
             embedder=self.embedder,
             mode=mode,
             top_k=top_k,
-            config=retrieval_config(self.settings),
+            config=RetrievalConfig.from_settings(self.settings),
             reranker=self.reranker() if mode is SearchMode.HYBRID_RERANK else None,
             paused=self.settings.retrieval_paused,
             store_error=self.store_error,
@@ -86,13 +76,7 @@ class SearchContext:
 
     def reranker(self) -> Reranker | None:
         if not self._reranker_built:
-            key = self.settings.cohere_api_key
-            self._reranker = build_reranker(
-                self.settings.rerank,
-                cohere_api_key=key.get_secret_value() if key else None,
-                cohere_model=self.settings.cohere_rerank_model,
-                cross_encoder_path=self.settings.rerank_model,
-            )
+            self._reranker = reranker_from_settings(self.settings)
             self._reranker_built = True
         return self._reranker
 

@@ -37,6 +37,8 @@ from kbflow.models import SearchHit
 if TYPE_CHECKING:
     import cohere
 
+    from kbflow.settings import Settings
+
 log = logging.getLogger(__name__)
 
 DEFAULT_COHERE_MODEL = "rerank-v3.5"
@@ -417,3 +419,14 @@ def _check_scores(name: str, scores: Sequence[float], count: int) -> None:
 def _short(text: str, limit: int = _MAX_DETAIL) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reranker_from_settings(settings: Settings) -> Reranker | None:
+    """The reranker the settings ask for (`KBFLOW_RERANK` and its keys), or None."""
+    key = settings.cohere_api_key
+    return build_reranker(
+        settings.rerank,
+        cohere_api_key=key.get_secret_value() if key else None,
+        cohere_model=settings.cohere_rerank_model,
+        cross_encoder_path=settings.rerank_model,
+    )

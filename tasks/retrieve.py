@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kbflow.errors import ConfigError, StoreBusy
 from kbflow.models import Location, RetrievalResult, Scope, SearchHit, SearchMode, StoredHit
@@ -24,6 +25,9 @@ from tasks.embed import Embedder
 from tasks.fallback import KeywordFallback, shared_fallback
 from tasks.rerank import Reranker, rerank_hits
 from tasks.sparse import query_sparse_vector
+
+if TYPE_CHECKING:
+    from kbflow.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,16 @@ class RetrievalConfig:
     rrf_k: int = 60
     dense_weight: float = 0.5
     rerank_candidates: int = 50
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetrievalConfig:
+        return cls(
+            prefetch_limit=settings.prefetch_limit,
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            rerank_candidates=settings.rerank_candidates,
+        )
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:

@@ -105,3 +105,18 @@ def test_the_alarm_fires_against_a_better_baseline(
     # Both runs were recorded, the failing one before its alarm.
     runs = {r["run_id"] for r in read_history(Settings().home, name)}
     assert len(runs) == 2
+
+
+def test_prefect_yaml_schedules_the_nightly_eval() -> None:
+    import importlib
+
+    import yaml
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (nightly,) = [d for d in spec["deployments"] if d["name"] == "nightly-eval"]
+    (schedule,) = nightly["schedules"]
+    assert schedule == {"cron": "0 2 * * *", "timezone": "Europe/London"}
+    module, _, name = nightly["entrypoint"].partition(":")
+    flow = getattr(importlib.import_module(module.replace("/", ".").removesuffix(".py")), name)
+    assert flow.name == "nightly-eval"
+    assert set(nightly["parameters"]) <= set(flow.parameters.properties)
