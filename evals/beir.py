@@ -96,6 +96,7 @@ def load_beir(folder: Path, split: str | None = None) -> BeirDataset:
             f"split {split!r} is not a split name — give a name such as 'test' or 'dev', or "
             "None to find one"
         )
+    folder = folder.resolve()  # corpus records are keyed by the corpus file's absolute URI
     corpus_path = _corpus_path(folder)
 
     found, queries_path, qrels_path = _locate(folder, split)

@@ -99,7 +99,7 @@ def file_sha256(path: Path) -> str:
 def jsonl_sources(path: Path) -> Iterator[Source]:
     """One source per record of a BEIR-style corpus: ``{"_id", "title", "text"}`` per line."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
-    base = path.as_uri()
+    base = path.resolve().as_uri()
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):

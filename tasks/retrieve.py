@@ -48,7 +48,7 @@ class RetrievalConfig:
     """
 
     prefetch_limit: int = 100
-    fusion: str = "rrf"
+    fusion: str = "weighted"
     rrf_k: int = 60
     dense_weight: float = 0.5
     rerank_candidates: int = 50

@@ -132,3 +132,30 @@ def test_weighted_fusion_is_gated_and_mixes_both_legs(
         hits = search(TOPIC, Scope("acme"), top_k=50, config=config, **ctx)
         assert {h.doc_id for h in hits} == _servable(world)
         assert all(0.0 <= h.score <= 1.0 for h in hits)
+
+
+def test_the_search_command_degrades_when_the_store_is_held_elsewhere(
+    world: dict[str, str], edge_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real outage of the embedded engine: another owner holds Qdrant Edge's lock, so the
+    command cannot open it, and answers from the gated registry fallback, saying so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kbflow.cli import app
+
+    monkeypatch.setenv("KBFLOW_STORE_LOCK_TIMEOUT_S", "0.2")
+    result = CliRunner().invoke(app, ["search", TOPIC, "--org", "acme", "-k", "50", "--json"])
+
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["degraded"] is True and data["kb_context_provided"] is False
+    assert "busy" in data["reason"].lower()
+    assert {h["doc_id"] for h in data["hits"]} == _servable(world)
+
+    monkeypatch.setenv("KBFLOW_RETRIEVAL_PAUSED", "true")
+    paused = json.loads(
+        CliRunner().invoke(app, ["search", TOPIC, "--org", "acme", "--json"]).stdout
+    )
+    assert paused["paused"] is True and paused["hits"] == []
