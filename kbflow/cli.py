@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbflow.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
-from kbflow.models import DocStatus, JobStatus, Role, Scope, SearchMode
+from kbflow.models import DocStatus, JobStatus, RetrievalResult, Role, Scope, SearchMode
 from kbflow.settings import Settings, configure_environment
 
 if TYPE_CHECKING:
@@ -62,6 +63,18 @@ eval_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(eval_app, name="eval")
+collections_app = typer.Typer(
+    help="An org's named, described, nested collections.", no_args_is_help=True
+)
+app.add_typer(collections_app, name="collections")
+agents_app = typer.Typer(
+    help="Agents (specialists) and the collections they may read.", no_args_is_help=True
+)
+app.add_typer(agents_app, name="agents")
+tools_app = typer.Typer(
+    help="The agent's knowledge tools and their JSON schemas.", no_args_is_help=True
+)
+app.add_typer(tools_app, name="tools")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -355,7 +368,15 @@ def jobs_status(
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
-    org: OrgOpt,
+    org: Annotated[
+        str | None, typer.Option(help="Org-wide search (engineers and admins; needs --as).")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option(help="Search as this agent: only the collections it may read.")
+    ] = None,
+    actor: Annotated[
+        str | None, typer.Option("--as", help="Your user id (an engineer or superadmin).")
+    ] = None,
     mode: Annotated[SearchMode, typer.Option(help="Retrieval engine.")] = SearchMode.HYBRID,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=200)] = 10,
     audience: Annotated[
@@ -373,18 +394,32 @@ def search(
     comes from the keyword fallback over the registry and is marked degraded.
     """
     settings = _settings()
+    from kbflow.tools import agent_scope, check_org_wide_search
     from kbflow.wiring import search_context
 
-    scope = Scope(
-        org_id=org,
-        audiences=tuple(audience or ()),
-        collections=tuple(collection) if collection else None,
-    )
+    if (agent is None) == (org is None):
+        raise _fail(
+            KbflowError(
+                "say whose search this is: --agent AGENT (scoped to its collections), or "
+                "--org ORG --as USER (org-wide, for engineers and admins)"
+            )
+        )
     try:
         with search_context(settings, degrade=True) as ctx:
-            result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
+            if agent is not None:
+                scope = agent_scope(ctx.registry, agent, tuple(collection or ()))
+            else:
+                assert org is not None
+                check_org_wide_search(ctx.registry, actor, org)
+                scope = Scope(org, collections=tuple(collection) if collection else None)
+            if scope is None:
+                result = RetrievalResult([], mode, reason=f"knowledge base is off for {agent}")
+            else:
+                scope = replace(scope, audiences=tuple(audience or ()))
+                result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
     except KbflowError as exc:
         raise _fail(exc) from exc
+    org = scope.org_id if scope else org
     hits = result.hits
     if as_json:
         _print_json({"query": query, "org": org} | result.to_dict())
@@ -1482,6 +1517,210 @@ def _default_eval_dataset() -> str:
     return str(
         Path(os.environ.get("KBFLOW_DATASETS", repo.parent / "shared" / "datasets")) / "scifact"
     )
+
+
+CollectionRef = Annotated[str, typer.Argument(help="Collection id or path (e.g. policies/hr).")]
+
+
+@contextlib.contextmanager
+def _catalog(*, with_store: bool = False) -> Iterator[Any]:
+    """The registry's catalog (and the vector store, for moves and deletes) for one command;
+    a kbflow error ends the command with its message."""
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from sinks.catalog import Catalog
+    from sinks.vectors import open_vector_store
+
+    try:
+        with open_registry(settings) as registry, contextlib.ExitStack() as stack:
+            store = stack.enter_context(open_vector_store(settings)) if with_store else None
+            yield Catalog(registry), store
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+
+
+def _ref(value: str | None) -> int | str | None:
+    return int(value) if value is not None and value.isdigit() else value
+
+
+@collections_app.command("create")
+def collections_create(
+    org: OrgOpt,
+    name: Annotated[str, typer.Argument(help="The collection's name (no '/').")],
+    description: Annotated[
+        str, typer.Option(help="What it holds: agents read this to pick a collection.")
+    ],
+    parent: Annotated[str | None, typer.Option(help="Parent collection id or path.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a collection (optionally nested under a parent); a description is required."""
+    with _catalog() as (catalog, _):
+        made = catalog.create_collection(org, name, description, _ref(parent))
+    if as_json:
+        _print_json(made.to_dict())
+        return
+    console.print(f"created collection {made.id} {escape(made.path)}")
+
+
+@collections_app.command("list")
+def collections_list(org: OrgOpt, as_json: JsonOpt = False) -> None:
+    """List an org's collections as a tree."""
+    with _catalog() as (catalog, _):
+        found = catalog.list_collections(org)
+    if as_json:
+        _print_json([c.to_dict() for c in found])
+        return
+    for c in found:
+        indent = "  " * c.path.count("/")
+        console.print(f"{indent}{c.id:>4}  {escape(c.name)}  [dim]{escape(c.description)}[/dim]")
+
+
+@collections_app.command("describe")
+def collections_describe(
+    org: OrgOpt,
+    ref: CollectionRef,
+    description: Annotated[str, typer.Argument(help="The new description.")],
+) -> None:
+    """Set a collection's description."""
+    with _catalog() as (catalog, _):
+        done = catalog.describe(org, _ref(ref) or ref, description)
+    console.print(f"described {escape(done.path)}")
+
+
+@collections_app.command("move")
+def collections_move(
+    org: OrgOpt,
+    ref: CollectionRef,
+    parent: Annotated[
+        str | None, typer.Option(help="New parent id or path; omit for the top level.")
+    ] = None,
+) -> None:
+    """Move a collection (with its sub-collections and documents) under another parent."""
+    from tasks.collections import move_collection
+
+    with _catalog(with_store=True) as (catalog, store):
+        moved, docs = move_collection(catalog, store, org, _ref(ref) or ref, _ref(parent))
+    console.print(f"moved to {escape(moved.path)}; {docs} document(s) re-filed")
+
+
+@collections_app.command("delete")
+def collections_delete(
+    org: OrgOpt,
+    ref: CollectionRef,
+    move_to: Annotated[
+        str | None, typer.Option(help="Move its documents to this collection first.")
+    ] = None,
+    delete_contents: Annotated[
+        bool, typer.Option("--delete-contents", help="Delete its documents too.")
+    ] = False,
+) -> None:
+    """Delete a collection and its sub-collections; refused while it holds documents unless
+    they are moved (--move-to) or deleted (--delete-contents)."""
+    from tasks.collections import delete_collection
+
+    with _catalog(with_store=True) as (catalog, store):
+        counts = delete_collection(
+            catalog, store, org, _ref(ref) or ref,
+            move_to=_ref(move_to), delete_contents=delete_contents,
+        )  # fmt: skip
+    console.print(f"deleted; {counts['moved']} document(s) moved, {counts['deleted']} deleted")
+
+
+@agents_app.command("create")
+def agents_create(
+    org: OrgOpt,
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    name: Annotated[str | None, typer.Option(help="Display name.")] = None,
+    disabled: Annotated[
+        bool, typer.Option("--disabled", help="Create with the knowledge base switched off.")
+    ] = False,
+) -> None:
+    """Create an agent; it may read every collection of its org until you `allow` some."""
+    with _catalog() as (catalog, _):
+        made = catalog.create_agent(org, agent_id, name, enabled=not disabled)
+    console.print(f"created agent {escape(made.id)} in {escape(made.org_id)}")
+
+
+def _agent_change(agent_id: str, refs: list[str], *, allow: bool) -> None:
+    with _catalog() as (catalog, _):
+        agent = catalog.set_allowed(agent_id, [_ref(r) or r for r in refs], allow=allow)
+    allowed = agent.allowed_collection_ids
+    console.print(f"{agent.id} may read: {', '.join(map(str, allowed)) or 'every collection'}")
+
+
+@agents_app.command("allow")
+def agents_allow(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    collection: Annotated[list[str], typer.Argument(help="Collection ids or paths.")],
+) -> None:
+    """Let an agent read these collections (and their descendants)."""
+    _agent_change(agent_id, collection, allow=True)
+
+
+@agents_app.command("disallow")
+def agents_disallow(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    collection: Annotated[list[str], typer.Argument(help="Collection ids or paths.")],
+) -> None:
+    """Take collections off an agent's allow-list (an empty list means every collection)."""
+    _agent_change(agent_id, collection, allow=False)
+
+
+@agents_app.command("show")
+def agents_show(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    enable: Annotated[
+        bool | None, typer.Option("--enable/--disable", help="Switch its knowledge base.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show an agent, what it may read; `--enable/--disable` flips its master switch."""
+    with _catalog() as (catalog, _):
+        agent = catalog.get_agent(agent_id)
+        if enable is not None:
+            agent = catalog.set_enabled(agent_id, enable)
+        readable = catalog.readable_collections(agent)
+    data = agent.to_dict() | {"readable": [c.to_dict() for c in readable]}
+    if as_json:
+        _print_json(data)
+        return
+    state = "on" if agent.knowledge_base_enabled else "OFF"
+    console.print(f"{escape(agent.id)} ({escape(agent.org_id)}): knowledge base {state}")
+    for c in readable:
+        console.print(f"  {c.id:>4}  {escape(c.path)}")
+
+
+@tools_app.command("schema")
+def tools_schema() -> None:
+    """Print the tools' names, descriptions and JSON schemas (inputs and outputs)."""
+    from kbflow.tools import export_schemas
+
+    _print_json(export_schemas())
+
+
+@tools_app.command("call")
+def tools_call(
+    name: Annotated[
+        str, typer.Argument(help="list_knowledge_collections or search_knowledge_base")
+    ],
+    agent: Annotated[str, typer.Option(help="The agent the call is made for.")],
+    args: Annotated[str, typer.Option("--args", help="The arguments as a JSON object.")] = "{}",
+) -> None:
+    """Call a tool as an agent would; prints its JSON result."""
+    settings = _settings()
+    from kbflow.tools import call_tool
+    from kbflow.wiring import search_context
+
+    try:
+        arguments = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise _fail(KbflowError(f"--args is not JSON: {exc.msg} at {exc.pos}")) from exc
+    try:
+        with search_context(settings, degrade=True) as ctx:
+            result = call_tool(ctx, name, agent, arguments)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    _print_json(result)
 
 
 def main() -> None:  # pragma: no cover - console script shim

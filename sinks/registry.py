@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 SYSTEM_ACTOR = "system"
+# Collections made on the fly (by ingest, say) get this until someone describes them.
+NO_DESCRIPTION = "(no description yet: set one with `kbflow collections describe`)"
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,16 @@ class SqlRegistry:
             org = s.get(OrgRow, org_id)
             if org is None:
                 s.add(OrgRow(id=org_id, name=name or org_id, am_user_id=am_user_id))
+                s.flush()
+                # Every org has a Default collection (see migration 0006).
+                s.add(
+                    CollectionRow(
+                        org_id=org_id,
+                        path="default",
+                        name="Default",
+                        description="Documents not filed in a more specific collection.",
+                    )
+                )
                 return
             if name:
                 org.name = name
@@ -254,7 +266,7 @@ class SqlRegistry:
                         path=sub,
                         name=sub.rsplit("/", 1)[-1],
                         parent_id=parent_id,
-                        description=description if sub == path else None,
+                        description=(description if sub == path else None) or NO_DESCRIPTION,
                     )
                     s.add(row)
                     s.flush()

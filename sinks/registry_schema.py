@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Date, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Date, DateTime, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -133,3 +133,16 @@ class ChunkRow(Base):
         Index("ix_chunks_doc", "doc_id", "content_hash"),
         Index("ix_chunks_org", "org_id"),
     )
+
+
+class AgentRow(Base):
+    """An agent (specialist) of an org: its knowledge-base switch and collection allow-list
+    (empty = every collection of the org; an allowed collection includes its descendants)."""
+
+    __tablename__ = "agents"
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    knowledge_base_enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    allowed_collection_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

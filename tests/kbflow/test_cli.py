@@ -56,15 +56,22 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     assert report["draft"]["status"] == "pending_review" and report["draft"]["stored_chunks"] > 0
     assert sum(i["documents"] for i in report["ingest"]) == 6
 
+    made = _kbflow("users", "add", "ops", "--role", "engineer", home=home)
+    assert made.returncode == 0, made.stderr[-2000:]
+    refused = _kbflow("search", "annual leave days", "--org", "larkspur", home=home)
+    assert refused.returncode == 1 and "--as USER" in refused.stderr
     found = _kbflow(
-        "search", "annual leave days", "--org", "larkspur", "--json", "-k", "3", home=home
-    )
+        "search", "annual leave days", "--org", "larkspur", "--as", "ops", "--json", "-k", "3",
+        home=home,
+    )  # fmt: skip
     assert found.returncode == 0, found.stderr[-3000:]
     hits = json.loads(found.stdout)["hits"]
     assert len(hits) == 3 and hits[0]["uri"].endswith("handbook.md")
     assert {"doc_id", "chunk_id", "title", "uri", "heading_path", "text", "score"} <= set(hits[0])
 
-    hidden = _kbflow("search", "Aurora 3,450 EUR 2027", "--org", "larkspur", "--json", home=home)
+    hidden = _kbflow(
+        "search", "Aurora 3,450 EUR 2027", "--org", "larkspur", "--as", "ops", "--json", home=home
+    )
     assert all(
         not h["uri"].endswith("pricing-2027-draft.md") for h in json.loads(hidden.stdout)["hits"]
     )

@@ -115,7 +115,9 @@ def audit_rows(*args: str) -> list[dict[str, Any]]:
 
 
 def hits(query: str, mode: str = "hybrid") -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = data("search", query, "--org", "acme", "--mode", mode)["hits"]
+    found: list[dict[str, Any]] = data(
+        "search", query, "--org", "acme", "--as", "ed", "--mode", mode
+    )["hits"]
     return found
 
 

@@ -83,7 +83,7 @@ def test_ensure_collection_creates_ancestors_with_parent_links(registry: SqlRegi
     registry.ensure_org(ORG)
     leaf = registry.ensure_collection(ORG, "policies/hr/leave", description="Leave rules")
     rows = collection_rows(registry)
-    assert set(rows) == {"policies", "policies/hr", "policies/hr/leave"}
+    assert set(rows) == {"default", "policies", "policies/hr", "policies/hr/leave"}
     assert rows["policies"].parent_id is None
     assert rows["policies/hr"].parent_id == rows["policies"].id
     assert rows["policies/hr/leave"].parent_id == rows["policies/hr"].id
@@ -95,7 +95,7 @@ def test_ensure_collection_creates_ancestors_with_parent_links(registry: SqlRegi
     ]
     # The description belongs to the collection asked for, not to the ancestors made on the way.
     assert rows["policies/hr/leave"].description == "Leave rules"
-    assert rows["policies"].description is None
+    assert rows["policies"].description == NO_DESCRIPTION  # ancestors: described later
 
 
 def test_ensure_collection_is_idempotent(registry: SqlRegistry) -> None:
@@ -107,7 +107,7 @@ def test_ensure_collection_is_idempotent(registry: SqlRegistry) -> None:
     after = {path: row.id for path, row in collection_rows(registry).items()}
     assert second.id == first.id
     assert {k: after[k] for k in before} == before
-    assert set(after) == {"policies", "policies/hr", "policies/it"}
+    assert set(after) == {"default", "policies", "policies/hr", "policies/it"}
     assert collection_rows(registry)["policies/it"].parent_id == before["policies"]
     assert sibling.path == "policies/it"
 
@@ -445,3 +445,76 @@ def test_current_documents_returns_the_newest_version(registry: SqlRegistry) -> 
     assert current["test://faq"].version == 1
     assert registry.current_documents("globex")["test://guide"].version == 9
     assert registry.current_documents("nobody") == {}
+
+
+# --- the Default collection migration (0006) ---------------------------------------------------
+
+
+def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) -> None:
+    """A registry file made by the earlier migrations (up to 0005), with documents and chunks,
+    upgraded to head: every org gets Default, every document keeps its row and collection, and
+    the document's collection is NOT NULL."""
+    from sqlalchemy.exc import IntegrityError
+
+    from sinks.catalog import Catalog
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'earlier.db'}")
+    _configure_sqlite(engine)
+    registry = SqlRegistry(engine)
+    try:
+        registry.migrate("0005")
+        now = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+        with engine.begin() as conn:
+            for org in ("acme", "globex"):
+                conn.execute(
+                    text("INSERT INTO orgs (id, name, created_at) VALUES (:o, :o, :now)"),
+                    {"o": org, "now": now},
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO collections (id, org_id, path, name, created_at) "
+                    "VALUES (7, 'acme', 'handbooks', 'handbooks', :now)"
+                ),
+                {"now": now},
+            )
+            for n in range(5):
+                conn.execute(
+                    text(
+                        "INSERT INTO documents (id, org_id, collection_id, source_key, title, uri, "
+                        "content_hash, version, status, parse_status, chunk_count, created_at, "
+                        "updated_at) VALUES (:id, 'acme', 7, :id, :id, :id, 'h', 1, 'approved', "
+                        "'ingested', 1, :now, :now)"
+                    ),
+                    {"id": f"doc{n}", "now": now},
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO chunks (chunk_id, doc_id, org_id, content_hash, chunk_index, "
+                        "text, heading_path) VALUES (:c, :d, 'acme', 'h', 0, 'text', '[]')"
+                    ),
+                    {"c": f"doc{n}:0", "d": f"doc{n}"},
+                )
+        before = {d.id: d.to_dict() for d in registry.list_documents("acme")}
+
+        registry.migrate("head")
+
+        after = {d.id: d.to_dict() for d in registry.list_documents("acme")}
+        assert after == before
+        catalog = Catalog(registry)
+        for org in ("acme", "globex"):
+            default = catalog.get_collection(org, "default")
+            assert default.name == "Default" and default.description
+        handbooks = catalog.get_collection("acme", "handbooks")
+        assert handbooks.id == 7 and handbooks.description  # backfilled, never empty
+        assert len(registry.current_chunks("acme")) == 5
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO documents (id, org_id, collection_id, source_key, title, uri, "
+                    "content_hash, version, parse_status, chunk_count, created_at, updated_at) "
+                    "VALUES ('x', 'acme', NULL, 'x', 'x', 'x', 'h', 1, 'ingested', 0, :n, :n)"
+                ),
+                {"n": now},
+            )
+    finally:
+        registry.close()

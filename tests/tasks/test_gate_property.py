@@ -2,15 +2,18 @@
 
 A Hypothesis state machine drives real components (Qdrant Edge in a temp dir, SQLite, MiniLM,
 the review state machine): it creates documents in two orgs and several collections with random
-initial statuses (including none), adds new versions, approves, rejects and edits them. After
-every step it searches in hybrid, dense and keyword mode (for each org in turn) and checks
-every hit against an independently written rule over the registry's truth.
+initial statuses (including none), adds new versions, approves, rejects and edits them; it also
+creates agents with random allow-lists, flips their master switch and moves a collection. After
+every step it searches in hybrid, dense and keyword mode (for each org in turn) and as one of the
+agents, and checks every hit against an independently written rule over the registry's truth:
+servable, and inside the agent's allowed subtrees (nothing at all when its switch is off).
 
 Default run: >= 2,000 checked steps; ``-m slow``: >= 20,000.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,17 +31,24 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kbflow.errors import ReviewConflict
+from kbflow.errors import ConfigError, ReviewConflict
 from kbflow.models import DocStatus, Role, Scope, SearchMode
+from kbflow.settings import Settings
+from kbflow.tools import search_knowledge_base
+from kbflow.wiring import SearchContext
+from sinks.catalog import Catalog
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from tasks import review
+from tasks.collections import move_collection
 from tasks.retrieve import search
 from tests.conftest import index_records
 
 ORGS = ("acme", "globex")
 AMS = {"acme": "am-acme", "globex": "am-globex"}
 COLLECTIONS = ("handbook", "policies/hr", "policies/it")
+ROOTS = ("handbook", "policies", "policies/hr", "policies/it")  # what agents may be allowed
+ENGINE_MODES = (SearchMode.HYBRID, SearchMode.DENSE, SearchMode.KEYWORD)
 WORDS = ("turbine", "heron", "maintenance", "hours", "rotor", "blade", "safety", "inspection")
 TEXTS = [
     " ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(12)) + f" record {i}."
@@ -76,7 +86,7 @@ def servable(doc: Any, org: str) -> bool:
     )
 
 
-CHECKS = {"steps": 0}
+CHECKS = {"steps": 0, "agent_checks": 0, "agent_results": 0, "moves": 0}
 
 
 def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
@@ -93,6 +103,11 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
                 self.registry.ensure_user(AMS[org], Role.ACCOUNT_MANAGER)
             self.keys = 0
             self.ctx = {"store": self.store, "registry": self.registry, "embedder": embedder}
+            self.catalog = Catalog(self.registry)
+            self.agent_ids: list[str] = []
+            self.search_ctx = SearchContext(
+                Settings(home=self.dir), self.registry, self.store, embedder
+            )
 
         def teardown(self) -> None:
             self.store.close()
@@ -157,16 +172,74 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
         def supersede_by_hand(self, source: tuple[str, str]) -> None:
             review.supersede(self._latest(source), self.store, self.registry, actor="system")
 
+        @rule(
+            org=st.sampled_from(ORGS),
+            allowed=st.lists(st.sampled_from(ROOTS), max_size=2, unique=True),
+            enabled=st.booleans(),
+        )
+        def create_agent(self, org: str, allowed: list[str], enabled: bool) -> None:
+            agent_id = f"agent{len(self.agent_ids)}"
+            self.catalog.create_agent(org, agent_id, enabled=enabled)
+            for path in allowed:
+                self.registry.ensure_collection(org, path)
+            if allowed:
+                self.catalog.set_allowed(agent_id, list(allowed), allow=True)
+            self.agent_ids.append(agent_id)
+
+        @precondition(lambda self: bool(self.agent_ids))
+        @rule(pick=st.integers(min_value=0, max_value=99))
+        def flip_master_switch(self, pick: int) -> None:
+            agent = self.catalog.get_agent(self.agent_ids[pick % len(self.agent_ids)])
+            self.catalog.set_enabled(agent.id, not agent.knowledge_base_enabled)
+
+        @rule(org=st.sampled_from(ORGS), parent=st.sampled_from([None, "handbook", "policies"]))
+        def move_it_collection(self, org: str, parent: str | None) -> None:
+            """Re-file the "it" collection (and its documents) under another parent."""
+            found = [c for c in self.catalog.list_collections(org) if c.name == "it"]
+            if not found:
+                return
+            if parent is not None:
+                self.registry.ensure_collection(org, parent)
+            with contextlib.suppress(ConfigError):  # the target path is taken: nothing moved
+                _moved, count = move_collection(self.catalog, self.store, org, found[0].id, parent)
+                CHECKS["moves"] += 1 if count else 0
+
         @invariant()
         def no_search_returns_what_it_must_not(self) -> None:
             CHECKS["steps"] += 1
             org = ORGS[CHECKS["steps"] % len(ORGS)]  # each org every other step
             query = QUERIES[(CHECKS["steps"] // len(ORGS)) % len(QUERIES)]
-            for mode in SearchMode:
+            for mode in ENGINE_MODES:
                 hits = search(query, Scope(org_id=org), mode=mode, top_k=50, **self.ctx)
                 truth = self.registry.get_documents(h.doc_id for h in hits)
                 for hit in hits:
                     assert servable(truth[hit.doc_id], org), (mode, org, truth[hit.doc_id])
+            if self.agent_ids:
+                self._check_agent(self.agent_ids[CHECKS["steps"] % len(self.agent_ids)], query)
+
+        def _check_agent(self, agent_id: str, query: str) -> None:
+            """An agent sees servable chunks of its allowed subtrees only, none when off."""
+            agent = self.catalog.get_agent(agent_id)
+            found = search_knowledge_base(self.search_ctx, agent_id, query, top_k=50)["results"]
+            CHECKS["agent_checks"] += 1
+            CHECKS["agent_results"] += len(found)
+            if not agent.knowledge_base_enabled:
+                assert found == [], agent
+                return
+            roots = [
+                self.catalog.get_collection(agent.org_id, i).path
+                for i in agent.allowed_collection_ids
+            ]
+            truth = self.registry.get_documents(r["doc_id"] for r in found)
+            for result in found:
+                doc = truth[result["doc_id"]]
+                assert servable(doc, agent.org_id), (agent, doc)
+                path = doc.collection_path
+                assert not roots or any(path == r or path.startswith(r + "/") for r in roots), (
+                    agent,
+                    roots,
+                    path,
+                )
 
     return GateMachine
 
@@ -181,13 +254,17 @@ def _run(embedder: Any, examples: int, steps: int) -> None:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    CHECKS["steps"] = 0
+    for key in CHECKS:
+        CHECKS[key] = 0
     machine.TestCase().runTest()
 
 
 def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
     _run(embedder, examples=100, steps=25)
     assert CHECKS["steps"] >= 2000, CHECKS
+    # Not vacuous: agents searched, found chunks, and collections with documents were moved.
+    assert CHECKS["agent_checks"] >= 500 and CHECKS["agent_results"] > 0, CHECKS
+    assert CHECKS["moves"] > 0, CHECKS
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kbflow.models import Scope, SearchMode
+from kbflow.settings import Settings
 from sinks.gate import build_gate
 from tasks.fallback import FALLBACK_SCORE, KeywordFallback
 from tasks.rerank import RerankFailed
@@ -144,9 +145,15 @@ def test_the_search_command_degrades_when_the_store_is_held_elsewhere(
     from typer.testing import CliRunner
 
     from kbflow.cli import app
+    from kbflow.models import Role
+    from sinks.registry import SqlRegistry
 
     monkeypatch.setenv("KBFLOW_STORE_LOCK_TIMEOUT_S", "0.2")
-    result = CliRunner().invoke(app, ["search", TOPIC, "--org", "acme", "-k", "50", "--json"])
+    registry = SqlRegistry.open(Settings().registry_url)
+    registry.ensure_user("eng", Role.ENGINEER)
+    registry.close()
+    search = ["search", TOPIC, "--org", "acme", "--as", "eng", "--json"]
+    result = CliRunner().invoke(app, [*search, "-k", "50"])
 
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -155,7 +162,5 @@ def test_the_search_command_degrades_when_the_store_is_held_elsewhere(
     assert {h["doc_id"] for h in data["hits"]} == _servable(world)
 
     monkeypatch.setenv("KBFLOW_RETRIEVAL_PAUSED", "true")
-    paused = json.loads(
-        CliRunner().invoke(app, ["search", TOPIC, "--org", "acme", "--json"]).stdout
-    )
+    paused = json.loads(CliRunner().invoke(app, search).stdout)
     assert paused["paused"] is True and paused["hits"] == []

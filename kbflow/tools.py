@@ -1,0 +1,281 @@
+"""The agent's knowledge tools: plain functions with JSON-schema inputs and outputs.
+
+Progressive disclosure: `list_knowledge_collections` says what the agent may read (no embedding
+call), then `search_knowledge_base` searches all of it or one collection. Both go through the
+gate: an agent's scope is its org, its allowed collections and their descendants, and nothing at
+all when its knowledge base is switched off. Usable from any agent framework: `TOOLS` maps each
+name to its schemas and function; `call_tool` validates the arguments and the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kbflow.errors import Forbidden, KbflowError
+from kbflow.models import Role, Scope, SearchMode
+from kbflow.wiring import SearchContext
+from sinks.catalog import Catalog
+from sinks.registry import SqlRegistry
+
+MAX_TOP_K = 50
+
+
+class ToolError(KbflowError, ValueError):
+    """A tool call was refused: bad arguments, unknown agent, or a collection not allowed."""
+
+
+_COLLECTION = {
+    "type": "object",
+    "required": ["id", "name", "description", "parent_id"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "parent_id": {"type": ["integer", "null"]},
+    },
+}
+
+LIST_INPUT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
+LIST_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["agent", "knowledge_base_enabled", "collections"],
+    "additionalProperties": False,
+    "properties": {
+        "agent": {"type": "string"},
+        "knowledge_base_enabled": {"type": "boolean"},
+        "collections": {"type": "array", "items": _COLLECTION},
+    },
+}
+SEARCH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["query"],
+    "additionalProperties": False,
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "description": "What to look for."},
+        "collection_id": {
+            "type": ["integer", "null"],
+            "description": "Search only this collection (and its sub-collections); "
+            "omit to search every collection the agent may read.",
+        },
+        "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 5},
+    },
+}
+SEARCH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["agent", "query", "results", "kb_context_provided", "degraded", "paused"],
+    "additionalProperties": False,
+    "properties": {
+        "agent": {"type": "string"},
+        "query": {"type": "string"},
+        "collection_id": {"type": ["integer", "null"]},
+        "kb_context_provided": {"type": "boolean"},
+        "degraded": {"type": "boolean"},
+        "paused": {"type": "boolean"},
+        "note": {"type": ["string", "null"]},
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["doc_id", "chunk_id", "title", "uri", "collection", "text", "score"],
+                "properties": {
+                    "doc_id": {"type": "string"},
+                    "chunk_id": {"type": "string"},
+                    "title": {"type": "string"},
+                    "uri": {"type": "string"},
+                    "collection": {"type": "string"},
+                    "heading_path": {"type": "array", "items": {"type": "string"}},
+                    "location": {"type": ["object", "null"]},
+                    "text": {"type": "string"},
+                    "score": {"type": "number"},
+                },
+            },
+        },
+    },
+}
+
+
+def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> dict[str, Any]:
+    """The collections the agent may read: id, name, description, parent. No embedding call."""
+    catalog = Catalog(ctx.registry)
+    agent = _agent(catalog, agent_id)
+    readable = catalog.readable_collections(agent)
+    return {
+        "agent": agent.id,
+        "knowledge_base_enabled": agent.knowledge_base_enabled,
+        "collections": [
+            {"id": c.id, "name": c.name, "description": c.description, "parent_id": c.parent_id}
+            for c in readable
+        ],
+    }
+
+
+def search_knowledge_base(
+    ctx: SearchContext,
+    agent_id: str,
+    query: str,
+    collection_id: int | None = None,
+    top_k: int = 5,
+) -> dict[str, Any]:
+    """Search every collection the agent may read, or one of them (refused if not allowed)."""
+    catalog = Catalog(ctx.registry)
+    agent = _agent(catalog, agent_id)
+    out: dict[str, Any] = {
+        "agent": agent.id,
+        "query": query,
+        "collection_id": collection_id,
+        "results": [],
+        "kb_context_provided": False,
+        "degraded": False,
+        "paused": False,
+        "note": None,
+    }
+    if not agent.knowledge_base_enabled:
+        out["note"] = f"the knowledge base is switched off for agent {agent.id}"
+        return out
+    readable = catalog.readable_collections(agent)
+    if collection_id is not None:
+        chosen = [c for c in readable if c.id == collection_id]
+        if not chosen:
+            allowed = ", ".join(f"{c.id} ({c.name})" for c in readable) or "none"
+            raise ToolError(
+                f"agent {agent.id} may not read collection {collection_id}; it may read: "
+                f"{allowed} — call list_knowledge_collections to see them"
+            )
+        paths: tuple[str, ...] = (chosen[0].path,)
+    else:
+        paths = tuple(c.path for c in readable)
+    if not paths:
+        out["note"] = f"agent {agent.id} may read no collection"
+        return out
+    result = ctx.retrieve(query, Scope(agent.org_id, collections=paths), mode=SearchMode.HYBRID,
+                          top_k=top_k)  # fmt: skip
+    out.update(
+        kb_context_provided=result.kb_context_provided,
+        degraded=result.degraded,
+        paused=result.paused,
+        note=result.reason,
+        results=[
+            {
+                "doc_id": h.doc_id,
+                "chunk_id": h.chunk_id,
+                "title": h.title,
+                "uri": h.uri,
+                "collection": h.collection,
+                "heading_path": h.heading_path,
+                "location": h.location.to_payload() if h.location else None,
+                "text": h.text,
+                "score": h.score,
+            }
+            for h in result.hits
+        ],
+    )
+    return out
+
+
+def agent_scope(
+    registry: SqlRegistry, agent_id: str, collections: tuple[str, ...] = ()
+) -> Scope | None:
+    """The scope a search on behalf of this agent gets: its org and readable collections
+    (narrowed to ``collections``, which must be readable); None when its knowledge base is off.
+    """
+    catalog = Catalog(registry)
+    agent = catalog.get_agent(agent_id)
+    if not agent.knowledge_base_enabled:
+        return None
+    readable = [c.path for c in catalog.readable_collections(agent)]
+    if collections:
+        outside = [
+            c for c in collections if not any(c == r or c.startswith(r + "/") for r in readable)
+        ]
+        if outside:
+            raise Forbidden(
+                f"agent {agent_id} may not read {', '.join(outside)}; it may read: "
+                f"{', '.join(readable) or 'nothing'}"
+            )
+        readable = list(collections)
+    return Scope(agent.org_id, collections=tuple(readable))
+
+
+def check_org_wide_search(registry: SqlRegistry, actor_id: str | None, org_id: str) -> None:
+    """An org-wide search (no agent scoping) is for engineers and superadmins only."""
+    if not actor_id:
+        raise Forbidden(
+            "an org-wide search needs --as USER (an engineer or superadmin); agents search "
+            "with --agent"
+        )
+    user = registry.get_user(actor_id)
+    if user.role not in (Role.ENGINEER, Role.SUPERADMIN):
+        raise Forbidden(
+            f"user {actor_id} is a {user.role.value}: org-wide search is for engineers and "
+            "superadmins; search as an agent with --agent"
+        )
+    if user.role is Role.ENGINEER and user.org_id not in (None, org_id):
+        raise Forbidden(f"engineer {actor_id} belongs to org {user.org_id}, not {org_id}")
+
+
+def _agent(catalog: Catalog, agent_id: str) -> Any:
+    try:
+        return catalog.get_agent(agent_id)
+    except KbflowError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    func: Callable[..., dict[str, Any]]
+
+    def export(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "output_schema": self.output_schema,
+        }
+
+
+TOOLS: dict[str, Tool] = {
+    "list_knowledge_collections": Tool(
+        "list_knowledge_collections",
+        "List the knowledge collections you may read (id, name, description, parent). Call "
+        "this first, then search the collection whose description fits the question.",
+        LIST_INPUT,
+        LIST_OUTPUT,
+        list_knowledge_collections,
+    ),
+    "search_knowledge_base": Tool(
+        "search_knowledge_base",
+        "Search approved knowledge in the collections you may read, or in one of them "
+        "(collection_id from list_knowledge_collections). Returns cited passages.",
+        SEARCH_INPUT,
+        SEARCH_OUTPUT,
+        search_knowledge_base,
+    ),
+}
+
+
+def export_schemas() -> list[dict[str, Any]]:
+    return [tool.export() for tool in TOOLS.values()]
+
+
+def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
+    """Validate the arguments against the tool's input schema, call it, validate the result."""
+    import jsonschema
+
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
+    try:
+        jsonschema.validate(arguments, tool.input_schema)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+        raise ToolError(f"invalid arguments for {name}: {where}: {exc.message}") from None
+    result = tool.func(ctx, agent_id, **arguments)
+    jsonschema.validate(result, tool.output_schema)  # our own contract: a bug if it fails
+    return result

@@ -1,0 +1,46 @@
+"""Moving and deleting collections, keeping the vector payloads the gate filters on in line.
+
+The registry changes first, then each affected document's ``collection_path`` payload. In
+between, the registry re-check on every search already applies the new path, so a chunk is never
+served to an agent that may not read its new place (it can only be briefly missing).
+"""
+
+from __future__ import annotations
+
+from sinks.catalog import Catalog, CollectionRecord
+from sinks.registry import collection_ancestry
+from sinks.vectors import VectorStore
+
+
+def move_collection(
+    catalog: Catalog, store: VectorStore, org_id: str, ref: int | str, new_parent: int | str | None
+) -> tuple[CollectionRecord, int]:
+    """Re-parent a collection; returns it and how many documents' payloads were rewritten."""
+    moved, doc_ids = catalog.move(org_id, ref, new_parent)
+    _repath(catalog, store, doc_ids)
+    return moved, len(doc_ids)
+
+
+def delete_collection(
+    catalog: Catalog,
+    store: VectorStore,
+    org_id: str,
+    ref: int | str,
+    *,
+    move_to: int | str | None = None,
+    delete_contents: bool = False,
+) -> dict[str, int]:
+    """Delete a collection (and its sub-collections), moving or deleting its documents."""
+    moved, deleted, _target = catalog.delete(
+        org_id, ref, move_to=move_to, delete_contents=delete_contents
+    )
+    _repath(catalog, store, moved)
+    for doc_id in deleted:
+        store.delete_document(doc_id)
+    return {"moved": len(moved), "deleted": len(deleted)}
+
+
+def _repath(catalog: Catalog, store: VectorStore, doc_ids: list[str]) -> None:
+    for doc_id in doc_ids:
+        path = catalog.path_of_document(doc_id)
+        store.set_document_payload(doc_id, {"collection_path": collection_ancestry(path)})
