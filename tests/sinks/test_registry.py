@@ -15,7 +15,7 @@ from kbflow.errors import ConfigError, NotFound, ReviewConflict
 from kbflow.models import AuditAction, DocStatus, ParseStatus, Scope
 from kbflow.settings import Settings
 from sinks.gate import build_gate
-from sinks.registry import DocRecord, SqlRegistry, _configure_sqlite
+from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry, _configure_sqlite
 from sinks.registry_schema import CollectionRow
 
 ORG = "acme"
