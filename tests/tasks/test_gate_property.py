@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from kbflow.errors import ConfigError, ReviewConflict
 from kbflow.models import DocStatus, Role, Scope, SearchMode
 from kbflow.settings import Settings
-from kbflow.tools import search_knowledge_base
+from kbflow.tools import call_tool
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.qdrant_edge import QdrantEdgeStore
@@ -220,7 +220,8 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
         def _check_agent(self, agent_id: str, query: str) -> None:
             """An agent sees servable chunks of its allowed subtrees only, none when off."""
             agent = self.catalog.get_agent(agent_id)
-            found = search_knowledge_base(self.search_ctx, agent_id, query, top_k=50)["results"]
+            args = {"query": query, "top_k": 50}
+            found = call_tool(self.search_ctx, "search_knowledge_base", agent_id, args)["results"]
             CHECKS["agent_checks"] += 1
             CHECKS["agent_results"] += len(found)
             if not agent.knowledge_base_enabled:
