@@ -264,6 +264,9 @@ class Catalog:
                 kept = [i for i in agent.allowed_collection_ids or () if i not in ids]
                 if len(kept) != len(agent.allowed_collection_ids or ()):
                     agent.allowed_collection_ids = kept
+                    if not kept:
+                        # An empty list means "everything": fail safe and switch it off.
+                        agent.knowledge_base_enabled = False
             for c in sorted(tree, key=lambda c: -c.path.count("/")):
                 s.execute(delete(CollectionRow).where(CollectionRow.id == c.id))
         moved = docs if target is not None else []
@@ -311,7 +314,15 @@ class Catalog:
             row = s.get(AgentRow, agent_id)
             assert row is not None
             current = set(int(i) for i in row.allowed_collection_ids or ())
-            row.allowed_collection_ids = sorted(current | ids if allow else current - ids)
+            wanted = current | ids if allow else current - ids
+            if current and not wanted:
+                raise ConfigError(
+                    f"removing the last allowed collection would let agent {agent_id} read "
+                    "every collection of its org (an empty list means all) — allow another "
+                    "one first, or switch its knowledge base off (`kbflow agents show "
+                    f"{agent_id} --disable`)"
+                )
+            row.allowed_collection_ids = sorted(wanted)
         return self.get_agent(agent_id)
 
     def set_enabled(self, agent_id: str, enabled: bool) -> AgentRecord:

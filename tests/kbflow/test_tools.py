@@ -288,3 +288,18 @@ def test_collection_and_agent_commands(tmp_path: Any) -> None:
     bad = runner.invoke(app, ["tools", "call", "search_knowledge_base", "--agent", "hr-bot",
                               "--args", '{"query": "x", "top_k": "five"}'])  # fmt: skip
     assert bad.exit_code == 1 and "top_k: 'five' is not of type 'integer'" in bad.output
+
+
+def test_losing_its_last_collection_never_widens_an_agent(
+    world: dict[str, Any], edge_store: Any
+) -> None:
+    """An empty allow-list means "every collection": neither a disallow nor a delete may
+    produce one by accident."""
+    catalog: Catalog = world["catalog"]
+    _agent(world, "sales-bot", ["sales"])
+    with pytest.raises(ConfigError, match="would let agent sales-bot read every collection"):
+        catalog.set_allowed("sales-bot", ["sales"], allow=False)
+    delete_collection(catalog, edge_store, "acme", "sales", delete_contents=True)
+    agent = catalog.get_agent("sales-bot")
+    assert agent.allowed_collection_ids == () and not agent.knowledge_base_enabled
+    assert _search(world, "sales-bot", top_k=50)["results"] == []
