@@ -1648,27 +1648,26 @@ def _agent_change(agent_id: str, refs: list[str], *, allow: bool) -> None:
     console.print(f"{agent.id} may read: {', '.join(map(str, allowed)) or 'every collection'}")
 
 
+AgentArg = Annotated[str, typer.Argument(help="The agent's id.")]
+CollectionsArg = Annotated[list[str], typer.Argument(help="Collection ids or paths.")]
+
+
 @agents_app.command("allow")
-def agents_allow(
-    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
-    collection: Annotated[list[str], typer.Argument(help="Collection ids or paths.")],
-) -> None:
+def agents_allow(agent_id: AgentArg, collection: CollectionsArg) -> None:
     """Let an agent read these collections (and their descendants)."""
     _agent_change(agent_id, collection, allow=True)
 
 
 @agents_app.command("disallow")
-def agents_disallow(
-    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
-    collection: Annotated[list[str], typer.Argument(help="Collection ids or paths.")],
-) -> None:
-    """Take collections off an agent's allow-list (an empty list means every collection)."""
+def agents_disallow(agent_id: AgentArg, collection: CollectionsArg) -> None:
+    """Take collections off an agent's allow-list. The last one cannot be removed (an empty
+    list means every collection): allow another first, or `agents show ID --disable`."""
     _agent_change(agent_id, collection, allow=False)
 
 
 @agents_app.command("show")
 def agents_show(
-    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    agent_id: AgentArg,
     enable: Annotated[
         bool | None, typer.Option("--enable/--disable", help="Switch its knowledge base.")
     ] = None,
