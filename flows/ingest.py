@@ -3,6 +3,7 @@ check, upsert -> report."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from typing import Any
@@ -75,13 +76,21 @@ def ingest(
         embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
 
         if plan.work:
-            with isolated_extractor(settings) as extract:
+            # Files: the store is held only while writing, not while parsing or transcribing.
+            # Corpus records need no extraction: one store for the whole run saves reopening.
+            has_files = any(w.source.record is None for w in plan.work)
+            with isolated_extractor(settings) as extract, contextlib.ExitStack() as held:
+                shared = None if has_files else held.enter_context(open_vector_store(settings))
                 size = settings.ingest_batch_docs
                 for start in range(0, len(plan.work), size):
                     batch = plan.work[start : start + size]
                     extracted = extract_batch_task(batch, extract)
-                    # The store is held only while writing, not while parsing or transcribing.
-                    with open_vector_store(settings) as store:
+                    with contextlib.ExitStack() as per_batch:
+                        store = (
+                            shared
+                            if shared is not None
+                            else per_batch.enter_context(open_vector_store(settings))
+                        )
                         total.merge(
                             index_batch_task(
                                 batch,
