@@ -26,6 +26,7 @@ def main() -> int:
     from evals.beir import load_beir
     from evals.metrics import evaluate
     from evals.retrieval import CHUNK_DEPTH, DOC_DEPTH, EVAL_ORG, eval_settings
+    from evals.retrieval import corpus_ids as eval_corpus_ids
     from kbflow.models import Scope
     from sinks.gate import build_gate
     from sinks.registry import SqlRegistry
@@ -35,10 +36,7 @@ def main() -> int:
     home = eval_settings(settings, dataset)
     registry = SqlRegistry.open(home.registry_url)
     try:
-        corpus_ids = {
-            d.id: d.source_key.rsplit("#", 1)[-1]
-            for d in registry.current_documents(EVAL_ORG).values()
-        }
+        corpus_ids = eval_corpus_ids(registry)
         if not corpus_ids:
             sys.stderr.write("no eval index here: run `kbflow eval run` first\n")
             return 2

@@ -33,6 +33,7 @@ def main() -> int:
     configure_environment(settings)
     from evals.beir import load_beir
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
+    from evals.retrieval import corpus_ids as eval_corpus_ids
     from kbflow.models import Scope, SearchMode
     from sinks.registry import SqlRegistry
     from sinks.vectors import open_vector_store
@@ -45,10 +46,7 @@ def main() -> int:
     answerable: list[float] = []
     unanswerable: list[float] = []
     try:
-        corpus_ids = {
-            d.id: d.source_key.rsplit("#", 1)[-1]
-            for d in registry.current_documents(EVAL_ORG).values()
-        }
+        corpus_ids = eval_corpus_ids(registry)
         if not corpus_ids:
             sys.stderr.write("no eval index here: run `kbflow eval run` first\n")
             return 2

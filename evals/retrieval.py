@@ -151,20 +151,25 @@ def run_queries(
     scope = Scope(org_id=EVAL_ORG)
     registry = SqlRegistry.open(home.registry_url)
     try:
-        corpus_ids = {
-            doc.id: doc.source_key.rsplit("#", 1)[-1]
-            for doc in registry.current_documents(EVAL_ORG).values()
-        }
+        ids = corpus_ids(registry)
         out: dict[SearchMode, ModeRun] = {}
         with open_vector_store(home) as store:
             for mode in modes:
                 out[mode] = _run_mode(
                     dataset, mode, scope, store, registry, embedder, config, reranker,
-                    corpus_ids, progress,
+                    ids, progress,
                 )  # fmt: skip
         return out
     finally:
         registry.close()
+
+
+def corpus_ids(registry: SqlRegistry) -> dict[str, str]:
+    """Document id -> the corpus record id it was indexed from (the source key's fragment)."""
+    return {
+        doc.id: doc.source_key.rsplit("#", 1)[-1]
+        for doc in registry.current_documents(EVAL_ORG).values()
+    }
 
 
 def _run_mode(
@@ -217,15 +222,6 @@ def _run_mode(
     return ModeRun(run, time.perf_counter() - started, notes)
 
 
-def available_modes(settings: Settings) -> tuple[SearchMode, ...]:
-    """The default modes, plus ``hybrid+rerank`` when a reranker is configured."""
-    return (
-        (*DEFAULT_MODES, SearchMode.HYBRID_RERANK)
-        if reranker_from_settings(settings)
-        else DEFAULT_MODES
-    )
-
-
 @dataclass
 class EvalResult:
     record: EvalRecord
@@ -259,8 +255,12 @@ def run_eval(
     """Index (cached), query every mode, and score: one eval run, not yet recorded."""
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
-    modes = tuple(modes or available_modes(settings))
-    reranker = reranker_from_settings(settings) if SearchMode.HYBRID_RERANK in modes else None
+    # The default modes add hybrid+rerank when a reranker is configured; it is built once.
+    wants_rerank = not modes or SearchMode.HYBRID_RERANK in modes
+    reranker = reranker_from_settings(settings) if wants_rerank else None
+    if not modes:
+        modes = (*DEFAULT_MODES, SearchMode.HYBRID_RERANK) if reranker else DEFAULT_MODES
+    modes = tuple(modes)
     notes: list[str] = []
     if SearchMode.HYBRID_RERANK in modes and reranker is None:
         notes.append("hybrid+rerank: no reranker configured, so it equals hybrid")

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evals.metrics import METRICS
 from kbflow.errors import ConfigError, KbflowError
 
 if TYPE_CHECKING:
@@ -43,11 +44,7 @@ RUNS_TABLE = "eval_runs"
 QUERIES_TABLE = "eval_queries"
 
 # Metric name as the eval reports it -> column name (SQL identifiers cannot hold "@").
-METRIC_COLUMNS: dict[str, str] = {
-    "mrr@10": "mrr_at_10",
-    "ndcg@10": "ndcg_at_10",
-    "recall@100": "recall_at_100",
-}
+METRIC_COLUMNS: dict[str, str] = {m: m.replace("@", "_at_") for m in METRICS}
 
 _METRIC_HINTS: dict[str, Any] = {
     column: {"data_type": "double", "nullable": True} for column in METRIC_COLUMNS.values()

@@ -1328,6 +1328,7 @@ def eval_run(
     """
     settings = _settings()
     from evals.beir import load_beir
+    from evals.metrics import METRICS
     from evals.retrieval import parse_modes, run_eval
     from evals.warehouse import write_eval
 
@@ -1348,10 +1349,10 @@ def eval_run(
 
     table = Table(title=f"{summary['dataset']} — {summary['queries']} queries")
     table.add_column("mode")
-    for metric in ("mrr@10", "ndcg@10", "recall@100"):
+    for metric in METRICS:
         table.add_column(metric, justify="right")
     for mode, metrics in summary["modes"].items():
-        table.add_row(mode, *(f"{metrics[m]:.4f}" for m in ("mrr@10", "ndcg@10", "recall@100")))
+        table.add_row(mode, *(f"{metrics[m]:.4f}" for m in METRICS))
     console.print(table)
     index = summary["index"]
     console.print(
@@ -1406,7 +1407,7 @@ def eval_report(
 ) -> None:
     """Print the history of recorded eval runs and plot each metric over time (PNG)."""
     settings = _settings()
-    from evals.warehouse import plot_history, read_history
+    from evals.warehouse import METRIC_COLUMNS, plot_history, read_history
 
     try:
         rows = read_history(settings.home, dataset)
@@ -1423,7 +1424,7 @@ def eval_report(
     from rich.table import Table
 
     table = Table(title="eval history")
-    for column in ("started", "run", "dataset", "mode", "mrr@10", "ndcg@10", "recall@100"):
+    for column in ("started", "run", "dataset", "mode", *METRIC_COLUMNS):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -1431,7 +1432,7 @@ def eval_report(
             str(row["run_id"]),
             str(row["dataset"]),
             str(row["mode"]),
-            *(f"{row[c]:.4f}" for c in ("mrr_at_10", "ndcg_at_10", "recall_at_100")),
+            *(f"{row[c]:.4f}" for c in METRIC_COLUMNS.values()),
         )
     console.print(table)
     console.print(f"plot: {written}")

@@ -273,9 +273,6 @@ class Catalog:
         deleted = docs if target is None else []
         return moved, deleted, target
 
-    def path_of_document(self, doc_id: str) -> str:
-        return self.registry.get_document(doc_id).collection_path
-
     # --- agents ---------------------------------------------------------------------------
 
     def create_agent(

@@ -41,6 +41,7 @@ def delete_collection(
 
 
 def _repath(catalog: Catalog, store: VectorStore, doc_ids: list[str]) -> None:
-    for doc_id in doc_ids:
-        path = catalog.path_of_document(doc_id)
-        store.set_document_payload(doc_id, {"collection_path": collection_ancestry(path)})
+    for doc in catalog.registry.get_documents(doc_ids).values():
+        store.set_document_payload(
+            doc.id, {"collection_path": collection_ancestry(doc.collection_path)}
+        )

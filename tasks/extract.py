@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbflow.errors import ConfigError, ExtractionError, UnsupportedFormat
+from kbflow.errors import ConfigError, ExtractionError, KbflowError, UnsupportedFormat
 from kbflow.models import ExtractedDocument, Location, Section
 from tasks.media import AUDIO_FORMATS, VIDEO_FORMATS
 from tasks.pages import Box, join_wrapped, open_pdf, sha12
@@ -227,16 +227,24 @@ def file_to_document(
     )
 
 
-def runs_long(path: Path, threshold_bytes: int) -> bool:
-    """Audio, video, and any file over ``threshold_bytes``: worth a background job."""
+def is_media(path: Path) -> bool:
+    """Audio or video by its bytes; False when unreadable (extraction reports that)."""
     from tasks.sniff import detect_format
 
     try:
+        return detect_format(Path(path)).format in MEDIA_FORMATS
+    except (OSError, KbflowError):
+        return False
+
+
+def runs_long(path: Path, threshold_bytes: int) -> bool:
+    """Audio, video, and any file over ``threshold_bytes``: worth a background job."""
+    try:
         if Path(path).stat().st_size > threshold_bytes:
             return True
-        return detect_format(Path(path)).format in MEDIA_FORMATS
-    except (OSError, ExtractionError):
+    except OSError:
         return False  # unreadable: reported by the normal run
+    return is_media(path)
 
 
 @contextlib.contextmanager

@@ -203,19 +203,15 @@ def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], Extrac
     """A ``Source -> ExtractedDocument`` function that extracts in a worker, with the
     settings' caps: `extract_timeout_s` (`media_timeout_s` for audio and video) and
     `extract_memory_mb`. The worker stops when the block ends."""
-    from tasks.extract import MEDIA_FORMATS, ExtractOptions
-    from tasks.sniff import detect_format
+    from tasks.extract import ExtractOptions, is_media
 
     options = ExtractOptions.from_settings(settings)
     documents = Limits(settings.extract_timeout_s, settings.extract_memory_mb)
     media = Limits(settings.media_timeout_s, settings.extract_memory_mb)
 
     def extract(source: Source) -> ExtractedDocument:
-        try:
-            is_media = detect_format(source.path).format in MEDIA_FORMATS
-        except KbflowError:
-            is_media = False  # the worker reports the problem with the file
-        return pool.extract(source.path, limits=media if is_media else documents)
+        limits = media if is_media(source.path) else documents
+        return pool.extract(source.path, limits=limits)
 
     with ExtractionPool(options=options) as pool:
         yield extract

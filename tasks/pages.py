@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kbflow.errors import ExtractionError
+from tasks.discover import file_sha256
 
 # A line ending in a hyphen (or soft hyphen) right after a letter: "docu-".
 _HYPHEN_END_RE = re.compile(r"(?<=[^\W\d_])[-\u00ad]$")
@@ -41,14 +41,10 @@ def join_wrapped(text: str, continuation: str) -> str:
 
 def sha12(path: Path) -> str:
     """The first 12 hex digits of the file's SHA-256, to tell copies of a bad file apart."""
-    digest = hashlib.sha256()
     try:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        return file_sha256(path)[:12]
     except OSError:
         return "unreadable"
-    return digest.hexdigest()[:12]
 
 
 def open_pdf(path: Path) -> Any:
