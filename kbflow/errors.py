@@ -65,3 +65,20 @@ class SynthesisInvalid(KbflowError, ValueError):
 
 class SynthesisFailed(KbflowError, RuntimeError):
     """A synthesizer could not produce valid drafts (API error, or invalid output after repair)."""
+
+
+class LlmError(KbflowError, RuntimeError):
+    """A model call failed; ``transient`` says whether retrying later may help."""
+
+    def __init__(self, message: str, *, transient: bool = False, auth: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.auth = auth
+
+
+class LlmReplyInvalid(KbflowError, ValueError):
+    """A model's reply broke its JSON contract (the message says how)."""
+
+
+class LedgerError(KbflowError, RuntimeError):
+    """The answer ledger could not be written or read (e.g. another process holds it)."""

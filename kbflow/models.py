@@ -385,3 +385,155 @@ class ResearchResponse(BaseModel):
     budget_exceeded: bool
     documents: list[ResearchDocumentOut] = Field(default_factory=list)
     consumed_tokens: int = 0
+
+
+# --- answers, knowledge search and the ledger ------------------------------------------------
+
+
+class AnswerStatus(StrEnum):
+    """The tri-state verdict of a knowledge search, each with its steering text."""
+
+    YES = "yes"
+    MAYBE = "maybe"
+    NO = "no"
+
+    @property
+    def steering(self) -> str:
+        return _STEERING[self]
+
+
+_STEERING: dict[AnswerStatus, str] = {
+    AnswerStatus.YES: "The knowledge base answers this: answer from the synthesis and cite it.",
+    AnswerStatus.MAYBE: "The knowledge base answers part of this: use the synthesis and "
+    "research the gaps it names.",
+    AnswerStatus.NO: "The knowledge base does not answer this: research it live.",
+}
+
+
+class MissReason(StrEnum):
+    """Why a knowledge search came back with nothing usable."""
+
+    STORE_EMPTY = "store_empty"  # the agent's scope holds no approved document at all
+    DISABLED = "disabled"  # the agent's knowledge base is switched off
+    PAUSED = "paused"  # retrieval is paused by configuration
+    UNAVAILABLE = "unavailable"  # the search or the model could not be reached
+    NO_RESULTS = "no_results"  # searched, nothing matched
+    NOT_RELEVANT = "not_relevant"  # triage found no candidate relevant (instant miss)
+    NO_MODEL = "no_model"  # the configured model cannot be used (no key)
+    AUTH_FAILED = "auth_failed"  # the model's provider refused the key
+    INVALID_REPLY = "invalid_reply"  # the model's reply stayed invalid after a repair
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One cited chunk: the id an answer cites, and where it came from."""
+
+    chunk_id: str
+    doc_id: str
+    uri: str
+    title: str = ""
+    quote: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "uri": self.uri,
+            "title": self.title,
+            "quote": self.quote,
+        }
+
+
+@dataclass(frozen=True)
+class LlmCall:
+    """One model call as the ledger records it (offline synthesizers record theirs too).
+
+    Attributes:
+        purpose: ``triage``, ``synthesis``, ``repair`` or ``answer``.
+        model: the model id (``extractive-v1`` for the offline synthesizer).
+        prompt_version: the version of the prompt text the call used.
+        system: the system prompt (never holds knowledge text).
+        messages: the conversation sent, as ``{"role", "content"}`` dicts.
+        reply: the model's text, or None when every attempt failed.
+        error: the last error, when the call failed.
+        attempts: requests made (1 + retries).
+        input_tokens / output_tokens: from the provider's usage (0 offline).
+        latency_ms: wall time of the call, retries included.
+    """
+
+    purpose: str
+    model: str
+    prompt_version: str
+    system: str
+    messages: tuple[dict[str, str], ...]
+    reply: str | None
+    error: str | None = None
+    attempts: int = 1
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RetrievedChunk:
+    """One gated hit as a retrieval record keeps it."""
+
+    chunk_id: str
+    doc_id: str
+    uri: str
+    title: str
+    content_hash: str  # sha256 of the chunk text
+    score: float
+    scores: dict[str, float] = field(default_factory=dict)
+    confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class RetrievalCall:
+    """One gated retrieval as the ledger records it."""
+
+    query: str
+    mode: str
+    top_k: int
+    gate_filter: dict[str, Any]  # the gate's conditions, as JSON
+    query_embedding: tuple[float, ...]
+    hits: tuple[RetrievedChunk, ...]
+    degraded: bool = False
+    paused: bool = False
+    reason: str | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One ask/answer turn: everything needed to audit it and to replay its synthesis.
+
+    Attributes:
+        turn_id: unique id, returned to the caller.
+        kind: ``ask`` (tri-state knowledge search) or ``answer``.
+        org_id / agent_id: who asked.
+        created_at: when (timezone-aware).
+        question: the question, or the queries joined by newlines for ``ask``.
+        outcome: ``yes`` / ``maybe`` / ``no`` for ``ask``; ``answered`` / ``refused`` for
+            ``answer``.
+        output: the result as returned to the caller (JSON-ready, already scrubbed).
+        replay_input: what synthesis saw (the knowledge text, question, synthesizer and
+            prompt version): replay re-runs synthesis on exactly this.
+        retrievals / llm_calls / citations: the calls made and what was cited.
+        policy_id / policy_version: the refusal policy, when the turn refused.
+    """
+
+    turn_id: str
+    kind: str
+    org_id: str
+    agent_id: str
+    created_at: dt.datetime
+    question: str
+    outcome: str
+    output: dict[str, Any]
+    replay_input: dict[str, Any]
+    retrievals: tuple[RetrievalCall, ...] = ()
+    llm_calls: tuple[LlmCall, ...] = ()
+    citations: tuple[Citation, ...] = ()
+    policy_id: str | None = None
+    policy_version: str | None = None

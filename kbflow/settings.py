@@ -137,6 +137,22 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("KBFLOW_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
         description="Anthropic key for research; unset means the offline extractive synthesizer.",
     )
+    answer_model: Literal["auto", "extractive", "anthropic"] = Field(
+        "auto",
+        description="Model for agent answers and knowledge search: anthropic (Claude), "
+        "extractive (offline, quotes and cites), or auto (anthropic when a key is set).",
+    )
+    answer_llm: str = Field(
+        "claude-haiku-4-5", description="Claude model id for answers, triage and synthesis."
+    )
+    answer_min_confidence: float = Field(
+        0.5,
+        ge=-1.0,
+        le=1.0,
+        description="Support (MiniLM cosine) a chunk needs to be evidence for an answer; "
+        "below it for every chunk, the answer is refused. Calibrated on SciFact: docs/ANSWERS.md.",
+    )
+    answer_top_k: int = Field(8, gt=0, le=50, description="Chunks retrieved per answer query.")
     research_max_fetches: int = Field(
         30, ge=0, description="Outbound fetches allowed per research run."
     )

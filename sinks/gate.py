@@ -61,6 +61,17 @@ class Gate:
         """True if a payload-shaped record (vector payload or registry row) passes."""
         return all(_holds(c, record) for c in self.conditions)
 
+    def describe(self) -> dict[str, Any]:
+        """The conditions as JSON (for the answer ledger): what this gate admitted."""
+        out: list[dict[str, Any]] = []
+        for c in self.conditions:
+            if isinstance(c, AnyOf):
+                out.append({"key": c.key, "any_of": list(c.values), "or_absent": c.or_absent})
+            else:
+                out.append({"key": c.key, "not_after": c.limit.isoformat(),
+                            "or_absent": c.or_absent})  # fmt: skip
+        return {"org_id": self.scope.org_id, "conditions": out}
+
 
 def build_gate(scope: Scope) -> Gate:
     """Build the retrieval predicate for ``scope``.

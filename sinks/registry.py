@@ -485,20 +485,45 @@ class SqlRegistry:
             out: list[tuple[DocRecord, Chunk]] = []
             for chunk, row, path in s.execute(stmt):
                 doc = records.setdefault(row.id, _record(row, path))
-                out.append(
-                    (
-                        doc,
-                        Chunk(
-                            chunk_id=chunk.chunk_id,
-                            doc_id=chunk.doc_id,
-                            chunk_index=chunk.chunk_index,
-                            text=chunk.text,
-                            heading_path=tuple(chunk.heading_path or ()),
-                            location=Location(**chunk.location) if chunk.location else None,
-                        ),
-                    )
-                )
+                out.append((doc, _chunk(chunk)))
             return out
+
+    def document_chunks(self, doc_ids: Iterable[str]) -> dict[str, list[Chunk]]:
+        """The chunks of each document's current content, in document order."""
+        wanted = list(dict.fromkeys(doc_ids))
+        out: dict[str, list[Chunk]] = {d: [] for d in wanted}
+        if not wanted:
+            return out
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .where(
+                    ChunkRow.doc_id.in_(wanted), ChunkRow.content_hash == DocumentRow.content_hash
+                )
+                .order_by(ChunkRow.doc_id, ChunkRow.chunk_index)
+            )
+            for row in s.scalars(stmt):
+                out[row.doc_id].append(_chunk(row))
+        return out
+
+    def chunk_owners(self, chunk_ids: Iterable[str]) -> dict[str, tuple[DocRecord, bool]]:
+        """For each known chunk id: its document, and whether the chunk belongs to that
+        document's current content (a chunk of an older content version is not current)."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        if not wanted:
+            return {}
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow.chunk_id, ChunkRow.content_hash, DocumentRow, CollectionRow.path)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(ChunkRow.chunk_id.in_(wanted))
+            )
+            return {
+                cid: (_record(row, path), chash == row.content_hash)
+                for cid, chash, row, path in s.execute(stmt)
+            }
 
     def chunk_generation(self, org_id: str) -> tuple[int, str]:
         """Changes whenever an org's chunks or documents change (for caching derived indexes)."""
@@ -574,6 +599,17 @@ def _audit_after(
     if note:
         after["note"] = note
     return after
+
+
+def _chunk(row: ChunkRow) -> Chunk:
+    return Chunk(
+        chunk_id=row.chunk_id,
+        doc_id=row.doc_id,
+        chunk_index=row.chunk_index,
+        text=row.text,
+        heading_path=tuple(row.heading_path or ()),
+        location=Location(**row.location) if row.location else None,
+    )
 
 
 def _record(row: DocumentRow, collection_path: str) -> DocRecord:

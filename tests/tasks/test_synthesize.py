@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from tasks.synthesize import (
     split_sentences,
     validate_drafts,
 )
+from tests.anthropic_mock import Recorder, anthropic_client, api_error, message
 
 BRAND, PRODUCT, COMPLIANCE, CONTACTS = KB_FILENAMES
 LEGAL = "url:https://greenleaf.example/legal"
@@ -419,33 +419,6 @@ def test_extractive_rejects_empty_corpus_and_bad_budget(
 
 # --- Anthropic (real SDK, mocked HTTP) -----------------------------------------------------
 
-Handler = Callable[[Any], Any]
-
-
-def message(text: str, tokens_in: int = 1000, tokens_out: int = 500, stop: str = "end_turn") -> Any:
-    import httpx2
-
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_test",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-haiku-4-5",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": stop,
-            "stop_sequence": None,
-            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
-        },
-    )
-
-
-def api_error(status: int, kind: str, headers: dict[str, str] | None = None) -> Any:
-    import httpx2
-
-    body = {"type": "error", "error": {"type": kind, "message": f"{kind} (test)"}}
-    return httpx2.Response(status, json=body, headers=headers)
-
 
 def good_reply() -> str:
     return json.dumps(
@@ -458,33 +431,10 @@ def good_reply() -> str:
     )
 
 
-class Recorder:
-    """Serves scripted responses and keeps every request (its JSON body parsed)."""
-
-    def __init__(self, *responses: Any) -> None:
-        self.responses = list(responses)
-        self.requests: list[Any] = []
-        self.bodies: list[dict[str, Any]] = []
-
-    def __call__(self, request: Any) -> Any:
-        self.requests.append(request)
-        self.bodies.append(json.loads(request.content))
-        response = self.responses.pop(0)
-        if isinstance(response, Exception):
-            raise response
-        return response
-
-
 def synthesizer(
     recorder: Recorder, model: str = DEFAULT_MODEL, **kwargs: Any
 ) -> tuple[AnthropicSynthesizer, list[float]]:
-    import anthropic
-    import httpx2
-
-    # The SDK's default max_retries (2) is left on: the synthesizer must switch it off itself.
-    client = anthropic.Anthropic(
-        api_key="t", http_client=httpx2.Client(transport=httpx2.MockTransport(recorder))
-    )
+    client = anthropic_client(recorder)
     sleeps: list[float] = []
     return AnthropicSynthesizer(
         "unused", model, client=client, sleep=sleeps.append, **kwargs

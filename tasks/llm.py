@@ -1,0 +1,296 @@
+"""Chat-model calls for the answer path: one retry layer, strict JSON, one repair, a record.
+
+`ChatModel` is the Protocol; `AnthropicChat` is the real one (Claude Messages API through the
+official SDK with ``max_retries=0``, so this module is the only retry layer). Every request is
+appended to the caller's call log as an `LlmCall`, failed ones included, so the ledger sees
+exactly what was sent and what came back.
+
+Retries are for transient failures only (`is_transient`): HTTP 408, 409, 429 and 5xx (529
+"overloaded" included), timeouts and connection errors/resets. Three attempts in all, with
+exponential backoff, or the server's ``retry-after`` when it asks for longer. Anything else
+(a 400, a bad key, an unknown model) fails at once. A status code found only in an error's
+*text* counts when it stands alone as a word: "HTTP 503" is transient, "67500 tokens" is not a
+500.
+
+`complete_json` asks for a JSON object, parses it with the caller's validator and, when the
+reply breaks the contract, sends ONE repair turn quoting the exact error; a second bad reply
+raises `LlmReplyInvalid`, and the caller answers a safe "no".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from kbflow.errors import ConfigError, LlmError, LlmReplyInvalid
+from kbflow.models import LlmCall
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_ATTEMPTS = 3
+_TRANSIENT_STATUS = frozenset({408, 409, 429})
+_AUTH_STATUS = frozenset({401, 403})
+_MAX_RETRY_AFTER_S = 60.0
+# A status code on its own as a word ("HTTP 503", "error 429:"), never inside a number.
+_STATUS_IN_TEXT = re.compile(r"(?<![\w.])(408|409|429|5\d\d)(?![\w.])")
+_TRANSIENT_WORDS = re.compile(
+    r"timed? ?out|timeout|connection (?:reset|aborted|refused|error)|reset by peer|"
+    r"econnreset|broken pipe|overloaded|temporarily unavailable|service unavailable",
+    re.IGNORECASE,
+)
+REPAIR_INSTRUCTION = (
+    "Your reply did not follow the required JSON format: {error}. Reply again with only the "
+    "corrected JSON object, nothing before or after it."
+)
+
+
+class ChatModel(Protocol):
+    """A chat model that answers one conversation, recording the call in ``calls``."""
+
+    model_id: str
+
+    def complete(
+        self,
+        *,
+        purpose: str,
+        prompt_version: str,
+        system: str,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        calls: list[LlmCall],
+    ) -> str:
+        """Return the reply text; raise `LlmError` (``transient``/``auth`` set) on failure."""
+        ...
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status an error carries: its ``status_code``, else a code in its text."""
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, int):
+        return code
+    match = _STATUS_IN_TEXT.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def is_auth_error(exc: BaseException) -> bool:
+    return getattr(exc, "status_code", None) in _AUTH_STATUS
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying ``exc`` later may succeed (see the module docstring)."""
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    name = type(exc).__name__
+    if name in {"APIConnectionError", "APITimeoutError", "ConnectError", "ReadTimeout",
+                "ConnectTimeout", "RemoteProtocolError", "ReadError"}:  # fmt: skip
+        return True
+    code = status_of(exc)
+    if code is not None:
+        return code in _TRANSIENT_STATUS or 500 <= code <= 599
+    return bool(_TRANSIENT_WORDS.search(str(exc)))
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The server's ``retry-after`` in seconds (capped at a minute), when it sent one."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    try:
+        return min(float(value), _MAX_RETRY_AFTER_S) if value is not None else None
+    except ValueError:
+        return None
+
+
+class AnthropicChat:
+    """Claude through the Messages API; transient errors retried here, nowhere else.
+
+    Args:
+        api_key: the Anthropic key (unused when ``client`` is given).
+        model: the model id, e.g. ``claude-haiku-4-5``.
+        client: an ``anthropic.Anthropic`` to use instead of building one (tests, proxies).
+        attempts: requests per call in all (first try included), transient errors only.
+        backoff_s: the first retry's delay; each later retry doubles it.
+        timeout_s: per-request timeout.
+        sleep: how to wait between retries (injected by tests).
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str,
+        *,
+        client: Any | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+        backoff_s: float = 1.0,
+        timeout_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not model.strip():
+            raise ConfigError("model must be a model id such as 'claude-haiku-4-5'. It is empty.")
+        if attempts < 1:
+            raise ConfigError(f"attempts must be 1 or more. Currently it is {attempts}.")
+        if backoff_s < 0 or timeout_s <= 0:
+            raise ConfigError(
+                f"backoff_s must be >= 0 and timeout_s > 0. Currently {backoff_s} and {timeout_s}."
+            )
+        if client is None and not api_key:
+            raise ConfigError("the Anthropic API key is empty: set ANTHROPIC_API_KEY")
+        self.model_id = model.strip()
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self._sleep = sleep
+        self._api_key = api_key
+        self._client = client.with_options(max_retries=0) if client is not None else None
+
+    def _messages_api(self) -> Any:
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.Anthropic(api_key=self._api_key, max_retries=0)
+        return self._client.messages
+
+    def complete(
+        self,
+        *,
+        purpose: str,
+        prompt_version: str,
+        system: str,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        calls: list[LlmCall],
+    ) -> str:
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._messages_api().create(
+                    model=self.model_id,
+                    max_tokens=max_tokens,
+                    system=system,
+                    messages=messages,
+                    timeout=self.timeout_s,
+                )
+            except Exception as exc:  # classified below; never swallowed
+                transient = is_transient(exc)
+                if transient and attempt < self.attempts:
+                    delay = max(self.backoff_s * 2 ** (attempt - 1), retry_after_s(exc) or 0.0)
+                    log.warning(
+                        "%s %s: transient %s; retry %d/%d in %.1fs",
+                        purpose, self.model_id, type(exc).__name__, attempt,
+                        self.attempts - 1, delay,
+                    )  # fmt: skip
+                    self._sleep(delay)
+                    continue
+                error = f"{type(exc).__name__}: {exc}"
+                calls.append(self._record(purpose, prompt_version, system, messages, None,
+                                          error, attempt, started))  # fmt: skip
+                auth = is_auth_error(exc)
+                if auth:
+                    hint = "check ANTHROPIC_API_KEY"
+                elif transient:
+                    hint = f"still failing after {attempt} attempts; try again later"
+                else:
+                    hint = "not retried: check the model id and the request"
+                raise LlmError(
+                    f"{self.model_id} {purpose} call failed (HTTP {status_of(exc)}): {exc} — "
+                    f"{hint}",
+                    transient=transient,
+                    auth=auth,
+                ) from exc
+            text = "".join(b.text for b in response.content if getattr(b, "type", "") == "text")
+            usage = response.usage
+            calls.append(
+                self._record(purpose, prompt_version, system, messages, text, None, attempt,
+                             started, int(usage.input_tokens or 0), int(usage.output_tokens or 0))
+            )  # fmt: skip
+            return text
+
+    def _record(
+        self,
+        purpose: str,
+        prompt_version: str,
+        system: str,
+        messages: list[dict[str, str]],
+        reply: str | None,
+        error: str | None,
+        attempts: int,
+        started: float,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> LlmCall:
+        return LlmCall(
+            purpose=purpose,
+            model=self.model_id,
+            prompt_version=prompt_version,
+            system=system,
+            messages=tuple(dict(m) for m in messages),
+            reply=reply,
+            error=error,
+            attempts=attempts,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+
+
+def parse_json_object(reply: str) -> dict[str, Any]:
+    """The one JSON object in ``reply`` (a Markdown code fence around it is tolerated)."""
+    text = reply.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LlmReplyInvalid(
+            f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from exc
+    if not isinstance(value, dict):
+        raise LlmReplyInvalid(f"the reply must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def complete_json(
+    model: ChatModel,
+    *,
+    purpose: str,
+    prompt_version: str,
+    system: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    calls: list[LlmCall],
+    validate: Callable[[dict[str, Any]], T],
+) -> T:
+    """Ask for a JSON object and validate it; one repair turn on a broken reply.
+
+    Raises:
+        LlmError: the call failed (after the transient retries).
+        LlmReplyInvalid: the reply was still invalid after the repair turn.
+    """
+    reply = model.complete(purpose=purpose, prompt_version=prompt_version, system=system,
+                           messages=messages, max_tokens=max_tokens, calls=calls)  # fmt: skip
+    try:
+        return validate(parse_json_object(reply))
+    except LlmReplyInvalid as first:
+        log.warning("%s reply invalid (%s); one repair turn", purpose, first)
+        repair = [
+            *messages,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": REPAIR_INSTRUCTION.format(error=first)},
+        ]
+        again = model.complete(purpose="repair", prompt_version=prompt_version, system=system,
+                               messages=repair, max_tokens=max_tokens, calls=calls)  # fmt: skip
+        try:
+            return validate(parse_json_object(again))
+        except LlmReplyInvalid as second:
+            raise LlmReplyInvalid(
+                f"{purpose} reply invalid twice: first {first}; after the repair {second}"
+            ) from second
