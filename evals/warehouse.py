@@ -21,20 +21,22 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evals.metrics import METRICS
 from kbflow.errors import ConfigError, KbflowError
-
-if TYPE_CHECKING:
-    import duckdb
+from sinks.warehouse import (
+    duckdb_pipeline,
+    is_lock_error,
+    read_only_connection,
+    table_exists,
+    without_dlt_usage_tracking,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +135,12 @@ def write_eval(
     queries = list(_query_rows(record))
     pipeline_home = pipelines_dir if pipelines_dir is not None else home / "dlt"
     path = warehouse_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pipeline_home.mkdir(parents=True, exist_ok=True)
-
-    # Evals run offline and must not phone home. dlt reads this once per process, when it
-    # first resolves its runtime config, so it has to be set before the pipeline is created
-    # (and `_without_dlt_usage_tracking` covers a process where that already happened).
-    os.environ["RUNTIME__DLTHUB_TELEMETRY"] = "false"
+    pipeline = duckdb_pipeline(
+        PIPELINE_NAME, database=path, dataset=DATASET_NAME, pipelines_dir=pipeline_home
+    )
     import dlt
     from dlt.pipeline.exceptions import PipelineStepFailed
 
-    pipeline = dlt.pipeline(
-        pipeline_name=PIPELINE_NAME,
-        destination=dlt.destinations.duckdb(str(path)),
-        dataset_name=DATASET_NAME,
-        pipelines_dir=str(pipeline_home),
-    )
     eval_runs = dlt.resource(
         runs,
         name=RUNS_TABLE,
@@ -165,10 +157,10 @@ def write_eval(
     )
     started = time.perf_counter()
     try:
-        with _without_dlt_usage_tracking(pipeline):
+        with without_dlt_usage_tracking(pipeline):
             pipeline.run([eval_runs, eval_queries])
     except PipelineStepFailed as exc:
-        if _is_lock_error(exc):
+        if is_lock_error(exc):
             raise _locked(path, "write eval run " + repr(record.run_id)) from exc
         raise WarehouseError(
             f"could not load eval run {record.run_id!r} into {path} "
@@ -215,8 +207,12 @@ def read_history(
         + (f" WHERE {' AND '.join(where)}" if where else "")
         + " ORDER BY started_at, run_id, mode"
     )
-    with _read_only(path) as con:
-        if not _table_exists(con, RUNS_TABLE):
+    with read_only_connection(
+        path,
+        on_lock=lambda: _locked(path, "read eval history"),
+        on_error=lambda exc: WarehouseError(f"could not open the eval warehouse {path}: {exc}"),
+    ) as con:
+        if not table_exists(con, DATASET_NAME, RUNS_TABLE):
             return []
         result = con.execute(sql, params).fetchall()
     rows = [dict(zip(_HISTORY_COLUMNS, values, strict=True)) for values in result]
@@ -347,78 +343,8 @@ def _metric_values(metrics: dict[str, float], where: str) -> dict[str, float | N
     return {column: metrics.get(metric) for metric, column in METRIC_COLUMNS.items()}
 
 
-@contextmanager
-def _without_dlt_usage_tracking(pipeline: Any) -> Iterator[None]:
-    """Unhook dlt's usage tracker from pipeline steps while ``pipeline`` runs.
-
-    With telemetry off dlt sends nothing, but its tracker still builds each event and so
-    creates ``.anonymous_id`` in dlt's global dir (``~/.dlt``, ``/var/dlt`` for root), outside
-    the pipelines dir. Dropping the tracker for the run keeps dlt out of that dir and also
-    guarantees no event even if this process started dlt earlier with telemetry on. The
-    tracker also carries Sentry spans, so it stays when a Sentry DSN is configured.
-    """
-    from dlt.pipeline import trace, track
-
-    if pipeline.run_context.runtime_config.sentry_dsn:
-        yield
-        return
-    hooked = trace.TRACKING_MODULES
-    trace.TRACKING_MODULES = [module for module in hooked if module is not track]
-    try:
-        yield
-    finally:
-        trace.TRACKING_MODULES = hooked
-
-
-def _is_lock_error(exc: BaseException) -> bool:
-    """Whether DuckDB refused the file because another process holds its lock.
-
-    dlt wraps the duckdb error (``PipelineStepFailed.exception`` -> ``__cause__``), so walk
-    the chain; duckdb says "Could not set lock on file ...: Conflicting lock is held in ...".
-    """
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if "Could not set lock on file" in str(current) or "Conflicting lock" in str(current):
-            return True
-        inner = getattr(current, "exception", None)
-        if isinstance(inner, BaseException):
-            todo.append(inner)
-        todo.extend((current.__cause__, current.__context__))
-    return False
-
-
 def _locked(path: Path, action: str) -> WarehouseError:
     return WarehouseError(
         f"could not {action}: another process is writing the eval warehouse {path} "
         "(DuckDB allows one writer per file) — wait for it to finish and retry"
     )
-
-
-@contextmanager
-def _read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only DuckDB connection, closed on exit; a held lock becomes WarehouseError."""
-    import duckdb
-
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.IOException as exc:
-        if _is_lock_error(exc):
-            raise _locked(path, "read eval history") from exc
-        raise WarehouseError(f"could not open the eval warehouse {path}: {exc}") from exc
-    try:
-        yield con
-    finally:
-        con.close()
-
-
-def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    found = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-        [DATASET_NAME, table],
-    ).fetchone()
-    return bool(found and found[0])
