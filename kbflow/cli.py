@@ -1723,6 +1723,159 @@ def tools_call(
     _print_json(result)
 
 
+AgentOpt = Annotated[str, typer.Option("--agent", help="The agent asking (see `kbflow agents`).")]
+
+
+@app.command()
+def ask(
+    queries: Annotated[list[str], typer.Argument(help="1 to 5 research queries.")],
+    agent: AgentOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search the agent's knowledge: yes / maybe / no, a cited synthesis and what to do next.
+
+    yes: answer from the synthesis; maybe: use it and research the gaps; no: research live
+    (the miss says why). Offline, the synthesis quotes the knowledge's own sentences. The turn
+    is recorded in the ledger (`kbflow replay TURN_ID`).
+    """
+    settings = _settings()
+    from kbflow.answers import ask as run_ask
+    from kbflow.wiring import search_context
+
+    try:
+        with search_context(settings, degrade=True) as ctx:
+            out = run_ask(ctx, agent, queries)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(out)
+        return
+    colour = {"yes": "green", "maybe": "yellow", "no": "red"}[out["answer_status"]]
+    console.print(f"[bold {colour}]{out['answer_status']}[/bold {colour}]  "
+                  f"[dim]turn {out['turn_id']}[/dim]")  # fmt: skip
+    if out["miss"]:
+        console.print(f"[dim]miss: {out['miss']['reason']}: {escape(out['miss']['detail'])}[/dim]")
+    if out["synthesis"]:
+        console.print(out["synthesis"], markup=False)
+    for c in out["citations"]:
+        console.print(f"  [dim]{escape(c['chunk_id'])} · {escape(c['uri'])}[/dim]")
+    console.print(f"[italic]{escape(out['steering'])}[/italic]")
+
+
+@app.command()
+def answer(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    agent: AgentOpt,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer from approved knowledge with a citation on every claim, or refuse.
+
+    "No chunk, no answer": when no retrieved chunk reaches KBFLOW_ANSWER_MIN_CONFIDENCE the
+    standard refusal comes back with the evidence it lacked. The turn is recorded in the ledger.
+    """
+    settings = _settings()
+    from kbflow.answers import answer_question
+    from kbflow.wiring import search_context
+
+    try:
+        with search_context(settings, degrade=True) as ctx:
+            out = answer_question(ctx, agent, question)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(out)
+        return
+    if out["status"] == "refused":
+        console.print(f"[yellow]{escape(out['answer'])}[/yellow]")
+        r = out["refusal"]
+        console.print(f"[dim]{escape(r['reason'])} · policy {r['policy_id']} v"
+                      f"{r['policy_version']} · turn {out['turn_id']}[/dim]")  # fmt: skip
+        return
+    console.print(out["answer"], markup=False)
+    console.print(f"[dim]turn {out['turn_id']} · {out['model']}[/dim]")
+
+
+@app.command()
+def replay(
+    turn_id: Annotated[str, typer.Argument(help="A turn id from `kbflow ask/answer`.")],
+    prompt: Annotated[
+        Path | None,
+        typer.Option(help="A system prompt file to replay with instead of the recorded one."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-run a recorded turn's synthesis on its recorded chunks (no retrieval, no embedding)
+    and show the diff. Exit code 1 when the replay differs."""
+    settings = _settings()
+    from kbflow.answers import replay_turn
+
+    try:
+        system = prompt.read_text(encoding="utf-8") if prompt else None
+    except OSError as exc:
+        raise _fail(KbflowError(f"cannot read --prompt {prompt}: {exc.strerror}")) from exc
+    try:
+        result, note = replay_turn(settings, turn_id, prompt=system)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json({"turn_id": turn_id, "model": result.model, "identical": result.identical,
+                     "recorded": result.recorded, "replayed": result.replayed,
+                     "diff": result.diff(), "note": note})  # fmt: skip
+    else:
+        if note:
+            err_console.print(f"[dim]note: {escape(note)}[/dim]")
+        if result.identical:
+            console.print(f"[green]identical[/green]: {turn_id} replays byte for byte "
+                          f"({result.model})")  # fmt: skip
+        else:
+            console.print(result.diff(), markup=False, highlight=False)
+    if not result.identical:
+        raise typer.Exit(1)
+
+
+@app.command()
+def provenance(
+    doc: Annotated[
+        str | None, typer.Option(help="The document id whose citing answers to list.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only answers since: 7d, 12h, 30m, 2w or an ISO date.")
+    ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option(help="Only answers citing documents later rejected, superseded or changed."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the recorded answers that cited a document, flagging those to revisit."""
+    settings = _settings()
+    from kbflow.answers import parse_since
+    from kbflow.answers import provenance as find
+    from kbflow.wiring import open_registry
+
+    if doc is None and not stale:
+        raise _fail(KbflowError("say what to trace: --doc DOC_ID, or --stale for every "
+                                "answer to revisit"))  # fmt: skip
+    try:
+        with open_registry(settings) as registry:
+            rows = find(settings, registry, doc_id=doc, since=parse_since(since),
+                        stale_only=stale)  # fmt: skip
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no recorded answer matches.[/dim]")
+        return
+    for r in rows:
+        flag = f"[red]revisit: {escape(r['stale'])}[/red]" if r["stale"] else "[green]ok[/green]"
+        console.print(f"{r['created_at']:%Y-%m-%d %H:%M} {r['turn_id']} {r['kind']} "
+                      f"{escape(r['agent_id'])} {flag}")  # fmt: skip
+        console.print(f"   {escape(_snippet(r['question'], 100))}  [dim]cites "
+                      f"{escape(r['chunk_id'])} ({escape(r['doc_id'])})[/dim]")  # fmt: skip
+
+
 def main() -> None:  # pragma: no cover - console script shim
     app()
 

@@ -26,6 +26,12 @@ QUERY_PATH = (
     "tasks.embed",
     "tasks.sparse",
     "kbflow.wiring",
+    "kbflow.answers",
+    "kbflow.tools",
+    "tasks.answer",
+    "tasks.knowledge",
+    "tasks.llm",
+    "tasks.confidence",
     *sorted(f"sinks.{p.stem}" for p in (REPO / "sinks").glob("*.py") if p.stem != "__init__"),
 )
 

@@ -1,0 +1,204 @@
+"""Entry-point wiring for agent answers (top layer, beside tools.py and cli.py).
+
+Turns an agent id into its scope, picks the knowledge model from the settings, runs
+`tasks.answer`, and records every turn in the ledger before the result is returned: an answer
+that cannot be recorded is not served. Also replay and provenance over the ledger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from kbflow.errors import ConfigError
+from kbflow.models import DocStatus, Turn
+from kbflow.settings import Settings
+from kbflow.tools import agent_scope
+from kbflow.wiring import SearchContext
+from sinks.catalog import Catalog
+from sinks.ledger import Ledger
+from sinks.registry import SqlRegistry
+from tasks.answer import AnswerConfig, Replay, answer, knowledge_search, replay
+from tasks.knowledge import (
+    EXTRACTIVE_MODEL_ID,
+    ClaudeKnowledgeModel,
+    ExtractiveKnowledgeModel,
+    KnowledgeModel,
+)
+from tasks.llm import AnthropicChat
+
+STALE_STATUSES = (DocStatus.REJECTED.value, DocStatus.SUPERSEDED.value)
+
+
+def answer_config(settings: Settings) -> AnswerConfig:
+    return AnswerConfig(threshold=settings.answer_min_confidence, top_k=settings.answer_top_k)
+
+
+def knowledge_model(
+    settings: Settings, *, client: Any | None = None, model_id: str | None = None
+) -> tuple[KnowledgeModel | None, str | None]:
+    """The configured knowledge model, or None and why none can be used.
+
+    Args:
+        client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
+        model_id: force this model (replay uses the turn's recorded model).
+    """
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    choice = settings.answer_model
+    if model_id is not None:
+        choice = "extractive" if model_id == EXTRACTIVE_MODEL_ID else "anthropic"
+    elif choice == "auto":
+        choice = "anthropic" if key or client is not None else "extractive"
+    if choice == "extractive":
+        return ExtractiveKnowledgeModel(settings.answer_min_confidence), None
+    if not key and client is None:
+        return None, (
+            "the answer model is Claude but ANTHROPIC_API_KEY is not set — set it, or "
+            "KBFLOW_ANSWER_MODEL=extractive to answer offline"
+        )
+    chat = AnthropicChat(key, model_id or settings.answer_llm, client=client)
+    return ClaudeKnowledgeModel(chat), None
+
+
+def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
+    return Catalog(registry).get_agent(agent_id).org_id
+
+
+def ask(
+    ctx: SearchContext,
+    agent_id: str,
+    queries: Sequence[str],
+    *,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> dict[str, Any]:
+    """``research_knowledge_search`` for an agent; the turn is recorded, then returned."""
+    config = answer_config(ctx.settings)
+    model, why = knowledge_model(ctx.settings, client=client)
+    turn = knowledge_search(
+        queries,
+        agent_scope(ctx.registry, agent_id),
+        org_id=_agent_org(ctx.registry, agent_id),
+        agent_id=agent_id,
+        retrieve_fn=lambda q, scope, k: ctx.retrieve(q, scope, mode=config.mode, top_k=k),
+        registry=ctx.registry,
+        embedder=ctx.embedder,
+        model=model,
+        config=config,
+        no_model_reason=why,
+    )
+    return _recorded(ctx.settings, turn, ledger)
+
+
+def answer_question(
+    ctx: SearchContext,
+    agent_id: str,
+    question: str,
+    *,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> dict[str, Any]:
+    """Answer for an agent with a citation on every claim, or refuse; recorded, then returned."""
+    config = answer_config(ctx.settings)
+    model, why = knowledge_model(ctx.settings, client=client)
+    turn = answer(
+        question,
+        agent_scope(ctx.registry, agent_id),
+        org_id=_agent_org(ctx.registry, agent_id),
+        agent_id=agent_id,
+        retrieve_fn=lambda q, scope, k: ctx.retrieve(q, scope, mode=config.mode, top_k=k),
+        registry=ctx.registry,
+        embedder=ctx.embedder,
+        model=model,
+        config=config,
+        no_model_reason=why,
+    )
+    return _recorded(ctx.settings, turn, ledger)
+
+
+def _recorded(settings: Settings, turn: Turn, ledger: Ledger | None) -> dict[str, Any]:
+    (ledger or Ledger(settings.home)).record(turn)
+    return turn.output
+
+
+def replay_turn(
+    settings: Settings,
+    turn_id: str,
+    *,
+    prompt: str | None = None,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> tuple[Replay, str | None]:
+    """Re-run a recorded turn's synthesis with its recorded model; returns a note when
+    ``prompt`` cannot apply (the offline model has no prompt)."""
+    turn = (ledger or Ledger(settings.home)).get_turn(turn_id)
+    if not turn.replay_input:
+        return replay(turn, ExtractiveKnowledgeModel(settings.answer_min_confidence)), None
+    recorded_model = str(turn.replay_input["model"])
+    model, why = knowledge_model(settings, client=client, model_id=recorded_model)
+    if model is None:
+        raise ConfigError(f"cannot replay {turn_id} with {recorded_model}: {why}")
+    if isinstance(model, ExtractiveKnowledgeModel):
+        model.threshold = float(turn.replay_input["threshold"])
+    note = None
+    if prompt is not None and isinstance(model, ExtractiveKnowledgeModel):
+        note = "--prompt ignored: the offline extractive model has no prompt"
+        prompt = None
+    return replay(turn, model, system=prompt), note
+
+
+def provenance(
+    settings: Settings,
+    registry: SqlRegistry,
+    *,
+    doc_id: str | None = None,
+    since: dt.datetime | None = None,
+    stale_only: bool = False,
+    ledger: Ledger | None = None,
+) -> list[dict[str, Any]]:
+    """Answers that cited a document (or any), each with whether it needs revisiting.
+
+    An answer is stale when a document it cited is now rejected or superseded, or the cited
+    chunk no longer belongs to the document's current content: it was approved when cited
+    (citations are checked), so it changed later.
+    """
+    rows = (ledger or Ledger(settings.home)).citations(
+        doc_ids=[doc_id] if doc_id else None, since=since
+    )
+    docs = registry.get_documents({r["doc_id"] for r in rows})
+    owners = registry.chunk_owners([r["chunk_id"] for r in rows])
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        doc = docs.get(row["doc_id"])
+        current = owners.get(row["chunk_id"], (None, False))[1]
+        if doc is None:
+            stale = "document deleted"
+        elif doc.status in STALE_STATUSES:
+            stale = f"document {doc.status}"
+        elif not current:
+            stale = "document content changed"
+        else:
+            stale = None
+        if stale_only and stale is None:
+            continue
+        out.append(row | {"doc_status": doc.status if doc else None, "stale": stale})
+    return out
+
+
+def parse_since(value: str | None, *, now: dt.datetime | None = None) -> dt.datetime | None:
+    """``7d``, ``12h``, ``30m`` or an ISO date/time → the moment it names (UTC)."""
+    if value is None:
+        return None
+    now = now or dt.datetime.now(dt.UTC)
+    text = value.strip().lower()
+    units = {"d": "days", "h": "hours", "m": "minutes", "w": "weeks"}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return now - dt.timedelta(**{units[text[-1]]: int(text[:-1])})
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--since must be like 7d, 12h, 30m, 2w or an ISO date. Currently {value!r}."
+        ) from exc
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)

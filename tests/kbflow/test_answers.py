@@ -1,0 +1,180 @@
+"""`kbflow ask / answer / replay / provenance` end to end: real Edge, SQLite, MiniLM and the
+dlt → DuckDB ledger. Every citation printed is checked against the registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from kbflow.answers import answer_question, ask, parse_since, replay_turn
+from kbflow.cli import app
+from kbflow.models import DocStatus
+from kbflow.settings import Settings
+from kbflow.wiring import SearchContext
+from sinks.catalog import Catalog
+from sinks.ledger import Ledger, ledger_path
+from sinks.registry import SqlRegistry
+from tasks.review import supersede
+from tests.anthropic_mock import Recorder, anthropic_client, message
+from tests.conftest import index_records
+from tests.tasks.test_answer import EXPENSES, SECURITY, TRAVEL, assert_citations_served
+
+QUESTION = "How many days do employees have to submit expense reports?"
+
+
+@pytest.fixture
+def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
+    kw = {"store": edge_store, "registry": registry, "embedder": embedder,
+          "collection": "handbook"}  # fmt: skip
+    docs = {
+        key: index_records([{"key": key, "title": title, "text": text}], **kw)[0]
+        for key, title, text in [
+            ("expenses", "Expense policy", EXPENSES),
+            ("travel", "Travel policy", TRAVEL),
+            ("security", "Device security", SECURITY),
+        ]
+    }
+    catalog = Catalog(registry)
+    catalog.create_agent("acme", "helper")
+    catalog.create_agent("acme", "off", enabled=False)
+    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    return {"docs": docs, "ctx": ctx, "settings": settings, "registry": registry,
+            "store": edge_store}  # fmt: skip
+
+
+def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
+    settings: Settings = world["settings"]
+    out = answer_question(world["ctx"], "helper", QUESTION)
+    assert out["status"] == "answered"
+    assert_citations_served(world["registry"], out["citations"])
+    ledger = Ledger(settings.home)
+    turn = ledger.get_turn(out["turn_id"])
+    assert turn.output == out and turn.agent_id == "helper" and turn.org_id == "acme"
+    assert turn.llm_calls[0].model == "extractive-v1"
+    result, note = replay_turn(settings, out["turn_id"])
+    assert result.identical and note is None
+    # The ledger rows hold no PII from the knowledge (the expense policy has an e-mail).
+    con = duckdb.connect(str(ledger_path(settings.home)), read_only=True)
+    try:
+        dump = json.dumps(con.execute("SELECT * FROM ledger.ledger_llm_calls").fetchall(),
+                          default=str) + json.dumps(
+            con.execute("SELECT * FROM ledger.ledger_turns").fetchall(), default=str)  # fmt: skip
+        hits = con.execute("SELECT chunk_id, content_hash FROM ledger.ledger_retrieval_hits")
+        assert hits.fetchall()
+    finally:
+        con.close()
+    assert "finance.team@acme-corp.com" not in dump and "[EMAIL]" in dump
+
+
+def test_refusals_are_recorded_with_their_policy(world: Any) -> None:
+    out = answer_question(world["ctx"], "helper", "What is the airspeed of an unladen swallow?")
+    assert out["status"] == "refused"
+    turn = Ledger(world["settings"].home).get_turn(out["turn_id"])
+    assert turn.policy_id == "kbflow.refusal.no-evidence" and turn.policy_version == "1"
+    assert turn.outcome == "refused"
+
+
+def test_ask_is_recorded_and_replays(world: Any) -> None:
+    out = ask(world["ctx"], "helper", ["expense report deadline", "receipts for expenses"])
+    assert out["answer_status"] == "yes"
+    assert_citations_served(world["registry"], out["citations"])
+    result, _ = replay_turn(world["settings"], out["turn_id"])
+    assert result.identical
+    off = ask(world["ctx"], "off", ["expense report deadline"])
+    assert off["miss"]["reason"] == "disabled"
+
+
+def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(world: Any) -> None:
+    ctx: SearchContext = world["ctx"]
+    probe = answer_question(ctx, "helper", QUESTION)
+    chunk_id = probe["citations"][0]["chunk_id"]
+    reply = {"claims": [{"text": "Within 30 days.", "chunk_ids": [chunk_id]}]}
+    recorder = Recorder(message(json.dumps(reply)))
+    out = answer_question(ctx, "helper", QUESTION, client=anthropic_client(recorder))
+    assert out["model"] == "claude-haiku-4-5" and out["status"] == "answered"
+    turn = Ledger(world["settings"].home).get_turn(out["turn_id"])
+    assert turn.llm_calls[0].input_tokens == 1000
+    # Replay: no retrieval (the store is closed), the same chunks sent again.
+    world["store"].close()
+    again = Recorder(message(json.dumps(reply)))
+    result, _ = replay_turn(world["settings"], out["turn_id"], client=anthropic_client(again))
+    assert result.identical
+    assert again.bodies[0]["messages"] == recorder.bodies[0]["messages"]
+
+
+def test_anthropic_without_a_key_is_no_model(world: Any) -> None:
+    ctx: SearchContext = world["ctx"]
+    ctx.settings = world["settings"].model_copy(update={"answer_model": "anthropic"})
+    out = ask(ctx, "helper", ["expense report deadline"])
+    assert out["miss"]["reason"] == "no_model" and "ANTHROPIC_API_KEY" in out["miss"]["detail"]
+
+
+def test_provenance_flags_answers_whose_documents_changed(world: Any) -> None:
+    settings: Settings = world["settings"]
+    out = answer_question(world["ctx"], "helper", QUESTION)
+    expenses = world["docs"]["expenses"]
+    rows = _provenance(settings, world["registry"], doc_id=expenses)
+    assert [r["turn_id"] for r in rows] == [out["turn_id"]] and rows[0]["stale"] is None
+    assert _provenance(settings, world["registry"], stale_only=True) == []
+    supersede(world["registry"].get_document(expenses), world["store"], world["registry"],
+              actor="test")  # fmt: skip
+    stale = _provenance(settings, world["registry"], stale_only=True)
+    assert [(r["turn_id"], r["stale"]) for r in stale] == [
+        (out["turn_id"], f"document {DocStatus.SUPERSEDED.value}")
+    ]
+    assert _provenance(settings, world["registry"], doc_id=world["docs"]["travel"]) == []
+
+
+def _provenance(settings: Settings, registry: SqlRegistry, **kw: Any) -> list[dict[str, Any]]:
+    from kbflow.answers import provenance
+
+    return provenance(settings, registry, **kw)
+
+
+def test_parse_since() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
+    assert parse_since("7d", now=now) == now - dt.timedelta(days=7)
+    assert parse_since("12h", now=now) == now - dt.timedelta(hours=12)
+    assert parse_since("2026-11-01", now=now) == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    with pytest.raises(ValueError, match="7d, 12h"):
+        parse_since("last week", now=now)
+
+
+def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
+    runner = CliRunner()
+    env = {"KBFLOW_HOME": str(world["settings"].home)}
+    world["store"].close()  # the commands open the store themselves
+
+    def ok(*args: str) -> str:
+        result = runner.invoke(app, list(args), env=env)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    out = json.loads(ok("answer", "--agent", "helper", QUESTION, "--json"))
+    assert out["status"] == "answered" and out["turn_id"].startswith("turn_")
+    text = ok("answer", "--agent", "helper", QUESTION)
+    assert "30 days" in text and "Sources:" in text
+    asked = json.loads(ok("ask", "--agent", "helper", "expense report deadline", "--json"))
+    assert asked["answer_status"] == "yes" and asked["turn_id"].startswith("turn_")
+    assert "identical" in ok("replay", out["turn_id"])
+    replayed = json.loads(ok("replay", asked["turn_id"], "--json"))
+    assert replayed["identical"] and replayed["diff"] == ""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Be brief.")
+    noted = runner.invoke(app, ["replay", out["turn_id"], "--prompt", str(prompt)], env=env)
+    assert noted.exit_code == 0 and "--prompt ignored" in noted.output
+    doc_id = out["citations"][0]["doc_id"]
+    rows = json.loads(ok("provenance", "--doc", doc_id, "--since", "7d", "--json"))
+    assert {r["turn_id"] for r in rows} >= {out["turn_id"]}
+    assert json.loads(ok("provenance", "--stale", "--json")) == []
+    missing = runner.invoke(app, ["replay", "turn_nope"], env=env)
+    assert missing.exit_code == 1 and "turn_nope" in missing.output
+    refused = json.loads(ok("answer", "--agent", "helper", "unladen swallow airspeed", "--json"))
+    assert refused["status"] == "refused" and refused["refusal"]["evidence"] == []
