@@ -1701,7 +1701,10 @@ def tools_schema() -> None:
 @tools_app.command("call")
 def tools_call(
     name: Annotated[
-        str, typer.Argument(help="list_knowledge_collections or search_knowledge_base")
+        str,
+        typer.Argument(
+            help="list_knowledge_collections, search_knowledge_base or research_knowledge_search"
+        ),
     ],
     agent: Annotated[str, typer.Option(help="The agent the call is made for.")],
     args: Annotated[str, typer.Option("--args", help="The arguments as a JSON object.")] = "{}",

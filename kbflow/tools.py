@@ -97,6 +97,49 @@ SEARCH_OUTPUT: dict[str, Any] = {
 }
 
 
+RESEARCH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["queries"],
+    "additionalProperties": False,
+    "properties": {
+        "queries": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 5,
+            "items": {"type": "string", "minLength": 1},
+            "description": "1 to 5 research queries about one need.",
+        }
+    },
+}
+_CITATION = {
+    "type": "object",
+    "required": ["chunk_id", "doc_id", "uri"],
+    "properties": {
+        "chunk_id": {"type": "string"},
+        "doc_id": {"type": "string"},
+        "uri": {"type": "string"},
+        "title": {"type": "string"},
+        "quote": {"type": "string"},
+    },
+}
+RESEARCH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "required": ["turn_id", "answer_status", "steering", "synthesis", "citations", "miss"],
+    "properties": {
+        "turn_id": {"type": "string"},
+        "answer_status": {"enum": ["yes", "maybe", "no"]},
+        "steering": {"type": "string"},
+        "synthesis": {"type": "string"},
+        "citations": {"type": "array", "items": _CITATION},
+        "miss": {
+            "type": ["object", "null"],
+            "required": ["reason", "detail"],
+            "properties": {"reason": {"type": "string"}, "detail": {"type": "string"}},
+        },
+    },
+}
+
+
 def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> dict[str, Any]:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
     catalog = Catalog(ctx.registry)
@@ -173,6 +216,15 @@ def search_knowledge_base(
         ],
     )
     return out
+
+
+def research_knowledge_search(
+    ctx: SearchContext, agent_id: str, queries: list[str]
+) -> dict[str, Any]:
+    """The tri-state knowledge search (recorded in the ledger): see `kbflow.answers.ask`."""
+    from kbflow.answers import ask
+
+    return ask(ctx, _agent(Catalog(ctx.registry), agent_id).id, queries)
 
 
 def agent_scope(
@@ -256,6 +308,15 @@ TOOLS: dict[str, Tool] = {
         SEARCH_INPUT,
         SEARCH_OUTPUT,
         search_knowledge_base,
+    ),
+    "research_knowledge_search": Tool(
+        "research_knowledge_search",
+        "Research 1 to 5 queries in the approved knowledge you may read. Returns yes / maybe / "
+        "no with a cited synthesis and steering: yes = answer from it; maybe = use it and "
+        "research the gaps; no = research live (the miss says why).",
+        RESEARCH_INPUT,
+        RESEARCH_OUTPUT,
+        research_knowledge_search,
     ),
 }
 

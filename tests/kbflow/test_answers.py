@@ -178,3 +178,14 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
     assert missing.exit_code == 1 and "turn_nope" in missing.output
     refused = json.loads(ok("answer", "--agent", "helper", "unladen swallow airspeed", "--json"))
     assert refused["status"] == "refused" and refused["refusal"]["evidence"] == []
+
+
+def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
+    from kbflow.tools import ToolError, call_tool
+
+    out = call_tool(world["ctx"], "research_knowledge_search", "helper",
+                    {"queries": ["expense report deadline"]})  # fmt: skip
+    assert out["answer_status"] == "yes"
+    assert_citations_served(world["registry"], out["citations"])
+    with pytest.raises(ToolError, match="queries"):
+        call_tool(world["ctx"], "research_knowledge_search", "helper", {"queries": []})
