@@ -1,14 +1,18 @@
-"""Calibrate the "no chunk, no answer" threshold on SciFact dev (issue 8 groundwork).
+"""Calibrate and measure the "no chunk, no answer" refusal on SciFact dev (issue 8).
 
-For every dev claim we take two situations from the same index:
+For every dev claim, two situations from the same index:
 - answerable: the knowledge base as it is (the claim's relevant abstracts are in it);
-- unanswerable: the claim's relevant abstracts removed (their chunks are dropped from the
-  ranking, which is what searching a knowledge base without them returns).
-The confidence signal is the best gated chunk's dense cosine similarity (MiniLM, normalised
-vectors), which, unlike the fused score, means the same thing from query to query. For each
-candidate threshold we report refusal precision (refused claims that were unanswerable) and
-refusal recall (unanswerable claims that were refused), and pick the threshold with the best
-F1. Saves bench/results/refusal_calibration.json.
+- unanswerable: the claim's relevant abstracts removed. Their chunks are dropped from an
+  over-fetched hybrid ranking before the top ``KBFLOW_ANSWER_TOP_K`` are taken, which is what
+  searching a knowledge base without them returns (up to the fusion's per-query normalisation).
+
+The signal is exactly what `tasks.answer.answer` gates on: `tasks.confidence.support_scores`
+over the gated hybrid hits, with the org's term statistics; a claim is refused when no hit
+reaches the threshold. The threshold is chosen on the claims at EVEN positions (best
+balanced accuracy: refusing the unanswerable and answering the answerable weigh the same) and
+reported on the ODD ones (held out), and on all. Refusal precision = refused claims that were
+unanswerable / refused; recall = unanswerable claims refused / unanswerable claims.
+Saves bench/results/refusal_calibration.json.
 
 Run after ``kbflow eval run --dataset ../shared/datasets/scifact`` with the same KBFLOW_HOME:
 ``.venv/bin/python bench/refusal_calibration.py``.
@@ -19,11 +23,40 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
+OVERFETCH = 40
+ANSWERED_FLOOR = 0.90
+
+
+def rates(answerable: list[float], unanswerable: list[float], threshold: float) -> dict[str, float]:
+    refused_unans = sum(s < threshold for s in unanswerable)
+    refused_ans = sum(s < threshold for s in answerable)
+    refused = refused_unans + refused_ans
+    precision = refused_unans / refused if refused else 1.0
+    recall = refused_unans / len(unanswerable) if unanswerable else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {
+        "threshold": round(threshold, 3),
+        "refusal_precision": round(precision, 4),
+        "refusal_recall": round(recall, 4),
+        "f1": round(f1, 4),
+        "answerable_answered": round(1 - refused_ans / len(answerable), 4),
+        "balanced_accuracy": round((recall + 1 - refused_ans / len(answerable)) / 2, 4),
+    }
+
+
+def auc(positives: list[float], negatives: list[float]) -> float:
+    """P(answerable scores above unanswerable), ties counted half (Mann–Whitney)."""
+    wins = 0.0
+    for p in positives:
+        for n in negatives:
+            wins += 1.0 if p > n else 0.5 if p == n else 0.0
+    return wins / (len(positives) * len(negatives))
 
 
 def main() -> int:
@@ -37,71 +70,80 @@ def main() -> int:
     from kbflow.models import Scope, SearchMode
     from sinks.registry import SqlRegistry
     from sinks.vectors import open_vector_store
+    from tasks.confidence import TermStats, support_scores
     from tasks.retrieve import RetrievalConfig, search
 
     dataset = load_beir(DATASETS / "scifact", "dev")
     home = eval_settings(settings, dataset)
+    top_k = settings.answer_top_k
     embedder = cached_embedder(settings)
     registry = SqlRegistry.open(home.registry_url)
-    answerable: list[float] = []
-    unanswerable: list[float] = []
+    best: dict[str, list[float]] = {"answerable": [], "unanswerable": []}
+    started = time.perf_counter()
     try:
-        corpus_ids = eval_corpus_ids(registry)
-        if not corpus_ids:
+        ids = eval_corpus_ids(registry)
+        if not ids:
             sys.stderr.write("no eval index here: run `kbflow eval run` first\n")
             return 2
+        stats = TermStats.of_org(EVAL_ORG, registry)
+        config = RetrievalConfig.from_settings(home)
         with open_vector_store(home) as store:
             for qid, text in dataset.queries.items():
                 hits = search(
                     text, Scope(EVAL_ORG), store=store, registry=registry, embedder=embedder,
-                    mode=SearchMode.DENSE, top_k=50, config=RetrievalConfig(),
+                    mode=SearchMode.HYBRID, top_k=OVERFETCH, config=config,
                 )  # fmt: skip
                 relevant = {d for d, grade in dataset.qrels[qid].items() if grade > 0}
-                scores = [h.score for h in hits]
-                kept = [h.score for h in hits if corpus_ids.get(h.doc_id) not in relevant]
-                answerable.append(scores[0] if scores else 0.0)
-                unanswerable.append(kept[0] if kept else 0.0)
+                vector = embedder.embed_query(text)
+                without = [h for h in hits if ids.get(h.doc_id) not in relevant]
+                for situation, kept in (
+                    ("answerable", hits[:top_k]),
+                    ("unanswerable", without[:top_k]),
+                ):
+                    scores = support_scores(text, vector, kept, embedder, stats)
+                    best[situation].append(max(scores, default=0.0))
     finally:
         registry.close()
         embedder.close()
+    seconds = time.perf_counter() - started
 
-    rows = []
-    for step in range(20, 81):
-        threshold = step / 100
-        refused_unanswerable = sum(s < threshold for s in unanswerable)
-        refused_answerable = sum(s < threshold for s in answerable)
-        refused = refused_unanswerable + refused_answerable
-        precision = refused_unanswerable / refused if refused else 1.0
-        recall = refused_unanswerable / len(unanswerable)
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        answered_ok = 1 - refused_answerable / len(answerable)
-        rows.append(
-            {
-                "threshold": threshold,
-                "refusal_precision": round(precision, 4),
-                "refusal_recall": round(recall, 4),
-                "f1": round(f1, 4),
-                "answerable_answered": round(answered_ok, 4),
-            }
-        )
-    best = max(rows, key=lambda r: (r["f1"], -r["threshold"]))
+    ans, unans = best["answerable"], best["unanswerable"]
+    even = (ans[0::2], unans[0::2])
+    odd = (ans[1::2], unans[1::2])
+    grid = [t / 1000 for t in range(200, 901, 5)]
+    curve_even = [rates(*even, t) for t in grid]
+    chosen = max(curve_even, key=lambda r: (r["balanced_accuracy"], -r["threshold"]))["threshold"]
+    best_f1 = max(curve_even, key=lambda r: (r["f1"], -r["threshold"]))["threshold"]
+    floor = max(
+        (r for r in curve_even if r["answerable_answered"] >= ANSWERED_FLOOR),
+        key=lambda r: r["threshold"],
+    )["threshold"]
     out = {
         "dataset": dataset.name,
-        "signal": "best gated chunk's dense cosine similarity (MiniLM)",
-        "queries": len(answerable),
-        "mean_top_cosine": {
-            "answerable": round(sum(answerable) / len(answerable), 4),
-            "unanswerable": round(sum(unanswerable) / len(unanswerable), 4),
+        "signal": "max over the top-k gated hybrid hits of tasks.confidence.support_scores "
+        "(0.5 cosine + 0.5 IDF coverage)",
+        "queries": len(ans),
+        "top_k": top_k,
+        "seconds": round(seconds, 1),
+        "mean_support": {
+            "answerable": round(sum(ans) / len(ans), 4),
+            "unanswerable": round(sum(unans) / len(unans), 4),
         },
-        "best_f1": best,
-        "curve": rows,
+        "roc_auc": {"all": round(auc(ans, unans), 4), "odd": round(auc(*odd), 4)},
+        "chosen_threshold": chosen,
+        "chosen_by": "best balanced accuracy (mean of refusal recall and answerable answered) "
+        "on even-position claims",
+        "at_chosen": {"odd_held_out": rates(*odd, chosen), "all": rates(ans, unans, chosen)},
+        "best_f1_threshold": best_f1,
+        "at_best_f1": {"odd_held_out": rates(*odd, best_f1), "all": rates(ans, unans, best_f1)},
+        "answer_90pct_threshold": floor,
+        "at_answer_90pct": {"odd_held_out": rates(*odd, floor), "all": rates(ans, unans, floor)},
+        "curve_all": [rates(ans, unans, t) for t in grid[::4]],
     }
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "refusal_calibration.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=2))
-    for r in rows[::5]:
-        print(r)
+    print(json.dumps({k: v for k, v in out.items() if k != "curve_all"}, indent=2))
     return 0
 
 

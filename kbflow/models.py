@@ -201,6 +201,7 @@ class StoredHit:
     point_id: str
     score: float
     payload: dict[str, Any]
+    legs: dict[str, float] = field(default_factory=dict)  # raw per-leg scores after fusion
 
 
 @dataclass

@@ -146,7 +146,7 @@ class Settings(BaseSettings):
         "claude-haiku-4-5", description="Claude model id for answers, triage and synthesis."
     )
     answer_min_confidence: float = Field(
-        0.5,
+        0.59,
         ge=-1.0,
         le=1.0,
         description="Support (MiniLM cosine) a chunk needs to be evidence for an answer; "

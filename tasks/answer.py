@@ -46,7 +46,7 @@ from kbflow.models import (
 )
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
-from tasks.confidence import support_scores
+from tasks.confidence import TermStats, support_scores
 from tasks.embed import Embedder
 from tasks.knowledge import (
     Candidate,
@@ -140,13 +140,15 @@ def _retrieve(
     query: str,
     scope: Scope,
     retrieve_fn: RetrieveFn,
+    registry: SqlRegistry,
     embedder: Embedder,
     config: AnswerConfig,
 ) -> _Retrieved:
     started = time.perf_counter()
     result = retrieve_fn(query, scope, config.top_k)
     query_vector = embedder.embed_query(query)
-    confidence = support_scores(query_vector, [h.text for h in result.hits], embedder)
+    stats = TermStats.of_org(scope.org_id, registry)
+    confidence = support_scores(query, query_vector, result.hits, embedder, stats)
     call = RetrievalCall(
         query=query,
         mode=result.mode.value,
@@ -331,7 +333,7 @@ def knowledge_search(
     # 1. Retrieve every query; remember each document's best chunk and support per query.
     found: dict[str, dict[str, Any]] = {}
     for query in queries:
-        got = _retrieve(query, scope, retrieve_fn, embedder, config)
+        got = _retrieve(query, scope, retrieve_fn, registry, embedder, config)
         retrievals.append(got.call)
         if got.result.paused:
             return miss(MissReason.PAUSED, got.result.reason or "retrieval is paused")
@@ -534,7 +536,7 @@ def answer(
 
     if scope is None:
         return refuse(NO_KNOWLEDGE, f"the knowledge base is switched off for {agent_id}")
-    got = _retrieve(question, scope, retrieve_fn, embedder, config)
+    got = _retrieve(question, scope, retrieve_fn, registry, embedder, config)
     retrievals.append(got.call)
     facts["degraded"] = got.result.degraded
     if got.result.paused:

@@ -11,6 +11,7 @@ _ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 
 _PARA_SPLIT = re.compile(r"\n\s*\n")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
 
 
 def document_to_chunks(
@@ -47,26 +48,35 @@ def document_to_chunks(
 
 
 def section_to_texts(section: Section, *, max_words: int, overlap_words: int) -> list[str]:
-    """The chunk texts of one section."""
-    pieces: list[list[str]] = []  # word lists, each at most max_words long
+    """The chunk texts of one section.
+
+    A Markdown table too long for one chunk is split between rows, and every part after the
+    first starts with the table's header and separator rows again (no overlap words), so a row
+    never loses the names of its columns (CSV and XLSX sheets arrive as such tables).
+    """
+    pieces: list[tuple[list[str], bool]] = []  # (words <= max_words, starts a table part)
     for para in _PARA_SPLIT.split(section.text):
         words = para.split()
         if not words:
             continue
         if len(words) <= max_words:
-            pieces.append(words)
+            pieces.append((words, False))
+            continue
+        table = _table_parts(para, max_words)
+        if table:
+            pieces.extend((part, n > 0) for n, part in enumerate(table))
             continue
         for sentence in _SENTENCE_SPLIT.split(para.strip()):
             sw = sentence.split()
-            pieces.extend(sw[i : i + max_words] for i in range(0, len(sw), max_words))
+            pieces.extend((sw[i : i + max_words], False) for i in range(0, len(sw), max_words))
 
     texts: list[str] = []
     current: list[str] = []
     fresh = 0  # words in `current` that are not overlap carried from the previous chunk
-    for piece in pieces:
-        if current and len(current) + len(piece) > max_words:
+    for piece, restarts in pieces:
+        if current and (restarts or len(current) + len(piece) > max_words):
             texts.append(" ".join(current))
-            carry = current[-overlap_words:] if overlap_words else []
+            carry = current[-overlap_words:] if overlap_words and not restarts else []
             if len(carry) + len(piece) > max_words:
                 carry = carry[len(carry) + len(piece) - max_words :]
             current, fresh = list(carry), 0
@@ -75,6 +85,36 @@ def section_to_texts(section: Section, *, max_words: int, overlap_words: int) ->
     if current and fresh:
         texts.append(" ".join(current))
     return texts
+
+
+def _table_parts(para: str, max_words: int) -> list[list[str]] | None:
+    """A Markdown table split between rows into parts of at most ``max_words`` words, each
+    part after the first led by the header rows; None when ``para`` is not such a table."""
+    lines = [line.strip() for line in para.strip().splitlines()]
+    if (
+        len(lines) < 3
+        or not all(line.startswith("|") for line in lines)
+        or not _TABLE_RULE.match(lines[1])
+    ):
+        return None
+    header = lines[0].split() + lines[1].split()
+    if len(header) >= max_words // 2:  # a header this wide leaves no room for rows
+        return None
+    parts: list[list[str]] = []
+    current = list(header)
+    for row in lines[2:]:
+        words = row.split()
+        if len(current) + len(words) > max_words and len(current) > len(header):
+            parts.append(current)
+            current = list(header)
+        room = max_words - len(header)
+        for i in range(0, len(words), room):  # a row longer than a chunk is cut, header kept
+            if i and len(current) > len(header):
+                parts.append(current)
+                current = list(header)
+            current.extend(words[i : i + room])
+    parts.append(current)
+    return parts
 
 
 def markdown_to_sections(text: str, *, title: str) -> list[Section]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbflow.models import Chunk, SearchHit
@@ -31,6 +32,7 @@ class _OrgIndex:
     entries: list[tuple[DocRecord, Chunk]]
     terms: list[frozenset[str]]  # each chunk's analysed terms
     bm25: Any  # rank_bm25.BM25Okapi, or None when the org has no chunks
+    df: Counter[str] = field(default_factory=Counter)  # chunks holding each term
 
 
 class KeywordFallback:
@@ -64,6 +66,11 @@ class KeywordFallback:
             hits.append(_hit(doc, chunk, float(scores[i])))
         return hits
 
+    def term_stats(self, org_id: str, registry: SqlRegistry) -> tuple[int, Counter[str]]:
+        """The org's chunk count and, per analysed term, how many chunks hold it (for IDF)."""
+        index = self._index(org_id, registry)
+        return len(index.entries), index.df
+
     def _index(self, org_id: str, registry: SqlRegistry) -> _OrgIndex:
         generation = registry.chunk_generation(org_id)
         with self._lock:
@@ -78,7 +85,11 @@ class KeywordFallback:
                 from rank_bm25 import BM25Okapi
 
                 bm25 = BM25Okapi(tokenized)
-            index = _OrgIndex(generation, entries, [frozenset(t) for t in tokenized], bm25)
+            terms = [frozenset(t) for t in tokenized]
+            df: Counter[str] = Counter()
+            for own in terms:
+                df.update(own)
+            index = _OrgIndex(generation, entries, terms, bm25, df)
             self._indexes[org_id] = index
             log.info(
                 "keyword fallback index for %s: %d chunks in %.2fs",

@@ -234,8 +234,23 @@ def _weighted_fusion(
         pid: dense_weight * nd.get(pid, 0.0) + (1 - dense_weight) * ns.get(pid, 0.0)
         for pid in by_id
     }
+    raw_dense = {h.point_id: h.score for h in dense}
+    raw_sparse = {h.point_id: h.score for h in sparse}
     order = sorted(mixed, key=lambda pid: (-mixed[pid], pid))
-    return [StoredHit(pid, mixed[pid], by_id[pid].payload) for pid in order]
+    return [
+        StoredHit(pid, mixed[pid], by_id[pid].payload, legs=_legs(pid, raw_dense, raw_sparse))
+        for pid in order
+    ]
+
+
+def _legs(pid: str, dense: dict[str, float], sparse: dict[str, float]) -> dict[str, float]:
+    """A fused point's raw leg scores (the dense one is a cosine: answers gate on it)."""
+    legs = {}
+    if pid in dense:
+        legs[SearchMode.DENSE.value] = dense[pid]
+    if pid in sparse:
+        legs[SearchMode.KEYWORD.value] = sparse[pid]
+    return legs
 
 
 def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
@@ -251,7 +266,10 @@ def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
         score=hit.score,
         collection=path[-1] if path else "",
         # hybrid+rerank hits carry the fused score as "hybrid"; the reranker adds "rerank".
-        scores={(SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode).value: hit.score},
+        scores={
+            (SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode).value: hit.score,
+            **hit.legs,
+        },
         location=Location.from_payload(p),
     )
 

@@ -80,12 +80,12 @@ def test_refusals_are_recorded_with_their_policy(world: Any) -> None:
 
 
 def test_ask_is_recorded_and_replays(world: Any) -> None:
-    out = ask(world["ctx"], "helper", ["expense report deadline", "receipts for expenses"])
+    out = ask(world["ctx"], "helper", ["days to submit expense reports", "receipts for expenses"])
     assert out["answer_status"] == "yes"
     assert_citations_served(world["registry"], out["citations"])
     result, _ = replay_turn(world["settings"], out["turn_id"])
     assert result.identical
-    off = ask(world["ctx"], "off", ["expense report deadline"])
+    off = ask(world["ctx"], "off", ["days to submit expense reports"])
     assert off["miss"]["reason"] == "disabled"
 
 
@@ -110,7 +110,7 @@ def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(wor
 def test_anthropic_without_a_key_is_no_model(world: Any) -> None:
     ctx: SearchContext = world["ctx"]
     ctx.settings = world["settings"].model_copy(update={"answer_model": "anthropic"})
-    out = ask(ctx, "helper", ["expense report deadline"])
+    out = ask(ctx, "helper", ["days to submit expense reports"])
     assert out["miss"]["reason"] == "no_model" and "ANTHROPIC_API_KEY" in out["miss"]["detail"]
 
 
@@ -161,7 +161,7 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
     assert out["status"] == "answered" and out["turn_id"].startswith("turn_")
     text = ok("answer", "--agent", "helper", QUESTION)
     assert "30 days" in text and "Sources:" in text
-    asked = json.loads(ok("ask", "--agent", "helper", "expense report deadline", "--json"))
+    asked = json.loads(ok("ask", "--agent", "helper", "days to submit expense reports", "--json"))
     assert asked["answer_status"] == "yes" and asked["turn_id"].startswith("turn_")
     assert "identical" in ok("replay", out["turn_id"])
     replayed = json.loads(ok("replay", asked["turn_id"], "--json"))
@@ -184,7 +184,7 @@ def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
     from kbflow.tools import ToolError, call_tool
 
     out = call_tool(world["ctx"], "research_knowledge_search", "helper",
-                    {"queries": ["expense report deadline"]})  # fmt: skip
+                    {"queries": ["days to submit expense reports"]})  # fmt: skip
     assert out["answer_status"] == "yes"
     assert_citations_served(world["registry"], out["citations"])
     with pytest.raises(ToolError, match="queries"):

@@ -82,6 +82,12 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     )  # fmt: skip
     statuses = sorted(d["status"] for d in json.loads(listed.stdout))
     assert statuses == ["approved"] * 5 + ["pending_review"]
+    approved = {d["id"] for d in json.loads(listed.stdout) if d["status"] == "approved"}
+    answers = report["answers"]
+    assert answers["ok"] and answers["replay_identical"]
+    answered = [t for t in answers["turns"] if t["status"] == "answered"]
+    assert answered and all(t["claims"] for t in answered)
+    assert {c["doc_id"] for t in answered for c in t["citations"]} <= approved
     research = report["research"]
     assert research["ok"] and research["hidden_while_pending"]
     assert sorted(d["status"] for d in research["drafts"]) == ["approved"] + ["pending_review"] * 3

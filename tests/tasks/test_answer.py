@@ -211,7 +211,7 @@ def test_replay_of_a_refusal_before_synthesis_says_so(kb: dict[str, Any]) -> Non
 
 
 def test_replay_with_claude_sends_the_recorded_chunks(kb: dict[str, Any]) -> None:
-    turn = run_answer(kb, "How should laptops be protected?")
+    turn = run_answer(kb, "Which encryption must every laptop use?")
     evidence = turn.replay_input["evidence"]
     reply = {
         "claims": [{"text": "Use full-disk encryption.", "chunk_ids": [evidence[0]["chunk_id"]]}]
@@ -230,7 +230,7 @@ def test_replay_with_claude_sends_the_recorded_chunks(kb: dict[str, Any]) -> Non
 
 
 def test_offline_search_says_yes_with_quoted_cited_sentences(kb: dict[str, Any]) -> None:
-    turn = run_search(kb, ["expense report deadline", "receipts for expenses"])
+    turn = run_search(kb, ["days to submit expense reports", "receipts for expenses"])
     out = turn.output
     assert out["answer_status"] == "yes" and out["miss"] is None
     assert out["steering"] == AnswerStatus.YES.steering
@@ -241,7 +241,7 @@ def test_offline_search_says_yes_with_quoted_cited_sentences(kb: dict[str, Any])
 
 
 def test_offline_search_says_maybe_when_one_query_is_unsupported(kb: dict[str, Any]) -> None:
-    turn = run_search(kb, ["expense report deadline", "quantum chromodynamics lattice gauge"])
+    turn = run_search(kb, ["days to submit expense reports", "quantum chromodynamics lattice gauge"])
     assert turn.output["answer_status"] == "maybe"
     assert turn.output["steering"] == AnswerStatus.MAYBE.steering
 
@@ -282,7 +282,7 @@ def test_an_empty_triage_is_an_instant_miss(kb: dict[str, Any], monkeypatch: Any
     spy = Spy([])
     rebuilt: list[Any] = []
     monkeypatch.setattr("tasks.answer.rebuild_documents", lambda *a, **k: rebuilt.append(a))
-    turn = run_search(kb, ["expense report deadline"], model=spy)
+    turn = run_search(kb, ["days to submit expense reports"], model=spy)
     assert turn.output["miss"]["reason"] == MissReason.NOT_RELEVANT
     assert spy.synthesized == [] and rebuilt == [] and turn.replay_input == {}
 
@@ -296,7 +296,7 @@ def test_a_triage_fault_fails_open_to_every_candidate(kb: dict[str, Any], fault:
         recorder.responses.append(message(json.dumps(reply | {"answer_status": "no"})))
     else:
         model = Spy(fault)
-    turn = run_search(kb, ["expense report deadline"], model=model)
+    turn = run_search(kb, ["days to submit expense reports"], model=model)
     out = turn.output
     assert out["triage"].startswith("failed open")
     assert len(out["chosen"]) == min(out["candidates"], MAX_DOCUMENTS) and out["candidates"] >= 3
@@ -305,7 +305,7 @@ def test_a_triage_fault_fails_open_to_every_candidate(kb: dict[str, Any], fault:
 
 
 def test_claude_search_retries_transient_errors_only(kb: dict[str, Any]) -> None:
-    probe = run_search(kb, ["expense report deadline"])
+    probe = run_search(kb, ["days to submit expense reports"])
     chunk_id = probe.output["citations"][0]["chunk_id"]
     good = {"answer_status": "yes", "synthesis": f"Within 30 days [chunk:{chunk_id}].",
             "citations": [{"chunk_id": chunk_id, "quote": "within 30 days"}]}  # fmt: skip
@@ -315,30 +315,30 @@ def test_claude_search_retries_transient_errors_only(kb: dict[str, Any]) -> None
         api_error(503, "api_error"),
         message(json.dumps(good)),
     )
-    turn = run_search(kb, ["expense report deadline"], model=claude(recorder))
+    turn = run_search(kb, ["days to submit expense reports"], model=claude(recorder))
     assert turn.output["answer_status"] == "yes" and len(recorder.requests) == 4
     assert [c.attempts for c in turn.llm_calls] == [1, 3]
     assert_citations_served(kb["registry"], turn.output["citations"])
     # A 400 (the body mentions "67500 tokens", which is not a 500) is not retried: safe "no".
     recorder = Recorder(message('{"relevant": [0]}'), api_error(400, "invalid_request_error"))
-    turn = run_search(kb, ["expense report deadline"], model=claude(recorder))
+    turn = run_search(kb, ["days to submit expense reports"], model=claude(recorder))
     assert len(recorder.requests) == 2
     assert turn.output["answer_status"] == "no"
     assert turn.output["miss"]["reason"] == MissReason.UNAVAILABLE
 
 
 def test_claude_search_repairs_once_then_answers_a_safe_no(kb: dict[str, Any]) -> None:
-    probe = run_search(kb, ["expense report deadline"])
+    probe = run_search(kb, ["days to submit expense reports"])
     chunk_id = probe.output["citations"][0]["chunk_id"]
     fixed = {"answer_status": "maybe", "synthesis": f"30 days [chunk:{chunk_id}]",
              "citations": [{"chunk_id": chunk_id, "quote": "30 days"}]}  # fmt: skip
     recorder = Recorder(message('{"relevant": [0]}'), message('{"answer_status": "sure"}'),
                         message(json.dumps(fixed)))  # fmt: skip
-    turn = run_search(kb, ["expense report deadline"], model=claude(recorder))
+    turn = run_search(kb, ["days to submit expense reports"], model=claude(recorder))
     assert turn.output["answer_status"] == "maybe"
     assert "answer_status" in recorder.bodies[2]["messages"][2]["content"]  # the exact error
     recorder = Recorder(message('{"relevant": [0]}'), message("not json"), message("still not"))
-    turn = run_search(kb, ["expense report deadline"], model=claude(recorder))
+    turn = run_search(kb, ["days to submit expense reports"], model=claude(recorder))
     assert turn.output["answer_status"] == "no" and turn.output["synthesis"] == ""
     assert turn.output["miss"]["reason"] == MissReason.INVALID_REPLY
     assert turn.output["citations"] == [] and len(recorder.requests) == 3
@@ -346,7 +346,7 @@ def test_claude_search_repairs_once_then_answers_a_safe_no(kb: dict[str, Any]) -
 
 def test_claude_auth_failure_is_a_miss_that_says_so(kb: dict[str, Any]) -> None:
     recorder = Recorder(api_error(401, "authentication_error"))
-    turn = run_search(kb, ["expense report deadline"], model=claude(recorder))
+    turn = run_search(kb, ["days to submit expense reports"], model=claude(recorder))
     assert turn.output["miss"]["reason"] == MissReason.AUTH_FAILED
     assert len(recorder.requests) == 1
 

@@ -258,3 +258,25 @@ def test_document_chunks_are_the_section_chunks_in_order(
     ]
     assert [(c.heading_path, c.text) for c in chunks] == expected
     assert [c.chunk_id for c in chunks] == [f"d:{i}" for i in range(len(chunks))]
+
+
+def test_a_long_table_repeats_its_header_in_every_part() -> None:
+    rows = "\n".join(
+        f"| person {i} | role {i} | mail{i}@x.example | +31 30 555 01{i:02d} |" for i in range(40)
+    )
+    table = "| name | role | email | phone |\n|---|---|---|---|\n" + rows
+    texts = section_to_texts(Section(("contacts",), table), max_words=80, overlap_words=10)
+    assert len(texts) > 3 and all(len(t.split()) <= 80 for t in texts)
+    assert all(t.startswith("| name | role | email | phone | |---|---|---|---|") for t in texts)
+    # Every row is in exactly one part, whole (no overlap words carried between parts).
+    for i in range(40):
+        row = f"| person {i} | role {i} | mail{i}@x.example | +31 30 555 01{i:02d} |"
+        assert sum(row in t for t in texts) == 1, row
+
+
+def test_text_that_only_looks_like_a_table_is_split_as_prose() -> None:
+    from tasks.chunk import _table_parts
+
+    assert _table_parts(" ".join(["| not a table row"] * 40), 50) is None  # no rule line
+    assert _table_parts("| a |\n| b |\n| c |", 50) is None  # no separator row
+    assert _table_parts("| a |\n|---|\n| c |", 50) == [["|", "a", "|", "|---|", "|", "c", "|"]]
