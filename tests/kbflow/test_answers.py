@@ -11,7 +11,8 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from kbflow.answers import answer_question, ask, parse_since, replay_turn
+from kbflow import answers
+from kbflow.answers import parse_since, replay_turn
 from kbflow.cli import app
 from kbflow.models import DocStatus
 from kbflow.settings import Settings
@@ -22,9 +23,23 @@ from sinks.registry import SqlRegistry
 from tasks.review import supersede
 from tests.anthropic_mock import Recorder, anthropic_client, message
 from tests.conftest import index_records
-from tests.tasks.test_answer import EXPENSES, SECURITY, TRAVEL, assert_citations_served
+from tests.tasks.test_answer import (
+    EXPENSES,
+    SECURITY,
+    TRAVEL,
+    assert_citations_served,
+    checked_output,
+)
 
 QUESTION = "How many days do employees have to submit expense reports?"
+
+
+def answer_question(ctx: SearchContext, agent: str, question: str, **kw: Any) -> dict[str, Any]:
+    return checked_output(ctx.registry, answers.answer_question(ctx, agent, question, **kw))
+
+
+def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[str, Any]:
+    return checked_output(ctx.registry, answers.ask(ctx, agent, queries, **kw))
 
 
 @pytest.fixture
@@ -157,11 +172,16 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
         assert result.exit_code == 0, result.output
         return result.stdout
 
-    out = json.loads(ok("answer", "--agent", "helper", QUESTION, "--json"))
+    out = checked_output(
+        world["registry"], json.loads(ok("answer", "--agent", "helper", QUESTION, "--json"))
+    )
     assert out["status"] == "answered" and out["turn_id"].startswith("turn_")
     text = ok("answer", "--agent", "helper", QUESTION)
     assert "30 days" in text and "Sources:" in text
-    asked = json.loads(ok("ask", "--agent", "helper", "days to submit expense reports", "--json"))
+    asked = checked_output(
+        world["registry"],
+        json.loads(ok("ask", "--agent", "helper", "days to submit expense reports", "--json")),
+    )
     assert asked["answer_status"] == "yes" and asked["turn_id"].startswith("turn_")
     assert "identical" in ok("replay", out["turn_id"])
     replayed = json.loads(ok("replay", asked["turn_id"], "--json"))
@@ -176,7 +196,10 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
     assert json.loads(ok("provenance", "--stale", "--json")) == []
     missing = runner.invoke(app, ["replay", "turn_nope"], env=env)
     assert missing.exit_code == 1 and "turn_nope" in missing.output
-    refused = json.loads(ok("answer", "--agent", "helper", "unladen swallow airspeed", "--json"))
+    refused = checked_output(
+        world["registry"],
+        json.loads(ok("answer", "--agent", "helper", "unladen swallow airspeed", "--json")),
+    )
     assert refused["status"] == "refused" and refused["refusal"]["evidence"] == []
 
 
@@ -185,6 +208,7 @@ def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
 
     out = call_tool(world["ctx"], "research_knowledge_search", "helper",
                     {"queries": ["days to submit expense reports"]})  # fmt: skip
+    checked_output(world["registry"], out)
     assert out["answer_status"] == "yes"
     assert_citations_served(world["registry"], out["citations"])
     with pytest.raises(ToolError, match="queries"):

@@ -85,18 +85,22 @@ def offline(model: Any) -> Any:
 
 
 def run_answer(kb: dict[str, Any], question: str, model: Any = OFFLINE, **kw: Any) -> Turn:
-    return answer(question, kw.pop("scope", HANDBOOK), org_id="acme", agent_id="helper",
+    turn = answer(question, kw.pop("scope", HANDBOOK), org_id="acme", agent_id="helper",
                   retrieve_fn=kb["retrieve_fn"], registry=kb["registry"], embedder=kb["embedder"],
                   model=offline(model),
                   config=AnswerConfig(threshold=THRESHOLD), **kw)  # fmt: skip
+    checked(kb["registry"], turn)
+    return turn
 
 
 def run_search(kb: dict[str, Any], queries: list[str], model: Any = OFFLINE, **kw: Any) -> Turn:
-    return knowledge_search(queries, kw.pop("scope", HANDBOOK), org_id="acme", agent_id="helper",
+    turn = knowledge_search(queries, kw.pop("scope", HANDBOOK), org_id="acme", agent_id="helper",
                             retrieve_fn=kb["retrieve_fn"], registry=kb["registry"],
                             embedder=kb["embedder"],
                             model=offline(model),
                             config=AnswerConfig(threshold=THRESHOLD), **kw)  # fmt: skip
+    checked(kb["registry"], turn)
+    return turn
 
 
 def assert_citations_served(registry: SqlRegistry, citations: list[dict[str, Any]]) -> None:
@@ -108,6 +112,21 @@ def assert_citations_served(registry: SqlRegistry, citations: list[dict[str, Any
         assert c["chunk_id"] in chunk_ids, c
         assert doc.status == DocStatus.APPROVED and doc.org_id == "acme", c
         assert doc.collection_path == "handbook" and c["uri"] == doc.uri, c
+
+
+def checked(registry: SqlRegistry, turn: Turn) -> None:
+    checked_output(registry, turn.output)
+
+
+def checked_output(registry: SqlRegistry, out: dict[str, Any]) -> dict[str, Any]:
+    """Every answer a test produces has its citations checked, claims' citations included."""
+    assert_citations_served(registry, out["citations"])
+    for claim in out.get("claims", []):
+        assert claim["citations"], claim
+        assert_citations_served(registry, claim["citations"])
+    if out.get("status") == "answered" or out.get("answer_status") in ("yes", "maybe"):
+        assert out["citations"], out
+    return out
 
 
 def claude(recorder: Recorder) -> ClaudeKnowledgeModel:
@@ -241,7 +260,9 @@ def test_offline_search_says_yes_with_quoted_cited_sentences(kb: dict[str, Any])
 
 
 def test_offline_search_says_maybe_when_one_query_is_unsupported(kb: dict[str, Any]) -> None:
-    turn = run_search(kb, ["days to submit expense reports", "quantum chromodynamics lattice gauge"])
+    turn = run_search(
+        kb, ["days to submit expense reports", "quantum chromodynamics lattice gauge"]
+    )
     assert turn.output["answer_status"] == "maybe"
     assert turn.output["steering"] == AnswerStatus.MAYBE.steering
 
