@@ -31,6 +31,7 @@ from typing import Any
 from evals.metrics import METRICS
 from kbflow.errors import ConfigError, KbflowError
 from sinks.warehouse import (
+    drop_unfinished_loads,
     duckdb_pipeline,
     is_lock_error,
     read_only_connection,
@@ -158,6 +159,7 @@ def write_eval(
     started = time.perf_counter()
     try:
         with without_dlt_usage_tracking(pipeline):
+            drop_unfinished_loads(pipeline, "eval warehouse")
             pipeline.run([eval_runs, eval_queries])
     except PipelineStepFailed as exc:
         if is_lock_error(exc):

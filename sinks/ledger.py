@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from kbflow.errors import ConfigError, LedgerError, NotFound
 from kbflow.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
 from sinks.warehouse import (
+    drop_unfinished_loads,
     duckdb_pipeline,
     is_lock_error,
     read_only_connection,
@@ -416,16 +417,7 @@ class Ledger:
             for table, rows in tables.items()
         ]
         with without_dlt_usage_tracking(pipeline):
-            if pipeline.has_pending_data:
-                # Left by a load that failed; its caller was told. `run` would load it
-                # INSTEAD of this turn (dlt finishes pending packages and skips new data).
-                log.warning(
-                    "dropping %d unfinished ledger load package(s) in %s",
-                    len(pipeline.list_normalized_load_packages())
-                    + len(pipeline.list_extracted_load_packages()),
-                    self.pipelines_dir,
-                )
-                pipeline.abort_packages()
+            drop_unfinished_loads(pipeline, "ledger")
             _delete_unfinished_turns(self.path)
             pipeline.run(resources)
 

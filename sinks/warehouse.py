@@ -14,6 +14,7 @@ which commands that never touch a DuckDB file should not pay.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     import duckdb
     from dlt import Pipeline
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _FIRST_BACKOFF_S = 0.05
@@ -176,3 +178,22 @@ def table_exists(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> boo
         [schema, table],
     ).fetchone()
     return bool(found and found[0])
+
+
+def drop_unfinished_loads(pipeline: Any, what: str) -> None:
+    """Abort the load packages a failed run left in ``pipeline``'s folder.
+
+    dlt's ``run`` finishes pending packages INSTEAD of loading the new data (it only logs a
+    warning), so a run after a failure would silently store the old data and skip the new.
+    The failed run's caller was told; the rows it meant to write are written again by a retry.
+    """
+    if not pipeline.has_pending_data:
+        return
+    log.warning(
+        "dropping %d unfinished %s load package(s) in %s",
+        len(pipeline.list_normalized_load_packages())
+        + len(pipeline.list_extracted_load_packages()),
+        what,
+        pipeline.pipelines_dir,
+    )
+    pipeline.abort_packages()
