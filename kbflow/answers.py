@@ -19,7 +19,14 @@ from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
-from tasks.answer import AnswerConfig, Replay, answer, knowledge_search, replay
+from tasks.answer import (
+    AnswerConfig,
+    Replay,
+    answer,
+    check_replayable,
+    knowledge_search,
+    replay,
+)
 from tasks.knowledge import (
     EXTRACTIVE_MODEL_ID,
     ClaudeKnowledgeModel,
@@ -42,12 +49,12 @@ def knowledge_model(
 
     Args:
         client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
-        model_id: force this model (replay uses the turn's recorded model).
+        model_id: this Claude model, whatever the settings say (replay of a recorded turn).
     """
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     choice = settings.answer_model
     if model_id is not None:
-        choice = "extractive" if model_id == EXTRACTIVE_MODEL_ID else "anthropic"
+        choice = "anthropic"
     elif choice == "auto":
         choice = "anthropic" if key or client is not None else "extractive"
     if choice == "extractive":
@@ -133,14 +140,15 @@ def replay_turn(
     """Re-run a recorded turn's synthesis with its recorded model; returns a note when
     ``prompt`` cannot apply (the offline model has no prompt)."""
     turn = (ledger or Ledger(settings.home)).get_turn(turn_id)
-    if not turn.replay_input:
-        return replay(turn, ExtractiveKnowledgeModel(settings.answer_min_confidence)), None
-    recorded_model = str(turn.replay_input["model"])
-    model, why = knowledge_model(settings, client=client, model_id=recorded_model)
-    if model is None:
-        raise ConfigError(f"cannot replay {turn_id} with {recorded_model}: {why}")
-    if isinstance(model, ExtractiveKnowledgeModel):
-        model.threshold = float(turn.replay_input["threshold"])
+    check_replayable(turn)
+    recorded = turn.replay_input
+    model: KnowledgeModel | None
+    if recorded["model"] == EXTRACTIVE_MODEL_ID:
+        model = ExtractiveKnowledgeModel(float(recorded["threshold"]))
+    else:
+        model, why = knowledge_model(settings, client=client, model_id=str(recorded["model"]))
+        if model is None:
+            raise ConfigError(f"cannot replay {turn_id} with {recorded['model']}: {why}")
     note = None
     if prompt is not None and isinstance(model, ExtractiveKnowledgeModel):
         note = "--prompt ignored: the offline extractive model has no prompt"

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kbflow.errors import ConfigError, LlmError, LlmReplyInvalid
@@ -231,7 +231,7 @@ def _turn(
         outcome=outcome,
         output=scrub_payload(output),
         replay_input=scrub_payload(replay_input),
-        retrievals=tuple(scrub_payload_call(r) for r in retrievals),
+        retrievals=tuple(scrub_retrieval_call(r) for r in retrievals),
         llm_calls=tuple(scrub_llm_call(c) for c in calls),
         citations=tuple(citations),
         policy_id=policy.id if policy else None,
@@ -239,17 +239,13 @@ def _turn(
     )
 
 
-def scrub_payload_call(call: RetrievalCall) -> RetrievalCall:
-    from dataclasses import replace
-
+def scrub_retrieval_call(call: RetrievalCall) -> RetrievalCall:
     return replace(
         call, query=scrub(call.query), reason=scrub(call.reason) if call.reason else None
     )
 
 
 def scrub_llm_call(call: LlmCall) -> LlmCall:
-    from dataclasses import replace
-
     return replace(
         call,
         system=scrub(call.system),
@@ -677,12 +673,8 @@ def replay(
     Raises:
         ConfigError: the turn never reached synthesis (it refused or missed before it).
     """
+    check_replayable(turn)
     data = turn.replay_input
-    if not data:
-        raise ConfigError(
-            f"turn {turn.turn_id} ended before synthesis ({turn.outcome}: "
-            f"{_why_not_synthesized(turn)}), so there is nothing to replay"
-        )
     calls: list[LlmCall] = []
     if data["kind"] == "ask":
         docs = [KnowledgeDoc.from_dict(d) for d in data["documents"]]
@@ -700,6 +692,15 @@ def replay(
     }
     text = render_answer(claims, list(cited.values())) if claims else REFUSAL_TEXT
     return Replay(turn.turn_id, recorded_text(turn), text, model.model_id)
+
+
+def check_replayable(turn: Turn) -> None:
+    """Raise ConfigError when the turn never reached synthesis (nothing to replay)."""
+    if not turn.replay_input:
+        raise ConfigError(
+            f"turn {turn.turn_id} ended before synthesis ({turn.outcome}: "
+            f"{_why_not_synthesized(turn)}), so there is nothing to replay"
+        )
 
 
 def _why_not_synthesized(turn: Turn) -> str:

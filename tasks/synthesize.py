@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from kbflow.errors import ConfigError, SynthesisFailed, SynthesisInvalid
 from kbflow.models import KB_FILENAMES, DraftDocument, ResearchCorpus, SynthesisResult
 from tasks.embed import Embedder
+from tasks.llm import is_transient, retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -724,9 +725,6 @@ Your reply could not be used: {error}
 Reply with the corrected JSON object only — all four documents, every problem fixed — and \
 nothing else."""
 
-_TRANSIENT_STATUS = frozenset({408, 409, 429})  # plus every 5xx (529 = overloaded)
-_MAX_RETRY_AFTER_S = 60.0
-
 
 def user_message(corpus: ResearchCorpus) -> str:
     """The user turn: the allowed citation ids, then the rendered corpus."""
@@ -777,25 +775,6 @@ def parse_drafts(reply: str) -> list[DraftDocument]:
             title = DOC_TITLES.get(filename, filename)
         docs.append(DraftDocument(filename=filename, title=title.strip(), content=item["content"]))
     return docs
-
-
-def _is_transient(exc: Exception) -> bool:
-    import anthropic
-
-    if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
-        return True
-    if isinstance(exc, anthropic.APIStatusError):
-        return exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500
-    return False
-
-
-def _retry_after_s(exc: Exception) -> float | None:
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return min(float(value), _MAX_RETRY_AFTER_S) if value is not None else None
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -880,7 +859,7 @@ class AnthropicSynthesizer:
                     timeout=self.timeout_s,
                 )
             except anthropic.APIError as exc:
-                if not _is_transient(exc):
+                if not is_transient(exc):
                     raise SynthesisFailed(
                         f"Anthropic rejected the synthesis request for model {self.model_id!r} "
                         f"(HTTP {getattr(exc, 'status_code', None)}): {exc} — check the API key, "
@@ -891,7 +870,7 @@ class AnthropicSynthesizer:
                         f"Anthropic still failing after {attempt + 1} attempts "
                         f"(model {self.model_id!r}): {exc} — try again later"
                     ) from exc
-                delay = max(self.backoff_s * 2**attempt, _retry_after_s(exc) or 0.0)
+                delay = max(self.backoff_s * 2**attempt, retry_after_s(exc) or 0.0)
                 log.warning(
                     "anthropic transient error (%s); retry %d/%d in %.1fs",
                     type(exc).__name__,
