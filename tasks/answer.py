@@ -409,7 +409,10 @@ def knowledge_search(
     if synthesis.status is not AnswerStatus.NO and not citations:
         nothing = (MissReason.INVALID_REPLY, "the synthesis cited no servable chunk")
         return finish(AnswerStatus.NO, miss=nothing, replay_input=replay_input)
-    return finish(synthesis.status, synthesis, citations, replay_input=replay_input)
+    said_no = None
+    if synthesis.status is AnswerStatus.NO:
+        said_no = (MissReason.NOT_RELEVANT, "the chosen documents do not answer the queries")
+    return finish(synthesis.status, synthesis, citations, said_no, replay_input)
 
 
 def _describe(hit: SearchHit) -> str:

@@ -323,6 +323,8 @@ def test_a_triage_fault_fails_open_to_every_candidate(kb: dict[str, Any], fault:
     assert len(out["chosen"]) == min(out["candidates"], MAX_DOCUMENTS) and out["candidates"] >= 3
     if isinstance(model, Spy):
         assert model.synthesized == [out["chosen"]]
+    else:  # Claude read every candidate and said "no": a miss that says why
+        assert out["answer_status"] == "no" and out["miss"]["reason"] == MissReason.NOT_RELEVANT
 
 
 def test_claude_search_retries_transient_errors_only(kb: dict[str, Any]) -> None:
