@@ -1837,6 +1837,36 @@ def replay(
 
 
 @app.command()
+def turns(
+    org: Annotated[str | None, typer.Option(help="Only this org's turns.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only turns since: 7d, 12h, 30m, 2w or an ISO date.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List recent ask/answer turns from the ledger, newest first."""
+    settings = _settings()
+    from kbflow.answers import parse_since
+    from sinks.ledger import Ledger
+
+    try:
+        rows = Ledger(settings.home).turns(org_id=org, since=parse_since(since), limit=limit)
+    except KbflowError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no turn recorded yet.[/dim]")
+        return
+    for r in rows:
+        console.print(f"{r['created_at']:%Y-%m-%d %H:%M} {r['turn_id']} {r['kind']:<6} "
+                      f"{r['outcome']:<8} {escape(r['agent_id'])}  "
+                      f"{escape(_snippet(r['question'], 80))}")  # fmt: skip
+
+
+@app.command()
 def provenance(
     doc: Annotated[
         str | None, typer.Option(help="The document id whose citing answers to list.")

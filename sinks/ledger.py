@@ -271,7 +271,7 @@ class Ledger:
                         "its last record failed half-way: record it again"
                         if _is_unfinished(con, tables, turn_id)
                         else "check the id (each answer returns its turn id); "
-                        "`Ledger.turns()` lists recent turns"
+                        "`kbflow turns` lists recent turns"
                     )
                 )
             turn = found[0]

@@ -194,6 +194,9 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
     rows = json.loads(ok("provenance", "--doc", doc_id, "--since", "7d", "--json"))
     assert {r["turn_id"] for r in rows} >= {out["turn_id"]}
     assert json.loads(ok("provenance", "--stale", "--json")) == []
+    listed = json.loads(ok("turns", "--since", "1d", "--json"))
+    assert [r["turn_id"] for r in listed][:1] and out["turn_id"] in {r["turn_id"] for r in listed}
+    assert "answer" in ok("turns")
     missing = runner.invoke(app, ["replay", "turn_nope"], env=env)
     assert missing.exit_code == 1 and "turn_nope" in missing.output
     refused = checked_output(
