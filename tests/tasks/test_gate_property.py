@@ -14,6 +14,7 @@ Default run: >= 2,000 checked steps; ``-m slow``: >= 20,000.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,13 +35,15 @@ from hypothesis.stateful import (
 from kbflow.errors import ConfigError, ReviewConflict
 from kbflow.models import DocStatus, Role, Scope, SearchMode
 from kbflow.settings import Settings
-from kbflow.tools import call_tool
+from kbflow.tools import agent_scope, call_tool
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from tasks import review
+from tasks.answer import AnswerConfig, answer, knowledge_search
 from tasks.collections import move_collection
+from tasks.knowledge import ExtractiveKnowledgeModel
 from tasks.retrieve import search
 from tests.conftest import index_records
 
@@ -86,7 +89,14 @@ def servable(doc: Any, org: str) -> bool:
     )
 
 
-CHECKS = {"steps": 0, "agent_checks": 0, "agent_results": 0, "moves": 0}
+CHECKS = {
+    "steps": 0,
+    "agent_checks": 0,
+    "agent_results": 0,
+    "moves": 0,
+    "answers": 0,
+    "answer_citations": 0,
+}
 
 
 def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
@@ -231,8 +241,11 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
                 self.catalog.get_collection(agent.org_id, i).path
                 for i in agent.allowed_collection_ids
             ]
-            truth = self.registry.get_documents(r["doc_id"] for r in found)
-            for result in found:
+            cited: list[dict[str, Any]] = []
+            if CHECKS["agent_checks"] % 3 == 0:  # answers too: every evidence chunk may be cited
+                cited = self._answer_citations(agent_id, agent.org_id, query)
+            truth = self.registry.get_documents(r["doc_id"] for r in [*found, *cited])
+            for result in [*found, *cited]:
                 doc = truth[result["doc_id"]]
                 assert servable(doc, agent.org_id), (agent, doc)
                 path = doc.collection_path
@@ -241,6 +254,27 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
                     roots,
                     path,
                 )
+
+        def _answer_citations(self, agent_id: str, org: str, query: str) -> list[dict[str, Any]]:
+            """What an answer and a knowledge search cite for the agent, with a threshold that
+            admits every retrieved chunk as evidence (the widest the gate must still hold)."""
+            scope = agent_scope(self.registry, agent_id)
+            kw: dict[str, Any] = {
+                "org_id": org,
+                "agent_id": agent_id,
+                "retrieve_fn": lambda q, sc, k: self.search_ctx.retrieve(q, sc, top_k=k),
+                "registry": self.registry,
+                "embedder": embedder,
+                "model": ExtractiveKnowledgeModel(-1.0),
+                "config": AnswerConfig(threshold=-1.0),
+            }
+            said = answer(query, scope, **kw).output
+            asked = knowledge_search([query], scope, **kw).output
+            CHECKS["answers"] += 1
+            CHECKS["answer_citations"] += len(said["citations"]) + len(asked["citations"])
+            evidence = json.dumps([said, asked])
+            assert scope is not None or ("switched off" in evidence and not said["citations"])
+            return [*said["citations"], *asked["citations"]]
 
     return GateMachine
 
@@ -266,6 +300,7 @@ def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
     # Not vacuous: agents searched, found chunks, and collections with documents were moved.
     assert CHECKS["agent_checks"] >= 500 and CHECKS["agent_results"] > 0, CHECKS
     assert CHECKS["moves"] > 0, CHECKS
+    assert CHECKS["answers"] >= 100 and CHECKS["answer_citations"] > 0, CHECKS
 
 
 @pytest.mark.slow
