@@ -12,10 +12,12 @@ Two entry points, each returning a `Turn` (the result plus everything the ledger
   threshold are the evidence; without any, the standard refusal with the empty evidence as its
   reason; otherwise claims that each cite a chunk id and its document's uri.
 
-Every chunk text is PII-scrubbed before a model sees it, so the recorded replay input is
-exactly what synthesis saw; outputs are scrubbed again. Every citation is checked against the
-registry before it is returned: the chunk exists, belongs to its document's current content, and
-the document passes the gate for this scope (approved, effective, in an allowed collection).
+Every chunk text, question and query is PII-scrubbed before a model sees it (retrieval, which
+stays in the process, uses the raw text), so the recorded replay input is exactly what
+synthesis saw and no personal data reaches a model provider; outputs are scrubbed again. Every
+citation is checked against the registry before it is returned: the chunk exists, belongs to
+its document's current content, and the document passes the gate for this scope (approved,
+effective, in an allowed collection).
 """
 
 from __future__ import annotations
@@ -287,6 +289,7 @@ def knowledge_search(
             f"give 1 to {MAX_QUERIES} non-empty queries. Currently {len(queries)} "
             f"({sum(not q for q in queries)} empty)."
         )
+    model_queries = [scrub(q) for q in queries]
     turn_id = new_turn_id()
     retrievals: list[RetrievalCall] = []
     calls: list[LlmCall] = []
@@ -338,7 +341,8 @@ def knowledge_search(
             entry = found.setdefault(
                 hit.doc_id, {"hit": hit, "conf": conf, "rank": rank, "support": {}}
             )
-            entry["support"][query] = max(entry["support"].get(query, -1.0), conf)
+            said = scrub(query)  # models and the ledger only ever see scrubbed queries
+            entry["support"][said] = max(entry["support"].get(said, -1.0), conf)
             if conf > entry["conf"]:
                 entry.update(hit=hit, conf=conf)
             entry["rank"] = min(entry["rank"], rank)
@@ -366,7 +370,7 @@ def knowledge_search(
 
     # 3. Triage: a fault fails open to every candidate; an empty verdict is an instant miss.
     try:
-        chosen_idx = model.triage(queries, candidates, calls)
+        chosen_idx = model.triage(model_queries, candidates, calls)
         state["triage"] = "ok"
     except LlmError as exc:
         if exc.auth:
@@ -389,7 +393,7 @@ def knowledge_search(
     )
     replay_input = {
         "kind": "ask",
-        "queries": queries,
+        "queries": model_queries,
         "documents": [d.to_dict() for d in docs],
         "model": model.model_id,
         "prompt_version": model.prompt_version,
@@ -398,7 +402,7 @@ def knowledge_search(
 
     # 5. Synthesis; any failure is a safe "no" that says why.
     try:
-        synthesis = model.synthesize(queries, docs, calls)
+        synthesis = model.synthesize(model_queries, docs, calls)
     except LlmError as exc:
         reason = MissReason.AUTH_FAILED if exc.auth else MissReason.UNAVAILABLE
         return finish(AnswerStatus.NO, miss=(reason, str(exc)), replay_input=replay_input)
@@ -566,14 +570,14 @@ def answer(
         return refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
     replay_input = {
         "kind": "answer",
-        "question": question,
+        "question": scrub(question),
         "evidence": [e.to_dict() for e in evidence],
         "model": model.model_id,
         "prompt_version": model.prompt_version,
         "threshold": config.threshold,
     }
     try:
-        claims = model.answer(question, evidence, calls)
+        claims = model.answer(scrub(question), evidence, calls)
     except (LlmError, LlmReplyInvalid) as exc:
         return refuse(MODEL_FAILED, f"the answer model failed: {exc}", considered, replay_input)
     valid = verify_citations(registry, scope, [c for claim in claims for c in claim.chunk_ids])

@@ -412,3 +412,18 @@ def test_candidates_are_one_per_document(kb: dict[str, Any]) -> None:
 def test_knowledge_doc_round_trips() -> None:
     doc = KnowledgeDoc("d", "T", "u", (("c1", "a"), ("c2", "b")), {"q": 0.5}, 3)
     assert KnowledgeDoc.from_dict(json.loads(json.dumps(doc.to_dict()))) == doc
+
+
+def test_personal_data_in_queries_never_reaches_the_model_or_the_record(kb: dict[str, Any]) -> None:
+    question = "How many days do employees have to submit expense reports? I am jo@acme-corp.com"
+    said = run_answer(kb, question)
+    asked = run_search(kb, ["days to submit expense reports for jo@acme-corp.com"])
+    for turn in (said, asked):
+        record = json.dumps(
+            [turn.output, turn.replay_input, [c.messages for c in turn.llm_calls], turn.question],
+            default=str,
+        )
+        assert "jo@acme-corp.com" not in record and "[EMAIL]" in record
+    assert said.output["status"] == "answered" and asked.output["answer_status"] == "yes"
+    assert replay(said, ExtractiveKnowledgeModel(THRESHOLD)).identical
+    assert replay(asked, ExtractiveKnowledgeModel(THRESHOLD)).identical
