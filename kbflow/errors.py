@@ -68,12 +68,16 @@ class SynthesisFailed(KbflowError, RuntimeError):
 
 
 class LlmError(KbflowError, RuntimeError):
-    """A model call failed; ``transient`` says whether retrying later may help."""
+    """A model call failed; ``transient`` says whether retrying later may help, ``attempts``
+    how many requests were made."""
 
-    def __init__(self, message: str, *, transient: bool = False, auth: bool = False) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, auth: bool = False, attempts: int = 1
+    ) -> None:
         super().__init__(message)
         self.transient = transient
         self.auth = auth
+        self.attempts = attempts
 
 
 class LlmReplyInvalid(KbflowError, ValueError):

@@ -156,17 +156,15 @@ class AnthropicChat:
             self._client = anthropic.Anthropic(api_key=self._api_key, max_retries=0)
         return self._client.messages
 
-    def complete(
-        self,
-        *,
-        purpose: str,
-        prompt_version: str,
-        system: str,
-        messages: list[dict[str, str]],
-        max_tokens: int,
-        calls: list[LlmCall],
-    ) -> str:
-        started = time.perf_counter()
+    def create(
+        self, *, purpose: str, system: str, messages: list[dict[str, str]], max_tokens: int
+    ) -> tuple[Any, int]:
+        """One Messages request, transient errors retried: the response and the attempts made.
+
+        Raises:
+            LlmError: the request failed (``transient``, ``auth`` and ``attempts`` set); the
+                provider's error is its ``__cause__``.
+        """
         attempt = 0
         while True:
             attempt += 1
@@ -178,6 +176,7 @@ class AnthropicChat:
                     messages=messages,
                     timeout=self.timeout_s,
                 )
+                return response, attempt
             except Exception as exc:  # classified below; never swallowed
                 transient = is_transient(exc)
                 if transient and attempt < self.attempts:
@@ -189,9 +188,6 @@ class AnthropicChat:
                     )  # fmt: skip
                     self._sleep(delay)
                     continue
-                error = f"{type(exc).__name__}: {exc}"
-                calls.append(self._record(purpose, prompt_version, system, messages, None,
-                                          error, attempt, started))  # fmt: skip
                 auth = is_auth_error(exc)
                 if auth:
                     hint = "check ANTHROPIC_API_KEY"
@@ -204,14 +200,37 @@ class AnthropicChat:
                     f"{hint}",
                     transient=transient,
                     auth=auth,
+                    attempts=attempt,
                 ) from exc
-            text = "".join(b.text for b in response.content if getattr(b, "type", "") == "text")
-            usage = response.usage
-            calls.append(
-                self._record(purpose, prompt_version, system, messages, text, None, attempt,
-                             started, int(usage.input_tokens or 0), int(usage.output_tokens or 0))
-            )  # fmt: skip
-            return text
+
+    def complete(
+        self,
+        *,
+        purpose: str,
+        prompt_version: str,
+        system: str,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        calls: list[LlmCall],
+    ) -> str:
+        started = time.perf_counter()
+        try:
+            response, attempts = self.create(
+                purpose=purpose, system=system, messages=messages, max_tokens=max_tokens
+            )
+        except LlmError as exc:
+            cause = exc.__cause__
+            error = f"{type(cause).__name__}: {cause}"
+            calls.append(self._record(purpose, prompt_version, system, messages, None,
+                                      error, exc.attempts, started))  # fmt: skip
+            raise
+        text = "".join(b.text for b in response.content if getattr(b, "type", "") == "text")
+        usage = response.usage
+        calls.append(
+            self._record(purpose, prompt_version, system, messages, text, None, attempts,
+                         started, int(usage.input_tokens or 0), int(usage.output_tokens or 0))
+        )  # fmt: skip
+        return text
 
     def _record(
         self,

@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kbflow.errors import ConfigError, SynthesisFailed, SynthesisInvalid
+from kbflow.errors import ConfigError, LlmError, SynthesisFailed, SynthesisInvalid
 from kbflow.models import KB_FILENAMES, DraftDocument, ResearchCorpus, SynthesisResult
 from tasks.embed import Embedder
-from tasks.llm import is_transient, retry_after_s
+from tasks.llm import AnthropicChat
 
 log = logging.getLogger(__name__)
 
@@ -788,9 +788,9 @@ class AnthropicSynthesizer:
     """Claude writes the drafts: one Messages request, and at most one repair request.
 
     Transient failures (429, 408/409, 5xx incl. 529 overloaded, connection errors and timeouts)
-    are retried here with exponential backoff (``backoff_s * 2**n``, or the server's
-    ``retry-after`` when longer); the SDK's own retries are switched off so there is one retry
-    layer. A reply that is not valid JSON or breaks :func:`validate_drafts` gets one repair
+    are retried with exponential backoff (``backoff_s * 2**n``, or the server's ``retry-after``
+    when longer) by `tasks.llm.AnthropicChat`, the one retry layer (the SDK's own retries are
+    switched off). A reply that is not valid JSON or breaks :func:`validate_drafts` gets one repair
     request carrying the exact error; a second failure raises :class:`SynthesisFailed`.
 
     Args:
@@ -829,72 +829,56 @@ class AnthropicSynthesizer:
                 "synthesizer to work offline."
             )
         self.model_id = model.strip()
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.timeout_s = timeout_s
-        self._sleep = sleep
-        self._api_key = api_key
-        self._client = client.with_options(max_retries=0) if client is not None else None
-
-    def _messages(self) -> Any:
-        if self._client is None:
-            import anthropic
-
-            self._client = anthropic.Anthropic(api_key=self._api_key, max_retries=0)
-        return self._client.messages
+        self._chat = AnthropicChat(
+            api_key,
+            self.model_id,
+            client=client,
+            attempts=max_retries + 1,
+            backoff_s=backoff_s,
+            timeout_s=timeout_s,
+            sleep=sleep,
+        )
 
     def _call(self, messages: list[dict[str, str]], max_output_tokens: int) -> _Reply:
-        """One Messages request, retrying transient errors with exponential backoff."""
+        """One Messages request; transient errors are retried by `AnthropicChat.create`."""
         import anthropic
 
-        attempt = 0
-        while True:
-            started = time.perf_counter()
-            try:
-                response = self._messages().create(
-                    model=self.model_id,
-                    max_tokens=max_output_tokens,
-                    system=SYSTEM_PROMPT,
-                    messages=messages,
-                    timeout=self.timeout_s,
-                )
-            except anthropic.APIError as exc:
-                if not is_transient(exc):
-                    raise SynthesisFailed(
-                        f"Anthropic rejected the synthesis request for model {self.model_id!r} "
-                        f"(HTTP {getattr(exc, 'status_code', None)}): {exc} — check the API key, "
-                        "the model id and max_output_tokens; this error is not retried"
-                    ) from exc
-                if attempt >= self.max_retries:
-                    raise SynthesisFailed(
-                        f"Anthropic still failing after {attempt + 1} attempts "
-                        f"(model {self.model_id!r}): {exc} — try again later"
-                    ) from exc
-                delay = max(self.backoff_s * 2**attempt, retry_after_s(exc) or 0.0)
-                log.warning(
-                    "anthropic transient error (%s); retry %d/%d in %.1fs",
-                    type(exc).__name__,
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
-                )
-                self._sleep(delay)
-                attempt += 1
-                continue
-            usage = response.usage
-            log.info(
-                "anthropic %s: %d tokens in, %d out, stop=%s, %.1fs",
-                self.model_id,
-                usage.input_tokens,
-                usage.output_tokens,
-                response.stop_reason,
-                time.perf_counter() - started,
+        started = time.perf_counter()
+        try:
+            response, _ = self._chat.create(
+                purpose="synthesis",
+                system=SYSTEM_PROMPT,
+                messages=messages,
+                max_tokens=max_output_tokens,
             )
-            return _Reply(
-                text="".join(b.text for b in response.content if getattr(b, "type", "") == "text"),
-                tokens=int(usage.input_tokens or 0) + int(usage.output_tokens or 0),
-                truncated=response.stop_reason == "max_tokens",
-            )
+        except LlmError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, anthropic.APIError):
+                raise (cause or exc) from None  # not the API's answer: a bug, raised as it came
+            if not exc.transient:
+                raise SynthesisFailed(
+                    f"Anthropic rejected the synthesis request for model {self.model_id!r} "
+                    f"(HTTP {getattr(cause, 'status_code', None)}): {cause} — check the API key, "
+                    "the model id and max_output_tokens; this error is not retried"
+                ) from cause
+            raise SynthesisFailed(
+                f"Anthropic still failing after {exc.attempts} attempts "
+                f"(model {self.model_id!r}): {cause} — try again later"
+            ) from cause
+        usage = response.usage
+        log.info(
+            "anthropic %s: %d tokens in, %d out, stop=%s, %.1fs",
+            self.model_id,
+            usage.input_tokens,
+            usage.output_tokens,
+            response.stop_reason,
+            time.perf_counter() - started,
+        )
+        return _Reply(
+            text="".join(b.text for b in response.content if getattr(b, "type", "") == "text"),
+            tokens=int(usage.input_tokens or 0) + int(usage.output_tokens or 0),
+            truncated=response.stop_reason == "max_tokens",
+        )
 
     def _drafts(
         self, reply: _Reply, corpus: ResearchCorpus, max_output_tokens: int
