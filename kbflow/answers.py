@@ -8,7 +8,7 @@ that cannot be recorded is not served. Also replay and provenance over the ledge
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kbflow.errors import ConfigError
@@ -81,21 +81,7 @@ def ask(
     ledger: Ledger | None = None,
 ) -> dict[str, Any]:
     """``research_knowledge_search`` for an agent; the turn is recorded, then returned."""
-    config = answer_config(ctx.settings)
-    model, why = knowledge_model(ctx.settings, client=client)
-    turn = knowledge_search(
-        queries,
-        agent_scope(ctx.registry, agent_id),
-        org_id=_agent_org(ctx.registry, agent_id),
-        agent_id=agent_id,
-        retrieve_fn=lambda q, scope, k: ctx.retrieve(q, scope, mode=config.mode, top_k=k),
-        registry=ctx.registry,
-        embedder=ctx.embedder,
-        model=model,
-        config=config,
-        no_model_reason=why,
-    )
-    return _recorded(ctx.settings, turn, ledger)
+    return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger)
 
 
 def answer_question(
@@ -107,10 +93,22 @@ def answer_question(
     ledger: Ledger | None = None,
 ) -> dict[str, Any]:
     """Answer for an agent with a citation on every claim, or refuse; recorded, then returned."""
+    return _agent_turn(ctx, agent_id, answer, question, client, ledger)
+
+
+def _agent_turn(
+    ctx: SearchContext,
+    agent_id: str,
+    run: Callable[..., Turn],
+    asked: Any,
+    client: Any | None,
+    ledger: Ledger | None,
+) -> dict[str, Any]:
+    """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it."""
     config = answer_config(ctx.settings)
     model, why = knowledge_model(ctx.settings, client=client)
-    turn = answer(
-        question,
+    turn = run(
+        asked,
         agent_scope(ctx.registry, agent_id),
         org_id=_agent_org(ctx.registry, agent_id),
         agent_id=agent_id,
@@ -121,11 +119,7 @@ def answer_question(
         config=config,
         no_model_reason=why,
     )
-    return _recorded(ctx.settings, turn, ledger)
-
-
-def _recorded(settings: Settings, turn: Turn, ledger: Ledger | None) -> dict[str, Any]:
-    (ledger or Ledger(settings.home)).record(turn)
+    (ledger or Ledger(ctx.settings.home)).record(turn)
     return turn.output
 
 

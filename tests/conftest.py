@@ -10,7 +10,10 @@ import datetime as dt
 import ipaddress
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +209,27 @@ def tiny_whisper_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.save({"dims": dims.__dict__, "model_state_dict": model.state_dict()}, path)
     whisper.load_model(str(path), device="cpu")  # fail here, not in a test, if it does not load
     return path
+
+
+@contextmanager
+def held_by_another_process(path: Path) -> Iterator[None]:
+    """Another process with a read-write connection open on ``path`` until the block ends."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+            " sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)

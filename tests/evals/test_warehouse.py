@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ from evals.warehouse import (
     write_eval,
 )
 from kbflow.errors import ConfigError, KbflowError
+from tests.conftest import held_by_another_process
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 MODES = ("keyword", "dense")
@@ -264,30 +261,6 @@ def test_malformed_records_are_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match=message):
         write_eval(record, home=tmp_path / "home")
     assert not warehouse_path(tmp_path / "home").exists()
-
-
-@contextmanager
-def held_by_another_process(path: Path) -> Iterator[None]:
-    """Another process with a read-write connection open on ``path`` until the block ends."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-            " sys.stdin.read()",
-            str(path),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=60)
 
 
 @pytest.mark.integration

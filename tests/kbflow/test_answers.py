@@ -22,13 +22,10 @@ from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review import supersede
 from tests.anthropic_mock import Recorder, anthropic_client, message
-from tests.conftest import index_records
 from tests.tasks.test_answer import (
-    EXPENSES,
-    SECURITY,
-    TRAVEL,
     assert_citations_served,
     checked_output,
+    index_handbook,
 )
 
 QUESTION = "How many days do employees have to submit expense reports?"
@@ -44,16 +41,7 @@ def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[s
 
 @pytest.fixture
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
-    kw = {"store": edge_store, "registry": registry, "embedder": embedder,
-          "collection": "handbook"}  # fmt: skip
-    docs = {
-        key: index_records([{"key": key, "title": title, "text": text}], **kw)[0]
-        for key, title, text in [
-            ("expenses", "Expense policy", EXPENSES),
-            ("travel", "Travel policy", TRAVEL),
-            ("security", "Device security", SECURITY),
-        ]
-    }
+    docs = index_handbook(registry, edge_store, embedder)
     catalog = Catalog(registry)
     catalog.create_agent("acme", "helper")
     catalog.create_agent("acme", "off", enabled=False)

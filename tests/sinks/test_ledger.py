@@ -6,11 +6,7 @@ import dataclasses
 import fcntl
 import os
 import random
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,6 +17,7 @@ from dlt.pipeline.exceptions import PipelineStepFailed
 from kbflow.errors import ConfigError, KbflowError, LedgerError, NotFound
 from kbflow.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
 from sinks.ledger import Ledger, ledger_path
+from tests.conftest import held_by_another_process
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 _rng = random.Random(384)
@@ -396,30 +393,6 @@ def test_dlt_state_stays_in_the_pipelines_dir_and_telemetry_is_off(
     assert not global_dir.exists()  # not even the tracker's .anonymous_id
     assert os.environ["RUNTIME__DLTHUB_TELEMETRY"] == "false"
     assert anon_tracker._ANON_TRACKER_ENDPOINT is None  # the tracker never started
-
-
-@contextmanager
-def held_by_another_process(path: Path) -> Iterator[None]:
-    """Another process with a read-write connection open on ``path`` until the block ends."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True);"
-            " sys.stdin.read()",
-            str(path),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=60)
 
 
 @pytest.mark.integration

@@ -52,11 +52,11 @@ DRAFT = "Expense reports are now due within 7 days of the purchase (draft policy
 HANDBOOK = Scope("acme", collections=("handbook",))
 
 
-@pytest.fixture
-def kb(registry: SqlRegistry, edge_store: Any, embedder: Any) -> dict[str, Any]:
-    kw = {"store": edge_store, "registry": registry, "embedder": embedder,
-          "collection": "handbook"}  # fmt: skip
-    docs = {
+def index_handbook(registry: SqlRegistry, store: Any, embedder: Any) -> dict[str, str]:
+    """The approved expense, travel and security policies in acme's ``handbook`` collection;
+    returns their doc ids by key."""
+    kw = {"store": store, "registry": registry, "embedder": embedder, "collection": "handbook"}
+    return {
         key: index_records([{"key": key, "title": title, "text": text}], **kw)[0]
         for key, title, text in [
             ("expenses", "Expense policy", EXPENSES),
@@ -64,9 +64,15 @@ def kb(registry: SqlRegistry, edge_store: Any, embedder: Any) -> dict[str, Any]:
             ("security", "Device security", SECURITY),
         ]
     }
+
+
+@pytest.fixture
+def kb(registry: SqlRegistry, edge_store: Any, embedder: Any) -> dict[str, Any]:
+    docs = index_handbook(registry, edge_store, embedder)
     docs["draft"] = index_records(
         [{"key": "draft", "title": "Expense policy (draft)", "text": DRAFT}],
-        status=DocStatus.PENDING_REVIEW, **kw,
+        status=DocStatus.PENDING_REVIEW, collection="handbook", store=edge_store,
+        registry=registry, embedder=embedder,
     )[0]  # fmt: skip
 
     def retrieve_fn(query: str, scope: Scope, top_k: int) -> Any:
