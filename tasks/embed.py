@@ -8,6 +8,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -17,6 +18,8 @@ from kbflow.errors import ConfigError
 from kbflow.settings import PACKAGED_MINILM
 
 log = logging.getLogger(__name__)
+
+_RECENT_QUERIES = 64
 
 
 class Embedder(Protocol):
@@ -49,6 +52,7 @@ class MiniLMEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
         self.seconds_in_model = 0.0  # wall time spent inside the model, for benchmarks
+        self._recent_queries: OrderedDict[str, tuple[float, ...]] = OrderedDict()
 
     def _load(self) -> Any:
         with self._lock:
@@ -72,7 +76,19 @@ class MiniLMEmbedder:
         return [v.tolist() for v in vectors]
 
     def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]
+        """The query's vector; the last few queries are remembered, because one answer embeds
+        its question twice (gated retrieval, then support scoring and the ledger record)."""
+        with self._lock:
+            known = self._recent_queries.get(text)
+            if known is not None:
+                self._recent_queries.move_to_end(text)
+                return list(known)
+        vector = self.embed_documents([text])[0]
+        with self._lock:
+            self._recent_queries[text] = tuple(vector)
+            while len(self._recent_queries) > _RECENT_QUERIES:
+                self._recent_queries.popitem(last=False)
+        return vector
 
 
 @cache
