@@ -16,6 +16,7 @@ Both see only what the caller gives them: chunks that passed the gate, already P
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -222,8 +223,6 @@ class ExtractiveKnowledgeModel:
         self.threshold = threshold
 
     def _record(self, purpose: str, payload: dict[str, Any], reply: str) -> LlmCall:
-        import json
-
         return LlmCall(
             purpose=purpose,
             model=self.model_id,
@@ -265,8 +264,9 @@ class ExtractiveKnowledgeModel:
         for query in queries:
             if any(d.support.get(query, 0.0) >= self.threshold for d in docs):
                 supported += 1
-            ranked = sorted(range(len(pool)), key=lambda i: (-overlap.score(query, i), i))
-            picks = [i for i in ranked if overlap.score(query, i) > 0][:SENTENCES_PER_QUERY]
+            scores = [overlap.score(query, i) for i in range(len(pool))]
+            ranked = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
+            picks = [i for i in ranked if scores[i] > 0][:SENTENCES_PER_QUERY]
             if not picks:
                 lines.append(f"{query}: no sentence of the knowledge mentions it.")
                 continue
