@@ -119,7 +119,11 @@ def test_ensure_collection_normalizes_the_path(registry: SqlRegistry) -> None:
     assert registry.ensure_collection(ORG, "policies/hr").id == row.id
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "/", "policies//hr", "a/ /b"])
+@pytest.mark.parametrize(
+    "bad",
+    ["", "   ", "/", "policies//hr", "a/ /b", "..", "a/../b", "HR", "po\u200blicies", "ｈｒ",
+     "a/b c", "x" * 65],
+)  # fmt: skip
 def test_ensure_collection_rejects_bad_paths(registry: SqlRegistry, bad: str) -> None:
     registry.ensure_org(ORG)
     with pytest.raises(ConfigError, match="collection path"):
@@ -429,8 +433,8 @@ def test_list_documents_filters_by_status_and_collection_subtree(registry: SqlRe
 
 def test_list_documents_subtree_is_literal(registry: SqlRegistry) -> None:
     mine = add_doc(registry, collection="hr_policies/leave", key="mine")
-    add_doc(registry, collection="hrXpolicies/leave", key="wildcard")
-    add_doc(registry, collection="HR_POLICIES/leave", key="case")
+    add_doc(registry, collection="hrxpolicies/leave", key="wildcard")  # '_' is LIKE's wildcard
+    add_doc(registry, collection="hr_policies_old/leave", key="prefix")
     assert [d.id for d in registry.list_documents(ORG, collection="hr_policies")] == [mine.id]
 
 
