@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbflow.models import AUDIENCE_ALL, SERVABLE_PARSE_STATUSES, DocStatus, Scope
+from kbflow.models import (
+    AUDIENCE_ALL,
+    NEVER_SERVED_SOURCE_TAGS,
+    SERVABLE_PARSE_STATUSES,
+    DocStatus,
+    Scope,
+)
 
 # Payload keys the gate filters on; the vector stores index every one of them.
 GATED_KEYWORD_FIELDS: tuple[str, ...] = (
@@ -25,6 +31,7 @@ GATED_KEYWORD_FIELDS: tuple[str, ...] = (
     "audience",
     "collection_path",
     "doc_id",
+    "source_tag",
 )
 GATED_DATETIME_FIELDS: tuple[str, ...] = ("effective_date",)
 
@@ -39,6 +46,15 @@ class AnyOf:
 
 
 @dataclass(frozen=True)
+class NoneOf:
+    """``key`` is absent or holds none of ``values``."""
+
+    key: str
+    values: tuple[str, ...]
+    or_absent: bool = True
+
+
+@dataclass(frozen=True)
 class NotAfter:
     """``key`` is an RFC 3339 date-time at or before ``limit``."""
 
@@ -47,7 +63,7 @@ class NotAfter:
     or_absent: bool = True
 
 
-Condition = AnyOf | NotAfter
+Condition = AnyOf | NoneOf | NotAfter
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,8 @@ class Gate:
         for c in self.conditions:
             if isinstance(c, AnyOf):
                 out.append({"key": c.key, "any_of": list(c.values), "or_absent": c.or_absent})
+            elif isinstance(c, NoneOf):
+                out.append({"key": c.key, "none_of": list(c.values), "or_absent": c.or_absent})
             else:
                 out.append({"key": c.key, "not_after": c.limit.isoformat(),
                             "or_absent": c.or_absent})  # fmt: skip
@@ -78,8 +96,10 @@ def build_gate(scope: Scope) -> Gate:
 
     A chunk passes when its org is the caller's, its document is approved (or has no status),
     it is parsed, it is effective by the end of ``scope.today`` (or has no date), its audience is
-    "all", one of the caller's audiences, or absent, and (when the scope restricts collections)
-    it lies in one of the allowed collections or their descendants.
+    "all", one of the caller's audiences, or absent (any audience when the scope says
+    ``all_audiences``), it is not an account manager's seed input (those are never served to
+    anyone), and (when the scope restricts collections) it lies in one of the allowed
+    collections or their descendants.
     """
     if not scope.org_id:
         raise ValueError("A scope needs an org_id. Currently it is empty.")
@@ -89,8 +109,11 @@ def build_gate(scope: Scope) -> Gate:
         AnyOf("status", (DocStatus.APPROVED.value,), or_absent=True),
         AnyOf("parse_status", SERVABLE_PARSE_STATUSES),
         NotAfter("effective_date", end_of_day),
-        AnyOf("audience", tuple(dict.fromkeys((AUDIENCE_ALL, *scope.audiences))), or_absent=True),
+        NoneOf("source_tag", NEVER_SERVED_SOURCE_TAGS),
     ]
+    if not scope.all_audiences:
+        audiences = tuple(dict.fromkeys((AUDIENCE_ALL, *scope.audiences)))
+        conditions.append(AnyOf("audience", audiences, or_absent=True))
     if scope.collections is not None:
         conditions.append(AnyOf("collection_path", tuple(scope.collections)))
     return Gate(scope=scope, conditions=tuple(conditions))
@@ -105,9 +128,10 @@ def _holds(cond: Condition, record: Mapping[str, Any]) -> bool:
     value = record.get(cond.key)
     if _absent(value):
         return cond.or_absent
-    if isinstance(cond, AnyOf):
+    if isinstance(cond, AnyOf | NoneOf):
         values = value if isinstance(value, list | tuple) else [value]
-        return any(str(v) in cond.values for v in values)
+        found = any(str(v) in cond.values for v in values)
+        return found if isinstance(cond, AnyOf) else not found
     when = parse_datetime(value)
     return when is not None and when <= cond.limit
 
@@ -137,7 +161,7 @@ def to_edge_filter(gate: Gate) -> Any:
     import qdrant_edge as qe
 
     def leaf(cond: Condition) -> Any:
-        if isinstance(cond, AnyOf):
+        if isinstance(cond, AnyOf | NoneOf):
             match = (
                 qe.MatchValue(cond.values[0])
                 if len(cond.values) == 1
@@ -150,7 +174,9 @@ def to_edge_filter(gate: Gate) -> Any:
 
     must: list[Any] = []
     for cond in gate.conditions:
-        if cond.or_absent:
+        if isinstance(cond, NoneOf):  # absent, or none of the values: must_not matches none
+            must.append(qe.Filter(must_not=[leaf(cond)]))
+        elif cond.or_absent:
             must.append(qe.Filter(should=[leaf(cond), qe.IsEmptyCondition(key=cond.key)]))
         else:
             must.append(leaf(cond))
@@ -162,7 +188,7 @@ def to_qdrant_filter(gate: Gate) -> Any:
     from qdrant_client import models as qm
 
     def leaf(cond: Condition) -> Any:
-        if isinstance(cond, AnyOf):
+        if isinstance(cond, AnyOf | NoneOf):
             match = (
                 qm.MatchValue(value=cond.values[0])
                 if len(cond.values) == 1
@@ -175,7 +201,9 @@ def to_qdrant_filter(gate: Gate) -> Any:
 
     must: list[Any] = []
     for cond in gate.conditions:
-        if cond.or_absent:
+        if isinstance(cond, NoneOf):
+            must.append(qm.Filter(must_not=[leaf(cond)]))
+        elif cond.or_absent:
             must.append(
                 qm.Filter(
                     should=[leaf(cond), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=cond.key))]

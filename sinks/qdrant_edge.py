@@ -57,8 +57,7 @@ class QdrantEdgeStore:
                 shard = qe.EdgeShard.create(str(path), _edge_config())
                 fresh = True
             store = cls(shard, path, lock_fd)
-            if fresh:
-                store._create_indexes()
+            store._create_indexes(fresh=fresh)
             log.debug("opened edge shard %s in %.2fs", path, time.perf_counter() - started)
             return store
         except Exception as exc:
@@ -68,22 +67,34 @@ class QdrantEdgeStore:
                 "damaged, move it aside and re-run the ingest to rebuild it."
             ) from exc
 
-    def _create_indexes(self) -> None:
+    def _create_indexes(self, *, fresh: bool) -> None:
+        """Index every gated field; on an existing shard, only the ones it lacks (a field the
+        gate started filtering on after the shard was made)."""
         import qdrant_edge as qe
 
-        self._shard.update(
-            qe.UpdateOperation.create_field_index("org_id", qe.KeywordIndexParams(is_tenant=True))
-        )
+        have = set() if fresh else set(dict(self._shard.info().payload_schema or {}))
+        made = False
+        if "org_id" not in have:
+            self._shard.update(
+                qe.UpdateOperation.create_field_index(
+                    "org_id", qe.KeywordIndexParams(is_tenant=True)
+                )
+            )
+            made = True
         for name in GATED_KEYWORD_FIELDS:
-            if name != "org_id":
+            if name not in have and name != "org_id":
                 self._shard.update(
                     qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
                 )
+                made = True
         for name in GATED_DATETIME_FIELDS:
-            self._shard.update(
-                qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Datetime)
-            )
-        self._shard.flush()
+            if name not in have:
+                self._shard.update(
+                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Datetime)
+                )
+                made = True
+        if made:
+            self._shard.flush()
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
         import qdrant_edge as qe
