@@ -18,7 +18,7 @@ from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
 from tasks.embed import get_embedder
 from tasks.extract import SUPPORTED_SUFFIXES
-from tasks.index import BatchReport, IngestSummary, IngestTarget, prefetched
+from tasks.index import BatchReport, IngestSummary, IngestTarget, prefetched, repair_shadowed
 from tasks.isolate import isolated_extractor
 from tasks.wrapped import discover_task, extract_batch_task, index_batch_task, plan_task
 
@@ -50,7 +50,7 @@ def ingest(
 
         JobStore(registry).update_runner(job_id, flow_run_id=str(flow_run.id))
     try:
-        registry.ensure_org(org)
+        registry.get_org(org)  # an unknown org is refused (`kbflow orgs create` makes one)
         coll = registry.ensure_collection(org, collection)
         target = IngestTarget(
             org_id=org,
@@ -62,7 +62,8 @@ def ingest(
             source_tag=source_tag,
             actor=actor,
         )
-        sources = discover_task(paths, SUPPORTED_SUFFIXES)
+        found = discover_task(paths, SUPPORTED_SUFFIXES)
+        sources = found.sources
         plan = plan_task(sources, registry, org)
         logger.info(
             "discovered %d sources: %d new, %d changed, %d unchanged",
@@ -72,7 +73,11 @@ def ingest(
             plan.unchanged,
         )
         progress.advance("index", 0, total=len(plan.work))
-        total = BatchReport()
+        # Paths discovery could not or would not take are reported like unreadable files.
+        total = BatchReport(skipped=list(found.skipped), notes=list(found.notes))
+        if plan.shadowed:  # left by a crash of an older release: a re-run converges
+            with open_vector_store(settings) as store:
+                total.superseded += repair_shadowed(plan, registry, store, actor=actor)
         embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
 
         if plan.work:

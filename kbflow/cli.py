@@ -216,14 +216,21 @@ def run_ingest(
 
     from kbflow.jobs import ingest_params, submit_ingest_job
     from kbflow.wiring import open_registry
-    from tasks.discover import discover_sources
+    from sinks.vectors import open_vector_store
+    from tasks.discover import discover
     from tasks.extract import SUPPORTED_SUFFIXES, runs_long
-    from tasks.index import BatchReport, IngestSummary, plan_ingest
+    from tasks.index import BatchReport, IngestSummary, plan_ingest, repair_shadowed
 
     started = time.perf_counter()
-    sources = discover_sources(paths, SUPPORTED_SUFFIXES)
     with open_registry(settings) as registry:
+        registry.get_org(org)  # refuse an unknown org before reading a single file
+        found = discover(paths, SUPPORTED_SUFFIXES)
+        sources = found.sources
         plan = plan_ingest(sources, registry, org)
+        repaired = 0
+        if plan.shadowed and not plan.work:  # nothing else to do: repair here, without a flow
+            with open_vector_store(settings) as store:
+                repaired = repair_shadowed(plan, registry, store, actor="system")
     jobs: list[dict[str, Any]] = []
     if not wait:
         threshold = int(settings.job_threshold_mb * 1024 * 1024)
@@ -245,15 +252,16 @@ def run_ingest(
             plan.work = [w for w in plan.work if w not in long_files]
             paths = sorted({str(w.source.path) for w in plan.work})
     if not plan.work:
-        report = IngestSummary.build(
+        summary = IngestSummary.build(
             plan,
-            BatchReport(),
+            BatchReport(skipped=list(found.skipped), notes=list(found.notes), superseded=repaired),
             org=org,
             collection=collection,
             discovered=len(sources),
             seconds=time.perf_counter() - started,
-        ).to_dict()
-        return report | {"jobs": jobs}
+        )
+        summary.raise_if_too_many_skipped(settings.max_skip_ratio)
+        return summary.to_dict() | {"jobs": jobs}
     from flows.ingest import ingest as ingest_flow
 
     kwargs: dict[str, Any] = dict(

@@ -17,6 +17,16 @@ class DocStatus(StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
     SUPERSEDED = "superseded"
+    WITHDRAWN = "withdrawn"  # taken out of service after approval (audited, with a note)
+
+
+# Statuses a newer version of the same source retires (to superseded) once it is servable:
+# at most one version of a source is ever servable. None is a legacy, status-less document.
+RETIRABLE_STATUSES: tuple[str | None, ...] = (
+    None,
+    DocStatus.APPROVED.value,
+    DocStatus.PENDING_REVIEW.value,
+)
 
 
 class ParseStatus(StrEnum):
@@ -54,6 +64,11 @@ class AuditAction(StrEnum):
     REJECTED = "kb.document.rejected"
     EDITED_APPROVED = "kb.document.edited_approved"
     SUPERSEDED = "kb.document.superseded"
+    WITHDRAWN = "kb.document.withdrawn"
+    USER_SAVED = "kb.user.saved"
+    AM_ASSIGNED = "kb.org.am_assigned"
+    ORG_CREATED = "kb.org.created"
+    DENIED = "kb.access.denied"
 
 
 class Role(StrEnum):
@@ -186,12 +201,15 @@ class Scope:
             always in scope.
         collections: collection paths the caller may read (a path admits its descendants);
             None means every collection of the org.
+        all_audiences: the caller reads every audience (a superadmin); ``audiences`` is then
+            ignored.
     """
 
     org_id: str
     today: dt.date = field(default_factory=dt.date.today)
     audiences: tuple[str, ...] = ()
     collections: tuple[str, ...] | None = None
+    all_audiences: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +306,15 @@ class SourceTag(StrEnum):
     AM_URL = "am_url"
     AM_PROMPT = "am_prompt"
     AGENT_SYNTHESIS = "agent_synthesis"
+
+
+# An account manager's seed inputs are research material: reviewers read them with
+# `review show` / `seed list`; no search returns them, for anyone, whatever the audience.
+NEVER_SERVED_SOURCE_TAGS: tuple[str, ...] = (
+    SourceTag.AM_FILE.value,
+    SourceTag.AM_URL.value,
+    SourceTag.AM_PROMPT.value,
+)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, delete, event, func, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from kbflow import ids
 from kbflow.errors import ConfigError, NotFound, ReviewConflict
 from kbflow.models import (
+    RETIRABLE_STATUSES,
     SERVABLE_PARSE_STATUSES,
     AuditAction,
     Chunk,
@@ -82,6 +84,7 @@ class DocRecord:
             "parse_status": self.parse_status,
             "effective_date": self.effective_date,
             "audience": self.audience,
+            "source_tag": self.source_tag,
             "collection_path": collection_ancestry(self.collection_path),
         }
 
@@ -115,13 +118,8 @@ def collection_ancestry(path: str) -> list[str]:
 
 
 def normalize_collection_path(path: str) -> str:
-    parts = [p.strip() for p in path.strip().strip("/").split("/")]
-    if not path.strip() or any(not p for p in parts):
-        raise ConfigError(
-            f"collection path must be names separated by '/', like 'policies/hr'. "
-            f"Currently it is {path!r}."
-        )
-    return "/".join(parts)
+    """``' /policies / hr/ '`` -> ``policies/hr``; refuses paths that break the id rule."""
+    return ids.collection_path(path)
 
 
 class SqlRegistry:
@@ -163,9 +161,16 @@ class SqlRegistry:
     # --- orgs, users, collections -------------------------------------------------------
 
     def ensure_org(
-        self, org_id: str, name: str | None = None, am_user_id: str | None = None
-    ) -> None:
-        """Create the org if missing; update its name or AM when given."""
+        self,
+        org_id: str,
+        name: str | None = None,
+        am_user_id: str | None = None,
+        *,
+        actor: str = SYSTEM_ACTOR,
+    ) -> bool:
+        """Create the org if missing (its id must follow :func:`kbflow.ids.org_id`); update its
+        name or AM when given. Returns True when it was created."""
+        ids.org_id(org_id)
         with self.session() as s, s.begin():
             org = s.get(OrgRow, org_id)
             if org is None:
@@ -180,11 +185,18 @@ class SqlRegistry:
                         description="Documents not filed in a more specific collection.",
                     )
                 )
-                return
+                s.add(
+                    _admin_audit(
+                        actor, AuditAction.ORG_CREATED, org_id, None,
+                        {"name": name or org_id, "am_user_id": am_user_id},
+                    )
+                )  # fmt: skip
+                return True
             if name:
                 org.name = name
             if am_user_id:
                 org.am_user_id = am_user_id
+            return False
 
     def get_org(self, org_id: str) -> OrgRecord:
         with self.session() as s:
@@ -200,8 +212,8 @@ class SqlRegistry:
             rows = s.scalars(select(OrgRow).order_by(OrgRow.id))
             return [OrgRecord(o.id, o.name, o.am_user_id) for o in rows]
 
-    def assign_am(self, org_id: str, user_id: str) -> OrgRecord:
-        """Make ``user_id`` (an account manager) the org's assigned AM."""
+    def assign_am(self, org_id: str, user_id: str, *, actor: str = SYSTEM_ACTOR) -> OrgRecord:
+        """Make ``user_id`` (an account manager) the org's assigned AM (audited)."""
         user = self.get_user(user_id)
         if user.role is not Role.ACCOUNT_MANAGER:
             raise ConfigError(
@@ -212,24 +224,62 @@ class SqlRegistry:
             org = s.get(OrgRow, org_id)
             if org is None:
                 raise NotFound(f"org {org_id!r} does not exist. Create it first.")
+            before = org.am_user_id
             org.am_user_id = user_id
+            s.add(
+                _admin_audit(
+                    actor, AuditAction.AM_ASSIGNED, org_id, {"am_user_id": before},
+                    {"am_user_id": user_id},
+                )
+            )  # fmt: skip
         return self.get_org(org_id)
 
     def ensure_user(
-        self, user_id: str, role: Role, *, name: str | None = None, org_id: str | None = None
+        self,
+        user_id: str,
+        role: Role,
+        *,
+        name: str | None = None,
+        org_id: str | None = None,
+        actor: str = SYSTEM_ACTOR,
     ) -> UserRecord:
-        """Create the user, or update its role, name and org."""
+        """Create the user, or update its role, name and org (audited; the id must follow
+        :func:`kbflow.ids.user_id`)."""
+        ids.user_id(user_id)
         with self.session() as s, s.begin():
             if org_id is not None and s.get(OrgRow, org_id) is None:
                 raise NotFound(f"org {org_id!r} does not exist. Create it before its users.")
             user = s.get(UserRow, user_id)
+            before = None if user is None else {"role": user.role, "org_id": user.org_id}
             if user is None:
                 s.add(UserRow(id=user_id, name=name or user_id, role=role.value, org_id=org_id))
             else:
                 user.role = role.value
                 user.name = name or user.name
                 user.org_id = org_id
+            s.add(
+                _admin_audit(
+                    actor, AuditAction.USER_SAVED, org_id, before,
+                    {"user_id": user_id, "role": role.value, "org_id": org_id},
+                )
+            )  # fmt: skip
         return self.get_user(user_id)
+
+    def count_superadmins(self) -> int:
+        with self.session() as s:
+            return int(
+                s.scalar(select(func.count()).where(UserRow.role == Role.SUPERADMIN.value)) or 0
+            )
+
+    def record_denied(self, actor: str, attempted: str, *, org_id: str | None, reason: str) -> None:
+        """An audit row for an admin action that was refused (who tried what, and why not)."""
+        with self.session() as s, s.begin():
+            s.add(
+                _admin_audit(
+                    actor, AuditAction.DENIED, org_id, None,
+                    {"attempted": attempted, "reason": reason[:500]},
+                )
+            )  # fmt: skip
 
     def get_user(self, user_id: str) -> UserRecord:
         with self.session() as s:
@@ -370,39 +420,192 @@ class SqlRegistry:
             ReviewConflict: the status was no longer ``expected`` (someone else won the race).
         """
         with self.session() as s, s.begin():
-            row = s.get(DocumentRow, doc_id)
-            if row is None:
-                raise NotFound(f"document {doc_id} does not exist.")
-            cond = (
-                DocumentRow.status.is_(None)
-                if expected is None
-                else DocumentRow.status == expected.value
-            )
-            result = s.execute(
-                update(DocumentRow)
-                .where(DocumentRow.id == doc_id, cond)
-                .values(status=new.value, updated_at=utcnow(), **(changes or {}))
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                s.rollback()
-                raise ReviewConflict(
-                    f"document {doc_id} is no longer {expected.value if expected else 'unset'}; "
-                    f"another decision was applied first. Reload it and decide again."
-                )
-            s.add(
-                AuditRow(
-                    actor=actor,
-                    action=action.value,
-                    org_id=row.org_id,
-                    doc_id=doc_id,
-                    synthesis_run_id=row.synthesis_run_id,
-                    source_tag=row.source_tag,
-                    before={"status": expected.value if expected else None},
-                    after=_audit_after(new, changes, note),
-                )
-            )
+            self._compare_and_set(
+                s, doc_id, expected=expected, new=new, actor=actor, action=action,
+                changes=changes, note=note,
+            )  # fmt: skip
         return self.get_document(doc_id)
+
+    def transition_and_retire(
+        self,
+        doc_id: str,
+        *,
+        expected: DocStatus | None,
+        new: DocStatus,
+        actor: str,
+        action: AuditAction,
+        changes: dict[str, Any] | None = None,
+        note: str | None = None,
+    ) -> tuple[DocRecord, list[str]]:
+        """:meth:`transition` to a servable status, and in the SAME transaction supersede every
+        older live version of the document's source: no instant, crash or not, has two servable
+        versions of one source. Returns the document and the ids it superseded."""
+        with self.session() as s, s.begin():
+            row = self._compare_and_set(
+                s, doc_id, expected=expected, new=new, actor=actor, action=action,
+                changes=changes, note=note,
+            )  # fmt: skip
+            retired = _supersede_older(s, row, actor=actor)
+        return self.get_document(doc_id), retired
+
+    def replace_version(
+        self,
+        old_id: str,
+        new_id: str,
+        *,
+        expected_old: DocStatus | None,
+        actor: str,
+        changes: dict[str, Any] | None = None,
+        note: str | None = None,
+    ) -> tuple[DocRecord, list[str]]:
+        """An edit of an approved document, in one transaction: ``old_id`` must still be
+        ``expected_old`` (else ReviewConflict and nothing changes); the new version
+        ``new_id`` goes pending_review -> approved with ``changes``, and every older live
+        version of the source (``old_id`` among them) is superseded. Returns the new version
+        and the ids it superseded."""
+        with self.session() as s, s.begin():
+            old = s.get(DocumentRow, old_id)
+            if old is None:
+                raise NotFound(f"document {old_id} does not exist.")
+            if old.status != (expected_old.value if expected_old else None):
+                raise ReviewConflict(
+                    f"document {old_id} is no longer {expected_old or 'unset'} (it is "
+                    f"{old.status or 'unset'}); another decision was applied first. Reload it "
+                    "and decide again."
+                )
+            row = self._compare_and_set(
+                s, new_id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED,
+                actor=actor, action=AuditAction.EDITED_APPROVED,
+                changes=changes, note=note,
+            )  # fmt: skip
+            retired = _supersede_older(s, row, actor=actor)
+        return self.get_document(new_id), retired
+
+    def _compare_and_set(
+        self,
+        s: Session,
+        doc_id: str,
+        *,
+        expected: DocStatus | None,
+        new: DocStatus,
+        actor: str,
+        action: AuditAction,
+        changes: dict[str, Any] | None,
+        note: str | None,
+    ) -> DocumentRow:
+        row = s.get(DocumentRow, doc_id)
+        if row is None:
+            raise NotFound(f"document {doc_id} does not exist.")
+        cond = (
+            DocumentRow.status.is_(None)
+            if expected is None
+            else DocumentRow.status == expected.value
+        )
+        result = s.execute(
+            update(DocumentRow)
+            .where(DocumentRow.id == doc_id, cond)
+            .values(status=new.value, updated_at=utcnow(), **(changes or {}))
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            s.rollback()
+            raise ReviewConflict(
+                f"document {doc_id} is no longer {expected.value if expected else 'unset'}; "
+                f"another decision was applied first. Reload it and decide again."
+            )
+        s.add(
+            AuditRow(
+                actor=actor,
+                action=action.value,
+                org_id=row.org_id,
+                doc_id=doc_id,
+                synthesis_run_id=row.synthesis_run_id,
+                source_tag=row.source_tag,
+                before={"status": expected.value if expected else None},
+                after=_audit_after(new, changes, note),
+            )
+        )
+        s.refresh(row)
+        return row
+
+    def publish(
+        self, chunk_counts: dict[str, int], *, retire_older: Iterable[str] = (), actor: str
+    ) -> list[str]:
+        """Make freshly indexed documents servable (``parse_status=ingested`` with their chunk
+        counts) and, in the same transaction, supersede the older live versions of the sources
+        of ``retire_older`` (a subset of ``chunk_counts``). Returns the superseded ids."""
+        if not chunk_counts:
+            return []
+        retiring = set(retire_older)
+        retired: list[str] = []
+        with self.session() as s, s.begin():
+            for doc_id, count in chunk_counts.items():
+                s.execute(
+                    update(DocumentRow)
+                    .where(DocumentRow.id == doc_id)
+                    .values(parse_status=ParseStatus.INGESTED.value, chunk_count=count)
+                    .execution_options(synchronize_session=False)
+                )
+                if doc_id in retiring:
+                    row = s.get(DocumentRow, doc_id)
+                    if row is not None:
+                        s.refresh(row)
+                        retired.extend(_supersede_older(s, row, actor=actor))
+        return retired
+
+    def shadowed_versions(
+        self, org_id: str | None = None, source_keys: Iterable[str] | None = None
+    ) -> list[tuple[DocRecord, str]]:
+        """Versions that should have been retired: a live (approved, status-less or pending)
+        version of a source below a newer version that is servable. Only a crash between the
+        two writes of older kbflow releases leaves them. Returns (version, newer servable id)."""
+        keys = None if source_keys is None else list(dict.fromkeys(source_keys))
+        if keys == []:
+            return []
+        newer = aliased(DocumentRow)
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow, CollectionRow.path, func.max(newer.id))
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .join(
+                    newer,
+                    (newer.org_id == DocumentRow.org_id)
+                    & (newer.source_key == DocumentRow.source_key)
+                    & (newer.version > DocumentRow.version),
+                )
+                .where(
+                    _live(DocumentRow),
+                    (newer.status == DocStatus.APPROVED.value) | newer.status.is_(None),
+                    newer.parse_status.in_(SERVABLE_PARSE_STATUSES),
+                )
+                .group_by(DocumentRow.id, CollectionRow.path)
+                .order_by(DocumentRow.org_id, DocumentRow.source_key, DocumentRow.version)
+            )
+            if org_id is not None:
+                stmt = stmt.where(DocumentRow.org_id == org_id)
+            out: list[tuple[DocRecord, str]] = []
+            for start in range(0, len(keys or [None]), 500):
+                chunk = stmt
+                if keys is not None:
+                    chunk = stmt.where(DocumentRow.source_key.in_(keys[start : start + 500]))
+                out.extend((_record(row, path), str(by)) for row, path, by in s.execute(chunk))
+            return out
+
+    def retire_versions(self, doc_ids: Iterable[str], *, actor: str) -> list[str]:
+        """Supersede these versions if each is still live, with an audit row each, in one
+        transaction. Returns the ids that were retired (others changed state meanwhile)."""
+        wanted = list(dict.fromkeys(doc_ids))
+        if not wanted:
+            return []
+        with self.session() as s, s.begin():
+            rows = list(
+                s.scalars(
+                    select(DocumentRow)
+                    .where(DocumentRow.id.in_(wanted), _live(DocumentRow))
+                    .with_for_update()
+                )
+            )
+            return [_retire(s, row, actor=actor, by=None) for row in rows]
 
     def get_document(self, doc_id: str) -> DocRecord:
         found = self.get_documents([doc_id])
@@ -586,6 +789,59 @@ class SqlRegistry:
                 recent = stmt.order_by(AuditRow.id.desc()).limit(last)
                 return list(reversed(list(s.scalars(recent))))
             return list(s.scalars(stmt.order_by(AuditRow.id)))
+
+
+def _admin_audit(
+    actor: str,
+    action: AuditAction,
+    org_id: str | None,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> AuditRow:
+    return AuditRow(actor=actor, action=action.value, org_id=org_id, before=before, after=after)
+
+
+def _live(table: Any) -> Any:
+    """A version a newer one retires: approved, pending review, or status-less (legacy)."""
+    statuses = [st for st in RETIRABLE_STATUSES if st is not None]
+    return table.status.in_(statuses) | table.status.is_(None)
+
+
+def _supersede_older(s: Session, row: DocumentRow, *, actor: str) -> list[str]:
+    """Inside ``s``'s transaction: supersede every older live version of ``row``'s source."""
+    older = s.scalars(
+        select(DocumentRow)
+        .where(
+            DocumentRow.org_id == row.org_id,
+            DocumentRow.source_key == row.source_key,
+            DocumentRow.version < row.version,
+            _live(DocumentRow),
+        )
+        .with_for_update()
+    )
+    return [_retire(s, old, actor=actor, by=row.id) for old in older]
+
+
+def _retire(s: Session, row: DocumentRow, *, actor: str, by: str | None) -> str:
+    before = row.status
+    row.status = DocStatus.SUPERSEDED.value
+    row.updated_at = utcnow()
+    after: dict[str, Any] = {"status": DocStatus.SUPERSEDED.value}
+    if by:
+        after["superseded_by"] = by
+    s.add(
+        AuditRow(
+            actor=actor,
+            action=AuditAction.SUPERSEDED.value,
+            org_id=row.org_id,
+            doc_id=row.id,
+            synthesis_run_id=row.synthesis_run_id,
+            source_tag=row.source_tag,
+            before={"status": before},
+            after=after,
+        )
+    )
+    return row.id
 
 
 def _audit_after(

@@ -85,7 +85,7 @@ class AuditRow(Base):
     at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     actor: Mapped[str] = mapped_column(String(120))
     action: Mapped[str] = mapped_column(String(64))
-    org_id: Mapped[str] = mapped_column(String(64))
+    org_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: agency-wide
     doc_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     synthesis_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     source_tag: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -145,4 +145,7 @@ class AgentRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     knowledge_base_enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     allowed_collection_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    # The audiences the agent belongs to: documents for one of them (or for everyone) are in
+    # its scope. Set by an admin on the agent, never taken from a request.
+    audiences: Mapped[list[str]] = mapped_column(JSON, default=list)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -7,8 +7,9 @@ import gzip
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbflow.errors import ConfigError, ExtractionError
@@ -44,48 +45,153 @@ def is_jsonl(path: Path) -> bool:
     return path.name.lower().endswith(JSONL_SUFFIXES)
 
 
+@dataclass
+class Discovery:
+    """What discovery found: the sources, and the paths it could not or would not take, each
+    with its reason (reported per path in the ingest report; the rest is ingested)."""
+
+    sources: list[Source] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (path, note): links not followed
+
+
 def discover_sources(inputs: list[str], supported_suffixes: frozenset[str]) -> list[Source]:
+    """The sources of :func:`discover` (paths it skipped are dropped; see `discover`)."""
+    return discover(inputs, supported_suffixes).sources
+
+
+def discover(inputs: list[str], supported_suffixes: frozenset[str]) -> Discovery:
     """Expand paths, directories (recursively) and globs into sources, in a stable order.
 
+    Symbolic links are never followed: one named on the command line is refused (name its
+    target instead), and one met inside a directory or matched by a glob is skipped with a
+    note, so nothing outside the tree you named is read. A file or folder that cannot be read
+    is skipped with its reason; the rest is ingested.
+
     Raises:
-        ConfigError: an input matches nothing.
+        ConfigError: an input is empty, or names nothing that exists or that kbflow can ingest.
     """
+    found = Discovery()
     files: dict[Path, None] = {}
     for item in inputs:
-        matched = _expand(item, supported_suffixes)
-        if not matched:
+        if not item or not item.strip():
+            raise ConfigError(
+                "an empty path was given. Name the files or folders to ingest (use '.' for the "
+                "current folder, explicitly)."
+            )
+        before = (len(found.skipped), len(found.notes))
+        matched = _expand(item, supported_suffixes, found)
+        if not matched and (len(found.skipped), len(found.notes)) == before:
             raise ConfigError(
                 f"{item!r} matches no file kbflow can ingest. Give a file, a directory or a "
                 f"glob; supported: {', '.join(sorted(supported_suffixes | set(JSONL_SUFFIXES)))}."
             )
         for path in matched:
             files[path] = None
-    sources: list[Source] = []
     for path in files:
-        if is_jsonl(path):
-            sources.extend(jsonl_sources(path))
-        else:
-            sources.append(
-                Source(
-                    source_key=path.as_uri(),
-                    uri=path.as_uri(),
-                    content_hash=file_sha256(path),
-                    path=path,
-                )
-            )
-    return sources
+        try:
+            if is_jsonl(path):
+                found.sources.extend(list(jsonl_sources(path)))
+            else:
+                digest = file_sha256(path)
+                found.sources.append(
+                    Source(source_key=path.as_uri(), uri=path.as_uri(), content_hash=digest,
+                           path=path)
+                )  # fmt: skip
+        except (OSError, ExtractionError) as exc:
+            found.skipped.append((str(path), _unreadable(exc)))
+            log.warning("skipped %s: %s", path, exc)
+    return found
 
 
-def _expand(item: str, supported: frozenset[str]) -> list[Path]:
+def _unreadable(exc: BaseException) -> str:
+    if isinstance(exc, PermissionError):
+        return "cannot be read: permission denied. Grant read access and re-run."
+    if isinstance(exc, OSError):
+        return f"cannot be read: {exc.strerror or exc}. Check the file and re-run."
+    return str(exc)
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return str(path.readlink())
+    except OSError:
+        return "?"
+
+
+def _expand(item: str, supported: frozenset[str], found: Discovery) -> list[Path]:
     def wanted(p: Path) -> bool:
-        return p.is_file() and (p.suffix.lower() in supported or is_jsonl(p))
+        return p.suffix.lower() in supported or is_jsonl(p)
 
     path = Path(item).expanduser()
+    if path.is_symlink():
+        found.skipped.append(
+            (
+                str(path),
+                f"is a symbolic link (to {_link_target(path)}): kbflow never follows links; "
+                "name the file or folder it points to instead.",
+            )
+        )
+        return []
     if path.is_dir():
-        return sorted(p.resolve() for p in path.rglob("*") if wanted(p))
-    if path.is_file():
+        root = path.resolve()
+        return sorted(p.resolve() for p in _walk(path, root, wanted, found))
+    if path.exists():
+        if not path.is_file():
+            found.skipped.append((str(path), "is not a regular file (a device, pipe or socket)."))
+            return []
         return [path.resolve()]  # an explicit file is always tried (errors are reported per file)
-    return sorted(Path(p).resolve() for p in glob.glob(item, recursive=True) if wanted(Path(p)))
+    out: list[Path] = []
+    for name in sorted(glob.glob(item, recursive=True)):
+        match = Path(name)
+        if match.is_symlink():
+            found.notes.append(
+                (str(match), f"symbolic link (to {_link_target(match)}) not followed")
+            )
+        elif match.is_file() and wanted(match):
+            out.append(match.resolve())
+    return out
+
+
+def _walk(
+    folder: Path, root: Path, wanted: Callable[[Path], bool], found: Discovery
+) -> Iterator[Path]:
+    """Regular files under ``folder``, depth first; links and unreadable folders are reported,
+    never followed or fatal."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        found.skipped.append((str(folder), f"folder {_unreadable(exc)}"))
+        log.warning("skipped folder %s: %s", folder, exc)
+        return
+    for entry in entries:
+        child = Path(entry.path)
+        if entry.is_symlink():
+            target = _link_target(child)
+            inside = _inside(child, root)
+            where = (
+                "inside the folder (its target is ingested on its own)"
+                if inside
+                else ("out of the folder")
+            )
+            found.notes.append(
+                (str(child), f"symbolic link (to {target}) not followed: it points {where}")
+            )
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(child, root, wanted, found)
+            elif entry.is_file(follow_symlinks=False) and wanted(child):
+                yield child
+        except OSError as exc:
+            found.skipped.append((str(child), _unreadable(exc)))
+
+
+def _inside(link: Path, root: Path) -> bool:
+    try:
+        return link.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop, or a dangling chain
+        return False
 
 
 def file_sha256(path: Path) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbflow import faults
 from kbflow.errors import ExtractionError, IngestFailed
 from kbflow.models import (
     SERVABLE_PARSE_STATUSES,
@@ -31,7 +32,7 @@ from tasks.chunk import document_to_chunks
 from tasks.discover import Source, record_to_document
 from tasks.embed import Embedder
 from tasks.points import chunk_to_point
-from tasks.review import retire_older_versions
+from tasks.review import hide_versions, live_older_versions, retire_shadowed, settle_versions
 from tasks.validate import check_chunk_points
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ class WorkItem:
 class IngestPlan:
     work: list[WorkItem] = field(default_factory=list)
     unchanged: int = 0
+    # Older versions still live below a servable newer one (left by a crash of an older
+    # release): the run retires them, so a re-run converges.
+    shadowed: list[DocRecord] = field(default_factory=list)
 
     @property
     def new(self) -> int:
@@ -113,7 +117,22 @@ def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -
             plan.work.append(WorkItem(source, previous=prev, resume=True))
         else:
             plan.unchanged += 1
+    keys = [s.source_key for s in sources]
+    plan.shadowed = [doc for doc, _ in registry.shadowed_versions(org_id, keys)]
     return plan
+
+
+def repair_shadowed(
+    plan: IngestPlan, registry: SqlRegistry, store: VectorStore, *, actor: str
+) -> int:
+    """Retire the plan's shadowed versions (hidden first, then superseded); returns how many."""
+    if not plan.shadowed:
+        return 0
+    keys = sorted({d.source_key for d in plan.shadowed})
+    org_id = plan.shadowed[0].org_id
+    done = retire_shadowed(registry, store, org_id=org_id, source_keys=keys, actor=actor)
+    plan.shadowed = []
+    return len(done)
 
 
 Extracted = dict[str, "ExtractedDocument | ExtractionError"]
@@ -180,8 +199,11 @@ def index_batch(
         report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
         doc = _register(item, extracted, target, registry)
         if not extracted.sections and extracted.meta.get("empty_reason"):
-            # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it.
-            registry.mark_ingested({doc.id: 0})
+            # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it;
+            # it still retires what the source used to say.
+            report.superseded += _publish(
+                [(item, doc)], {doc.id: 0}, target, store=store, registry=registry
+            )
             report.empty.append((item.source.name, str(extracted.meta["empty_reason"])))
             continue
         chunks = document_to_chunks(
@@ -219,18 +241,49 @@ def index_batch(
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
         registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id])
+        faults.point("ingest.after_chunks")
         stored.append((item, doc))
-    # One upsert (and one flush) per batch; documents become servable only after it.
+    # One upsert (and one flush) per batch; documents become servable only when published.
     store.upsert([p for _, doc in stored for p in by_doc[doc.id]])
-    registry.mark_ingested({doc.id: len(by_doc[doc.id]) for _, doc in stored})
-    for item, doc in stored:
+    faults.point("ingest.after_upsert")
+    report.superseded += _publish(
+        stored, {doc.id: len(by_doc[doc.id]) for _, doc in stored}, target,
+        store=store, registry=registry,
+    )  # fmt: skip
+    for _, doc in stored:
         report.documents += 1
         report.chunks += len(by_doc[doc.id])
         report.doc_ids.append(doc.id)
-        # A new approved version retires the old one now; a draft does so when it is approved.
-        if item.previous is not None and not item.resume and target.status in _LIVE:
-            report.superseded += retire_older_versions(doc, store, registry, actor=target.actor)
     return report
+
+
+def _publish(
+    stored: Sequence[tuple[WorkItem, DocRecord]],
+    chunk_counts: dict[str, int],
+    target: IngestTarget,
+    *,
+    store: VectorStore,
+    registry: SqlRegistry,
+) -> int:
+    """Make stored documents servable; returns how many older versions they retired.
+
+    A new approved version retires the older live versions of its source in the same registry
+    transaction that makes it servable (a draft does so when it is approved). The older
+    versions' chunks are hidden before that commit and re-synced after it, so at no instant,
+    crash or not, are two versions of one source servable.
+    """
+    live = target.status in _LIVE
+    retiring = [doc for item, doc in stored if item.previous is not None and live]
+    hidden = [old for doc in retiring for old in live_older_versions(registry, doc)]
+    hide_versions(store, hidden)
+    faults.point("ingest.after_hide")
+    retired = registry.publish(
+        chunk_counts, retire_older=[doc.id for doc in retiring], actor=target.actor
+    )
+    faults.point("ingest.after_publish")
+    settle_versions(store, registry, hidden, retired)
+    faults.point("ingest.after_settle")
+    return len(retired)
 
 
 def extraction_notes(doc: ExtractedDocument) -> list[str]:
@@ -263,7 +316,7 @@ def _register(
 ) -> DocRecord:
     if item.resume and item.previous is not None:
         return item.previous
-    return registry.create_document(
+    doc = registry.create_document(
         org_id=target.org_id,
         collection_id=target.collection_id,
         source_key=item.source.source_key,
@@ -278,6 +331,8 @@ def _register(
         effective_date=target.effective_date,
         actor=target.actor,
     )
+    faults.point("ingest.after_register")
+    return doc
 
 
 @dataclass
@@ -336,7 +391,9 @@ class IngestSummary:
 
     def raise_if_too_many_skipped(self, max_ratio: float) -> None:
         """Fail the run when more than ``max_ratio`` of the attempted documents were skipped."""
-        attempted = self.documents + len(self.empty) + len(self.skipped)
+        # Unchanged documents count as fine: one newly unreadable file among a hundred
+        # unchanged ones does not fail a re-run.
+        attempted = self.documents + len(self.empty) + len(self.skipped) + self.unchanged
         if attempted and len(self.skipped) / attempted > max_ratio:
             names = "; ".join(f"{s} ({r})" for s, r in self.skipped[:3])
             raise IngestFailed(

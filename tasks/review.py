@@ -2,7 +2,10 @@
 
     pending_review -> approved | rejected        (approve, reject)
     pending_review -> approved, new content      (edit = replace, re-chunk, re-embed, approve)
-    approved | legacy | pending -> superseded    (a newer version of the same source is approved)
+    approved -> new approved version             (edit of an approved document)
+    approved | legacy -> withdrawn               (withdraw: taken out of service, with a note)
+    approved | legacy | pending -> superseded    (a newer version of the same source is approved,
+                                                  in the same registry transaction)
 
 Every transition is a compare-and-set in the registry (a lost race raises
 :class:`~kbflow.errors.ReviewConflict` and changes nothing) and writes exactly one audit row.
@@ -28,10 +31,24 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from kbflow import faults
 from kbflow.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict
-from kbflow.models import AuditAction, DocStatus, ExtractedDocument, ParseStatus, Role
-from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord
+from kbflow.models import (
+    RETIRABLE_STATUSES,
+    AuditAction,
+    Chunk,
+    DocStatus,
+    ExtractedDocument,
+    ParseStatus,
+)
+from sinks.registry import DocRecord, SqlRegistry, UserRecord
 from sinks.vectors import VectorStore
+from tasks.access import (  # noqa: F401  (re-exported: the review commands' authorisation)
+    authorize_decision,
+    authorize_inspection,
+    may_decide,
+    may_inspect,
+)
 from tasks.chunk import document_to_chunks, markdown_to_sections
 from tasks.embed import Embedder
 from tasks.points import chunk_to_point
@@ -39,7 +56,7 @@ from tasks.points import chunk_to_point
 log = logging.getLogger(__name__)
 
 StoreOpener = Callable[[], AbstractContextManager[VectorStore]]
-LIVE_STATUSES = (None, DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value)
+LIVE_STATUSES = RETIRABLE_STATUSES
 
 
 def held(store: VectorStore) -> StoreOpener:
@@ -51,80 +68,104 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-# --- authorisation -------------------------------------------------------------------------
+# --- authorisation (tasks.access; re-exported for the review commands) -----------------------
 
 
-def may_decide(user: UserRecord, org: OrgRecord) -> bool:
-    """Superadmins, and the account manager assigned to the org."""
-    if user.role is Role.SUPERADMIN:
-        return True
-    return user.role is Role.ACCOUNT_MANAGER and org.am_user_id == user.id
+def _authorized(
+    registry: SqlRegistry,
+    doc_id: str,
+    actor_id: str,
+    verb: str,
+    states: tuple[str | None, ...] = (DocStatus.PENDING_REVIEW.value,),
+) -> tuple[DocRecord, UserRecord]:
+    """The document and the actor, once the actor may decide and the document is in one of
+    ``states``. Authorisation comes first, so an outsider learns nothing about its state."""
+    doc = registry.get_document(doc_id)
+    user = authorize_decision(registry, actor_id, doc.org_id)
+    if doc.status not in states:
+        raise ReviewConflict(f"cannot {verb} document {doc_id}: it is {doc.status or 'unset'}"
+                             f"{_why_not(verb, doc.status)}")  # fmt: skip
+    return doc, user
 
 
-def may_inspect(user: UserRecord, org: OrgRecord) -> bool:
-    """Whoever may decide, and experts of the org (or agency-wide experts, with no org)."""
-    if may_decide(user, org):
-        return True
-    return user.role is Role.EXPERT and user.org_id in (None, org.id)
-
-
-def _load_actor(registry: SqlRegistry, actor_id: str) -> UserRecord:
-    try:
-        return registry.get_user(actor_id)
-    except NotFound as exc:
-        raise Forbidden(
-            f"unknown user {actor_id!r}: reviewers must be registered users (`kbflow users add`)."
-        ) from exc
-
-
-def authorize_decision(registry: SqlRegistry, actor_id: str, org_id: str) -> UserRecord:
-    """The actor, loaded from the registry, if they may decide on the org's documents.
-
-    Raises:
-        Forbidden: unknown user, or neither a superadmin nor the org's assigned AM.
-    """
-    user = _load_actor(registry, actor_id)
-    org = registry.get_org(org_id)
-    if not may_decide(user, org):
-        raise Forbidden(
-            f"user {user.id!r} ({user.role.value}) may not review documents of org {org.id!r}: "
-            f"only a superadmin or the org's assigned account manager "
-            f"({org.am_user_id or 'none assigned'}) may. Nothing was changed."
+def _why_not(verb: str, status: str | None) -> str:
+    if status == DocStatus.SUPERSEDED.value:
+        return " (a superseded document cannot be acted on; act on its newest version)."
+    if verb in ("approve", "reject") and status in (DocStatus.APPROVED.value, None):
+        return (
+            ", and only pending_review documents can be decided. To take an approved document "
+            "out of service use `kbflow review withdraw`; to correct it, `kbflow review edit` "
+            "makes a new approved version."
         )
-    return user
-
-
-def authorize_inspection(registry: SqlRegistry, actor_id: str, org_id: str) -> UserRecord:
-    """The actor if they may read the org's drafts (deciders and the org's experts)."""
-    user = _load_actor(registry, actor_id)
-    org = registry.get_org(org_id)
-    if not may_inspect(user, org):
-        raise Forbidden(
-            f"user {user.id!r} ({user.role.value}) may not inspect drafts of org {org.id!r}: "
-            "only a superadmin, the org's assigned account manager or its experts may."
-        )
-    return user
+    if verb == "withdraw":
+        return ", and only an approved document can be withdrawn."
+    return ", and only pending_review documents can be decided."
 
 
 # --- transitions ---------------------------------------------------------------------------
+#
+# A document that becomes servable retires the older live versions of its source in the SAME
+# registry transaction (`SqlRegistry.transition_and_retire`). Vectors follow the fail-safe
+# order: the older versions are hidden before that commit, the new one is shown after it.
 
 
-def _authorized_pending(
-    registry: SqlRegistry, doc_id: str, actor_id: str, verb: str
-) -> tuple[DocRecord, UserRecord]:
-    """The document and the actor, once the actor may decide and the document is pending.
+def live_older_versions(registry: SqlRegistry, doc: DocRecord) -> list[DocRecord]:
+    """Older versions of ``doc``'s source that its approval would retire."""
+    return [
+        o
+        for o in registry.versions_of(doc.org_id, doc.source_key)
+        if o.version < doc.version and o.status in LIVE_STATUSES
+    ]
 
-    Authorisation comes first, so an outsider learns nothing about the document's state.
-    """
-    doc = registry.get_document(doc_id)
-    user = authorize_decision(registry, actor_id, doc.org_id)
-    if doc.status != DocStatus.PENDING_REVIEW.value:
-        why = " (a superseded document cannot be acted on)" if doc.status == "superseded" else ""
-        raise ReviewConflict(
-            f"cannot {verb} document {doc_id}: it is {doc.status or 'unset'}, and only "
-            f"pending_review documents can be decided{why}."
-        )
-    return doc, user
+
+def hide_versions(store: VectorStore, docs: Sequence[DocRecord]) -> None:
+    """Hide these versions' chunks (before the registry commit that retires them)."""
+    for old in docs:
+        store.set_document_payload(old.id, {"status": DocStatus.SUPERSEDED.value})
+
+
+def settle_versions(
+    store: VectorStore, registry: SqlRegistry, hidden: Sequence[DocRecord], retired: Sequence[str]
+) -> None:
+    """After the commit: a hidden version the commit did not retire (it changed state meanwhile,
+    or the commit failed) gets its payload back from the registry; a retired version that was
+    not hidden beforehand (it became live meanwhile) is hidden now."""
+    gone = set(retired)
+    for old in hidden:
+        if old.id not in gone:
+            sync_document(registry.get_document(old.id), store)
+    for doc_id in gone - {o.id for o in hidden}:
+        store.set_document_payload(doc_id, {"status": DocStatus.SUPERSEDED.value})
+
+
+def _publish_decision(
+    doc: DocRecord,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    decide: Callable[[], tuple[DocRecord, list[str]]],
+) -> DocRecord:
+    """Hide the versions ``doc`` retires, run the registry commit ``decide``, then show ``doc``.
+
+    The store is opened before the commit only when there is something to hide, so reviewers
+    of a first version race on the registry, not on the store's lock."""
+    hidden = live_older_versions(registry, doc)
+    if hidden:
+        with open_store() as store:
+            hide_versions(store, hidden)
+    faults.point("review.after_hide")
+    try:
+        decided, retired = decide()
+    except Exception:
+        if hidden:  # the commit failed (a lost race, say): show the older versions again
+            with open_store() as store:
+                settle_versions(store, registry, hidden, [])
+        raise
+    faults.point("review.after_commit")
+    with open_store() as store:
+        sync_document(decided, store)  # drops any chunks of other content, then shows it
+        settle_versions(store, registry, hidden, retired)
+    return decided
 
 
 def approve(
@@ -135,22 +176,23 @@ def approve(
     open_store: StoreOpener,
     note: str | None = None,
 ) -> DocRecord:
-    """pending_review -> approved; the chunks are shown after the registry commit."""
-    _, user = _authorized_pending(registry, doc_id, actor_id, "approve")
-    now = _now()
-    decided = registry.transition(
-        doc_id,
-        expected=DocStatus.PENDING_REVIEW,
-        new=DocStatus.APPROVED,
-        actor=user.id,
-        action=AuditAction.APPROVED,
-        changes={"approved_by": user.id, "approved_at": now},
-        note=note,
+    """pending_review -> approved, retiring older versions in the same commit; the chunks are
+    shown after it."""
+    doc, user = _authorized(registry, doc_id, actor_id, "approve")
+    return _publish_decision(
+        doc,
+        registry=registry,
+        open_store=open_store,
+        decide=lambda: registry.transition_and_retire(
+            doc_id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.APPROVED,
+            actor=user.id,
+            action=AuditAction.APPROVED,
+            changes={"approved_by": user.id, "approved_at": _now()},
+            note=note,
+        ),
     )
-    with open_store() as store:
-        sync_document(decided, store)  # drops any chunks of other content, then shows it
-        retire_older_versions(decided, store, registry, actor=user.id)
-    return decided
 
 
 def reject(
@@ -162,9 +204,10 @@ def reject(
     note: str | None = None,
 ) -> DocRecord:
     """pending_review -> rejected; the chunks are hidden before the registry commit."""
-    _, user = _authorized_pending(registry, doc_id, actor_id, "reject")
+    _, user = _authorized(registry, doc_id, actor_id, "reject")
     with open_store() as store:
         store.set_document_payload(doc_id, {"status": DocStatus.REJECTED.value})
+    faults.point("review.after_hide")
     try:
         return registry.transition(
             doc_id,
@@ -180,6 +223,64 @@ def reject(
         raise
 
 
+def withdraw(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    note: str,
+) -> DocRecord:
+    """approved (or status-less) -> withdrawn: an approved document taken out of service.
+
+    A note saying why is required (it is kept in the audit row). The chunks are hidden before
+    the registry commit, so the document disappears from search at once; answers that cited it
+    are flagged by ``kbflow provenance --stale``.
+    """
+    if not note or not note.strip():
+        raise ConfigError(
+            f"withdrawing document {doc_id} needs a note saying why (--note): it is kept in the "
+            "audit log for whoever asks later."
+        )
+    doc, user = _authorized(
+        registry, doc_id, actor_id, "withdraw", states=(DocStatus.APPROVED.value, None)
+    )
+    with open_store() as store:
+        store.set_document_payload(doc_id, {"status": DocStatus.WITHDRAWN.value})
+    try:
+        return registry.transition(
+            doc_id,
+            expected=DocStatus(doc.status) if doc.status else None,
+            new=DocStatus.WITHDRAWN,
+            actor=user.id,
+            action=AuditAction.WITHDRAWN,
+            note=note.strip(),
+        )
+    except ReviewConflict:
+        sync_payload(doc_id, registry=registry, open_store=open_store)
+        raise
+
+
+def _edited_chunks(
+    doc: DocRecord, doc_id: str, content: str, *, max_words: int, overlap_words: int
+) -> tuple[str, list[Chunk]]:
+    """The edited Markdown as chunks of ``doc_id``, with ids keyed by the new content."""
+    extracted = ExtractedDocument(
+        title=doc.title,
+        uri=doc.uri,
+        sections=tuple(markdown_to_sections(content, title=doc.title)),
+        source_format="md",
+    )
+    content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    chunks = [
+        replace(c, chunk_id=f"{doc_id}@{content_hash[:12]}:{c.chunk_index}")
+        for c in document_to_chunks(
+            doc_id, extracted, max_words=max_words, overlap_words=overlap_words
+        )
+    ]
+    return content_hash, chunks
+
+
 def edit_and_approve(
     doc_id: str,
     actor_id: str,
@@ -192,32 +293,36 @@ def edit_and_approve(
     overlap_words: int = 30,
     note: str | None = None,
 ) -> DocRecord:
-    """Replace a draft's content (Markdown), re-chunk and re-embed it, then approve it.
+    """Replace a document's content (Markdown), re-chunk and re-embed it, and approve it.
 
-    The new chunks are written hidden (as pending_review), the registry commit approves the
-    document with the new content hash, and only then are the chunks shown.
+    A draft (pending_review) is edited in place: the new chunks are written hidden, the
+    registry commit approves the document with the new content hash, and only then are the
+    chunks shown. An approved document gets a NEW version with the edited content, approved in
+    the same commit that supersedes the old one (`edit_approved`). Returns the approved
+    document (for an approved one: its new version).
     """
     if not content or not content.strip():
         raise ConfigError(
             f"the edited content for document {doc_id} is empty; send the full corrected text "
             "(or reject the draft instead)."
         )
-    doc, user = _authorized_pending(registry, doc_id, actor_id, "edit")
-    extracted = ExtractedDocument(
-        title=doc.title,
-        uri=doc.uri,
-        sections=tuple(markdown_to_sections(content, title=doc.title)),
-        source_format="md",
+    doc, user = _authorized(
+        registry,
+        doc_id,
+        actor_id,
+        "edit",
+        states=(DocStatus.PENDING_REVIEW.value, DocStatus.APPROVED.value, None),
     )
-    content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    if doc.status != DocStatus.PENDING_REVIEW.value:
+        return edit_approved(
+            doc, user, content, registry=registry, open_store=open_store, embedder=embedder,
+            max_words=max_words, overlap_words=overlap_words, note=note,
+        )  # fmt: skip
+    content_hash, chunks = _edited_chunks(
+        doc, doc_id, content, max_words=max_words, overlap_words=overlap_words
+    )
     # The edited chunks get their own ids (keyed by the new content) and are written hidden,
     # beside the draft's chunks; which set survives is decided by the registry commit.
-    chunks = [
-        replace(c, chunk_id=f"{doc_id}@{content_hash[:12]}:{c.chunk_index}")
-        for c in document_to_chunks(
-            doc_id, extracted, max_words=max_words, overlap_words=overlap_words
-        )
-    ]
     hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
     vectors = embedder.embed_documents([c.embed_text for c in chunks])
     points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
@@ -226,30 +331,109 @@ def edit_and_approve(
         store.upsert(points)
     now = _now()
     try:
-        decided = registry.transition(
-            doc_id,
-            expected=DocStatus.PENDING_REVIEW,
-            new=DocStatus.APPROVED,
-            actor=user.id,
-            action=AuditAction.EDITED_APPROVED,
-            changes={
-                "edited_by": user.id,
-                "edited_at": now,
-                "approved_by": user.id,
-                "approved_at": now,
-                "content_hash": content_hash,
-                "chunk_count": len(points),
-                "parse_status": ParseStatus.INGESTED.value,
-            },
-            note=note,
+        return _publish_decision(
+            doc,
+            registry=registry,
+            open_store=open_store,
+            decide=lambda: registry.transition_and_retire(
+                doc_id,
+                expected=DocStatus.PENDING_REVIEW,
+                new=DocStatus.APPROVED,
+                actor=user.id,
+                action=AuditAction.EDITED_APPROVED,
+                changes={
+                    "edited_by": user.id,
+                    "edited_at": now,
+                    "approved_by": user.id,
+                    "approved_at": now,
+                    "content_hash": content_hash,
+                    "chunk_count": len(points),
+                    "parse_status": ParseStatus.INGESTED.value,
+                },
+                note=note,
+            ),
         )
     except ReviewConflict:
         sync_payload(doc_id, registry=registry, open_store=open_store)  # drops the edit's chunks
         raise
+
+
+def edit_approved(
+    doc: DocRecord,
+    user: UserRecord,
+    content: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Embedder,
+    max_words: int = 180,
+    overlap_words: int = 30,
+    note: str | None = None,
+) -> DocRecord:
+    """A new approved version of an approved document, with the edited content.
+
+    The new version is registered as a hidden draft, its chunks written hidden; one registry
+    transaction then approves it and supersedes the old version (which must still be approved:
+    a lost race is a conflict and the new version is rejected, never served); the old chunks
+    are hidden before that commit and the new ones shown after it.
+    """
+    created = registry.create_document(
+        org_id=doc.org_id,
+        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
+        source_key=doc.source_key,
+        title=doc.title,
+        uri=doc.uri,
+        content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
+        status=DocStatus.PENDING_REVIEW,
+        source_tag=doc.source_tag,
+        synthesis_run_id=doc.synthesis_run_id,
+        audience=doc.audience,
+        effective_date=doc.effective_date,
+        actor=user.id,
+    )
+    content_hash, chunks = _edited_chunks(
+        created, created.id, content, max_words=max_words, overlap_words=overlap_words
+    )
+    vectors = embedder.embed_documents([c.embed_text for c in chunks])
+    points = [chunk_to_point(c, v, created) for c, v in zip(chunks, vectors, strict=True)]
+    registry.put_chunks(created, content_hash, chunks)
     with open_store() as store:
-        sync_document(decided, store)  # drops the draft's chunks, then shows the edited ones
-        retire_older_versions(decided, store, registry, actor=user.id)
-    return decided
+        store.upsert(points)
+    now = _now()
+    try:
+        return _publish_decision(
+            created,
+            registry=registry,
+            open_store=open_store,
+            decide=lambda: registry.replace_version(
+                doc.id,
+                created.id,
+                expected_old=DocStatus(doc.status) if doc.status else None,
+                actor=user.id,
+                changes={
+                    "edited_by": user.id,
+                    "edited_at": now,
+                    "approved_by": user.id,
+                    "approved_at": now,
+                    "chunk_count": len(points),
+                    "parse_status": ParseStatus.INGESTED.value,
+                },
+                note=note,
+            ),
+        )
+    except ReviewConflict as exc:
+        with open_store() as store:
+            store.delete_document(created.id)
+        registry.transition(
+            created.id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.REJECTED,
+            actor=user.id,
+            action=AuditAction.REJECTED,
+            note=f"edit of {doc.id} not applied: {exc}",
+        )
+        raise
 
 
 def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str) -> bool:
@@ -277,15 +461,36 @@ def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, acto
     return True
 
 
-def retire_older_versions(
-    doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str
-) -> int:
-    """Supersede every older live version of ``doc``'s source; returns how many."""
-    retired = 0
-    for other in registry.versions_of(doc.org_id, doc.source_key):
-        if other.version < doc.version and other.status in LIVE_STATUSES:
-            retired += supersede(other, store, registry, actor=actor)
-    return retired
+def retire_shadowed(
+    registry: SqlRegistry,
+    store: VectorStore,
+    *,
+    org_id: str | None = None,
+    source_keys: Sequence[str] | None = None,
+    actor: str = "system",
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Repair "more than one servable version of a source": every live version below a newer
+    servable one is hidden, then superseded (left behind by a crash of an older release, or
+    by a write that failed half-way). Returns what was (or, with ``dry_run``, would be) done."""
+    shadowed = registry.shadowed_versions(org_id, source_keys)
+    found = [
+        {
+            "doc_id": doc.id,
+            "org_id": doc.org_id,
+            "source_key": doc.source_key,
+            "version": doc.version,
+            "status": doc.status,
+            "shadowed_by": newer,
+        }
+        for doc, newer in shadowed
+    ]
+    if shadowed and not dry_run:
+        docs = [doc for doc, _ in shadowed]
+        hide_versions(store, docs)
+        retired = registry.retire_versions([d.id for d in docs], actor=actor)
+        settle_versions(store, registry, docs, retired)
+    return found
 
 
 def sync_payload(doc_id: str, *, registry: SqlRegistry, open_store: StoreOpener) -> None:
@@ -419,12 +624,26 @@ def list_drafts(
 
 
 def inspect_draft(
-    doc_id: str, actor_id: str, *, registry: SqlRegistry, store: VectorStore
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    store: VectorStore | None = None,
+    open_store: StoreOpener | None = None,
 ) -> DraftView:
-    """A document's full stored text, whatever its status, for an authorised reviewer."""
+    """A document's full stored text, whatever its status, for an authorised reviewer.
+
+    The actor is checked before the store is opened (``open_store``), so a refusal never
+    waits for the store's lock.
+    """
     doc = registry.get_document(doc_id)
     authorize_inspection(registry, actor_id, doc.org_id)
-    chunks = store.inspect_document_chunks(doc_id)
+    if open_store is None:
+        if store is None:
+            raise ValueError("inspect_draft needs a store or a store opener")
+        open_store = held(store)
+    with open_store() as opened:
+        chunks = opened.inspect_document_chunks(doc_id)
     return DraftView(doc=doc, chunks=[str(c.payload.get("text", "")) for c in chunks])
 
 
@@ -438,6 +657,7 @@ class ReconcileReport:
     repaired: list[dict[str, Any]] = field(default_factory=list)
     stale_removed: list[str] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -446,20 +666,26 @@ class ReconcileReport:
             "repaired": self.repaired,
             "stale_removed": self.stale_removed,
             "orphans_removed": self.orphans_removed,
+            "duplicates": self.duplicates,
         }
 
 
 def reconcile(
     registry: SqlRegistry, store: VectorStore, *, org_id: str | None = None, dry_run: bool = False
 ) -> ReconcileReport:
-    """Make the vector store agree with the registry (the source of truth).
+    """Make the registry consistent and the vector store agree with it (the source of truth).
 
-    For every document with chunks in the store: chunks of other content than the registry's
-    (an edit that lost its race or crashed) are deleted; a status or parse status that differs
-    from the registry is rewritten; chunks whose document the registry does not know are
-    deleted. It repairs the store only and never makes a review decision.
+    First, a source with more than one servable version (a crash of an older release between
+    approving a new version and retiring the old) keeps only its newest: the older versions
+    are hidden, then superseded (``duplicates``). Then, for every document with chunks in the
+    store: chunks of other content than the registry's (an edit that lost its race or crashed)
+    are deleted; a status or parse status that differs from the registry is rewritten; chunks
+    whose document the registry does not know are deleted. It never makes a review decision.
     """
     report = ReconcileReport()
+    report.duplicates = retire_shadowed(
+        registry, store, org_id=org_id, actor="reconcile", dry_run=dry_run
+    )
     seen: dict[str, set[tuple[Any, Any, Any]]] = {}
     fields = ["doc_id", "org_id", "status", "parse_status", "content_hash"]
     for hit in store.iter_payloads(fields):

@@ -10,12 +10,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.discover import discover_sources
+from tasks.discover import discover
 from tasks.index import extract_batch, index_batch, plan_ingest
 from tasks.research import run_research
 from tasks.review import apply_decisions, pending_documents
 
-discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover_sources)
+discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover)
 plan_task = task(name="plan-ingest", cache_policy=NO_CACHE)(plan_ingest)
 # Extraction runs in an isolated worker with its own per-file limits (tasks.isolate).
 extract_batch_task = task(name="extract-batch", cache_policy=NO_CACHE)(extract_batch)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kbflow import faults
 from kbflow.errors import ConfigError, Forbidden, ReviewConflict
 from kbflow.models import AuditAction, DocStatus, Role, Scope, SearchMode
 from sinks.registry import SqlRegistry
@@ -207,24 +208,46 @@ def test_crash_between_hide_and_commit_leaves_nothing_unapproved_visible(
     with pytest.raises(Boom):
         review.reject(pending, AM, registry=registry, open_store=review.held(store))
     monkeypatch.undo()
-    # approve of v2: the commit happens, then the process dies before the payload is shown.
-    monkeypatch.setattr(store, "set_document_payload", crash)
-    with pytest.raises(Boom):
+    # approve of v2: the process dies after hiding v1's chunks, before the registry commit.
+    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
         review.approve(newer, AM, registry=registry, open_store=review.held(store))
-    monkeypatch.undo()
 
     for ids in _visible(ctx).values():
         assert pending not in ids and newer not in ids  # nothing unapproved, nothing early
-        assert approved in ids  # the old version was never hidden: it is still approved
+        assert approved not in ids  # hidden first: fail safe, never two versions at once
     assert registry.get_document(pending).status == "pending_review"
-    assert registry.get_document(newer).status == "approved"
+    assert registry.get_document(newer).status == "pending_review"  # the commit never ran
+    assert registry.get_document(approved).status == "approved"
 
     report = review.reconcile(registry, store, org_id=ORG)
-    assert {r["doc_id"] for r in report.repaired} == {pending, newer}
+    assert {r["doc_id"] for r in report.repaired} == {pending, approved}
+    assert report.duplicates == []
     assert review.reconcile(registry, store, org_id=ORG).repaired == []
-    # The reconciler repaired payloads; it makes no review decisions (v1 stays approved).
-    assert newer in _visible(ctx)[SearchMode.HYBRID]
-    assert pending not in _visible(ctx)[SearchMode.HYBRID]
+    # The reconciler repaired payloads from the registry; it makes no review decision.
+    assert approved in _visible(ctx)[SearchMode.HYBRID]
+    assert not {pending, newer} & set(_visible(ctx)[SearchMode.HYBRID])
+
+
+def test_crash_after_the_approval_commit_never_serves_two_versions(ctx: dict[str, Any]) -> None:
+    registry, store = ctx["registry"], ctx["store"]
+    old = _index(ctx, "same", status=DocStatus.APPROVED)
+    new = index_records(
+        [{"key": "same", "title": "v2", "text": f"{TEXT} v2."}],
+        status=DocStatus.PENDING_REVIEW,
+        **ctx,
+    )[0]
+    # The commit approves v2 and supersedes v1 in ONE transaction; the process dies before
+    # v2's chunks are shown.
+    with faults.armed(faults.crash_at("review.after_commit")), pytest.raises(faults.InjectedCrash):
+        review.approve(new, AM, registry=registry, open_store=review.held(store))
+    assert registry.get_document(new).status == "approved"
+    assert registry.get_document(old).status == "superseded"
+    for ids in _visible(ctx).values():
+        assert old not in ids
+    report = review.reconcile(registry, store, org_id=ORG)
+    assert {r["doc_id"] for r in report.repaired} == {new}
+    for ids in _visible(ctx).values():
+        assert new in ids and old not in ids
 
 
 def test_reconcile_removes_orphans_and_respects_dry_run(ctx: dict[str, Any]) -> None:
@@ -306,15 +329,15 @@ def test_an_edit_that_loses_its_race_never_serves_its_text(
 ) -> None:
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
-    real_transition = registry.transition
+    real_commit = registry.transition_and_retire
 
     def approved_first(*args: Any, **kwargs: Any) -> Any:
         # Another reviewer approves the original draft just before the edit commits.
-        monkeypatch.setattr(registry, "transition", real_transition)
+        monkeypatch.setattr(registry, "transition_and_retire", real_commit)
         review.approve(doc_id, ADMIN, registry=registry, open_store=review.held(store))
-        return real_transition(*args, **kwargs)
+        return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(registry, "transition", approved_first)
+    monkeypatch.setattr(registry, "transition_and_retire", approved_first)
     with pytest.raises(ReviewConflict):
         review.edit_and_approve(
             doc_id,
@@ -336,11 +359,8 @@ def test_a_crashed_edit_leaves_hidden_chunks_that_reconcile_removes(
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
 
-    def crash(*_a: Any, **_k: Any) -> Any:
-        raise Boom("injected: died before the edit's registry commit")
-
-    monkeypatch.setattr(registry, "transition", crash)
-    with pytest.raises(Boom):
+    # The process dies after writing the edit's (hidden) chunks, before the registry commit.
+    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
         review.edit_and_approve(
             doc_id,
             AM,
@@ -349,7 +369,6 @@ def test_a_crashed_edit_leaves_hidden_chunks_that_reconcile_removes(
             open_store=review.held(store),
             embedder=ctx["embedder"],
         )
-    monkeypatch.undo()
     assert all(doc_id not in ids for ids in _visible(ctx).values())
     assert review.reconcile(registry, store, dry_run=True).stale_removed == [doc_id]
     # Approving the original (without a reconcile first) must not show the edit's text.
