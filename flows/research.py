@@ -14,6 +14,7 @@ from kbflow.models import ResearchRequest
 from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
+from tasks.access import authorize_decision
 from tasks.budget import push_metrics
 from tasks.embed import get_embedder
 from tasks.fetch import safe_get
@@ -33,6 +34,9 @@ def research(
 ) -> dict[str, Any]:
     """Draft the four KB documents for ``org`` and pause for their review.
 
+    ``reviewer`` is who runs it: the org's account manager or a superadmin (anyone else, or
+    nobody, is refused before anything is fetched); the review form is prefilled with them.
+
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
     ``offline`` skips public context (default: the ``KBFLOW_RESEARCH_OFFLINE`` setting).
@@ -49,6 +53,8 @@ def research(
 
     registry = SqlRegistry.open(settings.registry_url)
     try:
+        # Only the org's AM or a superadmin may start research (deployments included).
+        authorize_decision(registry, reviewer, org, what="run research")
         with open_vector_store(settings) as store:
             outcome = research_task(
                 request,

@@ -35,7 +35,11 @@ from tasks.knowledge import (
 )
 from tasks.llm import AnthropicChat
 
-STALE_STATUSES = (DocStatus.REJECTED.value, DocStatus.SUPERSEDED.value)
+STALE_STATUSES = (
+    DocStatus.REJECTED.value,
+    DocStatus.SUPERSEDED.value,
+    DocStatus.WITHDRAWN.value,
+)
 
 
 def answer_config(settings: Settings) -> AnswerConfig:
@@ -161,7 +165,8 @@ def provenance(
 ) -> list[dict[str, Any]]:
     """Answers that cited a document (or any), each with whether it needs revisiting.
 
-    An answer is stale when a document it cited is now rejected or superseded, or the cited
+    An answer is stale when a document it cited is now rejected, superseded or withdrawn, or
+    the cited
     chunk no longer belongs to the document's current content: it was approved when cited
     (citations are checked), so it changed later.
     """

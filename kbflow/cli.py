@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,8 +21,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kbflow import ids
 from kbflow.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
-from kbflow.models import DocStatus, JobStatus, RetrievalResult, Role, Scope, SearchMode
+from kbflow.models import AuditAction, DocStatus, JobStatus, RetrievalResult, Role, SearchMode
 from kbflow.settings import Settings, configure_environment
 
 if TYPE_CHECKING:
@@ -79,10 +79,39 @@ app.add_typer(tools_app, name="tools")
 console = Console()
 err_console = Console(stderr=True)
 
-OrgOpt = Annotated[str, typer.Option("--org", help="Organisation id (a short slug).")]
+
+def _valid(check: Any) -> Any:
+    """A typer callback that applies one of `kbflow.ids`' rules (None passes: optional)."""
+
+    def callback(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            return check(value)
+        except KbflowError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return callback
+
+
+OrgOpt = Annotated[
+    str,
+    typer.Option("--org", help="Organisation id (a short slug).", callback=_valid(ids.org_id)),
+]
+MaybeOrgOpt = Annotated[
+    str | None,
+    typer.Option("--org", help="Organisation id (a short slug).", callback=_valid(ids.org_id)),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ActorOpt = Annotated[
     str, typer.Option("--as", help="Your user id (see `kbflow users list`); checked per action.")
+]
+AdminOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Your user id: a superadmin (not needed to create the very first superadmin).",
+    ),
 ]
 NoteOpt = Annotated[
     str | None, typer.Option("--note", help="Why: kept with the decision in the audit log.")
@@ -134,7 +163,12 @@ def _print_json(data: Any) -> None:
 @app.command()
 def ingest(
     paths: Annotated[
-        list[str], typer.Argument(help="Files, directories, globs or JSONL(.gz) corpora.")
+        list[str],
+        typer.Argument(
+            help="Files, directories, globs or JSONL(.gz) corpora. Symbolic links are never "
+            "followed: one named here is refused (name its target), one inside a folder is "
+            "skipped with a note."
+        ),
     ],
     org: OrgOpt,
     collection: Annotated[
@@ -162,8 +196,10 @@ def ingest(
 ) -> None:
     """Ingest documents into an org's collection (unchanged files are skipped).
 
-    Audio, video and files over KBFLOW_JOB_THRESHOLD_MB are handed to a background job, whose
-    id is printed at once: follow it with `kbflow jobs status ID`. `--wait` ingests them here.
+    The org must exist (`kbflow orgs create ORG`). Audio, video and files over
+    KBFLOW_JOB_THRESHOLD_MB are handed to a background job, whose id is printed at once:
+    follow it with `kbflow jobs status ID`. `--wait` ingests them here. A file or folder that
+    cannot be read, and a symbolic link, is reported per path and the rest is ingested.
     """
     settings = _settings()
     try:
@@ -321,7 +357,9 @@ def _job_line(job: Any) -> str:
 
 @jobs_app.command("list")
 def jobs_list(
-    org: Annotated[str | None, typer.Option(help="Only this org's jobs.")] = None,
+    org: Annotated[
+        str | None, typer.Option(help="Only this org's jobs.", callback=_valid(ids.org_id))
+    ] = None,
     status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this state.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     as_json: JsonOpt = False,
@@ -377,10 +415,18 @@ def jobs_status(
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     org: Annotated[
-        str | None, typer.Option(help="Org-wide search (engineers and admins; needs --as).")
+        str | None,
+        typer.Option(
+            help="Org-wide search (engineers and admins; needs --as).",
+            callback=_valid(ids.org_id),
+        ),
     ] = None,
     agent: Annotated[
-        str | None, typer.Option(help="Search as this agent: only the collections it may read.")
+        str | None,
+        typer.Option(
+            help="Search as this agent: only the collections it may read.",
+            callback=_valid(ids.agent_id),
+        ),
     ] = None,
     actor: Annotated[
         str | None, typer.Option("--as", help="Your user id (an engineer or superadmin).")
@@ -388,7 +434,11 @@ def search(
     mode: Annotated[SearchMode, typer.Option(help="Retrieval engine.")] = SearchMode.HYBRID,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=200)] = 10,
     audience: Annotated[
-        list[str] | None, typer.Option(help="Caller's audiences (repeatable).")
+        list[str] | None,
+        typer.Option(
+            help="Narrow to these audiences (repeatable). Only narrows: an agent reads the "
+            "audiences set on it, a person those of their role."
+        ),
     ] = None,
     collection: Annotated[
         list[str] | None, typer.Option(help="Restrict to these collections (repeatable).")
@@ -402,7 +452,7 @@ def search(
     comes from the keyword fallback over the registry and is marked degraded.
     """
     settings = _settings()
-    from kbflow.tools import agent_scope, check_org_wide_search
+    from kbflow.tools import agent_scope, narrow_audiences, person_scope
     from kbflow.wiring import search_context
 
     if (agent is None) == (org is None):
@@ -416,14 +466,15 @@ def search(
         with search_context(settings, degrade=True) as ctx:
             if agent is not None:
                 scope = agent_scope(ctx.registry, agent, tuple(collection or ()))
+                who = f"agent {agent}"
             else:
                 assert org is not None
-                check_org_wide_search(ctx.registry, actor, org)
-                scope = Scope(org, collections=tuple(collection) if collection else None)
+                scope = person_scope(ctx.registry, actor, org, tuple(collection or ()))
+                who = f"user {actor}"
             if scope is None:
                 result = RetrievalResult([], mode, reason=f"knowledge base is off for {agent}")
             else:
-                scope = replace(scope, audiences=tuple(audience or ()))
+                scope = narrow_audiences(scope, tuple(audience or ()), who)
                 result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
     except KbflowError as exc:
         raise _fail(exc) from exc
@@ -536,22 +587,36 @@ def orgs_create(
     am: Annotated[
         str | None,
         typer.Option(
-            "--am", help="Assign this account manager (a user added with --role account_manager)."
+            "--am",
+            help="Assign this account manager (a user added with --role account_manager); "
+            "needs --as a superadmin.",
         ),
     ] = None,
+    actor: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create an org; if it exists, rename it (--name) or assign its account manager (--am)."""
+    """Create an org; if it exists, rename it (--name) or assign its account manager (--am).
+
+    The id is a short lowercase slug (letters, digits, '-' and '_'). Assigning the account
+    manager needs --as a superadmin.
+    """
     settings = _settings()
     from kbflow.wiring import open_registry
+    from tasks.access import authorize_admin
 
     try:
+        ids.org_id(org)
         with open_registry(settings) as registry:
-            registry.ensure_org(org, name=name)
+            admin = (
+                authorize_admin(registry, actor, "assign account managers", org_id=org)
+                if am
+                else actor or "cli"
+            )
+            registry.ensure_org(org, name=name, actor=admin)
             record = registry.get_org(org)
             if am:
                 try:
-                    record = registry.assign_am(org, am)
+                    record = registry.assign_am(org, am, actor=admin)
                 except KbflowError as exc:
                     raise type(exc)(
                         f"{exc} Org {org!r} is saved with account manager "
@@ -573,15 +638,19 @@ def orgs_create(
 def orgs_assign_am(
     org: Annotated[str, typer.Argument(help="Organisation id.")],
     user: Annotated[str, typer.Argument(help="User id of an account manager.")],
+    actor: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make USER (an account manager) the one who approves ORG's documents."""
+    """Make USER (an account manager) the one who approves ORG's documents (a superadmin's
+    decision: --as; audited)."""
     settings = _settings()
     from kbflow.wiring import open_registry
+    from tasks.access import authorize_admin
 
     try:
         with open_registry(settings) as registry:
-            record = registry.assign_am(org, user)
+            admin = authorize_admin(registry, actor, "assign account managers", org_id=org)
+            record = registry.assign_am(org, user, actor=admin)
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -626,19 +695,35 @@ def users_add(
     name: Annotated[str | None, typer.Option(help="Display name (default: the id).")] = None,
     org: Annotated[
         str | None,
-        typer.Option("--org", help="The user's organisation (must exist; omit for agency-wide)."),
+        typer.Option(
+            "--org",
+            help="The user's organisation (must exist; omit for agency-wide).",
+            callback=_valid(ids.org_id),
+        ),
     ] = None,
+    actor: AdminOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a user, or update an existing one (its role and org are replaced by what you give)."""
+    """Add a user, or update an existing one (its role and org are replaced by what you give).
+
+    Managing users and roles needs --as a superadmin; only the very first superadmin of a
+    registry that has none is created without it. Every change is audited
+    (`kbflow audit`).
+    """
     settings = _settings()
     from kbflow.wiring import open_registry
+    from tasks.access import authorize_admin
 
     try:
+        ids.user_id(user)
         with open_registry(settings) as registry:
+            admin = authorize_admin(
+                registry, actor, "manage users and roles", org_id=org,
+                bootstrap=role is Role.SUPERADMIN,
+            )  # fmt: skip
             if org:
                 registry.get_org(org)  # a clear "does not exist" instead of a foreign-key error
-            record = registry.ensure_user(user, role, name=name, org_id=org)
+            record = registry.ensure_user(user, role, name=name, org_id=org, actor=admin)
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -742,13 +827,14 @@ def review_show(
 ) -> None:
     """A document's metadata and full stored text, chunk by chunk, whatever its status."""
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from sinks.vectors import open_vector_store
+    from kbflow.wiring import open_registry, store_opener
     from tasks.review import inspect_draft
 
     try:
-        with open_registry(settings) as registry, open_vector_store(settings) as store:
-            view = inspect_draft(doc_id, actor, registry=registry, store=store)
+        with open_registry(settings) as registry:  # rights first: the store only once allowed
+            view = inspect_draft(
+                doc_id, actor, registry=registry, open_store=store_opener(settings)
+            )
     except KbflowError as exc:
         raise _fail_review(exc) from exc
     if as_json:
@@ -840,9 +926,41 @@ def review_reject(
     _decide("reject", doc_id, actor, note, as_json)
 
 
+@review_app.command("withdraw")
+def review_withdraw(
+    doc_id: Annotated[str, typer.Argument(help="Document id of an approved document.")],
+    actor: ActorOpt,
+    note: Annotated[
+        str,
+        typer.Option("--note", help="Why it is taken out of service (required; audited)."),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Take an approved document out of service: hidden from every search at once, audited
+    with your note; `kbflow provenance --stale` then flags the answers that cited it.
+
+    Only a superadmin or the org's assigned account manager may. Exit code 3 means it was no
+    longer approved (someone else acted first; nothing was changed).
+    """
+    settings = _settings()
+    from kbflow.wiring import open_registry, store_opener
+    from tasks.review import withdraw
+
+    try:
+        with open_registry(settings) as registry:
+            doc = withdraw(
+                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
+            )
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
+    _print_decision(doc, "withdrew", actor, as_json)
+
+
 @review_app.command("edit")
 def review_edit(
-    doc_id: Annotated[str, typer.Argument(help="Document id of a pending_review draft.")],
+    doc_id: Annotated[
+        str, typer.Argument(help="Document id of a pending_review draft or an approved document.")
+    ],
     actor: ActorOpt,
     file: Annotated[
         Path | None,
@@ -854,10 +972,12 @@ def review_edit(
     note: NoteOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Replace a draft's text with a corrected one, re-chunk and re-embed it, and approve it.
+    """Replace a document's text with a corrected one, re-chunk and re-embed it, and approve it.
 
-    Give the whole text (--file or --content), not a diff. Only a superadmin or the org's assigned
-    account manager may. Exit code 3 means someone else decided first.
+    A draft is approved with the new text; an approved document gets a new approved version
+    that supersedes it (in one step: never both, never neither). Give the whole text (--file or
+    --content), not a diff. Only a superadmin or the org's assigned account manager may. Exit
+    code 3 means someone else decided first.
     """
     settings = _settings()
     try:
@@ -1019,9 +1139,16 @@ def _audit_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -
 @seed_app.callback()
 def seed(
     ctx: typer.Context,
-    org: Annotated[str | None, typer.Option("--org", help="Organisation id.")] = None,
+    org: Annotated[
+        str | None, typer.Option("--org", help="Organisation id.", callback=_valid(ids.org_id))
+    ] = None,
     file: Annotated[
-        list[Path] | None, typer.Option("--file", help="A file to seed (repeatable, max 20).")
+        list[Path] | None,
+        typer.Option(
+            "--file",
+            help="A file to seed (repeatable; at most 20 in the org's bundle). Symbolic links "
+            "are refused.",
+        ),
     ] = None,
     url: Annotated[
         list[str] | None, typer.Option("--url", help="A URL to research (repeatable).")
@@ -1029,13 +1156,19 @@ def seed(
     prompt: Annotated[
         list[str] | None, typer.Option("--prompt", help="Free-text guidance (repeatable).")
     ] = None,
+    actor: Annotated[
+        str | None,
+        typer.Option("--as", help="Your user id: the org's account manager or a superadmin."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Seed research inputs for an org (`kbflow seed --org ORG --file F --url U --prompt T`).
+    """Seed research inputs for an org (`kbflow seed --org ORG --as AM --file F --url U
+    --prompt T`).
 
-    Files are at most 25 MB each and 20 per bundle; a bundle over a limit stores nothing. The
-    first http(s) URL is taken as the client's homepage. Inputs are readable by reviewers and
-    never returned to agents. `kbflow seed list --org ORG` lists them.
+    Only the org's account manager or a superadmin may. Files are at most 25 MB each and 20
+    in the org's bundle as a whole; a command that would pass a limit stores nothing. The
+    first http(s) URL is taken as the client's homepage. Inputs are readable by reviewers
+    (`kbflow seed list`, `kbflow review show`) and never returned by any search.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -1044,26 +1177,26 @@ def seed(
     settings = _settings()
     from kbflow.wiring import open_registry
     from sinks.vectors import open_vector_store
+    from tasks.access import authorize_decision
     from tasks.embed import get_embedder
     from tasks.isolate import isolated_extractor
     from tasks.seed import SeedBundle, seed_bundle
 
     bundle = SeedBundle(tuple(file or ()), tuple(url or ()), tuple(prompt or ()))
     try:
-        bundle.check()
-        with (
-            isolated_extractor(settings) as extract,
-            open_registry(settings) as registry,
-            open_vector_store(settings) as store,
-        ):
-            report = seed_bundle(
-                bundle,
-                org,
-                registry=registry,
-                store=store,
-                embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
-                extract_file=extract,
-            )
+        with open_registry(settings) as registry:
+            user = authorize_decision(registry, actor, org, what="seed research inputs")
+            bundle.check()
+            with isolated_extractor(settings) as extract, open_vector_store(settings) as store:
+                report = seed_bundle(
+                    bundle,
+                    org,
+                    registry=registry,
+                    store=store,
+                    embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+                    extract_file=extract,
+                    actor=user.id,
+                )
     except KbflowError as exc:
         raise _fail(exc) from exc
     result = {
@@ -1081,15 +1214,17 @@ def seed(
 
 
 @seed_app.command("list")
-def seed_list(org: OrgOpt, as_json: JsonOpt = False) -> None:
-    """List an org's seed inputs (am_file, am_url, am_prompt)."""
+def seed_list(org: OrgOpt, actor: ActorOpt, as_json: JsonOpt = False) -> None:
+    """List an org's seed inputs (am_file, am_url, am_prompt): for those who may read its
+    drafts (a superadmin, its account manager, its experts)."""
     settings = _settings()
     from kbflow.wiring import open_registry
+    from tasks.access import authorize_inspection
     from tasks.seed import list_seeds
 
     try:
         with open_registry(settings) as registry:
-            registry.get_org(org)
+            authorize_inspection(registry, actor, org)
             seeds = list_seeds(registry, org)
     except KbflowError as exc:
         raise _fail(exc) from exc
@@ -1115,7 +1250,12 @@ def research(
         int, typer.Option("--budget", min=1, help="Token budget for the run.")
     ] = 200_000,
     actor: Annotated[
-        str | None, typer.Option("--as", help="Reviewer to prefill in the review form.")
+        str | None,
+        typer.Option(
+            "--as",
+            help="Your user id: the org's account manager or a superadmin (also prefilled as "
+            "the reviewer in the review form).",
+        ),
     ] = None,
     review_timeout: Annotated[
         int | None,
@@ -1128,14 +1268,23 @@ def research(
 ) -> None:
     """Draft the four KB documents for an org from its seed bundle, then pause for review.
 
-    Uses Anthropic when ANTHROPIC_API_KEY is set, else the offline extractive synthesizer. The
-    drafts are pending_review (never searchable) until approved. With a Prefect server
+    Only the org's account manager or a superadmin may (--as). Uses Anthropic when
+    ANTHROPIC_API_KEY is set, else the offline extractive synthesizer. The drafts are
+    pending_review (never searchable) until approved. With a Prefect server
     (`kbflow server`, PREFECT_API_URL exported) the run pauses for the review form in the UI;
     without one, review with `kbflow review list/approve/reject`.
     """
     import os
 
-    _settings()
+    settings = _settings()
+    from kbflow.wiring import open_registry
+    from tasks.access import authorize_decision
+
+    try:  # refuse before starting a flow run (the flow checks again, for deployments)
+        with open_registry(settings) as registry:
+            authorize_decision(registry, actor, org, what="run research")
+    except KbflowError as exc:
+        raise _fail_review(exc) from exc
     from flows.research import research as research_flow
 
     timeout = review_timeout
@@ -1180,25 +1329,29 @@ def research(
 
 @app.command()
 def audit(
-    org: OrgOpt,
+    org: MaybeOrgOpt = None,
     doc: Annotated[str | None, typer.Option("--doc", help="Only this document's rows.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="Show the most recent N rows.")] = 200,
     as_json: JsonOpt = False,
 ) -> None:
-    """An org's audit log: who created, approved, rejected, edited or superseded what, and when."""
+    """An org's audit log: who created, approved, rejected, edited, withdrew or superseded
+    what, who assigned its account manager and changed its users, and when. Without --org:
+    the agency-wide rows (users and roles of no org, refused admin actions)."""
     settings = _settings()
     from kbflow.wiring import open_registry
 
     try:
         with open_registry(settings) as registry:
-            registry.get_org(org)  # an unknown org is an error, not an empty log
+            if org is not None:
+                registry.get_org(org)  # an unknown org is an error, not an empty log
             rows = registry.audit_trail(org, doc, last=limit)
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:
         _print_json([_audit_dict(r) for r in rows])
         return
-    table = Table(title=f"audit log of {escape(org)} ({len(rows)} rows)")
+    title = f"audit log of {escape(org)}" if org else "agency-wide audit log"
+    table = Table(title=f"{title} ({len(rows)} rows)")
     for col in ("time", "actor", "action", "doc", "run", "tag", "before → after"):
         table.add_column(col)
     for r in rows:
@@ -1643,10 +1796,28 @@ def agents_create(
     disabled: Annotated[
         bool, typer.Option("--disabled", help="Create with the knowledge base switched off.")
     ] = False,
+    audience: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An audience the agent reads as (repeatable; needs --as a superadmin). "
+            "Without: only documents meant for everyone."
+        ),
+    ] = None,
+    actor: AdminOpt = None,
 ) -> None:
-    """Create an agent; it may read every collection of its org until you `allow` some."""
+    """Create an agent; it may read every collection of its org until you `allow` some.
+
+    Its audiences are a property of the agent (never of a request): documents ingested for an
+    audience reach only agents given it here or with `kbflow agents audience`.
+    """
     with _catalog() as (catalog, _):
-        made = catalog.create_agent(org, agent_id, name, enabled=not disabled)
+        if audience:
+            from tasks.access import authorize_admin
+
+            authorize_admin(catalog.registry, actor, "give agents audiences", org_id=org)
+        made = catalog.create_agent(
+            org, agent_id, name, enabled=not disabled, audiences=tuple(audience or ())
+        )
     console.print(f"created agent {escape(made.id)} in {escape(made.org_id)}")
 
 
@@ -1672,6 +1843,43 @@ def agents_disallow(agent_id: AgentArg, collection: CollectionsArg) -> None:
     """Take collections off an agent's allow-list. The last one cannot be removed (an empty
     list means every collection): allow another first, or `agents show ID --disable`."""
     _agent_change(agent_id, collection, allow=False)
+
+
+@agents_app.command("audience")
+def agents_audience(
+    agent_id: AgentArg,
+    audience: Annotated[
+        list[str] | None,
+        typer.Argument(help="The audiences it reads as (replacing the current ones)."),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Remove every audience (documents for everyone only).")
+    ] = False,
+    actor: AdminOpt = None,
+) -> None:
+    """Set the audiences an agent reads as (a superadmin's decision: --as; audited).
+
+    Documents ingested with `--audience A` reach only agents that read as A; documents without
+    an audience (or for `all`) reach every agent in scope. Seed inputs reach none.
+    """
+    if not audience and not clear:
+        raise _fail(KbflowError("name the audiences to set, or --clear to remove them all"))
+    from tasks.access import authorize_admin
+
+    with _catalog() as (catalog, _):
+        agent = catalog.get_agent(agent_id)
+        admin = authorize_admin(
+            catalog.registry, actor, "give agents audiences", org_id=agent.org_id
+        )
+        before = list(agent.audiences)
+        agent = catalog.set_audiences(agent_id, tuple(audience or ()))
+        catalog.registry.record_admin(
+            admin, AuditAction.AGENT_AUDIENCES, org_id=agent.org_id,
+            before={"agent": agent_id, "audiences": before},
+            after={"agent": agent_id, "audiences": list(agent.audiences)},
+        )  # fmt: skip
+    shown = ", ".join(agent.audiences) or "none (documents for everyone only)"
+    console.print(f"{escape(agent.id)} reads as: {escape(shown)}")
 
 
 @agents_app.command("show")
@@ -1714,7 +1922,9 @@ def tools_call(
             help="list_knowledge_collections, search_knowledge_base or research_knowledge_search"
         ),
     ],
-    agent: Annotated[str, typer.Option(help="The agent the call is made for.")],
+    agent: Annotated[
+        str, typer.Option(help="The agent the call is made for.", callback=_valid(ids.agent_id))
+    ],
     args: Annotated[str, typer.Option("--args", help="The arguments as a JSON object.")] = "{}",
 ) -> None:
     """Call a tool as an agent would; prints its JSON result."""
@@ -1734,7 +1944,12 @@ def tools_call(
     _print_json(result)
 
 
-AgentOpt = Annotated[str, typer.Option("--agent", help="The agent asking (see `kbflow agents`).")]
+AgentOpt = Annotated[
+    str,
+    typer.Option(
+        "--agent", help="The agent asking (see `kbflow agents`).", callback=_valid(ids.agent_id)
+    ),
+]
 
 
 @app.command()
@@ -1884,7 +2099,9 @@ def provenance(
     ] = None,
     stale: Annotated[
         bool,
-        typer.Option(help="Only answers citing documents later rejected, superseded or changed."),
+        typer.Option(
+            help="Only answers citing documents later rejected, superseded, withdrawn or changed."
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:

@@ -174,7 +174,13 @@ def _research_step(settings: Settings, files: list[Path], *, show_progress: bool
         from flows.research import research
 
         # The demo never fetches the web: its client is fictional.
-        research(org=DEMO_ORG, client_name=CLIENT_NAME, review_timeout_s=0, offline=True)
+        research(
+            org=DEMO_ORG,
+            client_name=CLIENT_NAME,
+            reviewer=DEMO_AM,  # research is the org's AM's to run
+            review_timeout_s=0,
+            offline=True,
+        )
         with open_registry(settings) as registry:
             drafts = _latest_run(registry)
     question = "What bikes does Larkspur sell and at what price?"

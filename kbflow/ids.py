@@ -60,6 +60,11 @@ def user_id(value: object) -> str:
     return _check("user id", value, _USER, USER_RULE)
 
 
+def audience(value: object) -> str:
+    """A valid audience name (documents and agents are tagged with them), or ConfigError."""
+    return _check("audience", value, _SLUG, SLUG_RULE)
+
+
 def collection_name(value: object) -> str:
     """A valid collection name (one path segment), or ConfigError."""
     return _check("collection name", value, _SLUG, SLUG_RULE)

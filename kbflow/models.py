@@ -68,6 +68,7 @@ class AuditAction(StrEnum):
     USER_SAVED = "kb.user.saved"
     AM_ASSIGNED = "kb.org.am_assigned"
     ORG_CREATED = "kb.org.created"
+    AGENT_AUDIENCES = "kb.agent.audiences"
     DENIED = "kb.access.denied"
 
 

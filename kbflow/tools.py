@@ -10,14 +10,15 @@ name to its schemas and function; `call_tool` validates the arguments and the re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kbflow.errors import Forbidden, KbflowError
-from kbflow.models import Role, Scope, SearchMode
+from kbflow.models import Scope, SearchMode
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.registry import SqlRegistry
+from tasks.access import authorize_org_wide_search, person_audiences
 
 MAX_TOP_K = 50
 
@@ -193,8 +194,8 @@ def search_knowledge_base(
     if not paths:
         out["note"] = f"agent {agent.id} may read no collection"
         return out
-    result = ctx.retrieve(query, Scope(agent.org_id, collections=paths), mode=SearchMode.HYBRID,
-                          top_k=top_k)  # fmt: skip
+    scope = Scope(agent.org_id, collections=paths, audiences=agent.audiences)
+    result = ctx.retrieve(query, scope, mode=SearchMode.HYBRID, top_k=top_k)
     out.update(
         kb_context_provided=result.kb_context_provided,
         degraded=result.degraded,
@@ -248,24 +249,44 @@ def agent_scope(
                 f"{', '.join(readable) or 'nothing'}"
             )
         readable = list(collections)
-    return Scope(agent.org_id, collections=tuple(readable))
+    return Scope(agent.org_id, collections=tuple(readable), audiences=agent.audiences)
+
+
+def person_scope(
+    registry: SqlRegistry, actor_id: str | None, org_id: str, collections: tuple[str, ...] = ()
+) -> Scope:
+    """The scope of an org-wide search by a person (engineers and superadmins only): every
+    collection of the org (or ``collections``), the audiences their role reads as."""
+    user = authorize_org_wide_search(registry, actor_id, org_id)
+    audiences = person_audiences(user)
+    return Scope(
+        org_id,
+        collections=collections or None,
+        audiences=audiences or (),
+        all_audiences=audiences is None,
+    )
+
+
+def narrow_audiences(scope: Scope, requested: tuple[str, ...], who: str) -> Scope:
+    """``scope`` limited to the ``requested`` audiences, each of which it must already read:
+    a request may narrow what a caller sees, never widen it."""
+    if not requested:
+        return scope
+    wanted = tuple(dict.fromkeys(requested))
+    beyond = [a for a in wanted if not scope.all_audiences and a not in scope.audiences]
+    if beyond:
+        mine = ", ".join(scope.audiences) or "none beyond documents for everyone"
+        raise Forbidden(
+            f"{who} does not read the audience {', '.join(beyond)}: its audiences are {mine}. "
+            "--audience only narrows a search; an agent's audiences are set by a superadmin "
+            "(`kbflow agents audience`), a person's follow from their role."
+        )
+    return replace(scope, audiences=wanted, all_audiences=False)
 
 
 def check_org_wide_search(registry: SqlRegistry, actor_id: str | None, org_id: str) -> None:
     """An org-wide search (no agent scoping) is for engineers and superadmins only."""
-    if not actor_id:
-        raise Forbidden(
-            "an org-wide search needs --as USER (an engineer or superadmin); agents search "
-            "with --agent"
-        )
-    user = registry.get_user(actor_id)
-    if user.role not in (Role.ENGINEER, Role.SUPERADMIN):
-        raise Forbidden(
-            f"user {actor_id} is a {user.role.value}: org-wide search is for engineers and "
-            "superadmins; search as an agent with --agent"
-        )
-    if user.role is Role.ENGINEER and user.org_id not in (None, org_id):
-        raise Forbidden(f"engineer {actor_id} belongs to org {user.org_id}, not {org_id}")
+    authorize_org_wide_search(registry, actor_id, org_id)
 
 
 def _agent(catalog: Catalog, agent_id: str) -> Any:
@@ -321,6 +342,38 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+def _strict_validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator whose "integer" is an integer: JSON Schema lets 5.0 pass (and
+    Python's True is an int), but a tool that slices by ``top_k`` must not get either."""
+    import jsonschema
+
+    base = jsonschema.validators.validator_for(schema)
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _c, v: isinstance(v, int) and not isinstance(v, bool)
+    ).redefine("number", lambda _c, v: isinstance(v, int | float) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def _first_unencodable(value: Any, where: str = "arguments") -> tuple[str, str] | None:
+    """The first string (and where it is) that cannot be encoded as UTF-8, if any."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where, value
+        return None
+    items: Any = (
+        value.items()
+        if isinstance(value, dict)
+        else (enumerate(value) if isinstance(value, list) else ())
+    )
+    for key, item in items:
+        found = _first_unencodable(item, str(key) if where == "arguments" else f"{where}/{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def export_schemas() -> list[dict[str, Any]]:
     return [tool.export() for tool in TOOLS.values()]
 
@@ -333,10 +386,17 @@ def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> d
     if tool is None:
         raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
     try:
-        jsonschema.validate(arguments, tool.input_schema)
+        _strict_validator(tool.input_schema).validate(arguments)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
         raise ToolError(f"invalid arguments for {name}: {where}: {exc.message}") from None
+    bad_text = _first_unencodable(arguments)
+    if bad_text is not None:
+        where, value = bad_text
+        raise ToolError(
+            f"invalid arguments for {name}: {where}: {value!r} is not valid Unicode text (it "
+            "holds a lone surrogate, e.g. from bytes that are not UTF-8); send UTF-8 text."
+        )
     result = tool.func(ctx, agent_id, **arguments)
     jsonschema.validate(result, tool.output_schema)  # our own contract: a bug if it fails
     return result

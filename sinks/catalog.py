@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from kbflow import ids
 from kbflow.errors import ConfigError, NotFound
 from sinks.registry import SqlRegistry, collection_ancestry
 from sinks.registry_schema import AgentRow, ChunkRow, CollectionRow, DocumentRow, OrgRow
@@ -49,6 +50,7 @@ class AgentRecord:
     name: str
     knowledge_base_enabled: bool
     allowed_collection_ids: tuple[int, ...]
+    audiences: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -57,6 +59,7 @@ class AgentRecord:
             "name": self.name,
             "knowledge_base_enabled": self.knowledge_base_enabled,
             "allowed_collection_ids": list(self.allowed_collection_ids),
+            "audiences": list(self.audiences),
         }
 
 
@@ -73,7 +76,12 @@ def _agent(row: AgentRow) -> AgentRecord:
         row.name,
         bool(row.knowledge_base_enabled),
         tuple(sorted(int(i) for i in row.allowed_collection_ids or ())),
+        tuple(row.audiences or ()),
     )
+
+
+def _audiences(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(ids.audience(v) for v in values))
 
 
 def _refuse_taken(s: Session, org_id: str, path: str) -> None:
@@ -129,9 +137,7 @@ class Catalog:
         self, org_id: str, name: str, description: str, parent: int | str | None = None
     ) -> CollectionRecord:
         """Create a collection; a description is required (agents read it to pick one)."""
-        name = name.strip()
-        if not name or "/" in name:
-            raise ConfigError(f"a collection name must be non-empty and without '/': {name!r}")
+        name = ids.collection_name(name.strip() if isinstance(name, str) else name)
         if not description or not description.strip():
             raise ConfigError(
                 f"collection {name!r} needs a description: agents read it to decide where to "
@@ -276,8 +282,16 @@ class Catalog:
     # --- agents ---------------------------------------------------------------------------
 
     def create_agent(
-        self, org_id: str, agent_id: str, name: str | None = None, *, enabled: bool = True
+        self,
+        org_id: str,
+        agent_id: str,
+        name: str | None = None,
+        *,
+        enabled: bool = True,
+        audiences: tuple[str, ...] = (),
     ) -> AgentRecord:
+        ids.agent_id(agent_id)
+        wanted = _audiences(audiences)
         with self.registry.session() as s, s.begin():
             if s.get(OrgRow, org_id) is None:
                 raise NotFound(f"org {org_id!r} does not exist — create it first")
@@ -289,6 +303,7 @@ class Catalog:
                 name=name or agent_id,
                 knowledge_base_enabled=enabled,
                 allowed_collection_ids=[],
+                audiences=list(wanted),
             )
             s.add(row)
             s.flush()
@@ -320,6 +335,16 @@ class Catalog:
                     f"{agent_id} --disable`)"
                 )
             row.allowed_collection_ids = sorted(wanted)
+        return self.get_agent(agent_id)
+
+    def set_audiences(self, agent_id: str, audiences: tuple[str, ...]) -> AgentRecord:
+        """Replace the audiences the agent reads as (empty: only documents for everyone)."""
+        wanted = _audiences(audiences)
+        with self.registry.session() as s, s.begin():
+            row = s.get(AgentRow, agent_id)
+            if row is None:
+                raise NotFound(f"agent {agent_id!r} does not exist")
+            row.audiences = list(wanted)
         return self.get_agent(agent_id)
 
     def set_enabled(self, agent_id: str, enabled: bool) -> AgentRecord:

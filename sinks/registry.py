@@ -271,6 +271,19 @@ class SqlRegistry:
                 s.scalar(select(func.count()).where(UserRow.role == Role.SUPERADMIN.value)) or 0
             )
 
+    def record_admin(
+        self,
+        actor: str,
+        action: AuditAction,
+        *,
+        org_id: str | None,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> None:
+        """An audit row for an administrative change made elsewhere (an agent's audiences)."""
+        with self.session() as s, s.begin():
+            s.add(_admin_audit(actor, action, org_id, before, after))
+
     def record_denied(self, actor: str, attempted: str, *, org_id: str | None, reason: str) -> None:
         """An audit row for an admin action that was refused (who tried what, and why not)."""
         with self.session() as s, s.begin():
@@ -777,12 +790,14 @@ class SqlRegistry:
             return [_record(row, path) for row, path in s.execute(stmt)]
 
     def audit_trail(
-        self, org_id: str, doc_id: str | None = None, *, last: int | None = None
+        self, org_id: str | None, doc_id: str | None = None, *, last: int | None = None
     ) -> list[AuditRow]:
         """An org's audit rows (of one document, if given), oldest first; ``last`` keeps the
-        most recent N."""
+        most recent N. ``org_id=None``: the agency-wide rows (users and roles of no org)."""
         with self.session() as s:
-            stmt = select(AuditRow).where(AuditRow.org_id == org_id)
+            stmt = select(AuditRow).where(
+                AuditRow.org_id == org_id if org_id is not None else AuditRow.org_id.is_(None)
+            )
             if doc_id:
                 stmt = stmt.where(AuditRow.doc_id == doc_id)
             if last is not None:

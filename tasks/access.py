@@ -104,6 +104,11 @@ def authorize_admin(
     if bootstrap and registry.count_superadmins() == 0:
         return actor_id or "bootstrap"
     try:
+        if not actor_id:
+            raise Forbidden(
+                f"only a superadmin may {attempted}: say who you are with --as USER (a "
+                "superadmin). Nothing was changed."
+            )
         user = load_actor(registry, actor_id, what=attempted)
         if user.role is not Role.SUPERADMIN:
             raise Forbidden(

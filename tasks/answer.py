@@ -59,6 +59,7 @@ from tasks.knowledge import (
     Synthesis,
 )
 from tasks.pii import scrub, scrub_payload
+from tasks.retrieve import require_text
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +284,7 @@ def knowledge_search(
     Raises:
         ConfigError: no query, too many, or an empty one.
     """
-    queries = [q.strip() for q in queries]
+    queries = [require_text(q, f"Query {i + 1}").strip() for i, q in enumerate(queries)]
     if not 1 <= len(queries) <= MAX_QUERIES or not all(queries):
         raise ConfigError(
             f"give 1 to {MAX_QUERIES} non-empty queries. Currently {len(queries)} "
@@ -498,7 +499,7 @@ def answer(
     Raises:
         ConfigError: the question is empty.
     """
-    question = question.strip()
+    question = require_text(question, "The question").strip()
     if not question:
         raise ConfigError("The question is empty. Ask something.")
     turn_id = new_turn_id()

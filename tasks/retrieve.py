@@ -186,9 +186,29 @@ def retrieve(
     return RetrievalResult(ranked, mode, reranked=True)
 
 
+def require_text(value: object, what: str) -> str:
+    """``value`` if it is text that can be encoded as UTF-8, else ConfigError naming ``what``:
+    a lone surrogate (bytes that were not UTF-8 on a command line, or a bad JSON escape) is the
+    caller's error, not something to hand to a model or an engine."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be text. Currently it is {type(value).__name__}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start}, e.g. "
+            "from bytes that are not UTF-8). Send UTF-8 text."
+        ) from None
+    return value
+
+
 def _check_query(query: str, top_k: int) -> None:
+    """Argument errors are the caller's, never an engine outage: raise before any engine runs."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool):
+        raise ConfigError(f"top_k must be a whole number. Currently it is {top_k!r}.")
     if top_k <= 0:
         raise ConfigError(f"top_k must be greater than 0. Currently it is {top_k}.")
+    require_text(query, "The query")
     if not query.strip():
         raise ConfigError("The query is empty. Ask a question or give some keywords.")
 

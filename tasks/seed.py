@@ -47,6 +47,11 @@ class SeedBundle:
                 "Seed the most useful ones, or ingest the rest with `kbflow ingest`."
             )
         for path in self.files:
+            if path.is_symlink():
+                raise ConfigError(
+                    f"seed file {path} is a symbolic link: kbflow never follows links. Seed the "
+                    "file it points to. Nothing was stored."
+                )
             if not path.is_file():
                 raise ConfigError(f"seed file {path} does not exist or is not a file.")
             size = path.stat().st_size
@@ -67,11 +72,30 @@ class SeedBundle:
                 raise ConfigError("a seed prompt is empty. Nothing was stored.")
 
 
+def _file_key(path: Path) -> str:
+    return f"am_file:{path.resolve().as_uri()}"
+
+
+def check_room(bundle: SeedBundle, registry: SqlRegistry, org_id: str) -> None:
+    """Refuse a bundle that would take the org's seed bundle past its file cap: the cap holds
+    for the bundle as a whole (what earlier `seed` commands stored counts), not per command.
+    Re-seeding a file already in the bundle takes no new room."""
+    seeded = {d.source_key for d in list_seeds(registry, org_id) if d.source_tag == "am_file"}
+    adding = {_file_key(p) for p in bundle.files} - seeded
+    if len(seeded) + len(adding) > MAX_SEED_FILES:
+        raise ConfigError(
+            f"org {org_id!r}'s seed bundle holds {len(seeded)} file(s); {len(adding)} more "
+            f"would pass its cap of {MAX_SEED_FILES} files per org. Seed at most "
+            f"{max(MAX_SEED_FILES - len(seeded), 0)} more, or ingest the rest with `kbflow "
+            "ingest`. Nothing was stored."
+        )
+
+
 def bundle_sources(bundle: SeedBundle, org_id: str) -> dict[SourceTag, list[Source]]:
     """The bundle's inputs as sources, grouped by tag (stable keys: re-seeding is idempotent)."""
     files = [
         Source(
-            source_key=f"am_file:{p.resolve().as_uri()}",
+            source_key=_file_key(p),
             uri=p.resolve().as_uri(),
             content_hash=file_sha256(p),
             path=p.resolve(),
@@ -118,9 +142,11 @@ def seed_bundle(
     extract_file: Callable[[Source], ExtractedDocument],
     actor: str = "system",
 ) -> BatchReport:
-    """Check the bundle, then store each input as a tagged document (unchanged ones skipped)."""
+    """Check the bundle (and the room left in the org's bundle), then store each input as a
+    tagged document (unchanged ones skipped)."""
     bundle.check()
     registry.get_org(org_id)
+    check_room(bundle, registry, org_id)
     collection = registry.ensure_collection(
         org_id, SEED_COLLECTION, "Account-manager inputs for research"
     )

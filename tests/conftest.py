@@ -42,6 +42,15 @@ def require_binaries(*names: str) -> None:
         pytest.skip(f"not installed: {', '.join(missing)} (`make system-deps` installs them)")
 
 
+def make_org(org: str) -> None:
+    """Create ``org`` in the test's KBFLOW_HOME (ingest refuses an org that does not exist)."""
+    registry = SqlRegistry.open(Settings().registry_url)
+    try:
+        registry.ensure_org(org)
+    finally:
+        registry.close()
+
+
 def datasets_dir(*parts: str) -> Path:
     """A path under ../shared/datasets, or skip the test when it is absent."""
     path = DATASETS.joinpath(*parts)

@@ -15,6 +15,7 @@ from kbflow.errors import IngestFailed
 from kbflow.models import DocStatus, Scope, SearchMode
 from kbflow.settings import Settings
 from kbflow.wiring import open_registry, search_context
+from tests.conftest import make_org
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,9 @@ def corpus(tmp_path: Path) -> Any:
 def _ingest(paths: list[str], **kw: Any) -> dict[str, Any]:
     from flows.ingest import ingest
 
-    return ingest(paths=paths, org=kw.pop("org", "larkspur"), collection="kb", **kw)
+    org = kw.pop("org", "larkspur")
+    make_org(org)
+    return ingest(paths=paths, org=org, collection="kb", **kw)
 
 
 def test_ingest_is_idempotent_and_versions_changes(

@@ -17,6 +17,7 @@ from tests.bad_inputs import (
     write_bad_corpus,
     write_renamed_pdf,
 )
+from tests.conftest import make_org
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.integration
 def _ingest(paths: list[str]) -> dict[str, Any]:
     from flows.ingest import ingest
 
+    make_org("acme")
     return ingest(paths=paths, org="acme", collection="kb")
 
 

@@ -17,7 +17,7 @@ from kbflow.settings import Settings
 from kbflow.wiring import open_registry, search_context
 from sinks.jobs import JobStore
 from sinks.vectors import open_vector_store
-from tests.conftest import datasets_dir, require_binaries
+from tests.conftest import datasets_dir, make_org, require_binaries
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +44,7 @@ def test_every_real_document_ingests_with_its_provenance(
     sources = datasets_dir("real-docs", "sources")
     names = sorted(p.name for p in sources.iterdir() if p.is_file())
 
+    make_org("docs")
     report = ingest(paths=[str(sources)], org="docs", collection="real")
 
     assert report["skipped"] == []
@@ -102,6 +103,7 @@ def test_media_ingests_as_a_job_that_returns_at_once(
     runner = CliRunner()
 
     started = time.monotonic()
+    make_org("media")
     result = runner.invoke(
         app, ["ingest", str(clip), str(note), "--org", "media", "--collection", "calls", "--json"]
     )
@@ -130,6 +132,7 @@ def test_a_job_whose_files_all_fail_is_failed_with_the_reason(tmp_path: Path) ->
 
     require_binaries("ffmpeg", "ffprobe")
     video = silent_video_without_audio(tmp_path / "screen.mp4")
+    make_org("media")
     result = CliRunner().invoke(app, ["ingest", str(video), "--org", "media", "--json"])
     assert result.exit_code == 0, result.output
     (job,) = json.loads(result.stdout)["jobs"]

@@ -270,7 +270,7 @@ def _decisions_audit(registry: SqlRegistry) -> list[tuple[str, str, str]]:
     return [
         (row.action, row.doc_id, row.actor)
         for row in registry.audit_trail(ORG)
-        if row.action != AuditAction.CREATED.value
+        if row.doc_id is not None and row.action != AuditAction.CREATED.value
     ]
 
 

@@ -36,6 +36,7 @@ def test_help_lists_every_command() -> None:
 
 
 def test_ingest_of_a_missing_path_fails_clearly(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["orgs", "create", "acme"]).exit_code == 0
     result = runner.invoke(app, ["ingest", str(tmp_path / "nope"), "--org", "acme"])
     assert result.exit_code == 1
     assert "matches no file kbflow can ingest" in result.output
@@ -56,7 +57,9 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     assert report["draft"]["status"] == "pending_review" and report["draft"]["stored_chunks"] > 0
     assert sum(i["documents"] for i in report["ingest"]) == 6
 
-    made = _kbflow("users", "add", "ops", "--role", "engineer", home=home)
+    root = _kbflow("users", "add", "root", "--role", "superadmin", home=home)
+    assert root.returncode == 0, root.stderr[-2000:]
+    made = _kbflow("users", "add", "ops", "--role", "engineer", "--as", "root", home=home)
     assert made.returncode == 0, made.stderr[-2000:]
     refused = _kbflow("search", "annual leave days", "--org", "larkspur", home=home)
     assert refused.returncode == 1 and "--as USER" in refused.stderr

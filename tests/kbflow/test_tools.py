@@ -199,7 +199,8 @@ def test_property_no_search_leaves_the_allowed_subtree(
     world: dict[str, Any], allowed: list[str], enabled: bool, pick: int
 ) -> None:
     catalog: Catalog = world["catalog"]
-    agent_id = f"agent-{len(allowed)}-{enabled}-{pick}-{'-'.join(allowed)}"
+    agent_id = f"agent-{len(allowed)}-{enabled}-{pick}-{'-'.join(allowed)}".lower()
+    agent_id = agent_id.replace("/", "_").rstrip("-")
     try:
         catalog.get_agent(agent_id)
     except Exception:

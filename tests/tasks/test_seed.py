@@ -48,8 +48,10 @@ def test_seeded_inputs_are_tagged_listed_and_hidden_from_agents(
     assert all(d.audience == SEED_AUDIENCE for d in seeds)
     for mode in SearchMode:
         assert search("busy parents organic baby food", Scope(org_id=ORG), mode=mode, **ctx) == []
-    reviewer_scope = Scope(org_id=ORG, audiences=(SEED_AUDIENCE,))
-    assert search("busy parents", reviewer_scope, **ctx)
+    # Never served, whatever the audience: reviewers read seeds through `review show`.
+    for scope in (Scope(org_id=ORG, audiences=(SEED_AUDIENCE,)), Scope(ORG, all_audiences=True)):
+        for mode in SearchMode:
+            assert search("busy parents organic baby food", scope, mode=mode, **ctx) == []
     again = _seed(ctx, bundle)
     assert again.documents == 0  # unchanged inputs are not stored twice
 

@@ -1,0 +1,115 @@
+"""A changed re-ingest killed with a real SIGKILL (`kill -9`) in the middle, as the hostile review
+did it: the CLI in a subprocess dies at a fault point (``KBFLOW_FAULT_AT=…=kill``) with no
+chance to clean up. After the kill no source has two servable versions and no retired text is
+served; the same command run again converges; reconcile then finds nothing to repair.
+``tests/tasks/test_ingest_crash.py`` checks every instant of the run in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbflow.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
+from kbflow.settings import Settings
+from kbflow.wiring import open_registry, search_context
+
+pytestmark = pytest.mark.integration
+
+FILES = 20
+
+
+def _write(folder: Path, version: int) -> None:
+    folder.mkdir(exist_ok=True)
+    for i in range(FILES):
+        (folder / f"route-{i:02d}.md").write_text(
+            f"# Ferry route {i}\n\nEdition {version}: boarding for route {i} closes "
+            f"{10 + version} minutes before departure. Marker v{version}x{i}.\n"
+        )
+
+
+def _kbflow(home: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KBFLOW_HOME": str(home), "KBFLOW_INGEST_BATCH_DOCS": "5"}
+    env.pop("KBFLOW_FAULT_AT", None)
+    if fault:
+        env["KBFLOW_FAULT_AT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "kbflow.cli", *args],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+
+
+def _state(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Servable versions per source, and which versions' texts a search returns."""
+    monkeypatch.setenv("KBFLOW_HOME", str(home))
+    settings = Settings()
+    with open_registry(settings) as registry:
+        docs = registry.list_documents("acme")
+    servable: dict[str, list[int]] = {}
+    for d in docs:
+        if d.status in (None, "approved") and d.parse_status in SERVABLE_PARSE_STATUSES:
+            servable.setdefault(d.source_key, []).append(d.version)
+    served: dict[str, set[int]] = {}
+    with search_context(settings) as ctx:
+        for mode in SearchMode:
+            for hit in ctx.search(
+                "ferry route boarding edition departure", Scope(org_id="acme"), mode=mode,
+                top_k=50,
+            ):  # fmt: skip
+                version = 1 if "Marker v1x" in hit.text else 2
+                served.setdefault(hit.uri, set()).add(version)
+    return {"servable": servable, "served": served}
+
+
+def _check(state: dict[str, Any]) -> None:
+    doubles = {k: v for k, v in state["servable"].items() if len(v) > 1}
+    assert not doubles, f"two servable versions: {doubles}"
+    for uri, versions in state["served"].items():
+        assert versions == set(state["servable"][uri]), (uri, versions)
+
+
+KILLS = [
+    pytest.param("ingest.after_hide:2", id="after_hide-2"),
+    pytest.param("ingest.after_register:7", id="after_register-7", marks=pytest.mark.slow),
+    pytest.param("ingest.after_upsert:1", id="after_upsert-1", marks=pytest.mark.slow),
+    pytest.param("ingest.after_publish:3", id="after_publish-3", marks=pytest.mark.slow),
+    pytest.param("ingest.after_settle:4", id="after_settle-4", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("fault", KILLS)
+def test_kill_9_during_a_changed_reingest_then_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    home, folder = tmp_path / "home", tmp_path / "docs"
+    assert _kbflow(home, "orgs", "create", "acme").returncode == 0
+    _write(folder, 1)
+    first = _kbflow(home, "ingest", str(folder), "--org", "acme", "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    _write(folder, 2)
+
+    killed = _kbflow(home, "ingest", str(folder), "--org", "acme", "--json", fault=f"{fault}=kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    after_kill = _state(home, monkeypatch)
+    _check(after_kill)
+
+    rerun = _kbflow(home, "ingest", str(folder), "--org", "acme", "--json")
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    converged = _state(home, monkeypatch)
+    _check(converged)
+    assert len(converged["servable"]) == FILES
+    assert all(v == [2] for v in converged["servable"].values())
+    assert all(v == {2} for v in converged["served"].values())
+
+    dry = _kbflow(home, "reconcile", "--org", "acme", "--dry-run", "--json")
+    report = json.loads(dry.stdout)
+    assert report["duplicates"] == [] and report["repaired"] == []
+    again = json.loads(_kbflow(home, "ingest", str(folder), "--org", "acme", "--json").stdout)
+    assert (again["documents"], again["unchanged"]) == (0, FILES)
