@@ -1148,10 +1148,8 @@ def research(
         _print_json(report)
         return
     if report["budget_exceeded"]:
-        console.print(
-            f"[red]budget exceeded[/red] after {report['consumed_tokens']} tokens: nothing was "
-            "persisted. Raise --budget or seed less."
-        )
+        # Which cap stopped it (the fetch cap or the token budget) and what raises that one.
+        console.print(f"[red]research budget exceeded[/red]: {escape(report['budget_stop'])}")
         for note in report["notes"]:
             console.print(f"  {escape(note)}")
         raise typer.Exit(1)
