@@ -1896,6 +1896,12 @@ def provenance(
     if as_json:
         _print_json(rows)
         return
+    if not rows and doc is not None:  # a known document: `find` refuses an unknown id
+        which = ("citing it needs revisiting" if stale else "cites it") + (
+            f" (since {since})" if since else ""
+        )
+        console.print(f"[dim]document {escape(doc)}: no recorded answer {escape(which)}.[/dim]")
+        return
     if not rows:
         console.print("[dim]no recorded answer matches.[/dim]")
         return
