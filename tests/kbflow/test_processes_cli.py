@@ -108,6 +108,14 @@ def _wait_for(
         time.sleep(0.2)
 
 
+def _soon(condition: Callable[[], Any], timeout_s: float = 5) -> Any:
+    """``condition()``'s first truthy value within ``timeout_s``, else its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
+
+
 def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-4000:] if log.exists() else "(no output)"
 
@@ -186,7 +194,7 @@ def test_kill_9_of_an_ingest_orphans_its_temporary_server_until_the_next_command
     spawned.append(psutil.Process(ingest.pid))
     server = _wait_for(lambda: _temporary_server(ingest), "temporary server", ingest, log)
     spawned.append(server)
-    record = _pid_file(home, TEMPORARY_SERVER)  # written when the server started
+    record = _soon(lambda: _pid_file(home, TEMPORARY_SERVER))  # written as the server started
 
     ingest.kill()
     ingest.wait(timeout=30)
