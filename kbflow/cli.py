@@ -30,7 +30,26 @@ if TYPE_CHECKING:
     from sinks.registry import DocRecord, OrgRecord, UserRecord
     from sinks.registry_schema import AuditRow
 
-app = typer.Typer(
+
+class _Program(typer.Typer):
+    """The ``kbflow`` program. Run as a process (``kbflow …``, ``python -m kbflow.cli``; typer's
+    test runner calls the commands directly), it first takes charge of the Prefect servers it
+    may start: orphans of dead kbflow processes are reaped, SIGTERM/SIGHUP become a clean exit,
+    and what it starts is recorded and stopped with it (`kbflow.processes.guard_process`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from kbflow.processes import guard_process
+
+        try:
+            home = Settings().home
+        except ValueError:
+            home = None  # the command reports bad settings itself
+        if home is not None:
+            guard_process(home)
+        return super().__call__(*args, **kwargs)
+
+
+app = _Program(
     name="kbflow",
     help="kbflow: ingest an org's documents, gate them by review, and serve gated hybrid search.",
     no_args_is_help=True,
@@ -1273,11 +1292,15 @@ def demo(as_json: JsonOpt = False) -> None:
 def server(
     port: Annotated[int, typer.Option(help="Port for the Prefect UI/API.")] = 4200,
 ) -> None:
-    """Start a Prefect server (UI, pause/resume, schedules) with kbflow's data directory."""
-    import os
-    import subprocess
+    """Start a Prefect server (UI, pause/resume, schedules) with kbflow's data directory.
 
-    _settings()
+    SIGTERM, SIGINT (Ctrl-C) or SIGHUP stop it and everything it started.
+    """
+    import os
+
+    from kbflow.processes import PREFECT_SERVER, run_supervised
+
+    settings = _settings()
     console.print(
         f"Prefect UI on http://127.0.0.1:{port} — in other shells, "
         f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
@@ -1293,7 +1316,7 @@ def server(
         "--port",
         str(port),
     ]
-    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))
+    raise typer.Exit(run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=os.environ))
 
 
 DatasetOpt = Annotated[
