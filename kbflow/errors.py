@@ -86,3 +86,10 @@ class LlmReplyInvalid(KbflowError, ValueError):
 
 class LedgerError(KbflowError, RuntimeError):
     """The answer ledger could not be written or read (e.g. another process holds it)."""
+
+
+class ReviewTimeout(KbflowError, RuntimeError):
+    """Nobody answered a paused review in time; every draft stays pending_review.
+
+    Not a ``TimeoutError``: Prefect's engine reads one raised by a flow as the flow's own
+    timeout ("Flow run failed due to timeout", logged without its type)."""
