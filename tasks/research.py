@@ -58,6 +58,7 @@ class ResearchOutcome:
     notes: list[str] = field(default_factory=list)
     synthesizer: str = ""
     superseded_drafts: int = 0
+    stopped: str | None = None  # why the run stopped early (the budget), else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +140,7 @@ def run_research(
             ),
             notes=notes,
             synthesizer=synthesizer.model_id,
+            stopped=str(exc),
         )
 
     run_id = uuid.uuid4().hex

@@ -500,6 +500,31 @@ def same_content(edited: str | None, draft: str) -> bool:
     return edited.replace("\r\n", "\n").strip() == draft.replace("\r\n", "\n").strip()
 
 
+def review_failure(org_id: str, reviewer: str | None, outcomes: Sequence[Outcome]) -> str | None:
+    """Why a review run did not do its job, or None when it did (it then ends Completed).
+
+    The rule: a run fails when its reviewer was refused (authorisation is per reviewer, so
+    nothing was applied), or when decisions were submitted and every one was invalid (not
+    pending in this run, a duplicate, an empty edit). A run with at least one applied decision,
+    one where every row was left on skip, or one that lost races (someone else decided first:
+    the documents are decided) completes; its report lists every row that was not applied.
+    """
+    refused = [o for o in outcomes if o.result == "forbidden"]
+    applied = sum(o.applied for o in outcomes)
+    done = f"{applied} applied" if applied else "nothing was applied"
+    if refused:
+        return (
+            f"reviewer {reviewer!r} may not review org {org_id!r}; {done} "
+            f"({len(refused)} decisions refused): {refused[0].message}"
+        )
+    if outcomes and all(o.result in ("invalid", "not_found") for o in outcomes):
+        return (
+            f"none of the {len(outcomes)} decisions by {reviewer!r} for org {org_id!r} could "
+            f"be applied; {done}: {outcomes[0].message}"
+        )
+    return None
+
+
 # --- reconciliation ------------------------------------------------------------------------
 
 

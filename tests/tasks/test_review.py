@@ -424,3 +424,21 @@ def test_same_content_ignores_line_endings_and_outer_blank_space_only() -> None:
     assert not review.same_content("# T\n\nLine one!\n", draft)
     assert not review.same_content("# T\nLine one.\n", draft)  # a changed line break counts
     assert not review.same_content(None, draft)
+
+
+def test_review_failure_only_for_a_refused_reviewer_or_only_invalid_rows() -> None:
+    def o(result: Any, message: str = "") -> review.Outcome:
+        return review.Outcome("d", "approve", result, message)
+
+    refused = review.review_failure(
+        ORG, "mallory", [o("forbidden", "user 'mallory' may not."), o("forbidden")]
+    )
+    assert refused is not None
+    assert refused.startswith("reviewer 'mallory' may not review org 'acme'; nothing was applied")
+    assert "user 'mallory' may not." in refused
+    invalid = review.review_failure(ORG, AM, [o("invalid", "not pending"), o("not_found")])
+    assert invalid is not None and "nothing was applied: not pending" in invalid
+    # A lost race among applied rows, lost races only, or nothing decided: the run completes.
+    assert review.review_failure(ORG, AM, [o("applied"), o("conflict"), o("invalid")]) is None
+    assert review.review_failure(ORG, AM, [o("conflict")]) is None
+    assert review.review_failure(ORG, AM, []) is None
