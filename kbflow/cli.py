@@ -192,19 +192,22 @@ def ingest(
             f"--effective-date must be YYYY-MM-DD. Currently it is {effective_date!r}."
         )
         raise _fail(bad) from exc
+    from kbflow.flow_cli import quiet_expected_failures
+
     try:
-        report = run_ingest(
-            settings,
-            paths,
-            org=org,
-            collection=collection,
-            status=status,
-            audience=audience,
-            effective_date=eff,
-            source_tag=source_tag,
-            show_progress=not as_json,
-            wait=wait,
-        )
+        with quiet_expected_failures():  # an IngestFailed is one message, not a traceback
+            report = run_ingest(
+                settings,
+                paths,
+                org=org,
+                collection=collection,
+                status=status,
+                audience=audience,
+                effective_date=eff,
+                source_tag=source_tag,
+                show_progress=not as_json,
+                wait=wait,
+            )
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -943,11 +946,12 @@ def review_flow(
     Start `kbflow server` in another shell first, then in this one export
     PREFECT_API_URL=http://127.0.0.1:4200/api
 
-    Open the paused run in the UI, pick approve, edit, reject or skip for each
-    draft and resume it. Decisions are checked like `kbflow review approve`.
+    While it waits, the run's id and UI link are printed on stderr: open it, press Resume,
+    pick approve, edit, reject or skip for each draft and submit. Each draft's text is shown
+    in the form and prefilled for edit. Decisions are checked like `kbflow review approve`;
+    a refused reviewer ends the run Failed (the report still prints, exit code 0).
     """
     _settings()  # points Prefect at kbflow's data dir before it is imported
-    from prefect.exceptions import FlowPauseTimeout
     from prefect.settings import get_current_settings
 
     if not get_current_settings().api.url:
@@ -958,22 +962,23 @@ def review_flow(
         )
         raise _fail(bad)
     from flows.review import review as run_review_flow
+    from kbflow.errors import RunFailed
+    from kbflow.flow_cli import running_flow
 
+    failure = None
     try:
-        report = run_review_flow(org=org, reviewer=actor, timeout_s=timeout)
-    except KbflowError as exc:
+        with running_flow(err_console):
+            report = run_review_flow(org=org, reviewer=actor, timeout_s=timeout)
+    except RunFailed as exc:  # the run ended Failed; what it did is in its report
+        report, failure = exc.report, str(exc)
+    except KbflowError as exc:  # incl. ReviewTimeout: nobody answered in time
         raise _fail_review(exc) from exc
-    except FlowPauseTimeout as exc:
-        bad = KbflowError(
-            f"no decisions arrived within {timeout}s, so every draft of {org!r} stays "
-            "pending_review. Run `kbflow review flow` again, or decide with "
-            "`kbflow review approve/reject/edit`."
-        )
-        raise _fail(bad) from exc
     if as_json:
         _print_json(report)
-        return
-    _print_report(report)
+    else:
+        _print_report(report)
+    if failure:
+        err_console.print(f"[red]review run failed:[/red] {escape(failure)}", soft_wrap=True)
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -1148,23 +1153,36 @@ def research(
 
     _settings()
     from flows.research import research as research_flow
+    from kbflow.errors import RunFailed
+    from kbflow.flow_cli import running_flow
 
     timeout = review_timeout
     if timeout is None:
         timeout = 3600 if os.environ.get("PREFECT_API_URL") else 0
     try:
-        report = research_flow(
-            org=org,
-            client_name=client_name,
-            model=model,
-            budget_cap_tokens=budget,
-            reviewer=actor,
-            review_timeout_s=timeout,
-        )
+        with running_flow(err_console):
+            report = research_flow(
+                org=org,
+                client_name=client_name,
+                model=model,
+                budget_cap_tokens=budget,
+                reviewer=actor,
+                review_timeout_s=timeout,
+            )
+    except RunFailed as exc:  # the budget stopped it, or its review failed: see the report
+        report = exc.report
     except KbflowError as exc:
         raise _fail(exc) from exc
+    # Exit codes as before runs could end Failed: a review that did not finish (a timeout)
+    # exits 1; a review that ran and refused its reviewer prints its report and exits 0.
+    review_failed = report.get("review_failed")
+    unfinished = bool(review_failed) and "review" not in report
     if as_json:
         _print_json(report)
+        if review_failed:
+            err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
+        if unfinished:
+            raise typer.Exit(1)
         return
     if report["budget_exceeded"]:
         # Which cap stopped it (the fetch cap or the token budget) and what raises that one.
@@ -1180,11 +1198,15 @@ def research(
         console.print(f"  {doc_id}  {escape(doc['filename'])}")
     for note in report["notes"]:
         console.print(f"  [dim]{escape(note)}[/dim]")
-    if "review" not in report:
+    if review_failed:
+        err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
+    if "review" not in report or review_failed:
         console.print(
             f"review them: kbflow review list --org {org} --as USER, then "
             "kbflow review approve|edit|reject DOC_ID --as USER"
         )
+    if unfinished:
+        raise typer.Exit(1)
 
 
 @app.command()

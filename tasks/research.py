@@ -157,7 +157,7 @@ def run_research(
             notes=notes,
             synthesizer=synthesizer.model_id,
             budget=_spent(budget),
-            budget_stop=budget.stop_reason(),
+            budget_stop=budget.stop_reason() or str(exc),
         )
 
     run_id = uuid.uuid4().hex

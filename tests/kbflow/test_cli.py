@@ -74,6 +74,23 @@ def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.integration
+def test_an_ingest_of_too_many_bad_files_fails_with_one_message_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.pdf").write_bytes(b"garbage")
+    (bad / "b.docx").write_bytes(b"garbage")
+    done = _kbflow("ingest", str(bad), "--org", "acme", "--json", home=tmp_path / "home")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert said.count("2 of 2 documents could not be ingested") == 1, done.stderr[-3000:]
+    assert "error: 2 of 2 documents could not be ingested (more than 50%)" in said
+    assert done.stdout == ""
+
+
+@pytest.mark.integration
 def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     home = tmp_path / "home"
     demo = _kbflow("demo", "--json", home=home)
