@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,11 @@ def load_beir(folder: Path, split: str | None = None) -> BeirDataset:
             f"split {split!r} is not a split name — give a name such as 'test' or 'dev', or "
             "None to find one"
         )
-    folder = folder.resolve()  # corpus records are keyed by the corpus file's absolute URI
+    # Absolute, but symbolic links kept: the paths this returns and names in errors are the
+    # ones the caller gave, and the dataset's name (its eval home, warehouse rows, baselines)
+    # does not change with where a link points. The corpus records' keys are resolved where
+    # they are made (tasks.discover.jsonl_sources), so both spellings index the same records.
+    folder = Path(os.path.abspath(folder))
     corpus_path = _corpus_path(folder)
 
     found, queries_path, qrels_path = _locate(folder, split)
@@ -131,7 +136,7 @@ def load_beir(folder: Path, split: str | None = None) -> BeirDataset:
             "check that the two files belong to the same split and that the qrels' query ids "
             "match the queries' _id"
         )
-    name = folder.resolve().name + (f"/{found}" if found is not None else "")
+    name = folder.name + (f"/{found}" if found is not None else "")
     logger.info("loaded %s: %d queries, corpus %s", name, len(kept_queries), corpus_path.name)
     return BeirDataset(
         name=name, folder=folder, corpus_path=corpus_path, queries=kept_queries, qrels=kept_qrels

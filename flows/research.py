@@ -1,5 +1,10 @@
 """The ``research`` flow: seed bundle + public context -> four drafts (pending_review, one
 synthesis run) -> pause for the account manager's decisions (the ``review`` flow as a subflow).
+
+The run ends Failed, with the reason as the state's message and its report inside a
+:class:`~kbflow.errors.RunFailed`, when it did not do its job: the budget stopped it (nothing was
+persisted), or its review failed (a refused reviewer, a timeout: the drafts stay
+pending_review). The report then says so in ``budget_exceeded`` or ``review_failed``.
 """
 
 from __future__ import annotations
@@ -9,7 +14,8 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from flows.review import review
+from flows.review import failed_run, review
+from kbflow.errors import KbflowError, RunFailed
 from kbflow.models import ResearchRequest
 from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
@@ -40,6 +46,11 @@ def research(
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
     ``offline`` skips public context (default: the ``KBFLOW_RESEARCH_OFFLINE`` setting).
+
+    Returns:
+        The report; but the run ends Failed (:func:`flows.review.failed_run`: a plain call
+        raises :class:`~kbflow.errors.RunFailed` with the report) when the budget stopped it
+        or its review failed.
     """
     logger = get_run_logger()
     settings = Settings()
@@ -73,9 +84,12 @@ def research(
         push_metrics(settings.metrics_pushgateway, org)
     for note in outcome.notes:
         logger.warning("research %s: %s", org, note)
-    if outcome.response.budget_exceeded:
-        logger.error("research for %s stopped: budget exceeded; nothing was persisted", org)
-        return report
+    if outcome.response.budget_exceeded:  # its note was logged above
+        why = (
+            outcome.budget_stop
+            or f"research budget exceeded for org {org!r}; nothing was persisted"
+        )
+        return failed_run(why, report)
     logger.info(
         "research run %s: %d drafts pending review (%s)",
         outcome.response.synthesis_run_id,
@@ -84,10 +98,22 @@ def research(
     )
     if review_timeout_s > 0:
         name = f"{flow_run.name or 'research'}-review"
-        report["review"] = review.with_options(flow_run_name=name)(
-            org=org,
-            reviewer=reviewer,
-            timeout_s=review_timeout_s,
-            synthesis_run_id=outcome.response.synthesis_run_id,
-        )
+        try:
+            report["review"] = review.with_options(flow_run_name=name)(
+                org=org,
+                reviewer=reviewer,
+                timeout_s=review_timeout_s,
+                synthesis_run_id=outcome.response.synthesis_run_id,
+            )
+        except RunFailed as exc:  # it ran, and says why it failed
+            report["review"] = exc.report
+            report["review_failed"] = str(exc)
+        except KbflowError as exc:  # it did not finish (a timeout)
+            report["review_failed"] = str(exc)
+        if "review_failed" in report:
+            why = (
+                f"the review of research run {outcome.response.synthesis_run_id} failed, its "
+                f"{len(outcome.doc_ids)} drafts stay pending_review: {report['review_failed']}"
+            )
+            return failed_run(why, report)
     return report

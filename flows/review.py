@@ -1,36 +1,67 @@
 """The ``review`` flow: list an org's drafts -> pause for a reviewer's form -> apply decisions.
 
 The flow pauses with :func:`prefect.flow_runs.pause_flow_run`, so the Prefect UI renders a form
-(one row per pending document) and whoever resumes the run fills it in. Nothing is held while
-paused: the registry is closed and the embedded vector store is opened only after the resume.
-Every decision goes through :func:`tasks.review.apply_decisions`, which authorises the reviewer
-and moves each document exactly once; ``skip`` leaves a document pending.
+(one row per pending document) and whoever resumes the run fills it in. The form's description
+shows each draft's text (rebuilt from its stored chunks, cut to a share of
+``DESCRIPTION_TEXT_CHARS`` and saying so), and each row's ``content`` is prefilled with the whole
+draft, so an ``edit`` is a change to it; an ``edit`` that leaves it unchanged is applied as an
+approve of the stored draft (nothing is re-chunked or re-embedded). Nothing is held while paused:
+the embedded vector store is opened only briefly to read the drafts before pausing and again to
+apply the decisions after the resume, and the registry is closed in between. Just before it
+pauses, the run announces its id and UI address on :func:`kbflow.progress.waiting`.
 
-If nobody answers within ``timeout_s``, Prefect fails the run (``FlowPauseTimeout``) and every
-document stays pending_review, invisible to search.
+Every decision goes through :func:`tasks.review.apply_decisions`, which authorises the reviewer
+and moves each document exactly once; ``skip`` leaves a document pending. The run ends Failed
+(its report in the error, see :class:`~kbflow.errors.RunFailed`) when it did not do its job, by
+the rule of :func:`tasks.review.review_failure`: a refused reviewer, or only invalid rows. Lost
+races and skipped rows are reported, and the run completes.
+
+If nobody answers within ``timeout_s``, the run fails (:class:`~kbflow.errors.ReviewTimeout`;
+Prefect records "The flow was paused and never resumed.") and every document stays
+pending_review, invisible to search.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import replace
+from logging import Logger, LoggerAdapter
+from typing import Any, Literal, TypeVar
 
+import pydantic
 from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
+from prefect.runtime import flow_run
+from prefect.states import Failed
+from prefect.utilities.urls import url_for
 from pydantic import BaseModel, ConfigDict, Field
 
-from kbflow.errors import ConfigError
+from kbflow import progress
+from kbflow.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
 from kbflow.settings import Settings
 from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import open_vector_store
 from tasks.embed import get_embedder
-from tasks.review import Decision, Outcome, held
-from tasks.wrapped import apply_decisions_task, list_pending_task
+from tasks.review import Decision, Outcome, held, review_failure, same_content
+from tasks.wrapped import apply_decisions_task, list_pending_task, read_drafts_task
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).
 POLL_INTERVAL_S = 2
+# Draft text shown in the form's description, all drafts together: each draft gets an equal
+# share (at least MIN_TEXT_CHARS_PER_DRAFT) and a longer text is cut there, saying so. The
+# description is one Markdown block in the resume dialog; past this it is a wall to scroll.
+DESCRIPTION_TEXT_CHARS = 40_000
+MIN_TEXT_CHARS_PER_DRAFT = 1_500
+# A row's content is prefilled with the whole draft up to this size, never with a cut one (an
+# unchanged edit of a cut text would replace the draft with its beginning). Longer drafts are
+# edited with `kbflow review edit --file`.
+PREFILL_MAX_CHARS = 200_000
+UNCHANGED_EDIT = "the edit left the draft's text unchanged: the stored draft was approved as is"
+
+Form = TypeVar("Form", bound=RunInput)
 
 
 class DocDecision(BaseModel):
@@ -44,7 +75,11 @@ class DocDecision(BaseModel):
         "skip", description="approve, edit (replace the content, then approve), reject, or skip."
     )
     content: str | None = Field(
-        None, description="For edit: the full corrected Markdown that replaces the draft."
+        None,
+        description=(
+            "For edit: the draft's Markdown (prefilled); your changed text replaces the draft. "
+            "Left unchanged, the draft is approved as is."
+        ),
     )
     note: str | None = Field(None, description="Optional note for the audit log.")
 
@@ -77,7 +112,13 @@ def review(
         synthesis_run_id: review only the drafts of this research run.
 
     Returns:
-        A report: org, reviewer, pending, applied, skipped, failed and one outcome per decision.
+        A report: org, reviewer, pending, applied, skipped, failed and one outcome per decision;
+        but when the run did not do its job (see :func:`tasks.review.review_failure`) it ends
+        Failed (:func:`failed_run`).
+
+    Raises:
+        RunFailed: the run ended Failed; the error carries the report.
+        ReviewTimeout: nobody submitted the form within ``timeout_s``.
     """
     logger = get_run_logger()
     settings = Settings()
@@ -93,30 +134,45 @@ def review(
         logger.info("org %s has no documents pending review; nothing to decide", org)
         return _report(org, reviewer, pending, outcomes=[], skipped=[])
 
+    texts = _read_drafts(settings, pending, logger)
     logger.info("org %s has %d documents pending review:", org, len(pending))
     for doc in pending:
         logger.info("  %s  %r (v%d, %s)", doc.id, doc.title, doc.version, doc.collection_path)
-    logger.warning(
-        "waiting up to %ds for a reviewer to resume this run with decisions; if none arrives, "
-        "the run fails and all %d documents stay pending_review (hidden from search)",
+    form = _form_for(org, pending, reviewer, texts)
+    run_id = str(flow_run.id)
+    url = url_for("flow-run", obj_id=run_id)
+    logger.info(
+        "waiting up to %ds for a reviewer to resume this run with decisions (%s); if none "
+        "arrives, the run fails and all %d documents stay pending_review (hidden from search)",
         timeout_s,
+        url or "no UI URL known",
         len(pending),
     )
-    form = _form_for(org, pending, reviewer)
+    progress.waiting(
+        progress.Waiting(
+            flow_run_id=run_id,
+            flow_run_name=str(flow_run.name),
+            url=url,
+            what=f"decisions on {len(pending)} drafts of org {org}",
+            todo=(
+                "open it in the Prefect UI, press Resume, choose approve, edit (change the "
+                "prefilled content), reject or skip for each draft and submit; after "
+                f"{timeout_s}s the run fails and every draft stays pending_review."
+            ),
+        )
+    )
     try:
         answer = pause_flow_run(
             wait_for_input=form, timeout=timeout_s, poll_interval=POLL_INTERVAL_S
         )
-    except FlowPauseTimeout:
-        logger.error(
-            "no decision within %ds: the %d documents of org %s stay pending_review",
-            timeout_s,
-            len(pending),
-            org,
-        )
-        raise
+    except FlowPauseTimeout as exc:
+        raise ReviewTimeout(
+            f"no decisions arrived within {timeout_s}s, so the {len(pending)} drafts of org "
+            f"{org!r} stay pending_review (hidden from search). Run `kbflow review flow` again, "
+            "or decide with `kbflow review approve/reject/edit`."
+        ) from exc
 
-    slots, decisions, skipped = _sort_decisions(answer.decisions, pending)
+    slots, decisions, skipped, unchanged = _sort_decisions(answer.decisions, pending, texts)
     applied: list[Outcome] = []
     if decisions:
         registry = SqlRegistry.open(settings.registry_url)
@@ -137,6 +193,10 @@ def review(
             registry.close()
     results = iter(applied)
     outcomes = [slot if slot is not None else next(results) for slot in slots]
+    outcomes = [
+        replace(o, message=UNCHANGED_EDIT) if o.applied and o.doc_id in unchanged else o
+        for o in outcomes
+    ]
     report = _report(org, answer.reviewer, pending, outcomes=outcomes, skipped=skipped)
     logger.info(
         "reviewer %s: %d applied, %d skipped, %d not applied (%s)",
@@ -146,41 +206,155 @@ def review(
         report["failed"],
         ", ".join(f"{o.doc_id}: {o.result}" for o in outcomes if not o.applied) or "none",
     )
+    failure = review_failure(org, answer.reviewer, outcomes)
+    if failure is not None:
+        return failed_run(failure, report)
     return report
 
 
-def _form_for(org: str, pending: Sequence[DocRecord], reviewer: str | None) -> type[ReviewDecision]:
-    """The review form, prefilled with one ``skip`` row per pending document."""
+def failed_run(message: str, report: dict[str, Any]) -> Any:
+    """The Failed state a flow returns when it did not do its job: ``message`` is the state's
+    message, and its data a :class:`~kbflow.errors.RunFailed` holding ``report``.
+
+    A plain call of the flow raises that RunFailed (so callers still get the report);
+    ``return_state=True`` gets the state. Typed ``Any`` because callers never receive it as a
+    value: the flows keep their ``dict`` return type.
+    """
+    return Failed(message=message, data=RunFailed(message, report))
+
+
+def _read_drafts(
+    settings: Settings, pending: Sequence[DocRecord], logger: Logger | LoggerAdapter[Logger]
+) -> dict[str, str]:
+    """The drafts' Markdown for the form, the store held only while reading (never paused).
+
+    A busy store (another process holds it) costs the form its texts, not the review.
+    """
+    try:
+        with open_vector_store(settings) as store:
+            texts: dict[str, str] = read_drafts_task(
+                pending, store, max_overlap_words=max(64, settings.chunk_overlap_words)
+            )
+    except StoreBusy as exc:
+        logger.warning("the form shows no draft text: %s", exc)
+        return {}
+    return texts
+
+
+def _form_for(
+    org: str, pending: Sequence[DocRecord], reviewer: str | None, texts: dict[str, str]
+) -> type[ReviewDecision]:
+    """The review form: its description shows every draft's text, and each row starts on
+    ``skip`` with ``content`` prefilled with the draft (when it is not too long)."""
+    share = max(MIN_TEXT_CHARS_PER_DRAFT, DESCRIPTION_TEXT_CHARS // len(pending))
     rows = "\n".join(
-        f"| `{d.id}` | {d.title} | {d.collection_path} | {d.version} |" for d in pending
+        f"| `{d.id}` | {_cell(d.title)} | {_cell(d.collection_path)} | {d.version} |"
+        for d in pending
     )
-    description = (
-        f"**{len(pending)} documents of org `{org}` await review.** Set each row's action to "
-        "approve, edit (paste the full corrected Markdown in *content*) or reject; rows left on "
-        "skip stay pending_review. Only a superadmin or the org's assigned account manager may "
-        "decide.\n\n| id | title | collection | version |\n|---|---|---|---|\n" + rows
+    intro = (
+        f"**{len(pending)} documents of org `{org}` await review.** Read each draft below, then "
+        "set its row's action to approve, edit (change the prefilled *content*; left unchanged "
+        "it is an approve) or reject; rows left on skip stay pending_review. Only a superadmin "
+        "or the org's assigned account manager may decide."
     )
+    table = "| id | title | collection | version |\n|---|---|---|---|\n" + rows
+    sections = [_draft_section(d, texts.get(d.id), share) for d in pending]
+    description = "\n\n".join([intro, table, *sections])
     initial: dict[str, Any] = {
-        "decisions": [DocDecision(doc_id=d.id, title=d.title) for d in pending]
+        "decisions": [
+            DocDecision(doc_id=d.id, title=d.title, content=_prefill(texts.get(d.id)))
+            for d in pending
+        ]
     }
     if reviewer:
         initial["reviewer"] = reviewer
-    return ReviewDecision.with_initial_data(description=description, **initial)
+    return with_initial_data(ReviewDecision, description, **initial)
+
+
+def with_initial_data(model: type[Form], description: str, **defaults: Any) -> type[Form]:
+    """``model`` with new defaults for some fields and a description, like Prefect's
+    ``RunInput.with_initial_data``, but keeping each field's title and description.
+
+    Prefect's version re-declares a prefilled field as ``(annotation, value)``, which drops its
+    ``Field(description=...)``: the schema stored for the pause, which the UI renders as the
+    form, then lacks the help text of exactly the fields that were prefilled.
+    """
+    fields: dict[str, Any] = {}
+    for name, value in defaults.items():
+        info = model.model_fields[name]
+        fields[name] = (
+            info.annotation,
+            Field(value, title=info.title, description=info.description),
+        )
+    form: type[Form] = pydantic.create_model(model.__name__, __base__=model, **fields)
+    form._description = description  # what Prefect's version sets: the form's description
+    return form
+
+
+def _prefill(text: str | None) -> str | None:
+    return text if text and len(text) <= PREFILL_MAX_CHARS else None
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _draft_section(doc: DocRecord, text: str | None, share: int) -> str:
+    """One draft in the description: a heading, its id, then its text (cut to ``share``)."""
+    head = (
+        f"---\n\n### {' '.join(doc.title.split()) or doc.id}\n\n"
+        f"`{doc.id}` · {_cell(doc.collection_path)} · version {doc.version}"
+    )
+    show = f"`kbflow review show {doc.id} --as USER`"
+    if text is None:
+        return f"{head}\n\n*The text could not be read for this form; {show} prints it.*"
+    if not text.strip():
+        return f"{head}\n\n*No text is stored for this draft.*"
+    notes = []
+    shown = text
+    if len(text) > share:
+        cut = text[:share]
+        space = cut.rfind(" ")
+        shown = (cut[:space] if space > share * 0.8 else cut) + " …"
+        where = "its row's content field" if _prefill(text) else show
+        notes.append(
+            f"*Cut here: {len(shown) - 2:,} of {len(text):,} characters shown; the whole text is "
+            f"in {where}.*"
+        )
+    if _prefill(text) is None:
+        notes.append(
+            f"*Too long ({len(text):,} characters) to prefill its content field: to edit it, "
+            f"use `kbflow review edit {doc.id} --file FILE --as USER`.*"
+        )
+    return "\n\n".join([head, _inert_markdown(shown), *notes])
+
+
+_HEADING = re.compile(r"^(#{1,6})(?=\s)", re.MULTILINE)
+
+
+def _inert_markdown(text: str) -> str:
+    """A draft's Markdown as it sits in the description: its headings below the draft's own
+    (``###``), raw HTML shown as text, images as text (a draft may quote public web pages,
+    and the form must not fetch anything)."""
+    text = _HEADING.sub(lambda m: "#" * min(len(m.group(1)) + 3, 6), text)
+    return text.replace("<", "&lt;").replace("![", "!\\[")
 
 
 def _sort_decisions(
-    rows: Sequence[DocDecision], pending: Sequence[DocRecord]
-) -> tuple[list[Outcome | None], list[Decision], list[str]]:
+    rows: Sequence[DocDecision], pending: Sequence[DocRecord], texts: dict[str, str]
+) -> tuple[list[Outcome | None], list[Decision], list[str], set[str]]:
     """Split the form into decisions to apply, invalid rows and documents left pending.
 
     Returns one slot per non-skip row (an :class:`Outcome` for an invalid row, ``None`` where
-    the next applied decision's outcome goes), the decisions to apply, and the ids of pending
-    documents nobody decided on.
+    the next applied decision's outcome goes), the decisions to apply, the ids of pending
+    documents nobody decided on, and the ids whose ``edit`` left the draft's text unchanged
+    (applied as an approve of the stored draft: same text, no re-chunking, no re-embedding).
     """
     pending_ids = {d.id for d in pending}
     slots: list[Outcome | None] = []
     decisions: list[Decision] = []
     decided: set[str] = set()
+    unchanged: set[str] = set()
     for row in rows:
         if row.action == "skip":
             continue
@@ -206,10 +380,17 @@ def _sort_decisions(
             )
         else:
             decided.add(row.doc_id)
-            decisions.append(Decision(row.doc_id, row.action, content=row.content, note=row.note))
+            draft = texts.get(row.doc_id)
+            if row.action == "edit" and draft and same_content(row.content, draft):
+                unchanged.add(row.doc_id)
+                decisions.append(Decision(row.doc_id, "approve", note=row.note))
+            else:
+                decisions.append(
+                    Decision(row.doc_id, row.action, content=row.content, note=row.note)
+                )
             slots.append(None)
     skipped = [d.id for d in pending if d.id not in decided]
-    return slots, decisions, skipped
+    return slots, decisions, skipped, unchanged
 
 
 def _report(

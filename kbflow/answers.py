@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbflow.errors import ConfigError
+from kbflow.errors import ConfigError, NotFound
 from kbflow.models import DocStatus, Turn
 from kbflow.settings import Settings
 from kbflow.tools import agent_scope
@@ -169,10 +169,24 @@ def provenance(
     the cited
     chunk no longer belongs to the document's current content: it was approved when cited
     (citations are checked), so it changed later.
+
+    Raises:
+        NotFound: ``doc_id`` is neither in the registry nor cited by any recorded answer (a
+            document deleted after it was cited is still traced, its answers flagged stale).
     """
-    rows = (ledger or Ledger(settings.home)).citations(
-        doc_ids=[doc_id] if doc_id else None, since=since
-    )
+    ledger = ledger or Ledger(settings.home)
+    rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, since=since)
+    if (
+        doc_id
+        and not rows
+        and not registry.get_documents([doc_id])
+        and (since is None or not ledger.citations(doc_ids=[doc_id]))
+    ):
+        raise NotFound(
+            f"no document {doc_id!r}: the registry has no document with that id and no "
+            "recorded answer cites it — check the id (`kbflow docs list --org ORG` lists an "
+            "org's documents)"
+        )
     docs = registry.get_documents({r["doc_id"] for r in rows})
     owners = registry.chunk_owners([r["chunk_id"] for r in rows])
     out: list[dict[str, Any]] = []

@@ -30,7 +30,26 @@ if TYPE_CHECKING:
     from sinks.registry import DocRecord, OrgRecord, UserRecord
     from sinks.registry_schema import AuditRow
 
-app = typer.Typer(
+
+class _Program(typer.Typer):
+    """The ``kbflow`` program. Run as a process (``kbflow …``, ``python -m kbflow.cli``; typer's
+    test runner calls the commands directly), it first takes charge of the Prefect servers it
+    may start: orphans of dead kbflow processes are reaped, SIGTERM/SIGHUP become a clean exit,
+    and what it starts is recorded and stopped with it (`kbflow.processes.guard_process`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from kbflow.processes import guard_process
+
+        try:
+            home = Settings().home
+        except ValueError:
+            home = None  # the command reports bad settings itself
+        if home is not None:
+            guard_process(home)
+        return super().__call__(*args, **kwargs)
+
+
+app = _Program(
     name="kbflow",
     help="kbflow: ingest an org's documents, gate them by review, and serve gated hybrid search.",
     no_args_is_help=True,
@@ -209,19 +228,22 @@ def ingest(
             f"--effective-date must be YYYY-MM-DD. Currently it is {effective_date!r}."
         )
         raise _fail(bad) from exc
+    from kbflow.flow_cli import quiet_expected_failures
+
     try:
-        report = run_ingest(
-            settings,
-            paths,
-            org=org,
-            collection=collection,
-            status=status,
-            audience=audience,
-            effective_date=eff,
-            source_tag=source_tag,
-            show_progress=not as_json,
-            wait=wait,
-        )
+        with quiet_expected_failures():  # an IngestFailed is one message, not a traceback
+            report = run_ingest(
+                settings,
+                paths,
+                org=org,
+                collection=collection,
+                status=status,
+                audience=audience,
+                effective_date=eff,
+                source_tag=source_tag,
+                show_progress=not as_json,
+                wait=wait,
+            )
     except KbflowError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -1052,11 +1074,12 @@ def review_flow(
     Start `kbflow server` in another shell first, then in this one export
     PREFECT_API_URL=http://127.0.0.1:4200/api
 
-    Open the paused run in the UI, pick approve, edit, reject or skip for each
-    draft and resume it. Decisions are checked like `kbflow review approve`.
+    While it waits, the run's id and UI link are printed on stderr: open it, press Resume,
+    pick approve, edit, reject or skip for each draft and submit. Each draft's text is shown
+    in the form and prefilled for edit. Decisions are checked like `kbflow review approve`;
+    a refused reviewer ends the run Failed (the report still prints, exit code 0).
     """
     _settings()  # points Prefect at kbflow's data dir before it is imported
-    from prefect.exceptions import FlowPauseTimeout
     from prefect.settings import get_current_settings
 
     if not get_current_settings().api.url:
@@ -1067,22 +1090,23 @@ def review_flow(
         )
         raise _fail(bad)
     from flows.review import review as run_review_flow
+    from kbflow.errors import RunFailed
+    from kbflow.flow_cli import running_flow
 
+    failure = None
     try:
-        report = run_review_flow(org=org, reviewer=actor, timeout_s=timeout)
-    except KbflowError as exc:
+        with running_flow(err_console):
+            report = run_review_flow(org=org, reviewer=actor, timeout_s=timeout)
+    except RunFailed as exc:  # the run ended Failed; what it did is in its report
+        report, failure = exc.report, str(exc)
+    except KbflowError as exc:  # incl. ReviewTimeout: nobody answered in time
         raise _fail_review(exc) from exc
-    except FlowPauseTimeout as exc:
-        bad = KbflowError(
-            f"no decisions arrived within {timeout}s, so every draft of {org!r} stays "
-            "pending_review. Run `kbflow review flow` again, or decide with "
-            "`kbflow review approve/reject/edit`."
-        )
-        raise _fail(bad) from exc
     if as_json:
         _print_json(report)
-        return
-    _print_report(report)
+    else:
+        _print_report(report)
+    if failure:
+        err_console.print(f"[red]review run failed:[/red] {escape(failure)}", soft_wrap=True)
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -1286,29 +1310,40 @@ def research(
     except KbflowError as exc:
         raise _fail_review(exc) from exc
     from flows.research import research as research_flow
+    from kbflow.errors import RunFailed
+    from kbflow.flow_cli import running_flow
 
     timeout = review_timeout
     if timeout is None:
         timeout = 3600 if os.environ.get("PREFECT_API_URL") else 0
     try:
-        report = research_flow(
-            org=org,
-            client_name=client_name,
-            model=model,
-            budget_cap_tokens=budget,
-            reviewer=actor,
-            review_timeout_s=timeout,
-        )
+        with running_flow(err_console):
+            report = research_flow(
+                org=org,
+                client_name=client_name,
+                model=model,
+                budget_cap_tokens=budget,
+                reviewer=actor,
+                review_timeout_s=timeout,
+            )
+    except RunFailed as exc:  # the budget stopped it, or its review failed: see the report
+        report = exc.report
     except KbflowError as exc:
         raise _fail(exc) from exc
+    # Exit codes as before runs could end Failed: a review that did not finish (a timeout)
+    # exits 1; a review that ran and refused its reviewer prints its report and exits 0.
+    review_failed = report.get("review_failed")
+    unfinished = bool(review_failed) and "review" not in report
     if as_json:
         _print_json(report)
+        if review_failed:
+            err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
+        if unfinished:
+            raise typer.Exit(1)
         return
     if report["budget_exceeded"]:
-        console.print(
-            f"[red]budget exceeded[/red] after {report['consumed_tokens']} tokens: nothing was "
-            "persisted. Raise --budget or seed less."
-        )
+        # Which cap stopped it (the fetch cap or the token budget) and what raises that one.
+        console.print(f"[red]research budget exceeded[/red]: {escape(report['budget_stop'])}")
         for note in report["notes"]:
             console.print(f"  {escape(note)}")
         raise typer.Exit(1)
@@ -1320,11 +1355,15 @@ def research(
         console.print(f"  {doc_id}  {escape(doc['filename'])}")
     for note in report["notes"]:
         console.print(f"  [dim]{escape(note)}[/dim]")
-    if "review" not in report:
+    if review_failed:
+        err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
+    if "review" not in report or review_failed:
         console.print(
             f"review them: kbflow review list --org {org} --as USER, then "
             "kbflow review approve|edit|reject DOC_ID --as USER"
         )
+    if unfinished:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -1436,11 +1475,15 @@ def demo(as_json: JsonOpt = False) -> None:
 def server(
     port: Annotated[int, typer.Option(help="Port for the Prefect UI/API.")] = 4200,
 ) -> None:
-    """Start a Prefect server (UI, pause/resume, schedules) with kbflow's data directory."""
-    import os
-    import subprocess
+    """Start a Prefect server (UI, pause/resume, schedules) with kbflow's data directory.
 
-    _settings()
+    SIGTERM, SIGINT (Ctrl-C) or SIGHUP stop it and everything it started.
+    """
+    import os
+
+    from kbflow.processes import PREFECT_SERVER, run_supervised
+
+    settings = _settings()
     console.print(
         f"Prefect UI on http://127.0.0.1:{port} — in other shells, "
         f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
@@ -1456,7 +1499,7 @@ def server(
         "--port",
         str(port),
     ]
-    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))
+    raise typer.Exit(run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=os.environ))
 
 
 DatasetOpt = Annotated[
@@ -2122,6 +2165,12 @@ def provenance(
         raise _fail(exc) from exc
     if as_json:
         _print_json(rows)
+        return
+    if not rows and doc is not None:  # a known document: `find` refuses an unknown id
+        which = ("citing it needs revisiting" if stale else "cites it") + (
+            f" (since {since})" if since else ""
+        )
+        console.print(f"[dim]document {escape(doc)}: no recorded answer {escape(which)}.[/dim]")
         return
     if not rows:
         console.print("[dim]no recorded answer matches.[/dim]")

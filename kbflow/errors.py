@@ -6,6 +6,8 @@ the closest built-in so callers that only know the standard library still catch 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KbflowError(Exception):
     """Base class for every error kbflow raises on purpose."""
@@ -86,3 +88,26 @@ class LlmReplyInvalid(KbflowError, ValueError):
 
 class LedgerError(KbflowError, RuntimeError):
     """The answer ledger could not be written or read (e.g. another process holds it)."""
+
+
+class ReviewTimeout(KbflowError, RuntimeError):
+    """Nobody answered a paused review in time; every draft stays pending_review.
+
+    Not a ``TimeoutError``: Prefect's engine reads one raised by a flow as the flow's own
+    timeout ("Flow run failed due to timeout", logged without its type)."""
+
+
+class RunFailed(KbflowError, RuntimeError):
+    """A flow run ended Failed without doing its job (a refused reviewer, a research budget).
+
+    ``report`` is the report the run would have returned, saying what it did and did not do.
+    The flow returns a Failed state whose data is this error, so a plain call raises it and the
+    caller still reads the report.
+    """
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.report: dict[str, Any] = dict(report or {})
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the report through pickling (results)
+        return (type(self), (str(self), self.report))

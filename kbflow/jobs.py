@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m kbflow.jobs JOB_ID\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    job = run_job(args[0])
+    from kbflow.processes import guard_process
+
+    settings = Settings()
+    guard_process(settings.home)  # its temporary Prefect server must not outlive it either
+    job = run_job(args[0], settings)
     sys.stdout.write(f"job {job.id}: {job.status.value} {job.reason or ''}\n")
     return 0 if job.status is JobStatus.COMPLETE else 1
 

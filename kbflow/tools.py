@@ -1,10 +1,12 @@
 """The agent's knowledge tools: plain functions with JSON-schema inputs and outputs.
 
-Progressive disclosure: `list_knowledge_collections` says what the agent may read (no embedding
-call), then `search_knowledge_base` searches all of it or one collection. Both go through the
-gate: an agent's scope is its org, its allowed collections and their descendants, and nothing at
-all when its knowledge base is switched off. Usable from any agent framework: `TOOLS` maps each
-name to its schemas and function; `call_tool` validates the arguments and the result.
+Three tools. Progressive disclosure: `list_knowledge_collections` says what the agent may read
+(no embedding call), then `search_knowledge_base` searches all of it or one collection;
+`research_knowledge_search` answers yes / maybe / no with a cited synthesis (`kbflow.answers`).
+All go through the gate: an agent's scope is its org, its allowed collections and their
+descendants, and nothing at all when its knowledge base is switched off. Usable from any agent
+framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates the
+arguments and the result.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ ever opening the shard.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -277,31 +278,109 @@ def _acquire_lock(lock_path: Path, timeout_s: float) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                holder = _read_holder(fd)
-                os.close(fd)
+                try:
+                    holder = _describe_holders(lock_path, fd)
+                finally:
+                    os.close(fd)
                 raise StoreBusy(
-                    f"the vector store at {lock_path.with_suffix('')} is busy: another kbflow "
-                    f"process{holder} holds it and did not finish within {timeout_s:g}s. Wait "
-                    "for it and retry, raise KBFLOW_STORE_LOCK_TIMEOUT_S, or use a Qdrant "
-                    "server (KBFLOW_QDRANT_URL) for many concurrent writers."
+                    f"the vector store at {lock_path.with_suffix('')} is busy: {holder} and did "
+                    f"not release it within {timeout_s:g}s. Wait for it and retry, raise "
+                    "KBFLOW_STORE_LOCK_TIMEOUT_S, or use a Qdrant server (KBFLOW_QDRANT_URL) for "
+                    "many concurrent writers."
                 ) from None
             time.sleep(_LOCK_POLL_S)
             continue
+        # A hint for people reading the file; the busy message asks the kernel instead.
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
 
 
-def _read_holder(fd: int) -> str:
+def _describe_holders(lock_path: Path, probe_fd: int) -> str:
+    """Who holds the lock, as the kernel sees it: "pid 4242 (python -m kbflow.cli ingest …)
+    holds its lock file …".
+
+    The pid written into the lock file is not proof: it outlives a release, and a process that
+    forked after locking leaves the lock with its child. So the holders are the processes with
+    an open descriptor on the lock file that carries the flock (``lock:`` in
+    ``/proc/<pid>/fdinfo/<fd>``); the recorded pid is mentioned only when no holder is visible.
+    """
+    holders = _flock_holders(lock_path)
+    if holders == [os.getpid()]:
+        return (
+            f"this process, {_process_label(os.getpid())}, holds its lock file {lock_path} "
+            "through another open store; close that one first"
+        )
+    if holders:  # more than one when a process forked after locking: they share the lock
+        named = ", ".join(_process_label(pid) for pid in holders)
+        return f"{named} {'holds' if len(holders) == 1 else 'hold'} its lock file {lock_path}"
+    unknown = f"another process holds its lock file {lock_path} (which one could not be seen"
+    recorded = _recorded_pid(probe_fd)
+    if recorded is None:
+        return unknown + ")"
+    if not _running(recorded):
+        return unknown + f"; pid {recorded}, recorded in the file, is not running: a stale record)"
+    return unknown + f"; the file records {_process_label(recorded)} as the last to take it)"
+
+
+def _flock_holders(lock_path: Path) -> list[int]:
+    """Pids of the processes whose open descriptors on ``lock_path`` carry a flock (Linux)."""
+    import psutil
+
+    wanted = os.path.realpath(lock_path)
+    holders: list[int] = []
+    for proc in psutil.process_iter():
+        try:
+            fds = [f.fd for f in proc.open_files() if f.path == wanted]
+            if any(_carries_flock(proc.pid, fd) for fd in fds):
+                holders.append(proc.pid)
+        except (psutil.Error, OSError):  # gone, a zombie, or not ours to look at
+            continue
+    return sorted(holders)
+
+
+def _carries_flock(pid: int, fd: int) -> bool:
+    with open(f"/proc/{pid}/fdinfo/{fd}", encoding="utf-8") as info:
+        return any(line.startswith("lock:") and " FLOCK " in line for line in info)
+
+
+def _recorded_pid(fd: int) -> int | None:
     try:
-        pid = os.pread(fd, 32, 0).decode().strip()
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
     except OSError:
-        return ""
-    return f" (pid {pid})" if pid else ""
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _process_label(pid: int) -> str:
+    """'pid 4242 (python -m kbflow.cli ingest docs)': the pid and its command, shortened."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        command = " ".join([Path(argv[0]).name, *argv[1:]]) if argv else proc.name()
+    except psutil.Error:
+        return f"pid {pid}"
+    command = " ".join(command.split())
+    if len(command) > 80:
+        command = command[:79] + "…"
+    return f"pid {pid} ({command})"
 
 
 def _release_lock(fd: int) -> None:
     try:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)  # leave no pid behind to be mistaken for a holder
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -18,6 +18,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FETCHES = 30
 DEFAULT_MAX_TOKENS = 200_000
+# What raises each cap: the fetch cap is a setting, the token budget a `kbflow research` flag
+# (the flow's ``budget_cap_tokens``).
+FETCH_CAP_SETTING = "KBFLOW_RESEARCH_MAX_FETCHES"
+TOKEN_CAP_FLAG = "--budget"
 
 BUDGET_EXCEEDED_TOTAL = Counter(
     "kb_research_budget_exceeded_total",
@@ -36,6 +40,8 @@ class ResearchBudget:
     fetches: int = 0
     tokens: int = 0
     charges: list[tuple[str, str, int]] = field(default_factory=list)  # (kind, what, amount)
+    exceeded: str | None = None
+    """The cap that stopped the run: ``"fetches"`` or ``"tokens"``; None while within both."""
 
     def __post_init__(self) -> None:
         if self.max_fetches < 0:
@@ -47,7 +53,9 @@ class ResearchBudget:
         """Count one outbound fetch (before it is made)."""
         if self.fetches + 1 > self.max_fetches:
             self._exceeded(
-                f"fetch of {what} would be fetch {self.fetches + 1} of {self.max_fetches}"
+                "fetches",
+                f"the fetch cap stopped it: fetch of {what} would be fetch {self.fetches + 1} "
+                f"of {self.max_fetches} ({FETCH_CAP_SETTING}={self.max_fetches})",
             )
         self.fetches += 1
         self.charges.append(("fetch", what, 1))
@@ -58,17 +66,48 @@ class ResearchBudget:
             raise ConfigError(f"a token charge cannot be negative. Currently it is {amount}.")
         if self.tokens + amount > self.max_tokens:
             self._exceeded(
-                f"{what} needs {amount} tokens; {self.tokens} of {self.max_tokens} are spent"
+                "tokens",
+                f"the token budget stopped it: {what} needs {amount} tokens; {self.tokens} of "
+                f"{self.max_tokens} are spent",
             )
         self.tokens += amount
         self.charges.append(("tokens", what, amount))
 
-    def _exceeded(self, detail: str) -> None:
+    def stop_reason(self) -> str | None:
+        """One line on which cap stopped the run and what raises it; None while within both."""
+        if self.exceeded == "fetches":
+            return (
+                f"stopped by the fetch cap: {self.fetches} of {self.max_fetches} fetches made, "
+                f"one more was needed ({self.tokens} tokens spent). Nothing was persisted; raise "
+                f"{FETCH_CAP_SETTING} (now {self.max_fetches}, default {DEFAULT_MAX_FETCHES}) "
+                "or set KBFLOW_RESEARCH_OFFLINE=true to skip public context."
+            )
+        if self.exceeded == "tokens":
+            return (
+                f"stopped by the token budget: {self.tokens} of {self.max_tokens} tokens spent "
+                f"and the next step needed more. Nothing was persisted; raise {TOKEN_CAP_FLAG} "
+                f"(now {self.max_tokens}) or seed fewer/smaller inputs."
+            )
+        return None
+
+    def _exceeded(self, cap: str, detail: str) -> None:
+        self.exceeded = cap
         BUDGET_EXCEEDED_TOTAL.labels(org=self.org_id).inc()
         log.warning("research budget exceeded for org %s: %s", self.org_id, detail)
+        if cap == "fetches":
+            advice = (
+                f"raise {FETCH_CAP_SETTING} (now {self.max_fetches}, default "
+                f"{DEFAULT_MAX_FETCHES}) or set KBFLOW_RESEARCH_OFFLINE=true to skip public "
+                "context"
+            )
+        else:
+            advice = (
+                f"raise the token budget ({TOKEN_CAP_FLAG}, now {self.max_tokens}) or seed "
+                "fewer/smaller inputs"
+            )
         raise BudgetExceeded(
             f"research budget exceeded for org {self.org_id!r}: {detail}. Nothing was persisted; "
-            "raise the budget (--budget) or seed fewer/smaller inputs and run again."
+            f"{advice}, and run again."
         )
 
 

@@ -35,7 +35,7 @@ from tasks.pages import Box, join_wrapped, open_pdf, sha12
 
 if TYPE_CHECKING:
     from docling.document_converter import DocumentConverter
-    from docling_core.types.doc import DoclingDocument, NodeItem
+    from docling_core.types.doc import DoclingDocument, NodeItem, PictureItem
 
     from kbflow.settings import Settings
 
@@ -589,6 +589,11 @@ class _SectionBuilder:
                     self.sections.append(Section(self._path(), self._stack[-1][1], self._location))
                     self._heading_is_bare = False
                 self._stack = []
+            if location.sheet is not None:
+                # The sheet's name heads everything on it, below any title (level -1), so its
+                # chunks carry it in their heading path. It never names the whole workbook, and
+                # an empty sheet yields no section (its name alone is not content).
+                self._stack = [(-1, location.sheet)]
             self._location = location
 
     def heading(self, level: int, text: str) -> None:
@@ -679,15 +684,42 @@ def _walk(doc: DoclingDocument, node: NodeItem, builder: _SectionBuilder, unit: 
         elif isinstance(child, TableItem):
             builder.block(child.export_to_markdown(doc=doc))  # then its caption, if a child
         elif isinstance(child, PictureItem):
-            # Text drawn inside a picture is noise without layout; keep only its captions.
+            # Text drawn inside a picture is noise without layout; keep only its captions, and
+            # a chart's data series (Docling reads them from XLSX, PPTX and DOCX charts).
             for ref_in in child.children:
                 inner = ref_in.resolve(doc)
                 if getattr(inner, "label", None) in (DocItemLabel.CAPTION, DocItemLabel.FOOTNOTE):
                     builder.block(getattr(inner, "text", ""))
+            for block in _chart_blocks(child):
+                builder.block(block)
             continue
         elif isinstance(child, TextItem):
             builder.block(child.text)
         _walk(doc, child, builder, unit)
+
+
+def _chart_blocks(picture: PictureItem) -> list[str]:
+    """A chart's data as a label ("Bar chart data: Sales") and a Markdown table, if it has any.
+
+    The table has one column per series (named in the header row) and one row per category.
+    """
+    from docling_core.types.doc import DoclingDocument
+
+    meta = picture.meta
+    chart = meta.tabular_chart if meta is not None else None
+    if chart is None or not chart.chart_data.table_cells:
+        return []
+    scratch = DoclingDocument(name="chart")
+    table = scratch.add_table(data=chart.chart_data).export_to_markdown(doc=scratch).strip()
+    if not table:
+        return []
+    kind = "chart"
+    if meta is not None and meta.classification is not None and meta.classification.predictions:
+        kind = meta.classification.get_main_prediction().class_name.replace("_", " ")
+        if not kind.endswith("chart"):
+            kind += " chart"
+    label = f"{kind[0].upper()}{kind[1:]} data" + (f": {chart.title}" if chart.title else "")
+    return [label, table]
 
 
 def _location_of(item: NodeItem, unit: str | None) -> Location | None:

@@ -58,6 +58,11 @@ class ResearchOutcome:
     notes: list[str] = field(default_factory=list)
     synthesizer: str = ""
     superseded_drafts: int = 0
+    budget: dict[str, Any] = field(default_factory=dict)
+    """What the run spent of its caps: fetches, max_fetches, tokens, max_tokens, and
+    ``exceeded`` (``"fetches"``, ``"tokens"`` or None: which cap stopped it)."""
+    budget_stop: str | None = None
+    """When a cap stopped the run: which one, and the setting or flag that raises it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,7 +71,19 @@ class ResearchOutcome:
             "notes": self.notes,
             "synthesizer": self.synthesizer,
             "superseded_drafts": self.superseded_drafts,
+            "budget": self.budget,
+            "budget_stop": self.budget_stop,
         }
+
+
+def _spent(budget: ResearchBudget) -> dict[str, Any]:
+    return {
+        "fetches": budget.fetches,
+        "max_fetches": budget.max_fetches,
+        "tokens": budget.tokens,
+        "max_tokens": budget.max_tokens,
+        "exceeded": budget.exceeded,
+    }
 
 
 def choose_synthesizer(
@@ -139,6 +156,8 @@ def run_research(
             ),
             notes=notes,
             synthesizer=synthesizer.model_id,
+            budget=_spent(budget),
+            budget_stop=budget.stop_reason() or str(exc),
         )
 
     run_id = uuid.uuid4().hex
@@ -159,6 +178,7 @@ def run_research(
         notes=notes,
         synthesizer=synthesizer.model_id,
         superseded_drafts=superseded,
+        budget=_spent(budget),
     )
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kbflow.errors import ConfigError, StoreBusy
+from kbflow.errors import ConfigError
 from kbflow.models import Location, RetrievalResult, Scope, SearchHit, SearchMode, StoredHit
 from sinks.gate import Gate, build_gate
 from sinks.registry import SqlRegistry
@@ -153,9 +153,20 @@ def retrieve(
             [], mode, paused=True, reason="retrieval is paused (KBFLOW_RETRIEVAL_PAUSED)"
         )
     wanted = max(top_k, config.rerank_candidates) if mode is SearchMode.HYBRID_RERANK else top_k
+    if store is None:
+        # ``store_error`` already describes the failure ("StoreBusy: ..."); it is quoted as-is,
+        # not wrapped in another exception whose name would be prefixed to it a second time.
+        why = store_error or "no vector store was opened"
+        return _degraded(
+            f"vector store could not be opened ({why}); keyword fallback",
+            query,
+            scope,
+            mode,
+            registry=registry,
+            fallback=fallback,
+            top_k=top_k,
+        )
     try:
-        if store is None:
-            raise StoreBusy(store_error or "the vector store is not available")
         hits = search(
             query,
             scope,
@@ -169,11 +180,15 @@ def retrieve(
     except ConfigError:
         raise
     except Exception as exc:  # any engine failure: fail open to the gated keyword fallback
-        reason = f"vector engine unavailable ({type(exc).__name__}: {exc}); keyword fallback"
-        log.warning("retrieval degraded: %s", reason)
-        gate = build_gate(scope)
-        found = (fallback or shared_fallback()).search(query, gate, registry=registry, top_k=top_k)
-        return RetrievalResult(found, mode, degraded=True, reason=reason)
+        return _degraded(
+            f"vector engine unavailable ({type(exc).__name__}: {exc}); keyword fallback",
+            query,
+            scope,
+            mode,
+            registry=registry,
+            fallback=fallback,
+            top_k=top_k,
+        )
     if mode is not SearchMode.HYBRID_RERANK:
         return RetrievalResult(hits[:top_k], mode)
     if reranker is None:
@@ -184,6 +199,23 @@ def retrieve(
     if failure:
         return RetrievalResult(ranked, mode, reason=f"{failure}; hybrid order returned")
     return RetrievalResult(ranked, mode, reranked=True)
+
+
+def _degraded(
+    reason: str,
+    query: str,
+    scope: Scope,
+    mode: SearchMode,
+    *,
+    registry: SqlRegistry,
+    fallback: KeywordFallback | None,
+    top_k: int,
+) -> RetrievalResult:
+    """The gated keyword fallback's answer, marked degraded with ``reason``."""
+    log.warning("retrieval degraded: %s", reason)
+    gate = build_gate(scope)
+    found = (fallback or shared_fallback()).search(query, gate, registry=registry, top_k=top_k)
+    return RetrievalResult(found, mode, degraded=True, reason=reason)
 
 
 def require_text(value: object, what: str) -> str:
@@ -227,9 +259,13 @@ def _query_store(
     prefetch = max(config.prefetch_limit, limit)
     if dense is None or sparse is None or config.fusion == "rrf" or not sparse.indices:
         return store.query(
-            gate, dense=dense, sparse=sparse, limit=limit, prefetch_limit=prefetch,
+            gate,
+            dense=dense,
+            sparse=sparse,
+            limit=limit,
+            prefetch_limit=prefetch,
             rrf_k=config.rrf_k,
-        )  # fmt: skip
+        )
     # Weighted fusion: each leg gated on its own, scores min-max normalised, then mixed.
     dense_hits = store.query(gate, dense=dense, sparse=None, limit=prefetch)
     sparse_hits = store.query(gate, dense=None, sparse=sparse, limit=prefetch)

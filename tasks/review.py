@@ -50,6 +50,7 @@ from tasks.access import (  # noqa: F401  (re-exported: the review commands' aut
     may_inspect,
 )
 from tasks.chunk import document_to_chunks, markdown_to_sections
+from tasks.corpus import join_chunks
 from tasks.embed import Embedder
 from tasks.points import chunk_to_point
 
@@ -645,6 +646,102 @@ def inspect_draft(
     with open_store() as opened:
         chunks = opened.inspect_document_chunks(doc_id)
     return DraftView(doc=doc, chunks=[str(c.payload.get("text", "")) for c in chunks])
+
+
+def draft_markdown(doc: DocRecord, store: VectorStore, max_overlap_words: int = 64) -> str:
+    """A document's current text as Markdown, rebuilt from its stored chunks (any status).
+
+    For the review form, which shows it and prefills the ``edit`` field with it. Only chunks of
+    the registry's content count (an edit that lost its race may have left others). The caller
+    decides who sees it: unlike :func:`inspect_draft` nothing is authorised here.
+    """
+    hits = store.inspect_document_chunks(doc.id)
+    current = [h for h in hits if h.payload.get("content_hash") in (None, doc.content_hash)]
+    return chunks_to_markdown(
+        [
+            (tuple(h.payload.get("heading_path") or ()), str(h.payload.get("text", "")))
+            for h in current
+        ],
+        max_overlap_words=max_overlap_words,
+    )
+
+
+def chunks_to_markdown(
+    chunks: Sequence[tuple[Sequence[str], str]], max_overlap_words: int = 64
+) -> str:
+    """Markdown from ``(heading_path, text)`` chunks in order: a heading line for each level
+    that changes (level = depth in the path), then the section's chunks joined without the
+    words each repeats from the last.
+
+    What the chunker dropped stays lost: heading levels skipped in the source, and line breaks
+    inside a paragraph (a list's items run on in one line).
+    """
+    blocks: list[str] = []
+    previous: tuple[str, ...] = ()
+    group: list[str] = []
+
+    def flush() -> None:
+        text = join_chunks(group, max_overlap_words=max_overlap_words)
+        if text:
+            blocks.append(text)
+        group.clear()
+
+    for path, text in chunks:
+        heading = tuple(path)
+        if heading != previous or not group:
+            flush()
+            same = 0
+            while same < min(len(heading), len(previous)) and heading[same] == previous[same]:
+                same += 1
+            if heading != previous:
+                blocks.extend(
+                    f"{'#' * min(level + 1, 6)} {heading[level]}"
+                    for level in range(same, len(heading))
+                )
+            previous = heading
+        group.append(text)
+    flush()
+    return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def draft_texts(
+    docs: Sequence[DocRecord], store: VectorStore, max_overlap_words: int = 64
+) -> dict[str, str]:
+    """Each document's Markdown (:func:`draft_markdown`), keyed by id."""
+    return {doc.id: draft_markdown(doc, store, max_overlap_words) for doc in docs}
+
+
+def same_content(edited: str | None, draft: str) -> bool:
+    """Whether an ``edit`` submits the draft's text unchanged (line endings and the blank
+    space around it aside): such an edit is applied as an approve of the stored draft."""
+    if edited is None:
+        return False
+    return edited.replace("\r\n", "\n").strip() == draft.replace("\r\n", "\n").strip()
+
+
+def review_failure(org_id: str, reviewer: str | None, outcomes: Sequence[Outcome]) -> str | None:
+    """Why a review run did not do its job, or None when it did (it then ends Completed).
+
+    The rule: a run fails when its reviewer was refused (authorisation is per reviewer, so
+    nothing was applied), or when decisions were submitted and every one was invalid (not
+    pending in this run, a duplicate, an empty edit). A run with at least one applied decision,
+    one where every row was left on skip, or one that lost races (someone else decided first:
+    the documents are decided) completes; its report lists every row that was not applied.
+    """
+    refused = [o for o in outcomes if o.result == "forbidden"]
+    applied = sum(o.applied for o in outcomes)
+    done = f"{applied} applied" if applied else "nothing was applied"
+    if refused:
+        return (
+            f"reviewer {reviewer!r} may not review org {org_id!r}; {done} "
+            f"({len(refused)} decisions refused): {refused[0].message}"
+        )
+    if outcomes and all(o.result in ("invalid", "not_found") for o in outcomes):
+        return (
+            f"none of the {len(outcomes)} decisions by {reviewer!r} for org {org_id!r} could "
+            f"be applied; {done}: {outcomes[0].message}"
+        )
+    return None
 
 
 # --- reconciliation ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.discover import discover
 from tasks.index import extract_batch, index_batch, plan_ingest
 from tasks.research import run_research
-from tasks.review import apply_decisions, pending_documents
+from tasks.review import apply_decisions, draft_texts, pending_documents
 
 discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover)
 plan_task = task(name="plan-ingest", cache_policy=NO_CACHE)(plan_ingest)
@@ -25,6 +25,10 @@ index_batch_task = task(name="index-batch", cache_policy=NO_CACHE, timeout_secon
 
 
 list_pending_task = task(name="list-pending-reviews", cache_policy=NO_CACHE)(pending_documents)
+# Reads the drafts' text for the review form; the result holds draft text: never persisted.
+read_drafts_task = task(name="read-draft-texts", cache_policy=NO_CACHE, persist_result=False)(
+    draft_texts
+)
 # Each decision is a compare-and-set that writes one audit row: never retried, never cached.
 apply_decisions_task = task(name="apply-review-decisions", cache_policy=NO_CACHE)(apply_decisions)
 # Research persists only after a whole successful run; a retry would start a new run.

@@ -121,6 +121,19 @@ def test_kbflow_core_imports_no_other_layer() -> None:
     assert forbidden_imports(core, banned) == []
 
 
+def test_process_tracking_needs_only_the_core_and_psutil() -> None:
+    """kbflow.processes runs at every CLI start and in the job runner: no layer above the core,
+    no Prefect (it finds Prefect's server by its command line instead)."""
+    allowed = ("kbflow.settings", "kbflow.models", "kbflow.errors", "psutil")
+    outside = sorted(
+        name
+        for name in imports_of("kbflow.processes")
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and not any(_is_under(name, a) for a in allowed)
+    )
+    assert outside == []
+
+
 def test_flows_only_compose_tasks() -> None:
     """Flows sit under the CLI: they must not reach up into it."""
     banned = ("kbflow.cli", "kbflow.wiring", "kbflow.demo", "evals")

@@ -12,6 +12,7 @@ import pytest
 
 from evals.beir import CorpusDoc, load_beir
 from kbflow.errors import ConfigError
+from tasks.discover import jsonl_sources
 from tests.conftest import datasets_dir
 
 # --- the real dataset ----------------------------------------------------------------------
@@ -191,6 +192,53 @@ def test_only_queries_with_a_relevant_judgement_are_kept(
     assert len(warnings) == 1
     assert "dropped 2 qrels rows of 1 queries" in warnings[0]
     assert "2 of 3 queries have no relevant judgement" in caplog.text
+
+
+# --- symbolic links ------------------------------------------------------------------------
+
+
+def symlinked_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A BEIR folder under a real ``store/shared``, and the same folder through a link to
+    ``shared`` (as a clone with ``ln -s .../shared ../shared`` lays it out)."""
+    real = beir_folder(tmp_path / "store" / "shared" / "datasets" / "toy")
+    write_jsonl(real / "queries.jsonl", QUERIES)
+    write_qrels(real / "qrels" / "test.tsv", ROWS)
+    (tmp_path / "clone").mkdir()
+    (tmp_path / "clone" / "shared").symlink_to(tmp_path / "store" / "shared")
+    return real, tmp_path / "clone" / "shared" / "datasets" / "toy"
+
+
+def test_paths_through_a_linked_parent_read_as_given(tmp_path: Path) -> None:
+    _real, linked = symlinked_checkout(tmp_path)
+
+    dataset = load_beir(linked)
+
+    assert dataset.folder == linked
+    assert dataset.corpus_path == linked / "corpus.jsonl.gz"
+    assert dataset.name == "toy/test"
+    with pytest.raises(ConfigError, match="no queries and qrels for split 'dev'") as err:
+        load_beir(linked, split="dev")
+    assert str(linked / "dev" / "queries.jsonl") in str(err.value)
+    assert str(linked / "qrels" / "dev.tsv") in str(err.value)
+
+
+def test_a_linked_dataset_folder_keeps_its_own_name(tmp_path: Path) -> None:
+    # The name keys the eval home, the warehouse rows and the baselines: where the link points
+    # (a versioned download folder) must not rename the dataset.
+    real, _linked = symlinked_checkout(tmp_path)
+    (tmp_path / "scifact").symlink_to(real)
+
+    assert load_beir(tmp_path / "scifact").name == "scifact/test"
+
+
+def test_both_spellings_key_the_same_corpus_records(tmp_path: Path) -> None:
+    real, linked = symlinked_checkout(tmp_path)
+
+    def keys(folder: Path) -> list[str]:
+        return [s.source_key for s in jsonl_sources(load_beir(folder).corpus_path)]
+
+    assert keys(linked) == keys(real)
+    assert keys(real)[0] == f"{(real / 'corpus.jsonl.gz').as_uri()}#d1"
 
 
 # --- refusals ------------------------------------------------------------------------------

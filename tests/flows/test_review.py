@@ -1,15 +1,17 @@
 """The review flow paused on a real Prefect server and resumed from another process.
 
 One ``prefect server start`` serves the whole module. Each test seeds its own registry and Edge
-store with pending drafts, runs the flow in a child process (the flow blocks while paused),
-waits until the run is paused *and* its form schema is stored, then resumes it from here with
-``resume_flow_run`` as a reviewer would from the UI.
+store with pending drafts, runs the flow in a child process (the flow blocks while paused) --
+a script calling the flow, or the ``kbflow`` CLI itself -- waits until the run is paused *and*
+its form schema is stored, then resumes it from here with ``resume_flow_run`` as a reviewer
+would from the UI. Final states are read back from the server's API.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,11 +56,18 @@ QUERIES = {"kiln": "kiln firing stoneware degrees", "glaze": "celadon glaze iron
 CHILD = (
     "import json, sys\n"
     "from flows.review import review\n"
+    "from kbflow.errors import RunFailed\n"
     "run = review.with_options(flow_run_name=sys.argv[1])\n"
-    "report = run(org=sys.argv[2], timeout_s=int(sys.argv[3]))\n"
+    "reviewer = sys.argv[4] if len(sys.argv) > 4 else None\n"
+    "try:\n"
+    "    report = run(org=sys.argv[2], timeout_s=int(sys.argv[3]), reviewer=reviewer)\n"
+    "except RunFailed as exc:  # the run ended Failed; its report comes with the error\n"
+    "    print('FAILED ' + str(exc))\n"
+    "    report = exc.report\n"
     "report['model_loaded'] = 'sentence_transformers' in sys.modules\n"
     "print('REPORT ' + json.dumps(report))\n"
 )
+NOTICE = re.compile(r"waiting for (.+): flow run (\S+) \(([0-9a-f-]{36})\)\n +(\S+)\n +(.+)\n")
 
 
 def _free_port() -> int:
@@ -144,10 +153,11 @@ def _tail(path: Path, chars: int = 4000) -> str:
 
 @dataclass
 class ReviewChild:
-    """A review flow running in its own process, until it is resumed or times out."""
+    """A process that runs a flow which pauses for review, until it is resumed or times out:
+    a script calling the flow (``run_name`` known) or the ``kbflow`` CLI (id from stderr)."""
 
     proc: subprocess.Popen[Any]
-    run_name: str
+    run_name: str | None
     out: Path
     err: Path
 
@@ -162,17 +172,39 @@ class ReviewChild:
             (run,) = client.read_flow_runs(flow_run_filter=name_filter)
         return UUID(str(run.id))
 
-    def wait_until_waiting_for_input(self, server: Server, timeout_s: float = 60) -> UUID:
+    def notice(self, timeout_s: float = 120) -> re.Match[str]:
+        """The CLI's "waiting for ..." lines on stderr, once they are there."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = NOTICE.search(self.err.read_text(errors="replace"))
+            if found:
+                return found
+            if self.proc.poll() is not None:
+                pytest.fail(f"exited ({self.proc.returncode}) without a notice\n{self.output()}")
+            time.sleep(0.25)
+        pytest.fail(f"no waiting notice within {timeout_s} s\n{self.output()}")
+
+    def wait_until_waiting_for_input(
+        self, server: Server, timeout_s: float = 60, run_id: UUID | None = None
+    ) -> UUID:
         """The run's id once it is Paused and its form schema is stored (resumable)."""
-        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+        from prefect.client.schemas.filters import (
+            FlowRunFilter,
+            FlowRunFilterId,
+            FlowRunFilterName,
+        )
 
         deadline = time.monotonic() + timeout_s
-        name_filter = FlowRunFilter(name=FlowRunFilterName(any_=[self.run_name]))
+        run_filter = (
+            FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
+            if run_id is not None
+            else FlowRunFilter(name=FlowRunFilterName(any_=[self.run_name]))
+        )
         with server.client() as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     pytest.fail(f"review exited ({self.proc.returncode}) unpaused\n{self.output()}")
-                runs = client.read_flow_runs(flow_run_filter=name_filter)
+                runs = client.read_flow_runs(flow_run_filter=run_filter)
                 state = runs[0].state if runs else None
                 keyset = state.state_details.run_input_keyset if state else None
                 # The flow stores its form schema just after the Paused state: resuming in
@@ -185,10 +217,12 @@ class ReviewChild:
                     else:
                         return runs[0].id
                 time.sleep(0.25)
-        pytest.fail(f"run {self.run_name} not paused within {timeout_s} s\n{self.output()}")
+        pytest.fail(
+            f"run {self.run_name or run_id} not paused within {timeout_s} s\n{self.output()}"
+        )
 
     def finish(self, timeout_s: float = 60) -> tuple[int, dict[str, Any] | None]:
-        """Exit code and the flow's report (None when it failed)."""
+        """Exit code and the flow's report (None when it failed without one)."""
         try:
             rc = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -201,12 +235,13 @@ class ReviewChild:
 def start_review(server_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     children: list[ReviewChild] = []
 
-    def start(org: str = ORG, timeout_s: int = 120) -> ReviewChild:
+    def start(org: str = ORG, timeout_s: int = 120, reviewer: str | None = None) -> ReviewChild:
         name = f"review-test-{uuid.uuid4().hex[:12]}"
         out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        prefill = [reviewer] if reviewer else []
         with out.open("wb") as fo, err.open("wb") as fe:
             proc = subprocess.Popen(
-                [sys.executable, "-c", CHILD, name, org, str(timeout_s)],
+                [sys.executable, "-c", CHILD, name, org, str(timeout_s), *prefill],
                 cwd=REPO,
                 env=server_env,
                 stdout=fo,
@@ -219,6 +254,44 @@ def start_review(server_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     yield start
     for child in children:
         _stop(child.proc, grace_s=5)
+
+
+@pytest.fixture
+def start_cli(server_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    """``kbflow ARGS...`` as a user runs it against the module's server (WARNING logs)."""
+    children: list[ReviewChild] = []
+
+    def start(*args: str) -> ReviewChild:
+        name = f"cli-{uuid.uuid4().hex[:12]}"
+        out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        env = {**server_env, "PREFECT_LOGGING_LEVEL": "WARNING", "KBFLOW_RESEARCH_OFFLINE": "true"}
+        with out.open("wb") as fo, err.open("wb") as fe:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kbflow.cli", *args],
+                cwd=REPO, env=env, stdout=fo, stderr=fe,
+            )  # fmt: skip
+        child = ReviewChild(proc, None, out, err)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        _stop(child.proc, grace_s=5)
+
+
+def _final_state(server: Server, run_id: UUID) -> Any:
+    """The run's state as the server reports it."""
+    with server.client() as client:
+        return client.read_flow_run(run_id).state
+
+
+def _runs_of(server: Server, flow_name: str, org: str) -> list[Any]:
+    """The flow runs of ``flow_name`` started for ``org``."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with server.client() as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])))
+    return [r for r in runs if r.parameters.get("org") == org]
 
 
 @pytest.fixture
@@ -316,6 +389,7 @@ def test_review_is_paused_then_resumed_with_decisions(
     assert report is not None
     counts = (report["pending"], report["applied"], report["skipped"], report["failed"])
     assert counts == (2, 2, 0, 1)
+    assert _final_state(prefect_server, run_id).is_completed()  # an invalid row among applied
     assert not report["model_loaded"]  # approve/reject never load the embedding model
     assert [(o["doc_id"], o["result"], o["status"]) for o in report["outcomes"]] == [
         (drafts["kiln"], "applied", "approved"),
@@ -397,7 +471,7 @@ def test_unanswered_review_times_out_and_leaves_drafts_pending(
     child = start_review(timeout_s=3)
     rc, report = child.finish()
     assert rc != 0 and report is None
-    assert "FlowPauseTimeout" in child.output()
+    assert "ReviewTimeout: no decisions arrived within 3s" in child.output()
     run_id = child.run_id(prefect_server)
 
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -436,15 +510,163 @@ def test_unauthorised_reviewer_changes_nothing(
     )
     rc, report = child.finish()
     assert rc == 0, child.output()
-    assert report is not None
+    assert report is not None  # the caller still gets the report, with the RunFailed
     assert report["applied"] == 0
     assert [o["result"] for o in report["outcomes"]] == ["forbidden", "forbidden"]
     assert all(EXPERT in o["message"] for o in report["outcomes"])
+    # The run did not do its job: it ends Failed, the reason as its state message.
+    state = _final_state(prefect_server, run_id)
+    assert state.is_failed(), state
+    assert state.message.startswith(
+        f"reviewer {EXPERT!r} may not review org {ORG!r}; nothing was applied (2 decisions "
+        f"refused): user {EXPERT!r} (expert) may not review documents of org {ORG!r}"
+    ), state.message
+    assert f"FAILED {state.message}" in child.output()
 
     docs = registry.get_documents(drafts.values())
     assert {d.status for d in docs.values()} == {DocStatus.PENDING_REVIEW.value}
     assert _decisions_audit(registry) == []
     assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
+
+
+def test_the_form_shows_each_draft_and_prefills_it_for_edit(
+    prefect_server: Server,
+    start_review: Any,
+    drafts: dict[str, str],
+    registry: SqlRegistry,
+) -> None:
+    """The stored form keeps its field descriptions, shows every draft's text and prefills
+    each row's content; an edit that leaves it unchanged approves the stored draft as is."""
+    from flows.review import DocDecision, ReviewDecision
+
+    child = start_review(reviewer=AM)  # a prefilled field used to lose its description
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    with prefect_server.client() as client:
+        keyset = client.read_flow_run(run_id).state.state_details.run_input_keyset
+        form = json.loads(client.read_flow_run_input(run_id, keyset["schema"]))
+        description = json.loads(client.read_flow_run_input(run_id, keyset["description"]))
+    props = form["properties"]
+    for field in ("reviewer", "decisions"):
+        assert props[field]["description"] == ReviewDecision.model_fields[field].description
+    assert props["reviewer"]["default"] == AM
+    row_help = form["definitions"]["DocDecision"]["properties"]["content"]["description"]
+    assert row_help == DocDecision.model_fields["content"].description
+    for draft in DRAFTS:
+        assert f"### {draft['title']}" in description
+        assert draft["text"] in description  # a known sentence of each draft
+    rows = {row["doc_id"]: row for row in props["decisions"]["default"]}
+    for draft in DRAFTS:
+        row = rows[drafts[draft["key"]]]
+        assert row["action"] == "skip"
+        assert row["content"] == f"# {draft['title']}\n\n{draft['text']}\n"
+
+    before = registry.get_document(drafts["kiln"])
+    kiln, glaze = rows[drafts["kiln"]], rows[drafts["glaze"]]
+    # What the UI sends for an edit whose prefilled text was left as it was.
+    prefect_server.resume(
+        run_id,
+        {"reviewer": AM, "decisions": [
+            {**kiln, "action": "edit", "note": "ok"},
+            glaze,
+        ]},
+    )  # fmt: skip
+    rc, report = child.finish()
+    assert rc == 0, child.output()
+    assert report is not None
+    from flows.review import UNCHANGED_EDIT
+
+    assert report["outcomes"] == [
+        {
+            "doc_id": drafts["kiln"],
+            "action": "approve",
+            "result": "applied",
+            "message": UNCHANGED_EDIT,
+            "status": "approved",
+        }
+    ]
+    assert not report["model_loaded"]  # nothing was re-embedded
+    after = registry.get_document(drafts["kiln"])
+    assert (after.status, after.content_hash) == ("approved", before.content_hash)
+    assert _decisions_audit(registry) == [(AuditAction.APPROVED.value, drafts["kiln"], AM)]
+    assert registry.get_document(drafts["glaze"]).status == DocStatus.PENDING_REVIEW.value
+    assert _final_state(prefect_server, run_id).is_completed()
+
+
+def test_a_lost_race_is_reported_and_the_run_still_completes(
+    prefect_server: Server,
+    start_review: Any,
+    drafts: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+) -> None:
+    from tasks.review import approve, held
+
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    with open_vector_store(settings) as store:  # someone decides first, from the CLI say
+        approve(drafts["kiln"], AM, registry=registry, open_store=held(store))
+    prefect_server.resume(
+        run_id,
+        {"reviewer": AM, "decisions": [
+            {"doc_id": drafts["kiln"], "action": "reject"},
+            {"doc_id": drafts["glaze"], "action": "approve"},
+        ]},
+    )  # fmt: skip
+    rc, report = child.finish()
+    assert rc == 0, child.output()
+    assert report is not None
+    assert [(o["doc_id"], o["result"]) for o in report["outcomes"]] == [
+        (drafts["kiln"], "conflict"),
+        (drafts["glaze"], "applied"),
+    ]
+    assert "FAILED" not in child.output()
+    assert _final_state(prefect_server, run_id).is_completed()
+    assert registry.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
+
+
+def test_review_flow_command_prints_the_run_and_its_link_while_waiting(
+    prefect_server: Server,
+    start_cli: Any,
+    drafts: dict[str, str],
+    registry: SqlRegistry,
+) -> None:
+    cli = start_cli("review", "flow", "--org", ORG, "--as", AM, "--timeout", "120", "--json")
+    notice = cli.notice()
+    what, _name, run_id, url, todo = notice.groups()
+    assert what == f"decisions on 2 drafts of org {ORG}"
+    assert url == f"{prefect_server.api_url.removesuffix('/api')}/runs/flow-run/{run_id}"
+    assert "Resume" in todo and "pending_review" in todo
+    # Printed while the run waits: it is paused, the command still running.
+    assert cli.wait_until_waiting_for_input(prefect_server, run_id=UUID(run_id)) == UUID(run_id)
+    assert cli.proc.poll() is None
+    prefect_server.resume(
+        UUID(run_id),
+        {"reviewer": AM, "decisions": [
+            {"doc_id": drafts["kiln"], "action": "approve"},
+            {"doc_id": drafts["glaze"], "action": "reject"},
+        ]},
+    )  # fmt: skip
+    assert cli.proc.wait(timeout=60) == 0, cli.output()
+    report = json.loads(cli.out.read_text())
+    assert (report["applied"], report["failed"]) == (2, 0)
+    assert _final_state(prefect_server, UUID(run_id)).is_completed()
+    assert "Traceback" not in cli.err.read_text()
+
+
+def test_review_flow_command_times_out_with_one_message_and_no_traceback(
+    prefect_server: Server, start_cli: Any, drafts: dict[str, str], registry: SqlRegistry
+) -> None:
+    cli = start_cli("review", "flow", "--org", ORG, "--as", AM, "--timeout", "3")
+    assert cli.proc.wait(timeout=90) == 1, cli.output()
+    err = cli.err.read_text()
+    assert "Traceback" not in err, err
+    assert err.count("no decisions arrived within 3s") == 1, err
+    assert "error: no decisions arrived within 3s, so the 2 drafts of org 'larkspur'" in " ".join(
+        err.split()
+    )
+    assert {d.status for d in registry.get_documents(drafts.values()).values()} == {
+        DocStatus.PENDING_REVIEW.value
+    }
 
 
 def test_no_pending_documents_returns_without_pausing(
@@ -492,21 +714,8 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
 ) -> None:
     """Brand-new org -> seed -> research (offline) -> 4 hidden drafts -> paused review:
     approve two, reject two -> exactly the two approved become searchable."""
-    from tasks.extract import file_to_document
-    from tasks.seed import SeedBundle, seed_bundle
-
     org = "fresh"
-    registry.ensure_org(org, "Fresh Foods")
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.assign_am(org, AM)
-    brief = tmp_path / "brief.md"
-    brief.write_text(BRIEF)
-    with open_vector_store(settings) as store:
-        seed_bundle(
-            SeedBundle(files=(brief,), prompts=("Focus on parents of babies under one.",)),
-            org, registry=registry, store=store, embedder=embedder,
-            extract_file=lambda s: file_to_document(s.path),
-        )  # fmt: skip
+    _seed_fresh_org(org, settings, registry, embedder, tmp_path)
 
     name = f"research-test-{uuid.uuid4().hex[:12]}"
     out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
@@ -554,6 +763,93 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
         == ["kb.document.approved"] * 2 + ["kb.document.rejected"] * 2
     )
     assert {r.synthesis_run_id for r in rows} == {synthesis_run}
+
+
+def _seed_fresh_org(
+    org: str, settings: Settings, registry: SqlRegistry, embedder: Any, tmp_path: Path
+) -> None:
+    """A new org with its assigned AM and a seed bundle (the brief and a prompt)."""
+    from tasks.extract import file_to_document
+    from tasks.seed import SeedBundle, seed_bundle
+
+    registry.ensure_org(org, "Fresh Foods")
+    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.assign_am(org, AM)
+    brief = tmp_path / "brief.md"
+    brief.write_text(BRIEF)
+    with open_vector_store(settings) as store:
+        seed_bundle(
+            SeedBundle(files=(brief,), prompts=("Focus on parents of babies under one.",)),
+            org, registry=registry, store=store, embedder=embedder,
+            extract_file=lambda s: file_to_document(s.path),
+        )  # fmt: skip
+
+
+def test_research_command_shows_where_to_review_and_fails_when_nobody_answers(
+    prefect_server: Server,
+    start_cli: Any,
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+    tmp_path: Path,
+) -> None:
+    """The review subflow's address is printed while it waits; when nobody answers, the
+    research run ends Failed with the reason, and the command says so once, without a
+    traceback (exit 1, its JSON report on stdout)."""
+    org = "fresh-wait"
+    _seed_fresh_org(org, settings, registry, embedder, tmp_path)
+    cli = start_cli(
+        "research", "--org", org, "--client-name", "Fresh Foods", "--as", AM,
+        "--review-timeout", "15", "--json",
+    )  # fmt: skip
+    what, name, review_id, url, _todo = cli.notice().groups()
+    assert what == f"decisions on 4 drafts of org {org}" and name.endswith("-review")
+    assert url == f"{prefect_server.api_url.removesuffix('/api')}/runs/flow-run/{review_id}"
+    cli.wait_until_waiting_for_input(prefect_server, run_id=UUID(review_id))
+    assert cli.proc.poll() is None  # printed while waiting
+
+    assert cli.proc.wait(timeout=120) == 1, cli.output()
+    err = cli.err.read_text()
+    assert "Traceback" not in err, err
+    assert err.count("no decisions arrived within 15s") == 1, err
+    report = json.loads(cli.out.read_text())
+    assert len(report["doc_ids"]) == 4 and "review" not in report
+    assert report["review_failed"].startswith("no decisions arrived within 15s")
+    assert _final_state(prefect_server, UUID(review_id)).is_failed()
+    (run,) = _runs_of(prefect_server, "research", org)
+    assert run.state.is_failed(), run.state
+    assert run.state.message == (
+        f"the review of research run {report['synthesis_run_id']} failed, its 4 drafts stay "
+        f"pending_review: {report['review_failed']}"
+    )
+    assert {d.status for d in registry.list_documents(org) if d.id in report["doc_ids"]} == {
+        DocStatus.PENDING_REVIEW.value
+    }
+
+
+def test_research_stopped_by_its_budget_ends_failed_with_the_reason(
+    prefect_server: Server, start_cli: Any, registry: SqlRegistry
+) -> None:
+    org = "broke"
+    registry.ensure_org(org, "Broke Ltd")
+    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.assign_am(org, AM)
+    args = ("research", "--org", org, "--client-name", "Broke", "--as", AM, "--budget", "1",
+            "--review-timeout", "0")  # fmt: skip
+    as_json = start_cli(*args, "--json")
+    assert as_json.proc.wait(timeout=180) == 0, as_json.output()  # as before: JSON exits 0
+    report = json.loads(as_json.out.read_text())
+    assert report["budget_exceeded"] is True and report["doc_ids"] == []
+    (run,) = _runs_of(prefect_server, "research", org)
+    assert run.state.is_failed(), run.state
+    assert run.state.message.startswith(f"research budget exceeded for org {org!r}: ")
+    assert "Nothing was persisted" in run.state.message
+    assert "Traceback" not in as_json.err.read_text()
+
+    text = start_cli(*args)
+    assert text.proc.wait(timeout=180) == 1, text.output()  # as before: text mode exits 1
+    assert "budget exceeded" in text.out.read_text()
+    assert registry.list_documents(org) == []
 
 
 def _fresh_visible(

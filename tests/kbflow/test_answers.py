@@ -133,6 +133,47 @@ def test_provenance_flags_answers_whose_documents_changed(world: Any) -> None:
     assert _provenance(settings, world["registry"], doc_id=world["docs"]["travel"]) == []
 
 
+def test_provenance_tells_an_unknown_document_from_an_uncited_one(world: Any) -> None:
+    from kbflow.errors import NotFound
+
+    settings: Settings = world["settings"]
+    answer_question(world["ctx"], "helper", QUESTION)  # the ledger exists and cites expenses
+    with pytest.raises(NotFound, match="no document 'doc_nope'") as err:
+        _provenance(settings, world["registry"], doc_id="doc_nope")
+    assert "kbflow docs list" in str(err.value)
+    assert _provenance(settings, world["registry"], doc_id=world["docs"]["travel"]) == []
+
+    runner = CliRunner()
+    env = {"KBFLOW_HOME": str(settings.home)}
+    unknown = runner.invoke(app, ["provenance", "--doc", "doc_nope"], env=env)
+    assert unknown.exit_code == 1
+    said = " ".join(unknown.output.split())
+    assert "no document 'doc_nope'" in said and "kbflow docs list" in said
+    assert "no recorded answer matches" not in said
+    as_json = runner.invoke(app, ["provenance", "--doc", "doc_nope", "--json"], env=env)
+    assert as_json.exit_code == 1 and "doc_nope" in as_json.output
+
+    travel = world["docs"]["travel"]
+    uncited = runner.invoke(app, ["provenance", "--doc", travel], env=env)
+    assert uncited.exit_code == 0
+    assert f"document {travel}: no recorded answer cites it." in " ".join(uncited.output.split())
+    recent = runner.invoke(app, ["provenance", "--doc", travel, "--since", "7d"], env=env)
+    assert recent.exit_code == 0
+    assert "no recorded answer cites it (since 7d)" in " ".join(recent.output.split())
+
+
+def test_provenance_still_traces_a_cited_document_that_was_deleted(world: Any) -> None:
+    settings: Settings = world["settings"]
+    out = answer_question(world["ctx"], "helper", QUESTION)
+    expenses = world["docs"]["expenses"]
+    from tasks.collections import delete_collection
+
+    delete_collection(Catalog(world["registry"]), world["store"], "acme", "handbook",
+                      delete_contents=True)  # fmt: skip
+    rows = _provenance(settings, world["registry"], doc_id=expenses)
+    assert [(r["turn_id"], r["stale"]) for r in rows] == [(out["turn_id"], "document deleted")]
+
+
 def _provenance(settings: Settings, registry: SqlRegistry, **kw: Any) -> list[dict[str, Any]]:
     from kbflow.answers import provenance
 

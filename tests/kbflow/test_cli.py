@@ -47,6 +47,50 @@ def test_search_rejects_a_bad_top_k() -> None:
     assert result.exit_code == 2
 
 
+def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.research
+    from kbflow.errors import BudgetExceeded
+    from kbflow.models import ResearchResponse
+    from tasks.budget import ResearchBudget
+    from tasks.research import ResearchOutcome
+
+    budget = ResearchBudget("acme-cli", max_fetches=0)
+    with pytest.raises(BudgetExceeded) as err:
+        budget.charge_fetch("https://acme.example/")
+    outcome = ResearchOutcome(
+        ResearchResponse(synthesis_run_id=None, budget_exceeded=True, consumed_tokens=42),
+        notes=[str(err.value)],
+        budget={"exceeded": budget.exceeded},
+        budget_stop=budget.stop_reason(),
+    )
+    monkeypatch.setattr(flows.research, "research", lambda **_: outcome.to_dict())
+
+    result = runner.invoke(app, ["research", "--org", "acme-cli", "--client-name", "Acme"])
+
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "stopped by the fetch cap" in said
+    assert "raise KBFLOW_RESEARCH_MAX_FETCHES (now 0, default 30)" in said
+    assert "after 42 tokens" not in said and "Raise --budget" not in said
+
+
+@pytest.mark.integration
+def test_an_ingest_of_too_many_bad_files_fails_with_one_message_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "a.pdf").write_bytes(b"garbage")
+    (bad / "b.docx").write_bytes(b"garbage")
+    done = _kbflow("ingest", str(bad), "--org", "acme", "--json", home=tmp_path / "home")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert said.count("2 of 2 documents could not be ingested") == 1, done.stderr[-3000:]
+    assert "error: 2 of 2 documents could not be ingested (more than 50%)" in said
+    assert done.stdout == ""
+
+
 @pytest.mark.integration
 def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     home = tmp_path / "home"

@@ -81,6 +81,25 @@ def test_schemas_are_valid_json_schema_and_exported_by_the_cli() -> None:
     assert printed.exit_code == 0 and json.loads(printed.stdout) == exported
 
 
+def test_the_docs_count_and_name_every_agent_tool() -> None:
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    numbers = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+    for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for said in re.findall(r"\b(one|two|three|four|five|six|\d+)\s+(?:agent\s+)?tools\b", text):
+            count = numbers.get(said.lower()) or int(said)
+            assert count == len(TOOLS), f"{doc.name} says {said} tools; there are {len(TOOLS)}"
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    scope_agents = readme.split("**Scope agents**", 1)[1].split("\n\n", 1)[0]
+    collections_and_agents = readme.split("**Collections and agents.**", 1)[1].split("\n\n", 1)[0]
+    for name in TOOLS:
+        assert f"`{name}`" in scope_agents, name
+        assert f"`{name}`" in collections_and_agents, name
+
+
 def test_an_agent_lists_and_searches_only_its_subtree(world: dict[str, Any]) -> None:
     hr = _agent(world, "hr-bot", ["policies/hr"])
     listed = call_tool(world["ctx"], "list_knowledge_collections", hr, {})

@@ -43,6 +43,38 @@ def test_crossing_the_token_cap_raises_and_counts() -> None:
     assert budget.tokens == 99
 
 
+def test_the_fetch_cap_says_it_stopped_the_run_and_names_its_setting() -> None:
+    budget = ResearchBudget("acme-which-fetch", max_fetches=1, max_tokens=100)
+    budget.charge_fetch("https://a.example/")
+    with pytest.raises(BudgetExceeded) as err:
+        budget.charge_fetch("https://b.example/")
+    message = str(err.value)
+    assert "the fetch cap stopped it" in message
+    assert "KBFLOW_RESEARCH_MAX_FETCHES=1" in message and "default 30" in message
+    assert "--budget" not in message  # the token budget is not what to raise
+    assert budget.exceeded == "fetches"
+    reason = budget.stop_reason()
+    assert reason is not None and reason.startswith("stopped by the fetch cap: 1 of 1 fetches")
+    assert "raise KBFLOW_RESEARCH_MAX_FETCHES (now 1, default 30)" in reason
+    assert "--budget" not in reason
+
+
+def test_the_token_budget_says_it_stopped_the_run_and_names_its_flag() -> None:
+    budget = ResearchBudget("acme-which-tokens", max_fetches=5, max_tokens=100)
+    assert budget.stop_reason() is None
+    budget.charge_fetch("https://a.example/")
+    with pytest.raises(BudgetExceeded) as err:
+        budget.charge_tokens(101, "account-manager corpus")
+    message = str(err.value)
+    assert "the token budget stopped it" in message and "--budget, now 100" in message
+    assert "KBFLOW_RESEARCH_MAX_FETCHES" not in message
+    assert budget.exceeded == "tokens"
+    reason = budget.stop_reason()
+    assert reason is not None and reason.startswith("stopped by the token budget: 0 of 100")
+    assert "raise --budget (now 100)" in reason
+    assert "KBFLOW_RESEARCH_MAX_FETCHES" not in reason
+
+
 def test_bad_budgets_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="budget_cap_tokens must be > 0"):
         ResearchBudget("x", max_tokens=0)

@@ -15,6 +15,7 @@ import pytest
 
 from evals.extraction import groundtruth_for, recall_row
 from kbflow.errors import ConfigError, ExtractionError, UnsupportedFormat
+from tasks.chunk import document_to_chunks
 from tasks.extract import file_to_document
 from tests.conftest import require_binaries
 
@@ -198,6 +199,71 @@ def test_xlsx_sheets_come_out_as_markdown_tables(tmp_path: Path) -> None:
     assert "| Region" in doc.text
     assert "North" in doc.text
     assert doc.source_format == "xlsx"
+
+
+def _workbook_with_chart(path: Path) -> None:
+    """Two named sheets; the first holds a bar chart of two series over three quarters."""
+    import openpyxl
+    from openpyxl.chart import BarChart, Reference
+
+    book = openpyxl.Workbook()
+    sales = book.active
+    sales.title = "Quarterly Sales"
+    for row in [
+        ("Quarter", "Gravel", "Touring"),
+        ("Q1", 120, 45),
+        ("Q2", 150, 52),
+        ("Q3", 170, 61),
+    ]:
+        sales.append(row)
+    chart = BarChart()
+    chart.title = "Units by quarter"
+    chart.add_data(
+        Reference(sales, min_col=2, min_row=1, max_col=3, max_row=4), titles_from_data=True
+    )
+    chart.set_categories(Reference(sales, min_col=1, min_row=2, max_row=4))
+    sales.add_chart(chart, "E2")
+    staff = book.create_sheet("Workshop Staff")
+    for row in [("Name", "Role"), ("Ada", "Mechanic"), ("Bo", "Sales")]:
+        staff.append(row)
+    book.save(path)
+
+
+def test_xlsx_sheet_names_head_their_sections_and_chunks(tmp_path: Path) -> None:
+    source = tmp_path / "range.xlsx"
+    _workbook_with_chart(source)
+
+    doc = file_to_document(source)
+    chunks = document_to_chunks("d1", doc)
+
+    assert [s.heading_path for s in doc.sections] == [("Quarterly Sales",), ("Workshop Staff",)]
+    assert [s.location.sheet for s in doc.sections if s.location] == [
+        "Quarterly Sales",
+        "Workshop Staff",
+    ]
+    assert {c.heading_path for c in chunks} == {("Quarterly Sales",), ("Workshop Staff",)}
+    mechanic = next(c for c in chunks if "Mechanic" in c.text)
+    assert mechanic.heading_path == ("Workshop Staff",)
+    assert mechanic.embed_text.startswith("Workshop Staff\n")  # both vectors see the name
+    assert doc.title == "range"  # a sheet name does not name the whole workbook
+
+
+def test_xlsx_chart_series_come_out_as_a_table(tmp_path: Path) -> None:
+    source = tmp_path / "range.xlsx"
+    _workbook_with_chart(source)
+
+    doc = file_to_document(source)
+
+    sales = doc.sections[0].text
+    assert "Bar chart data" in sales
+    # The chart's own table (categories as rows, one column per series), after its label.
+    chart_table = sales.split("Bar chart data", 1)[1]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in chart_table.split("\n")
+    ]
+    assert ["", "Gravel", "Touring"] in rows
+    assert ["Q1", "120", "45"] in rows
+    assert ["Q3", "170", "61"] in rows
 
 
 def test_text_file_splits_paragraphs_on_blank_lines(tmp_path: Path) -> None:

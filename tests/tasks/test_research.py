@@ -132,3 +132,27 @@ def test_crossing_the_fetch_cap_persists_nothing(world: dict[str, Any]) -> None:
     assert out.response.budget_exceeded
     assert _drafts(world, "lark") == []
     assert _counter("lark") == before + 1
+
+
+def test_a_capped_run_reports_which_cap_stopped_it(world: dict[str, Any]) -> None:
+    by_fetches = _run(world, "lark", max_fetches=3).to_dict()
+    assert by_fetches["budget"] == {
+        "fetches": 3,
+        "max_fetches": 3,
+        "tokens": by_fetches["consumed_tokens"],
+        "max_tokens": 200_000,
+        "exceeded": "fetches",
+    }
+    assert by_fetches["budget_stop"].startswith("stopped by the fetch cap: 3 of 3 fetches")
+    assert "KBFLOW_RESEARCH_MAX_FETCHES" in by_fetches["budget_stop"]
+    assert "--budget" not in by_fetches["budget_stop"]
+    assert any("the fetch cap stopped it" in note for note in by_fetches["notes"])
+
+    by_tokens = _run(world, "lark", budget_cap_tokens=1).to_dict()
+    assert by_tokens["budget"]["exceeded"] == "tokens"
+    assert by_tokens["budget_stop"].startswith("stopped by the token budget")
+    assert "raise --budget (now 1)" in by_tokens["budget_stop"]
+    assert any("the token budget stopped it" in note for note in by_tokens["notes"])
+
+    done = _run(world, "lark").to_dict()
+    assert done["budget"]["exceeded"] is None and done["budget_stop"] is None

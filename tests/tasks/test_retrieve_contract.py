@@ -88,6 +88,28 @@ def test_a_failed_vector_engine_degrades_to_the_gated_keyword_fallback(
     assert {h.doc_id for h in internal.hits} == _servable(world) | {world["internal"]}
 
 
+def test_an_unopened_store_is_described_once_in_the_reason(
+    world: dict[str, str], registry: Any, embedder: Any
+) -> None:
+    # search_context passes the failure as "<type>: <message>"; the reason quotes it once.
+    result = retrieve(
+        TOPIC, Scope("acme"), store=None, registry=registry, embedder=embedder, top_k=5,
+        fallback=KeywordFallback(), store_error="StoreBusy: the vector store at /v is busy",
+    )  # fmt: skip
+    assert result.degraded
+    assert result.reason == (
+        "vector store could not be opened (StoreBusy: the vector store at /v is busy); "
+        "keyword fallback"
+    )
+    unexplained = retrieve(
+        TOPIC, Scope("acme"), store=None, registry=registry, embedder=embedder, top_k=5,
+        fallback=KeywordFallback(),
+    )  # fmt: skip
+    assert unexplained.reason == (
+        "vector store could not be opened (no vector store was opened); keyword fallback"
+    )
+
+
 def test_the_fallback_follows_registry_changes(
     world: dict[str, str], registry: Any, edge_store: Any, embedder: Any
 ) -> None:

@@ -376,3 +376,88 @@ def test_a_crashed_edit_leaves_hidden_chunks_that_reconcile_removes(
     texts = [h.payload["text"] for h in store.inspect_document_chunks(doc_id)]
     assert texts and all("999" not in t for t in texts)
     assert all(doc_id in ids for ids in _visible(ctx).values())
+
+
+# --- the review form's view of a draft --------------------------------------------------------
+
+LONG = " ".join(f"w{i}" for i in range(1, 401)) + "."
+GUIDE = f"# Kiln guide\n\nIntro paragraph.\n\n## Firing\n\n{LONG}\n\n## Glazes\n\nShort.\n"
+
+
+def test_draft_markdown_rebuilds_headings_and_joins_overlapping_chunks(
+    ctx: dict[str, Any],
+) -> None:
+    registry, store = ctx["registry"], ctx["store"]
+    doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
+    review.edit_and_approve(
+        doc_id, AM, GUIDE, registry=registry, open_store=review.held(store),
+        embedder=ctx["embedder"], max_words=180, overlap_words=30,
+    )  # fmt: skip
+    doc = registry.get_document(doc_id)
+    assert doc.chunk_count > 3  # the long section spans several chunks that overlap
+    assert review.draft_markdown(doc, store) == GUIDE
+
+
+def test_draft_markdown_ignores_chunks_of_other_content(
+    ctx: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crashed edit leaves hidden chunks of its own content: the form shows the draft."""
+    registry, store = ctx["registry"], ctx["store"]
+    doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
+
+    def crash(*_a: Any, **_k: Any) -> Any:
+        raise Boom("injected: died before the edit's registry commit")
+
+    monkeypatch.setattr(registry, "transition", crash)
+    with pytest.raises(Boom):
+        review.edit_and_approve(
+            doc_id, AM, "Edited: 999 hours.", registry=registry,
+            open_store=review.held(store), embedder=ctx["embedder"],
+        )  # fmt: skip
+    monkeypatch.undo()
+    doc = registry.get_document(doc_id)
+    assert len({h.payload["content_hash"] for h in store.inspect_document_chunks(doc_id)}) == 2
+    assert review.draft_texts([doc], store) == {doc_id: f"# Turbine notes d\n\n{TEXT} Note d.\n"}
+
+
+def test_chunks_to_markdown_writes_a_heading_for_each_level_that_changes() -> None:
+    chunks = [
+        (("Guide",), "intro one two"),
+        (("Guide", "Setup"), "alpha beta gamma"),
+        (("Guide", "Setup"), "beta gamma delta"),  # repeats two words of the last chunk
+        (("Guide", "Use"), "go"),
+        (("Annex",), "end"),
+        ((), "loose text"),
+    ]
+    assert review.chunks_to_markdown(chunks) == (
+        "# Guide\n\nintro one two\n\n## Setup\n\nalpha beta gamma delta\n\n## Use\n\ngo\n\n"
+        "# Annex\n\nend\n\nloose text\n"
+    )
+    assert review.chunks_to_markdown([]) == ""
+
+
+def test_same_content_ignores_line_endings_and_outer_blank_space_only() -> None:
+    draft = "# T\n\nLine one.\n"
+    assert review.same_content("# T\r\n\r\nLine one.\r\n", draft)
+    assert review.same_content("\n# T\n\nLine one.   \n\n", draft)
+    assert not review.same_content("# T\n\nLine one!\n", draft)
+    assert not review.same_content("# T\nLine one.\n", draft)  # a changed line break counts
+    assert not review.same_content(None, draft)
+
+
+def test_review_failure_only_for_a_refused_reviewer_or_only_invalid_rows() -> None:
+    def o(result: Any, message: str = "") -> review.Outcome:
+        return review.Outcome("d", "approve", result, message)
+
+    refused = review.review_failure(
+        ORG, "mallory", [o("forbidden", "user 'mallory' may not."), o("forbidden")]
+    )
+    assert refused is not None
+    assert refused.startswith("reviewer 'mallory' may not review org 'acme'; nothing was applied")
+    assert "user 'mallory' may not." in refused
+    invalid = review.review_failure(ORG, AM, [o("invalid", "not pending"), o("not_found")])
+    assert invalid is not None and "nothing was applied: not pending" in invalid
+    # A lost race among applied rows, lost races only, or nothing decided: the run completes.
+    assert review.review_failure(ORG, AM, [o("applied"), o("conflict"), o("invalid")]) is None
+    assert review.review_failure(ORG, AM, [o("conflict")]) is None
+    assert review.review_failure(ORG, AM, []) is None

@@ -1,0 +1,255 @@
+"""prefect.yaml as deployments/README.md runs it: a Prefect server, a process work pool,
+``prefect deploy --all`` from the repo root, a worker; then the ``ingest`` and ``nightly-eval``
+deployments run on that worker and their effects show in the kbflow CLI (same KBFLOW_HOME).
+
+Every process the test starts is stopped at the end, and psutil checks that none of them or
+their children survive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+POOL = "kbflow-process"  # prefect.yaml's work pool
+ORG = "deployco"
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Processes:
+    """The long-running processes of a test, with their logs; `stop_all` ends them."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with (self.logs / f"{name}.log").open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.started[name] = proc
+        return proc
+
+    def tail(self, name: str, chars: int = 4000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
+
+    def family(self) -> list[psutil.Process]:
+        """The started processes and all their descendants, as they are now."""
+        found: list[psutil.Process] = []
+        for proc in self.started.values():
+            if proc.poll() is not None:  # reaped: its pid may name another process by now
+                continue
+            try:
+                parent = psutil.Process(proc.pid)
+                found += [parent, *parent.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def stop_all(self) -> list[psutil.Process]:
+        """SIGINT the worker (it ignores SIGTERM for ~10 s), SIGTERM the rest; SIGKILL what is
+        left after 30 s. Returns what was still running before the SIGKILL."""
+        family = self.family()
+        for name, proc in self.started.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT if name == "worker" else signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.started.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        survivors = _still_running(family, max(0.1, deadline - time.monotonic()))
+        for leftover in survivors:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()
+        for proc in self.started.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        return survivors
+
+
+def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for proc in procs:
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()  # after a failure too; the test asserts on its own stop
+
+
+def _beir_folder(root: Path) -> Path:
+    """A six-document BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv."""
+    folder = root / "tinybeir"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [
+        ("d1", "Annual leave", "Staff get twenty-five days of paid annual leave each year."),
+        ("d2", "Expenses", "Claim travel expenses within thirty days with receipts attached."),
+        ("d3", "Bikes", "The Larkspur touring bike has a steel frame and disc brakes."),
+        ("d4", "Returns", "Unused products can be returned within sixty days for a refund."),
+        ("d5", "Security", "Laptops use full-disk encryption and lock after five minutes."),
+        ("d6", "Parking", "Visitors park in the north car park next to the loading bay."),
+    ]
+    queries = [
+        ("q1", "how many days of annual leave"),
+        ("q2", "refund for returned products"),
+        ("q3", "laptop disk encryption"),
+    ]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in corpus)
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "text": x}) + "\n" for i, x in queries)
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\nq3\td5\t1\n"
+    )
+    return folder
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: int = 300) -> str:
+    done = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _wait_healthy(api: str, procs: Processes) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if procs.started["server"].poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"prefect server not healthy:\n{procs.tail('server')}")
+        time.sleep(0.25)
+
+
+def _run_deployment(api: str, name: str, parameters: dict[str, Any]) -> str:
+    deployment = httpx.get(f"{api}/deployments/name/{name}", timeout=10)
+    assert deployment.status_code == 200, deployment.text
+    created = httpx.post(
+        f"{api}/deployments/{deployment.json()['id']}/create_flow_run",
+        json={"parameters": parameters},
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
+def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float = 420) -> dict:
+    deadline = time.monotonic() + timeout_s
+    states: dict[str, Any] = {}
+    while True:
+        for run_id in run_ids:
+            run = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()
+            states[run_id] = run["state"]
+        if all(s and s["type"] in FINAL for s in states.values()):
+            return states
+        if procs.started["worker"].poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"flow runs not finished: {states}\nworker:\n{procs.tail('worker')}")
+        time.sleep(1)
+
+
+def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
+    tmp_path: Path, processes: Processes
+) -> None:
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    home = tmp_path / "kbflow-home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_URL=api,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_UI_ENABLED="false",
+        # No scheduled nightly-eval may start during the test: only the runs it asks for.
+        PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",
+        DO_NOT_TRACK="1",
+        KBFLOW_HOME=str(home),  # the worker's flow runs and the CLI below share it
+    )
+    prefect = [sys.executable, "-m", "prefect"]
+    kbflow = [sys.executable, "-m", "kbflow.cli"]
+    doc = tmp_path / "incoming" / "leave-policy.md"
+    doc.parent.mkdir()
+    doc.write_text("# Leave policy\n\nEvery employee gets 25 days of paid annual leave a year.\n")
+    beir = _beir_folder(tmp_path)
+
+    processes.start(
+        "server",
+        [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+    )
+    _wait_healthy(api, processes)
+    _run([*prefect, "work-pool", "create", POOL, "--type", "process"], env)
+    deployed = _run([*prefect, "--no-prompt", "deploy", "--all"], env)
+    assert "nightly-eval" in deployed, deployed
+    pull_steps = httpx.get(f"{api}/deployments/name/ingest/ingest", timeout=10).json()["pull_steps"]
+    assert pull_steps == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
+    ]
+    processes.start("worker", [*prefect, "worker", "start", "--pool", POOL], env)
+    _run([*kbflow, "orgs", "create", ORG], env)  # ingest may refuse an org that does not exist
+
+    ingest_run = _run_deployment(api, "ingest/ingest", {"paths": [str(doc)], "org": ORG})
+    eval_run = _run_deployment(
+        api,
+        "nightly-eval/nightly-eval",
+        {"datasets": [str(beir)], "baseline_dir": str(tmp_path / "no-baselines")},
+    )
+    states = _wait_final(api, [ingest_run, eval_run], processes)
+
+    worker_log = processes.tail("worker")
+    assert states[ingest_run]["type"] == "COMPLETED", f"{states[ingest_run]}\n{worker_log}"
+    assert states[eval_run]["type"] == "COMPLETED", f"{states[eval_run]}\n{worker_log}"
+    docs = json.loads(_run([*kbflow, "docs", "list", "--org", ORG, "--json"], env))
+    assert [(d["uri"].rsplit("/", 1)[-1], d["status"], d["parse_status"]) for d in docs] == [
+        ("leave-policy.md", "approved", "ingested")
+    ]
+    report = json.loads(_run([*kbflow, "eval", "report", "--json"], env))
+    assert {r["dataset"] for r in report["runs"]} == {"tinybeir/test"}
+    assert {r["mode"] for r in report["runs"]} >= {"keyword", "dense", "hybrid"}
+
+    started = processes.family()
+    assert len(started) >= 2
+    assert processes.stop_all() == [], "processes survived their stop"
