@@ -86,6 +86,11 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
+    from kbflow.wiring import open_registry
+
+    with open_registry(settings) as registry:
+        registry.ensure_org("sci")  # ingest refuses an org that does not exist
+
     print("first ingest of SciFact ...", flush=True)
     t0 = time.perf_counter()
     first = run_ingest(

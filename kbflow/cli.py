@@ -1105,8 +1105,9 @@ def review_flow(
         _print_json(report)
     else:
         _print_report(report)
-    if failure:
+    if failure:  # it did not do its job (a refused reviewer, only invalid rows): exit 1
         err_console.print(f"[red]review run failed:[/red] {escape(failure)}", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _print_report(report: dict[str, Any]) -> None:
@@ -1330,10 +1331,10 @@ def research(
         report = exc.report
     except KbflowError as exc:
         raise _fail(exc) from exc
-    # Exit codes as before runs could end Failed: a review that did not finish (a timeout)
-    # exits 1; a review that ran and refused its reviewer prints its report and exits 0.
+    # A review that failed (nobody answered, or it refused its reviewer) exits 1 after the
+    # report: the drafts are still pending_review.
     review_failed = report.get("review_failed")
-    unfinished = bool(review_failed) and "review" not in report
+    unfinished = bool(review_failed)
     if as_json:
         _print_json(report)
         if review_failed:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from kbflow.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
@@ -36,14 +37,20 @@ def _write(folder: Path, version: int) -> None:
 
 
 def _kbflow(home: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; its output goes to files, not pipes: a process killed with SIGKILL leaves
+    its temporary Prefect server holding whatever it inherited until the next command reaps
+    it, and a pipe would keep this test waiting for that."""
     env = {**os.environ, "KBFLOW_HOME": str(home), "KBFLOW_INGEST_BATCH_DOCS": "5"}
     env.pop("KBFLOW_FAULT_AT", None)
     if fault:
         env["KBFLOW_FAULT_AT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "kbflow.cli", *args],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+    out, err = home.parent / "stdout.txt", home.parent / "stderr.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        code = subprocess.run(
+            [sys.executable, "-m", "kbflow.cli", *args],
+            stdout=stdout, stderr=stderr, text=True, env=env, timeout=600,
+        ).returncode  # fmt: skip
+    return subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
 
 
 def _state(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -75,6 +82,22 @@ def _check(state: dict[str, Any]) -> None:
         assert versions == set(state["servable"][uri]), (uri, versions)
 
 
+def _prefect_server_of(proc: psutil.Process, home: Path) -> bool:
+    """A temporary Prefect server the killed run (under ``home``) left behind."""
+    try:
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        return "prefect.server" in cmdline and proc.ppid() == 1 and _started_under(proc, home)
+    except psutil.Error:
+        return False
+
+
+def _started_under(proc: psutil.Process, home: Path) -> bool:
+    try:
+        return proc.environ().get("KBFLOW_HOME") == str(home)
+    except psutil.Error:
+        return False
+
+
 KILLS = [
     pytest.param("ingest.after_hide:2", id="after_hide-2"),
     pytest.param("ingest.after_register:7", id="after_register-7", marks=pytest.mark.slow),
@@ -97,6 +120,7 @@ def test_kill_9_during_a_changed_reingest_then_rerun(
 
     killed = _kbflow(home, "ingest", str(folder), "--org", "acme", "--json", fault=f"{fault}=kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    orphans = [p for p in psutil.process_iter(["cmdline"]) if _prefect_server_of(p, home)]
     after_kill = _state(home, monkeypatch)
     _check(after_kill)
 
@@ -108,6 +132,7 @@ def test_kill_9_during_a_changed_reingest_then_rerun(
     assert all(v == [2] for v in converged["servable"].values())
     assert all(v == {2} for v in converged["served"].values())
 
+    assert not [p for p in orphans if p.is_running()], "the killed run's server was not reaped"
     dry = _kbflow(home, "reconcile", "--org", "acme", "--dry-run", "--json")
     report = json.loads(dry.stdout)
     assert report["duplicates"] == [] and report["repaired"] == []
