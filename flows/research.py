@@ -85,9 +85,8 @@ def research(
     for note in outcome.notes:
         logger.warning("research %s: %s", org, note)
     if outcome.response.budget_exceeded:  # its note was logged above
-        why = (
-            outcome.budget_stop
-            or f"research budget exceeded for org {org!r}; nothing was persisted"
+        why = f"research budget exceeded for org {org!r}: " + (
+            outcome.budget_stop or "nothing was persisted"
         )
         return failed_run(why, report)
     logger.info(

@@ -902,12 +902,13 @@ def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> Non
 
 
 def _decide(verb: str, doc_id: str, actor: str, note: str | None, as_json: bool) -> None:
-    """Approve or reject one draft through the state machine, holding the store only briefly."""
+    """Approve, reject or withdraw one document through the state machine, holding the store
+    only briefly."""
     settings = _settings()
     from kbflow.wiring import open_registry, store_opener
-    from tasks.review import approve, reject
+    from tasks.review import approve, reject, withdraw
 
-    transition = approve if verb == "approve" else reject
+    transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
     try:
         with open_registry(settings) as registry:
             doc = transition(
@@ -915,7 +916,8 @@ def _decide(verb: str, doc_id: str, actor: str, note: str | None, as_json: bool)
             )
     except KbflowError as exc:
         raise _fail_review(exc) from exc
-    _print_decision(doc, {"approve": "approved", "reject": "rejected"}[verb], actor, as_json)
+    done = {"approve": "approved", "reject": "rejected", "withdraw": "withdrew"}[verb]
+    _print_decision(doc, done, actor, as_json)
 
 
 @review_app.command("approve")
@@ -964,18 +966,7 @@ def review_withdraw(
     Only a superadmin or the org's assigned account manager may. Exit code 3 means it was no
     longer approved (someone else acted first; nothing was changed).
     """
-    settings = _settings()
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.review import withdraw
-
-    try:
-        with open_registry(settings) as registry:
-            doc = withdraw(
-                doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
-            )
-    except KbflowError as exc:
-        raise _fail_review(exc) from exc
-    _print_decision(doc, "withdrew", actor, as_json)
+    _decide("withdraw", doc_id, actor, note, as_json)
 
 
 @review_app.command("edit")

@@ -400,18 +400,6 @@ class SqlRegistry:
                 .values(parse_status=parse_status.value, chunk_count=chunk_count)
             )
 
-    def mark_ingested(self, chunk_counts: dict[str, int]) -> None:
-        """Mark documents servable (``parse_status=ingested``) with their chunk counts."""
-        if not chunk_counts:
-            return
-        with self.session() as s, s.begin():
-            for doc_id, count in chunk_counts.items():
-                s.execute(
-                    update(DocumentRow)
-                    .where(DocumentRow.id == doc_id)
-                    .values(parse_status=ParseStatus.INGESTED.value, chunk_count=count)
-                )
-
     def transition(
         self,
         doc_id: str,

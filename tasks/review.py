@@ -262,10 +262,20 @@ def withdraw(
         raise
 
 
-def _edited_chunks(
-    doc: DocRecord, doc_id: str, content: str, *, max_words: int, overlap_words: int
-) -> tuple[str, list[Chunk]]:
-    """The edited Markdown as chunks of ``doc_id``, with ids keyed by the new content."""
+def _write_hidden_edit(
+    doc: DocRecord,
+    content: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Embedder,
+    max_words: int,
+    overlap_words: int,
+) -> tuple[str, int]:
+    """Chunk, embed and store the edited Markdown as chunks of ``doc``, hidden (its payload
+    says pending_review) until a registry commit shows them. The chunk ids are keyed by the new
+    content, so they sit beside any other content's chunks. Returns the content hash and the
+    number of chunks."""
     extracted = ExtractedDocument(
         title=doc.title,
         uri=doc.uri,
@@ -273,13 +283,32 @@ def _edited_chunks(
         source_format="md",
     )
     content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
-    chunks = [
-        replace(c, chunk_id=f"{doc_id}@{content_hash[:12]}:{c.chunk_index}")
+    chunks: list[Chunk] = [
+        replace(c, chunk_id=f"{doc.id}@{content_hash[:12]}:{c.chunk_index}")
         for c in document_to_chunks(
-            doc_id, extracted, max_words=max_words, overlap_words=overlap_words
+            doc.id, extracted, max_words=max_words, overlap_words=overlap_words
         )
     ]
-    return content_hash, chunks
+    hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
+    vectors = embedder.embed_documents([c.embed_text for c in chunks])
+    points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
+    registry.put_chunks(doc, content_hash, chunks)
+    with open_store() as store:
+        store.upsert(points)
+    return content_hash, len(points)
+
+
+def _edit_stamps(user: UserRecord, chunk_count: int) -> dict[str, Any]:
+    """The columns an edit sets with its approval."""
+    now = _now()
+    return {
+        "edited_by": user.id,
+        "edited_at": now,
+        "approved_by": user.id,
+        "approved_at": now,
+        "chunk_count": chunk_count,
+        "parse_status": ParseStatus.INGESTED.value,
+    }
 
 
 def edit_and_approve(
@@ -319,18 +348,12 @@ def edit_and_approve(
             doc, user, content, registry=registry, open_store=open_store, embedder=embedder,
             max_words=max_words, overlap_words=overlap_words, note=note,
         )  # fmt: skip
-    content_hash, chunks = _edited_chunks(
-        doc, doc_id, content, max_words=max_words, overlap_words=overlap_words
-    )
-    # The edited chunks get their own ids (keyed by the new content) and are written hidden,
-    # beside the draft's chunks; which set survives is decided by the registry commit.
-    hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
-    vectors = embedder.embed_documents([c.embed_text for c in chunks])
-    points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
-    registry.put_chunks(doc, content_hash, chunks)
-    with open_store() as store:
-        store.upsert(points)
-    now = _now()
+    # The edited chunks are written hidden beside the draft's; which set survives is decided
+    # by the registry commit.
+    content_hash, count = _write_hidden_edit(
+        doc, content, registry=registry, open_store=open_store, embedder=embedder,
+        max_words=max_words, overlap_words=overlap_words,
+    )  # fmt: skip
     try:
         return _publish_decision(
             doc,
@@ -342,15 +365,7 @@ def edit_and_approve(
                 new=DocStatus.APPROVED,
                 actor=user.id,
                 action=AuditAction.EDITED_APPROVED,
-                changes={
-                    "edited_by": user.id,
-                    "edited_at": now,
-                    "approved_by": user.id,
-                    "approved_at": now,
-                    "content_hash": content_hash,
-                    "chunk_count": len(points),
-                    "parse_status": ParseStatus.INGESTED.value,
-                },
+                changes=_edit_stamps(user, count) | {"content_hash": content_hash},
                 note=note,
             ),
         )
@@ -393,15 +408,10 @@ def edit_approved(
         effective_date=doc.effective_date,
         actor=user.id,
     )
-    content_hash, chunks = _edited_chunks(
-        created, created.id, content, max_words=max_words, overlap_words=overlap_words
-    )
-    vectors = embedder.embed_documents([c.embed_text for c in chunks])
-    points = [chunk_to_point(c, v, created) for c, v in zip(chunks, vectors, strict=True)]
-    registry.put_chunks(created, content_hash, chunks)
-    with open_store() as store:
-        store.upsert(points)
-    now = _now()
+    _, count = _write_hidden_edit(
+        created, content, registry=registry, open_store=open_store, embedder=embedder,
+        max_words=max_words, overlap_words=overlap_words,
+    )  # fmt: skip
     try:
         return _publish_decision(
             created,
@@ -412,14 +422,7 @@ def edit_approved(
                 created.id,
                 expected_old=DocStatus(doc.status) if doc.status else None,
                 actor=user.id,
-                changes={
-                    "edited_by": user.id,
-                    "edited_at": now,
-                    "approved_by": user.id,
-                    "approved_at": now,
-                    "chunk_count": len(points),
-                    "parse_status": ParseStatus.INGESTED.value,
-                },
+                changes=_edit_stamps(user, count),
                 note=note,
             ),
         )

@@ -64,8 +64,12 @@ def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPat
         budget_stop=budget.stop_reason(),
     )
     monkeypatch.setattr(flows.research, "research", lambda **_: outcome.to_dict())
+    assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
+    assert runner.invoke(app, ["orgs", "create", "acme-cli"]).exit_code == 0
 
-    result = runner.invoke(app, ["research", "--org", "acme-cli", "--client-name", "Acme"])
+    result = runner.invoke(
+        app, ["research", "--org", "acme-cli", "--client-name", "Acme", "--as", "root"]
+    )
 
     assert result.exit_code == 1
     said = " ".join(result.output.split())
@@ -82,6 +86,7 @@ def test_an_ingest_of_too_many_bad_files_fails_with_one_message_and_no_traceback
     bad.mkdir()
     (bad / "a.pdf").write_bytes(b"garbage")
     (bad / "b.docx").write_bytes(b"garbage")
+    assert _kbflow("orgs", "create", "acme", home=tmp_path / "home").returncode == 0
     done = _kbflow("ingest", str(bad), "--org", "acme", "--json", home=tmp_path / "home")
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]

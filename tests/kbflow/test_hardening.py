@@ -17,40 +17,20 @@ from typing import Any
 
 import pytest
 from click.testing import Result
-from typer.testing import CliRunner
 
-from kbflow.cli import EXIT_CONFLICT, app
+from kbflow.cli import EXIT_CONFLICT
 from kbflow.models import DocStatus
 from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
 from tests.conftest import index_records
+from tests.kbflow.test_cli_review import data, flat, kb, ok
 
 pytestmark = pytest.mark.integration
-
-runner = CliRunner()
 
 EXEC_TEXT = "The board approved the Osprey acquisition for 48 million euros in June."
 PUBLIC_TEXT = "Osprey bicycles ship from the Leeds warehouse within three working days."
 PROMPT = "Focus on the Osprey acquisition rumours and the board's private concerns."
-
-
-def kb(*args: str) -> Result:
-    return runner.invoke(app, list(args), env={"COLUMNS": "250"})
-
-
-def ok(*args: str) -> Result:
-    result = kb(*args)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def data(*args: str) -> Any:
-    return json.loads(ok(*args, "--json").stdout)
-
-
-def flat(result: Result) -> str:
-    return " ".join(result.output.split())
 
 
 @pytest.fixture

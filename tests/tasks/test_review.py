@@ -405,16 +405,11 @@ def test_draft_markdown_ignores_chunks_of_other_content(
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
 
-    def crash(*_a: Any, **_k: Any) -> Any:
-        raise Boom("injected: died before the edit's registry commit")
-
-    monkeypatch.setattr(registry, "transition", crash)
-    with pytest.raises(Boom):
+    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
         review.edit_and_approve(
             doc_id, AM, "Edited: 999 hours.", registry=registry,
             open_store=review.held(store), embedder=ctx["embedder"],
         )  # fmt: skip
-    monkeypatch.undo()
     doc = registry.get_document(doc_id)
     assert len({h.payload["content_hash"] for h in store.inspect_document_chunks(doc_id)}) == 2
     assert review.draft_texts([doc], store) == {doc_id: f"# Turbine notes d\n\n{TEXT} Note d.\n"}
