@@ -13,15 +13,15 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all install system-deps lint typecheck bench eval lock clean
+.PHONY: demo test test-all install system-deps browser-deps screenshots lint typecheck bench eval lock clean
 
 demo: install system-deps
 	$(BIN)/kbflow demo
 
-test: install system-deps
+test: install system-deps browser-deps
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
-test-all: install system-deps
+test-all: install system-deps browser-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 install: $(STAMP)
@@ -48,6 +48,21 @@ system-deps:
 	else \
 		echo "note:$$missing not installed (needs root + apt): OCR of scans/images and audio/video transcription are off."; \
 	fi
+
+# Chromium for the browser tests (the AM's approval in the Prefect UI, driven by Playwright).
+# Playwright cannot download its own browsers here: Debian's chromium is what it drives.
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium with apt-get (for the browser tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "note: chromium not installed (needs root + apt): the browser tests (-m browser) are skipped."; \
+	fi
+
+# The review form's screenshots in docs/img (README, docs/REVIEW.md): the browser test saves them.
+screenshots: install browser-deps
+	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_review_browser.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -38,6 +38,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.utilities.urls import url_for
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from kbflow import progress
 from kbflow.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
@@ -84,15 +85,78 @@ class DocDecision(BaseModel):
     note: str | None = Field(None, description="Optional note for the audit log.")
 
 
+class DraftDecision(BaseModel):
+    """What the form asks about one draft. In the form it sits under a field that names the
+    draft (``doc_<id>``, titled with the draft's title) and whose description is its text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["approve", "edit", "reject", "skip"] = Field(
+        "skip",
+        description="approve: publish it as it is; edit: publish the content below with your "
+        "changes; reject: never publish it; skip: decide later (it stays pending_review).",
+    )
+    content: str = Field(
+        "",
+        description="The draft's Markdown, prefilled: for edit, change it here (left "
+        "unchanged, the draft is approved as it is).",
+    )
+    note: str = Field("", description="Why (optional): kept with the decision in the audit log.")
+
+
+DRAFT_FIELD_PREFIX = "doc_"
+
+
 class ReviewDecision(RunInput):
-    """The form a reviewer submits to resume a paused review run."""
+    """The form a reviewer submits to resume a paused review run.
+
+    The form built for a run (:func:`review_form`) adds one :class:`DraftDecision` field per
+    pending draft, ``doc_<id>``, whose description is the draft's text: the Prefect UI shows a
+    field's description inside the form, where it cannot collapse (the run input's own
+    description is squeezed to nothing once the form is taller than the dialog). Programs may
+    instead send ``decisions``, a list of :class:`DocDecision` rows; it is not shown in the UI.
+    """
+
+    # Unknown keys are ignored rather than refused: the stored schema leaves out `decisions`
+    # (see above), and the server checks submissions against that schema.
+    model_config = ConfigDict(extra="ignore")
 
     reviewer: str = Field(
         description="Your kbflow user id: a superadmin or the org's assigned account manager."
     )
-    decisions: list[DocDecision] = Field(
-        default_factory=list, description="One decision per pending document."
+    # Rows as sent: each is checked here (a bad one is reported, not a crash of the run), as
+    # the server does not see them in the schema.
+    decisions: SkipJsonSchema[list[Any]] = Field(
+        default_factory=list, description="One decision per pending document (for programs)."
     )
+
+    def rows(self) -> tuple[list[DocDecision], list[Outcome]]:
+        """Every decision the reviewer made (the per-draft fields, then ``decisions``), and an
+        ``invalid`` outcome for each row of ``decisions`` that is not a decision."""
+        rows = [
+            DocDecision(
+                doc_id=name.removeprefix(DRAFT_FIELD_PREFIX),
+                action=value.action,
+                content=value.content or None,
+                note=value.note.strip() or None,
+            )
+            for name, value in self
+            if name.startswith(DRAFT_FIELD_PREFIX) and isinstance(value, DraftDecision)
+        ]
+        bad: list[Outcome] = []
+        for raw in self.decisions:
+            try:
+                rows.append(DocDecision.model_validate(raw))
+            except pydantic.ValidationError as exc:
+                got = raw if isinstance(raw, dict) else {}
+                problem = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'row'}: {e['msg']}" for e in exc.errors()
+                )
+                bad.append(
+                    Outcome(str(got.get("doc_id", "?")), str(got.get("action", "?")), "invalid",
+                            f"decision {raw!r} is not valid ({problem}); nothing was done.")
+                )  # fmt: skip
+        return rows, bad
 
 
 @flow(name="review")
@@ -172,7 +236,9 @@ def review(
             "or decide with `kbflow review approve/reject/edit`."
         ) from exc
 
-    slots, decisions, skipped, unchanged = _sort_decisions(answer.decisions, pending, texts)
+    rows, bad = answer.rows()
+    slots, decisions, skipped, unchanged = _sort_decisions(rows, pending, texts)
+    slots = [*bad, *slots]
     applied: list[Outcome] = []
     if decisions:
         registry = SqlRegistry.open(settings.registry_url)
@@ -208,6 +274,7 @@ def review(
     )
     failure = review_failure(org, answer.reviewer, outcomes)
     if failure is not None:
+        logger.error("review failed: %s", failure)  # the run's logs in the UI say why, too
         return failed_run(failure, report)
     return report
 
@@ -244,31 +311,31 @@ def _read_drafts(
 def _form_for(
     org: str, pending: Sequence[DocRecord], reviewer: str | None, texts: dict[str, str]
 ) -> type[ReviewDecision]:
-    """The review form: its description shows every draft's text, and each row starts on
-    ``skip`` with ``content`` prefilled with the draft (when it is not too long)."""
+    """The review form: one field per draft, titled with the draft's title, its description
+    the draft's text (cut to a share of ``DESCRIPTION_TEXT_CHARS``, saying so), starting on
+    ``skip`` with ``content`` prefilled with the whole draft (when it is not too long)."""
     share = max(MIN_TEXT_CHARS_PER_DRAFT, DESCRIPTION_TEXT_CHARS // len(pending))
-    rows = "\n".join(
-        f"| `{d.id}` | {_cell(d.title)} | {_cell(d.collection_path)} | {d.version} |"
-        for d in pending
-    )
-    intro = (
+    description = (
         f"**{len(pending)} documents of org `{org}` await review.** Read each draft below, then "
-        "set its row's action to approve, edit (change the prefilled *content*; left unchanged "
-        "it is an approve) or reject; rows left on skip stay pending_review. Only a superadmin "
-        "or the org's assigned account manager may decide."
+        "choose its action: approve, edit (change the prefilled content; left unchanged it is "
+        "an approve), reject, or skip (it stays pending_review). Only a superadmin or the "
+        "org's assigned account manager may decide."
     )
-    table = "| id | title | collection | version |\n|---|---|---|---|\n" + rows
-    sections = [_draft_section(d, texts.get(d.id), share) for d in pending]
-    description = "\n\n".join([intro, table, *sections])
-    initial: dict[str, Any] = {
-        "decisions": [
-            DocDecision(doc_id=d.id, title=d.title, content=_prefill(texts.get(d.id)))
-            for d in pending
-        ]
-    }
-    if reviewer:
-        initial["reviewer"] = reviewer
-    return with_initial_data(ReviewDecision, description, **initial)
+    fields: dict[str, Any] = {}
+    for number, doc in enumerate(pending, start=1):
+        text = texts.get(doc.id)
+        fields[f"{DRAFT_FIELD_PREFIX}{doc.id}"] = (
+            DraftDecision,
+            Field(
+                DraftDecision(content=_prefill(text) or ""),
+                title=f"Draft {number} of {len(pending)}: {' '.join(doc.title.split())}",
+                description=_draft_section(doc, text, share),
+            ),
+        )
+    form: type[ReviewDecision] = pydantic.create_model(
+        ReviewDecision.__name__, __base__=ReviewDecision, **fields
+    )
+    return with_initial_data(form, description, **({"reviewer": reviewer} if reviewer else {}))
 
 
 def with_initial_data(model: type[Form], description: str, **defaults: Any) -> type[Form]:
@@ -301,10 +368,7 @@ def _cell(text: str) -> str:
 
 def _draft_section(doc: DocRecord, text: str | None, share: int) -> str:
     """One draft in the description: a heading, its id, then its text (cut to ``share``)."""
-    head = (
-        f"---\n\n### {' '.join(doc.title.split()) or doc.id}\n\n"
-        f"`{doc.id}` · {_cell(doc.collection_path)} · version {doc.version}"
-    )
+    head = f"`{doc.id}` · {_cell(doc.collection_path)} · version {doc.version}"
     show = f"`kbflow review show {doc.id} --as USER`"
     if text is None:
         return f"{head}\n\n*The text could not be read for this form; {show} prints it.*"

@@ -1491,7 +1491,11 @@ def server(
         "--port",
         str(port),
     ]
-    raise typer.Exit(run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=os.environ))
+    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from port 4200 whatever
+    # --port says: point it at this server (unless the user chose another address).
+    env = dict(os.environ)
+    env.setdefault("PREFECT_UI_API_URL", f"http://127.0.0.1:{port}/api")
+    raise typer.Exit(run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env))
 
 
 DatasetOpt = Annotated[

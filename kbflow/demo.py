@@ -2,13 +2,20 @@
 
 Writes the demo corpus, ingests it (the pricing draft as ``pending_review``), runs the sample
 questions in every search mode and reports what an agent would see — and what the gate hides —
-then lets an agent answer them with citations (or refuse), recorded in the ledger and replayed.
+then lets an agent answer them with citations (or refuse), recorded in the ledger and replayed,
+and drafts four KB documents from a seed bundle. With a Prefect server (PREFECT_API_URL set) it
+leaves a review run paused for the drafts and prints its link in the UI.
 Needs no network, no keys and nothing from outside the repository. Re-running is cheap: the
 unchanged corpus is not re-embedded.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,8 +213,54 @@ def _research_step(settings: Settings, files: list[Path], *, show_progress: bool
         "drafts": [{"file": _file_of(d.uri), "status": final[d.id].status} for d in drafts],
         "hidden_while_pending": hidden,
         "approved_is_searchable": shown,
+        "review_url": _review_in_ui(settings) if pending else None,
         "ok": len(drafts) == 4 and hidden and shown,
     }
+
+
+def _review_in_ui(settings: Settings, wait_s: float = 180) -> str | None:
+    """With a Prefect server (PREFECT_API_URL set), leave a review run paused for the drafts
+    still pending and return its link in the UI; None without a server.
+
+    The run waits in a `kbflow review flow` process of its own (a day at most) so the demo
+    can finish; a later demo reuses it while it waits.
+    """
+    if not os.environ.get("PREFECT_API_URL"):
+        return None
+    folder = settings.home / "demo"
+    pid_file, err_file = folder / "review.pid", folder / "review.err"
+    running = _waiting_review(pid_file, err_file)
+    if running:
+        return running
+    with err_file.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "review", "flow", "--org", DEMO_ORG, "--as",
+             DEMO_AM, "--timeout", "86400"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True,  # it waits for the AM after the demo is done
+        )  # fmt: skip
+    pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = _run_link(err_file)
+        if found:
+            return found
+        time.sleep(0.5)
+    return None
+
+
+def _waiting_review(pid_file: Path, err_file: Path) -> str | None:
+    """The link of the review run an earlier demo left waiting, if its process still runs."""
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except (OSError, ValueError):
+        return None
+    return _run_link(err_file)
+
+
+def _run_link(err_file: Path) -> str | None:
+    found = re.search(r"(https?://\S+/runs/flow-run/[0-9a-f-]{36})", err_file.read_text())
+    return found.group(1) if found else None
 
 
 def _latest_run(registry: Any) -> list[Any]:
@@ -285,8 +338,18 @@ def _print_report(console: Console, r: dict[str, Any]) -> None:
         f"product-context.md approved by the AM and now searchable: "
         f"{'yes' if res['approved_is_searchable'] else 'NO'}"
     )
+    if res.get("review_url"):
+        console.print(
+            f"review the pending drafts in the Prefect UI: {res['review_url']} — open it, press "
+            "Resume, choose approve, edit, reject or skip for each draft and Submit"
+        )
+    else:
+        console.print(
+            "[dim]to review them in the Prefect UI, run `kbflow server`, export "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api and run the demo again[/dim]"
+        )
     console.print(
-        "[dim]review the rest: kbflow review list --org larkspur --as am@agency.example[/dim]"
+        "[dim]or from here: kbflow review list --org larkspur --as am@agency.example[/dim]"
     )
     verdict = "[green]all checks passed[/green]" if r["ok"] else "[red]some checks failed[/red]"
     console.rule(verdict)

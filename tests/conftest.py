@@ -42,6 +42,13 @@ def require_binaries(*names: str) -> None:
         pytest.skip(f"not installed: {', '.join(missing)} (`make system-deps` installs them)")
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def make_org(org: str) -> None:
     """Create ``org`` in the test's KBFLOW_HOME (ingest refuses an org that does not exist)."""
     registry = SqlRegistry.open(Settings().registry_url)
@@ -59,11 +66,16 @@ def datasets_dir(*parts: str) -> Path:
     return path
 
 
+# What the tests themselves read: where the datasets are, the session's home, where the browser
+# test saves its screenshots (`make screenshots`), and which Chromium it drives.
+KEPT_ENV = ("KBFLOW_DATASETS", "KBFLOW_TEST_HOME", "KBFLOW_UI_SCREENSHOTS", "KBFLOW_CHROMIUM")
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each test gets its own KBFLOW_HOME and none of the caller's KBFLOW_* or API keys."""
     for key in list(os.environ):
-        if key.startswith("KBFLOW_") and key not in ("KBFLOW_DATASETS", "KBFLOW_TEST_HOME"):
+        if key.startswith("KBFLOW_") and key not in KEPT_ENV:
             monkeypatch.delenv(key)
     for key in ("ANTHROPIC_API_KEY", "COHERE_API_KEY"):
         monkeypatch.delenv(key, raising=False)

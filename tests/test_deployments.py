@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,18 +23,14 @@ import httpx
 import psutil
 import pytest
 
+from tests.conftest import free_port
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 POOL = "kbflow-process"  # prefect.yaml's work pool
 ORG = "deployco"
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Processes:
@@ -193,7 +188,7 @@ def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float
 def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     tmp_path: Path, processes: Processes
 ) -> None:
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     home = tmp_path / "kbflow-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

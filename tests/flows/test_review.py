@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from kbflow.settings import Settings
 from sinks.registry import SqlRegistry
 from sinks.vectors import open_vector_store
 from tasks.retrieve import search
-from tests.conftest import index_records
+from tests.conftest import free_port, index_records
 
 pytestmark = pytest.mark.integration
 
@@ -70,12 +69,6 @@ CHILD = (
 NOTICE = re.compile(r"waiting for (.+): flow run (\S+) \(([0-9a-f-]{36})\)\n +(\S+)\n +(.+)\n")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stop(proc: subprocess.Popen[Any], grace_s: float = 15) -> None:
     if proc.poll() is not None:
         return
@@ -111,7 +104,7 @@ class Server:
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``prefect server start`` on a free loopback port with its own PREFECT_HOME."""
     home = tmp_path_factory.mktemp("prefect-server")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
         PREFECT_HOME=str(home),
@@ -361,16 +354,18 @@ def test_review_is_paused_then_resumed_with_decisions(
         keyset = client.read_flow_run(run_id).state.state_details.run_input_keyset
         form = json.loads(client.read_flow_run_input(run_id, keyset["schema"]))
         description = json.loads(client.read_flow_run_input(run_id, keyset["description"]))
-    prefilled = form["properties"]["decisions"]["default"]
-    assert {(d["doc_id"], d["action"]) for d in prefilled} == {
-        (drafts["kiln"], "skip"),
-        (drafts["glaze"], "skip"),
+    prefilled = {
+        name.removeprefix("doc_"): field["default"]["action"]
+        for name, field in form["properties"].items()
+        if name.startswith("doc_")
     }
-    assert all(d["title"] in description for d in DRAFTS)
-    # The server validates the answer against the stored form and keeps the run paused.
+    assert prefilled == {drafts["kiln"]: "skip", drafts["glaze"]: "skip"}
+    assert "review" in description
+    # The server validates the form's fields against the stored schema and keeps the run
+    # paused; rows of `decisions` (for programs, not in the form) are checked by the flow.
     with pytest.raises(RuntimeError, match="publish"):
         prefect_server.resume(
-            run_id, {"reviewer": AM, "decisions": [{"doc_id": drafts["kiln"], "action": "publish"}]}
+            run_id, {"reviewer": AM, f"doc_{drafts['kiln']}": {"action": "publish"}}
         )
 
     prefect_server.resume(
@@ -381,6 +376,7 @@ def test_review_is_paused_then_resumed_with_decisions(
                 {"doc_id": drafts["kiln"], "action": "approve", "note": "checked"},
                 {"doc_id": drafts["glaze"], "action": "reject"},
                 {"doc_id": "not-a-pending-doc", "action": "approve"},
+                {"doc_id": drafts["glaze"], "action": "publish"},
             ],
         },
     )
@@ -388,14 +384,16 @@ def test_review_is_paused_then_resumed_with_decisions(
     assert rc == 0, child.output()
     assert report is not None
     counts = (report["pending"], report["applied"], report["skipped"], report["failed"])
-    assert counts == (2, 2, 0, 1)
-    assert _final_state(prefect_server, run_id).is_completed()  # an invalid row among applied
+    assert counts == (2, 2, 0, 2)
+    assert _final_state(prefect_server, run_id).is_completed()  # invalid rows among applied
     assert not report["model_loaded"]  # approve/reject never load the embedding model
     assert [(o["doc_id"], o["result"], o["status"]) for o in report["outcomes"]] == [
+        (drafts["glaze"], "invalid", None),  # "publish" is no action: reported, not a crash
         (drafts["kiln"], "applied", "approved"),
         (drafts["glaze"], "applied", "rejected"),
         ("not-a-pending-doc", "invalid", None),
     ]
+    assert "publish" in report["outcomes"][0]["message"]
 
     docs = registry.get_documents(drafts.values())
     assert docs[drafts["kiln"]].status == DocStatus.APPROVED.value
@@ -535,40 +533,44 @@ def test_the_form_shows_each_draft_and_prefills_it_for_edit(
     drafts: dict[str, str],
     registry: SqlRegistry,
 ) -> None:
-    """The stored form keeps its field descriptions, shows every draft's text and prefills
-    each row's content; an edit that leaves it unchanged approves the stored draft as is."""
-    from flows.review import DocDecision, ReviewDecision
+    """The stored form keeps its field descriptions, has one field per draft whose description
+    is the draft's text (the UI collapses the form's own description once the form is taller
+    than the dialog; a field's stays), prefills each draft's content, and leaves `decisions`
+    (for programs) out; an edit that leaves the content unchanged approves the draft as is."""
+    from flows.review import DraftDecision, ReviewDecision
 
     child = start_review(reviewer=AM)  # a prefilled field used to lose its description
     run_id = child.wait_until_waiting_for_input(prefect_server)
     with prefect_server.client() as client:
         keyset = client.read_flow_run(run_id).state.state_details.run_input_keyset
         form = json.loads(client.read_flow_run_input(run_id, keyset["schema"]))
-        description = json.loads(client.read_flow_run_input(run_id, keyset["description"]))
     props = form["properties"]
-    for field in ("reviewer", "decisions"):
-        assert props[field]["description"] == ReviewDecision.model_fields[field].description
+    assert props["reviewer"]["description"] == ReviewDecision.model_fields["reviewer"].description
     assert props["reviewer"]["default"] == AM
-    row_help = form["definitions"]["DocDecision"]["properties"]["content"]["description"]
-    assert row_help == DocDecision.model_fields["content"].description
-    for draft in DRAFTS:
-        assert f"### {draft['title']}" in description
-        assert draft["text"] in description  # a known sentence of each draft
-    rows = {row["doc_id"]: row for row in props["decisions"]["default"]}
-    for draft in DRAFTS:
-        row = rows[drafts[draft["key"]]]
-        assert row["action"] == "skip"
-        assert row["content"] == f"# {draft['title']}\n\n{draft['text']}\n"
+    assert "decisions" not in props
+    definition = form["definitions"]["DraftDecision"]["properties"]
+    assert definition["content"]["description"] == DraftDecision.model_fields["content"].description
+    ordered = sorted(DRAFTS, key=lambda d: d["title"])
+    for number, draft in enumerate(ordered, start=1):
+        field = props[f"doc_{drafts[draft['key']]}"]
+        assert field["title"] == f"Draft {number} of {len(DRAFTS)}: {draft['title']}"
+        assert draft["text"] in field["description"]  # a known sentence of each draft
+        assert field["default"] == {
+            "action": "skip",
+            "content": f"# {draft['title']}\n\n{draft['text']}\n",
+            "note": "",
+        }
+    kiln = props[f"doc_{drafts['kiln']}"]["default"]
+    glaze = props[f"doc_{drafts['glaze']}"]["default"]
+    rows = {drafts["kiln"]: kiln, drafts["glaze"]: glaze}
 
     before = registry.get_document(drafts["kiln"])
-    kiln, glaze = rows[drafts["kiln"]], rows[drafts["glaze"]]
     # What the UI sends for an edit whose prefilled text was left as it was.
     prefect_server.resume(
         run_id,
-        {"reviewer": AM, "decisions": [
-            {**kiln, "action": "edit", "note": "ok"},
-            glaze,
-        ]},
+        {"reviewer": AM,
+         f"doc_{drafts['kiln']}": {**rows[drafts["kiln"]], "action": "edit", "note": "ok"},
+         f"doc_{drafts['glaze']}": rows[drafts["glaze"]]},
     )  # fmt: skip
     rc, report = child.finish()
     assert rc == 0, child.output()

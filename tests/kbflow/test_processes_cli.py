@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from kbflow.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -149,12 +150,6 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _healthy(api_url: str) -> bool:
     try:
         return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
@@ -243,7 +238,7 @@ def test_sigterm_of_a_running_ingest_leaves_no_child_process_behind(
 def test_sigterm_to_kbflow_server_stops_the_prefect_server_and_frees_its_port(
     env: dict[str, str], home: Path, tmp_path: Path, spawned: list[psutil.Process]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "server.log"
     server = _start(
         env | {"PREFECT_SERVER_UI_ENABLED": "false"}, "server", "--port", str(port), log=log

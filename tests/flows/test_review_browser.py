@@ -1,0 +1,336 @@
+"""The account manager's approval, in a real browser: the Prefect UI's review form, driven by
+Playwright in Debian's Chromium, against `kbflow server` on a free loopback port.
+
+A brand-new org is seeded, `kbflow research` runs until its review pauses, and the AM opens the
+paused run's page, reads every draft in the form, approves one, edits one (changing a sentence
+of the prefilled content), rejects one, skips one and submits. kbflow then has to agree: the
+approved and edited drafts are searchable (the edit's new sentence, not the old one), the
+rejected one never is, the skipped one is still pending, and the audit log holds exactly those
+three decisions by that AM. A second run, submitted as a user who may not review, ends Failed
+with the reason on the run's page.
+
+Screenshots of the form (before and after submit) are saved under the test's tmp dir, and into
+``$KBFLOW_UI_SCREENSHOTS`` when it is set (`make screenshots` writes docs/img).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+CHROMIUM = os.environ.get("KBFLOW_CHROMIUM") or shutil.which("chromium")
+if CHROMIUM is None:
+    pytest.skip(
+        "chromium is not installed (`make browser-deps` installs it as root)",
+        allow_module_level=True,
+    )
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+ORG, AM, INTRUDER = "larch-cycles", "amy", "mallory"
+BRIEF = """# Larch Cycles brief
+
+Larch Cycles sells the Wren city bike for 899 EUR and the Kestrel cargo bike for 2,400 EUR.
+Our tone is warm, plain and practical.
+Customer service is run by Dana Lee, dana@larch.example, +44 20 7946 0018.
+All bikes carry a five-year frame warranty under UK consumer law.
+"""
+# A sentence each draft quotes from the brief, and what the AM does with it.
+DRAFTS = {
+    "Brand voice playbook": ("Our tone is warm, plain and practical.", "approve"),
+    "Product context": ("Wren city bike for 899 EUR", "edit"),
+    "Compliance notes": ("five-year frame warranty", "reject"),
+    "Key contacts": ("Dana Lee", "skip"),
+}
+OLD, NEW = "Wren city bike for 899 EUR", "Wren city bike for 949 EUR"
+# The pictures docs/REVIEW.md and the README show (`make screenshots`).
+DOC_SHOTS = ("review-form-top", "review-form-filled", "review-refused")
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@dataclass
+class Ui:
+    home: Path
+    url: str  # the UI, e.g. http://127.0.0.1:PORT
+    env: dict[str, str]
+
+    def kbflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "kbflow.cli", *args],
+            capture_output=True, text=True, env=self.env, timeout=300,
+        )  # fmt: skip
+        if check:
+            assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        return done
+
+    def data(self, *args: str) -> Any:
+        return json.loads(self.kbflow(*args, "--json").stdout)
+
+    def start(self, *args: str, name: str) -> subprocess.Popen[str]:
+        """A CLI command in the background; its output goes to files (``name``.out/.err)."""
+        out = (self.home.parent / f"{name}.out").open("w")
+        err = (self.home.parent / f"{name}.err").open("w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", *args],
+            stdout=out, stderr=err, text=True, env=self.env,
+        )  # fmt: skip
+
+    def paused_run_url(self, name: str, proc: subprocess.Popen[str], timeout_s: float) -> str:
+        """The run link the command prints while its review waits (see `kbflow.flow_cli`)."""
+        err = self.home.parent / f"{name}.err"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = re.search(r"(http://\S+/runs/flow-run/[0-9a-f-]{36})", err.read_text())
+            if found:
+                return found.group(1)
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited ({proc.returncode}) before pausing:\n{err.read_text()}")
+            time.sleep(0.5)
+        pytest.fail(f"{name} did not pause within {timeout_s}s:\n{err.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
+    """`kbflow server` on a free port, with its own data dir, and a seeded brand-new org."""
+    home = tmp_path_factory.mktemp("browser") / "home"
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBFLOW_"))}
+    env |= {
+        "KBFLOW_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_API_URL": api,
+        "KBFLOW_RESEARCH_OFFLINE": "true",
+    }
+    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    home.mkdir(parents=True)
+    log = (home.parent / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kbflow.cli", "server", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=server_env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _healthy(api):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"kbflow server did not start:\n{(home.parent / 'server.log').read_text()}"
+                )
+            time.sleep(0.5)
+        ui = Ui(home=home, url=f"http://127.0.0.1:{port}", env=env)
+        ui.kbflow("users", "add", "root", "--role", "superadmin")
+        ui.kbflow("orgs", "create", ORG, "--name", "Larch Cycles")
+        ui.kbflow("users", "add", AM, "--role", "account_manager", "--as", "root")
+        ui.kbflow("users", "add", INTRUDER, "--role", "engineer", "--org", ORG, "--as", "root")
+        ui.kbflow("orgs", "assign-am", ORG, AM, "--as", "root")
+        brief = home.parent / "brief.md"
+        brief.write_text(BRIEF)
+        ui.kbflow("seed", "--org", ORG, "--as", AM, "--file", str(brief))
+        yield ui
+    finally:
+        server.send_signal(signal.SIGTERM)  # `kbflow server` stops its whole process group
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _healthy(api: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def page(ui: Ui) -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
+def shoot(
+    page: Any, tmp_path: Path, name: str, *, whole_form: bool = False, dialog: bool = False
+) -> Path:
+    """Save a screenshot (also into $KBFLOW_UI_SCREENSHOTS): the page, the resume dialog as
+    the window shows it (``dialog``), or the whole form in a window tall enough for it
+    (``whole_form``)."""
+    if whole_form:
+        height = page.evaluate("() => document.querySelector('.p-modal__body').scrollHeight")
+        page.set_viewport_size({"width": 1400, "height": min(height + 260, 6000)})
+        page.wait_for_timeout(500)
+    path = tmp_path / f"{name}.png"
+    if dialog:
+        page.locator(".p-modal__card").screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path))
+    wanted = os.environ.get("KBFLOW_UI_SCREENSHOTS")
+    if wanted and name in DOC_SHOTS:
+        Path(wanted).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(wanted) / path.name)
+    if whole_form:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+def open_form(page: Any, url: str) -> Any:
+    page.goto(url)
+    page.get_by_role("button", name="Resume").click()
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for()
+    return dialog
+
+
+def field(scope: Any, page: Any, label: str) -> Any:
+    """The form field (with everything under it) whose label starts with ``label``."""
+    return scope.locator("div.schema-form-property").filter(
+        has=page.locator(".schema-form-property__label", has_text=label)
+    )
+
+
+def choose(page: Any, draft: Any, action: str) -> None:
+    # The UI's select opens on the keyboard (a synthetic click does not open its pop-over).
+    control = field(draft, page, "Action").last.locator("button.p-select-button__control")
+    control.scroll_into_view_if_needed()
+    control.focus()
+    page.keyboard.press("ArrowDown")
+    options = page.locator(".p-pop-over-content").last
+    options.get_by_role("option").filter(has_text=re.compile(f"^{action}$")).click()
+    playwright_api.expect(control).to_have_text(action)
+    playwright_api.expect(page.locator(".p-pop-over-content")).to_have_count(0)
+
+
+def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path: Path) -> None:
+    started = time.monotonic()
+    research = ui.start(
+        "research", "--org", ORG, "--client-name", "Larch Cycles", "--as", AM,
+        "--review-timeout", "600", "--json", name="research",
+    )  # fmt: skip
+    url = ui.paused_run_url("research", research, timeout_s=240)
+    by_title = {d["title"].split(" — ")[0]: d for d in ui.data("docs", "list", "--org", ORG)
+                if d["source_tag"] == "agent_synthesis"}  # fmt: skip
+    assert set(by_title) == set(DRAFTS)
+
+    dialog = open_form(page, url)
+    expect = playwright_api.expect
+    for number, (title, (sentence, _)) in enumerate(sorted(DRAFTS.items()), start=1):
+        draft = field(dialog, page, f"Draft {number} of 4: {title}").first
+        shown = draft.get_by_text(sentence).first
+        shown.scroll_into_view_if_needed()
+        expect(shown).to_be_visible()
+        expect(shown).to_be_in_viewport()  # shown, not clipped away by the dialog
+        content = field(draft, page, "Content").last.locator("textarea")
+        expect(content).to_have_value(re.compile(re.escape(sentence)))  # prefilled for edit
+    expect(field(dialog, page, "Reviewer").first.locator("textarea")).to_have_value(AM)
+    shoot(page, tmp_path, "review-form", whole_form=True)
+    page.locator(".p-modal__body").evaluate("body => { body.scrollTop = 0 }")
+    shoot(page, tmp_path, "review-form-top", dialog=True)
+
+    for number, (title, (_, action)) in enumerate(sorted(DRAFTS.items()), start=1):
+        draft = field(dialog, page, f"Draft {number} of 4: {title}").first
+        if action == "skip":
+            continue
+        choose(page, draft, action)
+        if action == "edit":
+            content = field(draft, page, "Content").last.locator("textarea")
+            content.fill(content.input_value().replace(OLD, NEW))
+        field(draft, page, "Note").last.locator("textarea").fill(f"{action} in the UI")
+    shoot(page, tmp_path, "review-form-filled", whole_form=True)
+    dialog.get_by_role("button", name="Submit").click()
+    dialog.wait_for(state="hidden")
+
+    assert research.wait(timeout=120) == 0, (ui.home.parent / "research.err").read_text()
+    page.reload()
+    expect(page.get_by_text("Completed", exact=True).first).to_be_visible(timeout=30_000)
+    shoot(page, tmp_path, "review-submitted")
+
+    # What kbflow says now.
+    status = {d["id"]: d["status"] for d in ui.data("docs", "list", "--org", ORG)}
+    ids = {title: by_title[title]["id"] for title in DRAFTS}
+    assert status[ids["Brand voice playbook"]] == "approved"
+    assert status[ids["Product context"]] == "approved"
+    assert status[ids["Compliance notes"]] == "rejected"
+    assert status[ids["Key contacts"]] == "pending_review"
+
+    def hits(query: str) -> list[dict[str, Any]]:
+        found = ui.data("search", query, "--org", ORG, "--as", "root", "-k", "20")["hits"]
+        return [h for h in found if h["collection"] != "am-inputs"]
+
+    product = [h for h in hits("Wren city bike price EUR") if h["doc_id"] == ids["Product context"]]
+    assert product and any(NEW in h["text"] for h in product)
+    assert not any(OLD in h["text"] for h in product)  # the edit, not the draft
+    voice = hits("tone warm plain practical")
+    assert ids["Brand voice playbook"] in {h["doc_id"] for h in voice}
+    for query in ("five-year frame warranty UK consumer law", "Dana Lee customer service"):
+        found = {h["doc_id"] for h in hits(query)}
+        assert ids["Compliance notes"] not in found and ids["Key contacts"] not in found
+
+    decisions = [
+        (r["action"].removeprefix("kb.document."), r["doc_id"], r["actor"])
+        for r in ui.data("audit", "--org", ORG)
+        if r["action"] in ("kb.document.approved", "kb.document.rejected",
+                           "kb.document.edited_approved", "kb.document.withdrawn")
+    ]  # fmt: skip
+    assert sorted(decisions) == sorted(
+        [
+            ("approved", ids["Brand voice playbook"], AM),
+            ("edited_approved", ids["Product context"], AM),
+            ("rejected", ids["Compliance notes"], AM),
+        ]
+    )
+    print(f"browser review took {time.monotonic() - started:.0f}s")
+
+
+def test_a_submission_by_someone_who_may_not_review_fails_the_run(
+    ui: Ui, page: Any, tmp_path: Path
+) -> None:
+    # The draft skipped above is still pending: a new review run pauses for it.
+    review = ui.start("review", "flow", "--org", ORG, "--as", AM, "--timeout", "600",
+                      name="review")  # fmt: skip
+    url = ui.paused_run_url("review", review, timeout_s=120)
+    before = ui.data("docs", "list", "--org", ORG)
+
+    dialog = open_form(page, url)
+    field(dialog, page, "Reviewer").first.locator("textarea").fill(INTRUDER)
+    draft = field(dialog, page, "Draft 1 of 1: Key contacts").first
+    choose(page, draft, "approve")
+    dialog.get_by_role("button", name="Submit").click()
+    dialog.wait_for(state="hidden")
+
+    assert review.wait(timeout=120) == 1, (ui.home.parent / "review.err").read_text()
+    page.reload()
+    expect = playwright_api.expect
+    expect(page.get_by_text("Failed", exact=True).first).to_be_visible(timeout=30_000)
+    page.get_by_text("Details", exact=True).click()
+    reason = page.get_by_text(re.compile(f"reviewer '{INTRUDER}' may not review org"))
+    expect(reason.first).to_be_visible()
+    shoot(page, tmp_path, "review-refused")
+    assert ui.data("docs", "list", "--org", ORG) == before  # nothing was applied
