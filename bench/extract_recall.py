@@ -27,10 +27,10 @@ DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "data
 
 
 def main() -> int:
+    from core.errors import ExtractionError
     from evals.extraction import document_text, groundtruth_for, method_of, recall_row
-    from kbflow.errors import ExtractionError
-    from tasks.extract import ExtractOptions
-    from tasks.isolate import ExtractionPool, Limits
+    from tasks.ingest.extract import ExtractOptions
+    from tasks.ingest.isolate import ExtractionPool, Limits
 
     real = DATASETS / "real-docs"
     if not (real / "sources").is_dir():

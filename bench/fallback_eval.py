@@ -1,4 +1,4 @@
-"""How good is the keyword fallback? SciFact dev through `tasks.fallback` (rank-bm25 over the
+"""How good is the keyword fallback? SciFact dev through `tasks.query.fallback` (rank-bm25 over the
 registry's chunk texts), scored like the other modes; saves bench/results/fallback_eval.json.
 
 Run after ``kbflow eval run --dataset ../shared/datasets/scifact`` with the same KBFLOW_HOME
@@ -19,18 +19,18 @@ DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "data
 
 
 def main() -> int:
-    from kbflow.settings import Settings, configure_environment
+    from core.settings import Settings, configure_environment
 
     settings = Settings()
     configure_environment(settings)
+    from core.models import Scope
     from evals.beir import load_beir
     from evals.metrics import evaluate
     from evals.retrieval import CHUNK_DEPTH, DOC_DEPTH, EVAL_ORG, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
-    from kbflow.models import Scope
     from sinks.gate import build_gate
     from sinks.registry import SqlRegistry
-    from tasks.fallback import KeywordFallback
+    from tasks.query.fallback import KeywordFallback
 
     dataset = load_beir(DATASETS / "scifact", "dev")
     home = eval_settings(settings, dataset)

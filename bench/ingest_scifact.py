@@ -67,16 +67,16 @@ def main() -> int:
     home = args.home or Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
     os.environ["KBFLOW_HOME"] = str(home)
 
-    from kbflow.settings import Settings, configure_environment
+    from core.settings import Settings, configure_environment
 
     settings = Settings()
     configure_environment(settings)
 
+    from core.models import Scope, SearchMode
     from kbflow.cli import run_ingest
-    from kbflow.models import Scope, SearchMode
     from kbflow.wiring import search_context
     from sinks.gate import build_gate
-    from tasks.sparse import query_sparse_vector
+    from tasks.text.sparse import query_sparse_vector
 
     result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -86,7 +86,7 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
         registry.ensure_org("sci")  # ingest refuses an org that does not exist
@@ -147,7 +147,7 @@ def main() -> int:
         print(f"{small} points: {result['query_small']}", flush=True)
 
         # Grow to ~target chunks with copies under other orgs (the gate must filter them out).
-        from kbflow.models import ChunkPoint
+        from core.models import ChunkPoint
         from sinks.vectors import point_id_for
 
         base = list(ctx.vector_store.export_points())  # type: ignore[attr-defined]

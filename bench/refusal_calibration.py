@@ -6,7 +6,8 @@ For every dev claim, two situations from the same index:
   over-fetched hybrid ranking before the top ``KBFLOW_ANSWER_TOP_K`` are taken, which is what
   searching a knowledge base without them returns (up to the fusion's per-query normalisation).
 
-The signal is exactly what `tasks.answer.answer` gates on: `tasks.confidence.support_scores`
+The signal is exactly what `tasks.answer.turns.answer` gates on:
+`tasks.answer.confidence.support_scores`
 over the gated hybrid hits, with the org's term statistics; a claim is refused when no hit
 reaches the threshold. The threshold is chosen on the claims at EVEN positions (best
 balanced accuracy: refusing the unanswerable and answering the answerable weigh the same) and
@@ -60,18 +61,18 @@ def auc(positives: list[float], negatives: list[float]) -> float:
 
 
 def main() -> int:
-    from kbflow.settings import Settings, configure_environment
+    from core.settings import Settings, configure_environment
 
     settings = Settings()
     configure_environment(settings)
+    from core.models import Scope, SearchMode
     from evals.beir import load_beir
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
-    from kbflow.models import Scope, SearchMode
+    from sinks.connect import open_vector_store
     from sinks.registry import SqlRegistry
-    from sinks.vectors import open_vector_store
-    from tasks.confidence import TermStats, support_scores
-    from tasks.retrieve import RetrievalConfig, search
+    from tasks.answer.confidence import TermStats, support_scores
+    from tasks.query.retrieve import RetrievalConfig, search
 
     dataset = load_beir(DATASETS / "scifact", "dev")
     home = eval_settings(settings, dataset)
@@ -120,7 +121,7 @@ def main() -> int:
     )["threshold"]
     out = {
         "dataset": dataset.name,
-        "signal": "max over the top-k gated hybrid hits of tasks.confidence.support_scores "
+        "signal": "max over the top-k gated hybrid hits of tasks.answer.confidence.support_scores "
         "(0.5 cosine + 0.5 IDF coverage)",
         "queries": len(ans),
         "top_k": top_k,

@@ -46,14 +46,14 @@ def main() -> int:
     parser.add_argument("--phases", default="fusion,bm25")
     args = parser.parse_args()
 
-    from kbflow.settings import Settings, configure_environment
+    from core.settings import Settings, configure_environment
 
     base = Settings(home=args.home)
     configure_environment(base)
+    from core.models import SearchMode
     from evals.beir import load_beir
     from evals.retrieval import run_eval
-    from kbflow.models import SearchMode
-    from tasks import sparse
+    from tasks.text import sparse
 
     dataset = load_beir(DATASETS / "scifact", "dev")
     out: dict[str, Any] = {"dataset": dataset.name, "queries": len(dataset.queries)}

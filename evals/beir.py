@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
 from evals.metrics import Qrels
-from kbflow.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def load_beir(folder: Path, split: str | None = None) -> BeirDataset:
     # Absolute, but symbolic links kept: the paths this returns and names in errors are the
     # ones the caller gave, and the dataset's name (its eval home, warehouse rows, baselines)
     # does not change with where a link points. The corpus records' keys are resolved where
-    # they are made (tasks.discover.jsonl_sources), so both spellings index the same records.
+    # they are made (tasks.ingest.discover.jsonl_sources), so both spellings index the same records.
     folder = Path(os.path.abspath(folder))
     corpus_path = _corpus_path(folder)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbflow.models import ExtractedDocument
+from core.models import ExtractedDocument
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 

@@ -1,7 +1,7 @@
 """A small golden set over the demo corpus, in BEIR form: a fast, offline eval for CI and the
 nightly smoke run.
 
-The corpus is the demo client's documents (`kbflow.demo_corpus`), each extracted the way ingest
+The corpus is the demo client's documents (`evals.demo_corpus`), each extracted the way ingest
 extracts it; the queries are the demo's questions whose answer is in an approved document, each
 judged relevant to that document. The draft memo is left out: agents must never see it.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kbflow.demo_corpus import DEMO_QUERIES, write_demo_corpus
-from tasks.extract import file_to_document
+from evals.demo_corpus import DEMO_QUERIES, write_demo_corpus
+from tasks.ingest.extract import file_to_document
 
 
 def write_golden_set(folder: Path) -> Path:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kbflow.errors import ConfigError
+from core.errors import ConfigError
 
 Qrels = dict[str, dict[str, int]]
 """Query id -> {doc id: relevance grade}; a grade above 0 means relevant."""

@@ -14,11 +14,11 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from core.settings import Settings
 from evals.beir import load_beir
 from evals.regression import baseline_path, check, load_baseline
 from evals.retrieval import EvalResult, parse_modes, run_eval
 from evals.warehouse import write_eval
-from kbflow.settings import Settings
 
 DEPLOYMENT = "nightly-eval"
 CRON = "0 2 * * *"

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbflow.errors import ConfigError, KbflowError
+from core.errors import ConfigError, KbflowError
 
 BASELINES = Path(__file__).resolve().parent / "baselines"
 DEFAULT_TOLERANCE = 0.02

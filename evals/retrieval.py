@@ -27,19 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError, ExtractionError
+from core.models import ExtractedDocument, Scope, SearchMode
+from core.settings import Settings
 from evals.beir import BeirDataset
 from evals.metrics import Run, Scores, evaluate
 from evals.warehouse import EvalRecord
-from kbflow.errors import ConfigError, ExtractionError
-from kbflow.models import ExtractedDocument, Scope, SearchMode
-from kbflow.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import VectorStore, open_vector_store
-from tasks.discover import Source, jsonl_sources
-from tasks.embed import CachedEmbedder, Embedder, get_embedder
-from tasks.index import IngestTarget, index_batch, plan_ingest
-from tasks.rerank import Reranker, rerank_hits, reranker_from_settings
-from tasks.retrieve import RetrievalConfig, search
+from sinks.vectors import VectorStore
+from tasks.ingest.discover import Source, jsonl_sources
+from tasks.ingest.index import IngestTarget, index_batch, plan_ingest
+from tasks.query.rerank import Reranker, rerank_hits, reranker_from_settings
+from tasks.query.retrieve import RetrievalConfig, search
+from tasks.text.embed import CachedEmbedder, Embedder, get_embedder
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def _slug(name: str) -> str:
 
 def index_fingerprint(settings: Settings) -> str:
     """What the stored index depends on: a change to any of these needs a fresh index."""
-    from tasks.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+    from tasks.text.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
 
     parts = (
         settings.embedding_model,
@@ -293,7 +294,7 @@ def run_eval(
 
 
 def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict[str, Any]:
-    from tasks.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+    from tasks.text.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
 
     return {
         "embedding_model": settings.embedding_model,

@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError, KbflowError
 from evals.metrics import METRICS
-from kbflow.errors import ConfigError, KbflowError
 from sinks.warehouse import (
     drop_unfinished_loads,
     duckdb_pipeline,

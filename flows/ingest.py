@@ -10,16 +10,16 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from kbflow import progress
-from kbflow.models import DocStatus
-from kbflow.settings import Settings
+from core import progress
+from core.models import DocStatus
+from core.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.jobs import JobStore
 from sinks.registry import SqlRegistry
-from sinks.vectors import open_vector_store
-from tasks.embed import get_embedder
-from tasks.extract import SUPPORTED_SUFFIXES
-from tasks.index import BatchReport, IngestSummary, IngestTarget, prefetched, repair_shadowed
-from tasks.isolate import isolated_extractor
+from tasks.ingest.extract import SUPPORTED_SUFFIXES
+from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget, prefetched, repair_shadowed
+from tasks.ingest.isolate import isolated_extractor
+from tasks.text.embed import get_embedder
 from tasks.wrapped import discover_task, extract_batch_task, index_batch_task, plan_task
 
 

@@ -2,7 +2,7 @@
 synthesis run) -> pause for the account manager's decisions (the ``review`` flow as a subflow).
 
 The run ends Failed, with the reason as the state's message and its report inside a
-:class:`~kbflow.errors.RunFailed`, when it did not do its job: the budget stopped it (nothing was
+:class:`~core.errors.RunFailed`, when it did not do its job: the budget stopped it (nothing was
 persisted), or its review failed (a refused reviewer, a timeout: the drafts stay
 pending_review). The report then says so in ``budget_exceeded`` or ``review_failed``.
 """
@@ -14,17 +14,17 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
+from core.errors import KbflowError, RunFailed
+from core.models import ResearchRequest
+from core.settings import Settings
 from flows.review import failed_run, review
-from kbflow.errors import KbflowError, RunFailed
-from kbflow.models import ResearchRequest
-from kbflow.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import open_vector_store
-from tasks.access import authorize_decision
-from tasks.budget import push_metrics
-from tasks.embed import get_embedder
-from tasks.fetch import safe_get
-from tasks.research import choose_synthesizer
+from tasks.research.budget import push_metrics
+from tasks.research.fetch import safe_get
+from tasks.research.run import choose_synthesizer
+from tasks.review.access import authorize_decision
+from tasks.text.embed import get_embedder
 from tasks.wrapped import research_task
 
 
@@ -49,7 +49,7 @@ def research(
 
     Returns:
         The report; but the run ends Failed (:func:`flows.review.failed_run`: a plain call
-        raises :class:`~kbflow.errors.RunFailed` with the report) when the budget stopped it
+        raises :class:`~core.errors.RunFailed` with the report) when the budget stopped it
         or its review failed.
     """
     logger = get_run_logger()

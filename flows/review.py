@@ -8,15 +8,17 @@ draft, so an ``edit`` is a change to it; an ``edit`` that leaves it unchanged is
 approve of the stored draft (nothing is re-chunked or re-embedded). Nothing is held while paused:
 the embedded vector store is opened only briefly to read the drafts before pausing and again to
 apply the decisions after the resume, and the registry is closed in between. Just before it
-pauses, the run announces its id and UI address on :func:`kbflow.progress.waiting`.
+pauses, the run announces its id and UI address on :func:`core.progress.waiting`.
 
-Every decision goes through :func:`tasks.review.apply_decisions`, which authorises the reviewer
+Every decision goes through :func:`tasks.review.machine.apply_decisions`, which authorises the
+reviewer
 and moves each document exactly once; ``skip`` leaves a document pending. The run ends Failed
-(its report in the error, see :class:`~kbflow.errors.RunFailed`) when it did not do its job, by
-the rule of :func:`tasks.review.review_failure`: a refused reviewer, or only invalid rows. Lost
+(its report in the error, see :class:`~core.errors.RunFailed`) when it did not do its job, by
+the rule of :func:`tasks.review.machine.review_failure`: a refused reviewer, or only invalid rows.
+Lost
 races and skipped rows are reported, and the run completes.
 
-If nobody answers within ``timeout_s``, the run fails (:class:`~kbflow.errors.ReviewTimeout`;
+If nobody answers within ``timeout_s``, the run fails (:class:`~core.errors.ReviewTimeout`;
 Prefect records "The flow was paused and never resumed.") and every document stays
 pending_review, invisible to search.
 """
@@ -40,13 +42,13 @@ from prefect.utilities.urls import url_for
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from kbflow import progress
-from kbflow.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
-from kbflow.settings import Settings
+from core import progress
+from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
+from core.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import DocRecord, SqlRegistry
-from sinks.vectors import open_vector_store
-from tasks.embed import get_embedder
-from tasks.review import Decision, Outcome, held, review_failure, same_content
+from tasks.review.machine import Decision, Outcome, held, review_failure, same_content
+from tasks.text.embed import get_embedder
 from tasks.wrapped import apply_decisions_task, list_pending_task, read_drafts_task
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).
@@ -177,7 +179,8 @@ def review(
 
     Returns:
         A report: org, reviewer, pending, applied, skipped, failed and one outcome per decision;
-        but when the run did not do its job (see :func:`tasks.review.review_failure`) it ends
+        but when the run did not do its job (see
+        :func:`tasks.review.machine.review_failure`) it ends
         Failed (:func:`failed_run`).
 
     Raises:
@@ -281,7 +284,7 @@ def review(
 
 def failed_run(message: str, report: dict[str, Any]) -> Any:
     """The Failed state a flow returns when it did not do its job: ``message`` is the state's
-    message, and its data a :class:`~kbflow.errors.RunFailed` holding ``report``.
+    message, and its data a :class:`~core.errors.RunFailed` holding ``report``.
 
     A plain call of the flow raises that RunFailed (so callers still get the report);
     ``return_state=True`` gets the state. Typed ``Any`` because callers never receive it as a

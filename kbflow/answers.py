@@ -1,7 +1,7 @@
 """Entry-point wiring for agent answers (top layer, beside tools.py and cli.py).
 
 Turns an agent id into its scope, picks the knowledge model from the settings, runs
-`tasks.answer`, and records every turn in the ledger before the result is returned: an answer
+`tasks.answer.turns`, and records every turn in the ledger before the result is returned: an answer
 that cannot be recorded is not served. Also replay and provenance over the ledger.
 """
 
@@ -11,15 +11,20 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbflow.errors import ConfigError, NotFound
-from kbflow.models import DocStatus, Turn
-from kbflow.settings import Settings
-from kbflow.tools import agent_scope
+from core.errors import ConfigError, NotFound
+from core.models import DocStatus, Turn
+from core.settings import Settings
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
-from tasks.answer import (
+from tasks.answer.knowledge import (
+    EXTRACTIVE_MODEL_ID,
+    ClaudeKnowledgeModel,
+    ExtractiveKnowledgeModel,
+    KnowledgeModel,
+)
+from tasks.answer.turns import (
     AnswerConfig,
     Replay,
     answer,
@@ -27,13 +32,8 @@ from tasks.answer import (
     knowledge_search,
     replay,
 )
-from tasks.knowledge import (
-    EXTRACTIVE_MODEL_ID,
-    ClaudeKnowledgeModel,
-    ExtractiveKnowledgeModel,
-    KnowledgeModel,
-)
 from tasks.llm import AnthropicChat
+from tasks.query.scopes import agent_scope
 
 STALE_STATUSES = (
     DocStatus.REJECTED.value,

@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kbflow import ids
-from kbflow.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
-from kbflow.models import AuditAction, DocStatus, JobStatus, RetrievalResult, Role, SearchMode
-from kbflow.settings import Settings, configure_environment
+from core import ids
+from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
+from core.models import AuditAction, DocStatus, JobStatus, RetrievalResult, Role, SearchMode
+from core.settings import Settings, configure_environment
 
 if TYPE_CHECKING:
     from sinks.registry import DocRecord, OrgRecord, UserRecord
@@ -100,7 +100,7 @@ err_console = Console(stderr=True)
 
 
 def _valid(check: Any) -> Any:
-    """A typer callback that applies one of `kbflow.ids`' rules (None passes: optional)."""
+    """A typer callback that applies one of `core.ids`' rules (None passes: optional)."""
 
     def callback(value: Any) -> Any:
         if value is None:
@@ -273,11 +273,10 @@ def run_ingest(
     import time
 
     from kbflow.jobs import ingest_params, submit_ingest_job
-    from kbflow.wiring import open_registry
-    from sinks.vectors import open_vector_store
-    from tasks.discover import discover
-    from tasks.extract import SUPPORTED_SUFFIXES, runs_long
-    from tasks.index import BatchReport, IngestSummary, plan_ingest, repair_shadowed
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.ingest.discover import discover
+    from tasks.ingest.extract import SUPPORTED_SUFFIXES, runs_long
+    from tasks.ingest.index import BatchReport, IngestSummary, plan_ingest, repair_shadowed
 
     started = time.perf_counter()
     with open_registry(settings) as registry:
@@ -333,7 +332,7 @@ def run_ingest(
     )
     if not show_progress:
         return ingest_flow(**kwargs) | {"jobs": jobs}
-    from kbflow import progress
+    from core import progress
 
     with _progress_bar() as bar:
         task_id = bar.add_task(f"ingest {len(plan.work)} documents", total=len(plan.work))
@@ -388,7 +387,7 @@ def jobs_list(
 ) -> None:
     """List recent jobs, newest first: PROCESSING, COMPLETE or FAILED (with the reason)."""
     from kbflow.jobs import refresh
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
     from sinks.jobs import JobStore
 
     settings = _settings()
@@ -411,7 +410,7 @@ def jobs_status(
 ) -> None:
     """Show one job: its state, the Prefect flow run doing it, and its report when done."""
     from kbflow.jobs import refresh
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
     from sinks.jobs import JobStore
 
     settings = _settings()
@@ -474,8 +473,8 @@ def search(
     comes from the keyword fallback over the registry and is marked degraded.
     """
     settings = _settings()
-    from kbflow.tools import agent_scope, narrow_audiences, person_scope
     from kbflow.wiring import search_context
+    from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
 
     if (agent is None) == (org is None):
         raise _fail(
@@ -545,7 +544,7 @@ def docs_list(
 ) -> None:
     """List an org's documents with their version, review and parse status."""
     settings = _settings()
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     try:
         with open_registry(settings) as registry:
@@ -580,7 +579,7 @@ def docs_list(
 def store_optimize() -> None:
     """Build the vector indexes (slow at scale: run it as maintenance, not during queries)."""
     settings = _settings()
-    from sinks.vectors import open_vector_store
+    from sinks.connect import open_vector_store
 
     try:
         with open_vector_store(settings) as store:
@@ -623,8 +622,8 @@ def orgs_create(
     manager needs --as a superadmin.
     """
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.access import authorize_admin
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
 
     try:
         ids.org_id(org)
@@ -666,8 +665,8 @@ def orgs_assign_am(
     """Make USER (an account manager) the one who approves ORG's documents (a superadmin's
     decision: --as; audited)."""
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.access import authorize_admin
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
 
     try:
         with open_registry(settings) as registry:
@@ -685,7 +684,7 @@ def orgs_assign_am(
 def orgs_list(as_json: JsonOpt = False) -> None:
     """List organisations and their assigned account managers."""
     settings = _settings()
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     try:
         with open_registry(settings) as registry:
@@ -733,8 +732,8 @@ def users_add(
     (`kbflow audit`).
     """
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.access import authorize_admin
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
 
     try:
         ids.user_id(user)
@@ -761,7 +760,7 @@ def users_add(
 def users_list(as_json: JsonOpt = False) -> None:
     """List users with their roles and organisations."""
     settings = _settings()
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     try:
         with open_registry(settings) as registry:
@@ -794,8 +793,8 @@ def review_list(
 ) -> None:
     """An org's drafts grouped by the synthesis run that produced them (experts may look too)."""
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.review import list_drafts
+    from sinks.connect import open_registry
+    from tasks.review.machine import list_drafts
 
     try:
         with open_registry(settings) as registry:
@@ -849,8 +848,9 @@ def review_show(
 ) -> None:
     """A document's metadata and full stored text, chunk by chunk, whatever its status."""
     settings = _settings()
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.review import inspect_draft
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import inspect_draft
 
     try:
         with open_registry(settings) as registry:  # rights first: the store only once allowed
@@ -905,8 +905,9 @@ def _decide(verb: str, doc_id: str, actor: str, note: str | None, as_json: bool)
     """Approve, reject or withdraw one document through the state machine, holding the store
     only briefly."""
     settings = _settings()
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.review import approve, reject, withdraw
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import approve, reject, withdraw
 
     transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
     try:
@@ -997,9 +998,10 @@ def review_edit(
         text = _edited_text(file, content)
     except KbflowError as exc:
         raise _fail(exc) from exc
-    from kbflow.wiring import open_registry, store_opener
-    from tasks.embed import get_embedder
-    from tasks.review import edit_and_approve
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import edit_and_approve
+    from tasks.text.embed import get_embedder
 
     try:
         with open_registry(settings) as registry:
@@ -1020,7 +1022,7 @@ def review_edit(
 
 
 def _edited_text(file: Path | None, content: str | None) -> str:
-    from kbflow.errors import ConfigError
+    from core.errors import ConfigError
 
     if (file is None) == (content is None):
         raise ConfigError(
@@ -1080,8 +1082,8 @@ def review_flow(
             "PREFECT_API_URL=http://127.0.0.1:4200/api here."
         )
         raise _fail(bad)
+    from core.errors import RunFailed
     from flows.review import review as run_review_flow
-    from kbflow.errors import RunFailed
     from kbflow.flow_cli import running_flow
 
     failure = None
@@ -1191,12 +1193,11 @@ def seed(
     if not org:
         raise _fail(KbflowError("--org is required to seed inputs."))
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from sinks.vectors import open_vector_store
-    from tasks.access import authorize_decision
-    from tasks.embed import get_embedder
-    from tasks.isolate import isolated_extractor
-    from tasks.seed import SeedBundle, seed_bundle
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.ingest.isolate import isolated_extractor
+    from tasks.research.seed import SeedBundle, seed_bundle
+    from tasks.review.access import authorize_decision
+    from tasks.text.embed import get_embedder
 
     bundle = SeedBundle(tuple(file or ()), tuple(url or ()), tuple(prompt or ()))
     try:
@@ -1234,9 +1235,9 @@ def seed_list(org: OrgOpt, actor: ActorOpt, as_json: JsonOpt = False) -> None:
     """List an org's seed inputs (am_file, am_url, am_prompt): for those who may read its
     drafts (a superadmin, its account manager, its experts)."""
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.access import authorize_inspection
-    from tasks.seed import list_seeds
+    from sinks.connect import open_registry
+    from tasks.research.seed import list_seeds
+    from tasks.review.access import authorize_inspection
 
     try:
         with open_registry(settings) as registry:
@@ -1293,16 +1294,16 @@ def research(
     import os
 
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from tasks.access import authorize_decision
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_decision
 
     try:  # refuse before starting a flow run (the flow checks again, for deployments)
         with open_registry(settings) as registry:
             authorize_decision(registry, actor, org, what="run research")
     except KbflowError as exc:
         raise _fail_review(exc) from exc
+    from core.errors import RunFailed
     from flows.research import research as research_flow
-    from kbflow.errors import RunFailed
     from kbflow.flow_cli import running_flow
 
     timeout = review_timeout
@@ -1369,7 +1370,7 @@ def audit(
     what, who assigned its account manager and changed its users, and when. Without --org:
     the agency-wide rows (users and roles of no org, refused admin actions)."""
     settings = _settings()
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     try:
         with open_registry(settings) as registry:
@@ -1414,9 +1415,8 @@ def reconcile(
     registry does not know. Safe to run any time; holds the embedded store while it runs.
     """
     settings = _settings()
-    from kbflow.wiring import open_registry
-    from sinks.vectors import open_vector_store
-    from tasks.review import reconcile as reconcile_payloads
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.review.machine import reconcile as reconcile_payloads
 
     try:
         with open_registry(settings) as registry, open_vector_store(settings) as store:
@@ -1728,9 +1728,8 @@ def _catalog(*, with_store: bool = False) -> Iterator[Any]:
     """The registry's catalog (and the vector store, for moves and deletes) for one command;
     a kbflow error ends the command with its message."""
     settings = _settings()
-    from kbflow.wiring import open_registry
     from sinks.catalog import Catalog
-    from sinks.vectors import open_vector_store
+    from sinks.connect import open_registry, open_vector_store
 
     try:
         with open_registry(settings) as registry, contextlib.ExitStack() as stack:
@@ -1797,7 +1796,7 @@ def collections_move(
     ] = None,
 ) -> None:
     """Move a collection (with its sub-collections and documents) under another parent."""
-    from tasks.collections import move_collection
+    from tasks.review.collections import move_collection
 
     with _catalog(with_store=True) as (catalog, store):
         moved, docs = move_collection(catalog, store, org, _ref(ref) or ref, _ref(parent))
@@ -1817,7 +1816,7 @@ def collections_delete(
 ) -> None:
     """Delete a collection and its sub-collections; refused while it holds documents unless
     they are moved (--move-to) or deleted (--delete-contents)."""
-    from tasks.collections import delete_collection
+    from tasks.review.collections import delete_collection
 
     with _catalog(with_store=True) as (catalog, store):
         counts = delete_collection(
@@ -1851,7 +1850,7 @@ def agents_create(
     """
     with _catalog() as (catalog, _):
         if audience:
-            from tasks.access import authorize_admin
+            from tasks.review.access import authorize_admin
 
             authorize_admin(catalog.registry, actor, "give agents audiences", org_id=org)
         made = catalog.create_agent(
@@ -1903,7 +1902,7 @@ def agents_audience(
     """
     if not audience and not clear:
         raise _fail(KbflowError("name the audiences to set, or --clear to remove them all"))
-    from tasks.access import authorize_admin
+    from tasks.review.access import authorize_admin
 
     with _catalog() as (catalog, _):
         agent = catalog.get_agent(agent_id)
@@ -2148,7 +2147,7 @@ def provenance(
     settings = _settings()
     from kbflow.answers import parse_since
     from kbflow.answers import provenance as find
-    from kbflow.wiring import open_registry
+    from sinks.connect import open_registry
 
     if doc is None and not stale:
         raise _fail(KbflowError("say what to trace: --doc DOC_ID, or --stale for every "

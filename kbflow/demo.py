@@ -22,9 +22,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kbflow.demo_corpus import CLIENT_NAME, write_demo_corpus
-from kbflow.models import DocStatus, Role, Scope, SearchMode
-from kbflow.settings import Settings
+from core.models import DocStatus, Role, Scope, SearchMode
+from core.settings import Settings
+from evals.demo_corpus import CLIENT_NAME, write_demo_corpus
 
 # The three engines the demo compares (hybrid+rerank needs a reranker the demo does not have).
 ENGINE_MODES = (SearchMode.HYBRID, SearchMode.DENSE, SearchMode.KEYWORD)
@@ -40,7 +40,8 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
     from kbflow.cli import run_ingest
-    from kbflow.wiring import open_registry, search_context
+    from kbflow.wiring import search_context
+    from sinks.connect import open_registry
 
     corpus = write_demo_corpus(settings.home / "demo" / "corpus")
     with open_registry(settings) as registry:
@@ -117,8 +118,8 @@ def run_demo(
 def _answer_step(settings: Settings, questions: list[Any], pending_name: str) -> dict[str, Any]:
     """An agent answers the sample questions with citations (or refuses), every turn recorded
     in the ledger; the first answer is replayed from the ledger and must be byte-identical."""
+    from core.errors import NotFound
     from kbflow.answers import answer_question, replay_turn
-    from kbflow.errors import NotFound
     from kbflow.wiring import search_context
     from sinks.catalog import Catalog
 
@@ -157,12 +158,12 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
 def _research_step(settings: Settings, files: list[Path], *, show_progress: bool) -> dict[str, Any]:
     """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
     hidden, approve one as the org's AM and show that it becomes searchable."""
-    from kbflow.wiring import open_registry, search_context
-    from sinks.vectors import open_vector_store
-    from tasks import review
-    from tasks.embed import get_embedder
-    from tasks.extract import file_to_document
-    from tasks.seed import SeedBundle, seed_bundle
+    from kbflow.wiring import search_context
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.ingest.extract import file_to_document
+    from tasks.research.seed import SeedBundle, seed_bundle
+    from tasks.review import machine as review
+    from tasks.text.embed import get_embedder
 
     bundle = SeedBundle(
         files=tuple(

@@ -5,7 +5,7 @@ When a flow raises, Prefect's engine logs "Encountered exception during executio
 traceback on the ``prefect.flow_runs`` logger (tasks: ``prefect.task_runs``); the record goes
 to the run's logs on the server and, by propagation, to the root logger's console handler, so a
 terminal user sees a traceback before the command's own message. For kbflow's own errors
-(:class:`~kbflow.errors.KbflowError`: too many bad files, a review nobody answered) the command
+(:class:`~core.errors.KbflowError`: too many bad files, a review nobody answered) the command
 prints that message itself: :func:`quiet_expected_failures` keeps those records off the console
 while it runs (the server still gets them, traceback included). Any other exception is a crash
 and keeps its traceback.
@@ -20,8 +20,8 @@ from contextlib import ExitStack, contextmanager
 from rich.console import Console
 from rich.markup import escape
 
-from kbflow import progress
-from kbflow.errors import KbflowError
+from core import progress
+from core.errors import KbflowError
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 

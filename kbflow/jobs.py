@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Any
 
-from kbflow.models import DocStatus, JobStatus
-from kbflow.settings import Settings, configure_environment
+from core.models import DocStatus, JobStatus
+from core.settings import Settings, configure_environment
 from sinks.jobs import JobRecord, JobStore
 from sinks.registry import SqlRegistry
 

@@ -10,14 +10,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from kbflow.errors import StoreError
-from kbflow.models import RetrievalResult, Scope, SearchHit, SearchMode
-from kbflow.settings import Settings
+from core.errors import StoreError
+from core.models import RetrievalResult, Scope, SearchHit, SearchMode
+from core.settings import Settings
+from sinks.connect import open_registry, open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import VectorStore, open_vector_store
-from tasks.embed import Embedder, get_embedder
-from tasks.rerank import Reranker, reranker_from_settings
-from tasks.retrieve import RetrievalConfig, retrieve, search
+from sinks.vectors import VectorStore
+from tasks.query.rerank import Reranker, reranker_from_settings
+from tasks.query.retrieve import RetrievalConfig, retrieve, search
+from tasks.text.embed import Embedder, get_embedder
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,6 @@ class SearchContext:
             self._reranker = reranker_from_settings(self.settings)
             self._reranker_built = True
         return self._reranker
-
-
-@contextmanager
-def open_registry(settings: Settings) -> Iterator[SqlRegistry]:
-    registry = SqlRegistry.open(settings.registry_url)
-    try:
-        yield registry
-    finally:
-        registry.close()
 
 
 def store_opener(settings: Settings) -> Callable[[], AbstractContextManager[VectorStore]]:

@@ -4,7 +4,7 @@ Collections form a tree per org (a path like ``policies/hr`` names a collection 
 ancestors). Every org has a ``Default`` collection (path ``default``), which cannot be moved or
 deleted. An agent reads the collections on its allow-list and their descendants (an empty list
 means every collection of its org), and nothing at all when its knowledge base is switched off.
-Vector payloads are not touched here: `tasks.collections` keeps them in line after a move.
+Vector payloads are not touched here: `tasks.review.collections` keeps them in line after a move.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from kbflow import ids
-from kbflow.errors import ConfigError, NotFound
+from core import ids
+from core.errors import ConfigError, NotFound
 from sinks.registry import SqlRegistry, collection_ancestry
 from sinks.registry_schema import AgentRow, ChunkRow, CollectionRow, DocumentRow, OrgRow
 

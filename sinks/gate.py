@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbflow.models import (
+from core.models import (
     AUDIENCE_ALL,
     NEVER_SERVED_SOURCE_TAGS,
     SERVABLE_PARSE_STATUSES,

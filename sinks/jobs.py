@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from kbflow.errors import NotFound
-from kbflow.models import JobStatus
+from core.errors import NotFound
+from core.models import JobStatus
 from sinks.registry import SqlRegistry
 from sinks.registry_schema import JobRow, utcnow
 

@@ -45,8 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbflow.errors import ConfigError, LedgerError, NotFound
-from kbflow.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
+from core.errors import ConfigError, LedgerError, NotFound
+from core.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
 from sinks.warehouse import (
     drop_unfinished_loads,
     duckdb_pipeline,
@@ -201,7 +201,7 @@ class Ledger:
     def record(self, turn: Turn) -> None:
         """Store one turn (idempotent per turn id: recording it again replaces its rows).
 
-        Payloads are stored verbatim: the caller scrubs personal data (``tasks/pii.py``) before
+        Payloads are stored verbatim: the caller scrubs personal data (``tasks/text/pii.py``) before
         building the turn. ``output``, ``replay_input``, ``gate_filter``, ``scores`` and the
         messages must be JSON-ready; tuples inside them read back as lists.
 

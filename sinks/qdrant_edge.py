@@ -2,7 +2,7 @@
 
 One process owns a shard at a time. A second open that Edge itself rejects was seen to break the
 first process's next flush, so we take our own OS file lock *before* touching the shard: a
-second kbflow process waits (bounded) and then gets :class:`~kbflow.errors.StoreBusy` without
+second kbflow process waits (bounded) and then gets :class:`~core.errors.StoreBusy` without
 ever opening the shard.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbflow.errors import StoreBusy, StoreError
-from kbflow.models import ChunkPoint, SparseVec, StoredHit
+from core.errors import StoreBusy, StoreError
+from core.models import ChunkPoint, SparseVec, StoredHit
 from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_edge_filter
 from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
 

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kbflow.errors import StoreError
-from kbflow.models import ChunkPoint, SparseVec, StoredHit
+from core.errors import StoreError
+from core.models import ChunkPoint, SparseVec, StoredHit
 from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_qdrant_filter
 from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
 

@@ -2,7 +2,7 @@
 
 SQLite (WAL, ``BEGIN IMMEDIATE``, busy timeout) by default, PostgreSQL by URL. Status changes
 are compare-and-set: ``UPDATE ... WHERE id=? AND status=?``; a lost race raises
-:class:`~kbflow.errors.ReviewConflict` and writes nothing.
+:class:`~core.errors.ReviewConflict` and writes nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, delete, event, func, select, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from kbflow import ids
-from kbflow.errors import ConfigError, NotFound, ReviewConflict
-from kbflow.models import (
+from core import ids
+from core.errors import ConfigError, NotFound, ReviewConflict
+from core.models import (
     RETIRABLE_STATUSES,
     SERVABLE_PARSE_STATUSES,
     AuditAction,
@@ -168,7 +168,7 @@ class SqlRegistry:
         *,
         actor: str = SYSTEM_ACTOR,
     ) -> bool:
-        """Create the org if missing (its id must follow :func:`kbflow.ids.org_id`); update its
+        """Create the org if missing (its id must follow :func:`core.ids.org_id`); update its
         name or AM when given. Returns True when it was created."""
         ids.org_id(org_id)
         with self.session() as s, s.begin():
@@ -244,7 +244,7 @@ class SqlRegistry:
         actor: str = SYSTEM_ACTOR,
     ) -> UserRecord:
         """Create the user, or update its role, name and org (audited; the id must follow
-        :func:`kbflow.ids.user_id`)."""
+        :func:`core.ids.user_id`)."""
         ids.user_id(user_id)
         with self.session() as s, s.begin():
             if org_id is not None and s.get(OrgRow, org_id) is None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, Protocol
 
-from kbflow.models import ChunkPoint, SparseVec, StoredHit
-from kbflow.settings import Settings
+from core.models import ChunkPoint, SparseVec, StoredHit
 from sinks.gate import Gate
 
 DENSE = "dense"
@@ -83,26 +81,3 @@ class VectorStore(Protocol):
 def sort_hits(hits: list[StoredHit]) -> list[StoredHit]:
     """Order by score, then id, so tied scores rank the same on every backend."""
     return sorted(hits, key=lambda h: (-h.score, h.point_id))
-
-
-@contextmanager
-def open_vector_store(settings: Settings) -> Iterator[VectorStore]:
-    """Open the configured store for the duration of a command, then flush and close it."""
-    store: VectorStore
-    if settings.qdrant_url:
-        from sinks.qdrant_server import QdrantServerStore
-
-        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        store = QdrantServerStore.connect(
-            settings.qdrant_url, collection=settings.qdrant_collection, api_key=key
-        )
-    else:
-        from sinks.qdrant_edge import QdrantEdgeStore
-
-        store = QdrantEdgeStore.open(
-            settings.vectors_dir, lock_timeout_s=settings.store_lock_timeout_s
-        )
-    try:
-        yield store
-    finally:
-        store.close()

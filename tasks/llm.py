@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from kbflow.errors import ConfigError, LlmError, LlmReplyInvalid
-from kbflow.models import LlmCall
+from core.errors import ConfigError, LlmError, LlmReplyInvalid
+from core.models import LlmCall
 
 log = logging.getLogger(__name__)
 

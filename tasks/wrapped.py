@@ -10,14 +10,14 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.discover import discover
-from tasks.index import extract_batch, index_batch, plan_ingest
-from tasks.research import run_research
-from tasks.review import apply_decisions, draft_texts, pending_documents
+from tasks.ingest.discover import discover
+from tasks.ingest.index import extract_batch, index_batch, plan_ingest
+from tasks.research.run import run_research
+from tasks.review.machine import apply_decisions, draft_texts, pending_documents
 
 discover_task = task(name="discover-sources", cache_policy=NO_CACHE)(discover)
 plan_task = task(name="plan-ingest", cache_policy=NO_CACHE)(plan_ingest)
-# Extraction runs in an isolated worker with its own per-file limits (tasks.isolate).
+# Extraction runs in an isolated worker with its own per-file limits (tasks.ingest.isolate).
 extract_batch_task = task(name="extract-batch", cache_policy=NO_CACHE)(extract_batch)
 index_batch_task = task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600)(
     index_batch

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from kbflow.models import DocStatus
-from kbflow.settings import Settings, configure_environment
+from core.models import DocStatus
+from core.settings import Settings, configure_environment
 from sinks.registry import SqlRegistry
-from tasks.discover import Source
-from tasks.index import IngestTarget, WorkItem, index_batch
+from tasks.ingest.discover import Source
+from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
@@ -111,7 +111,7 @@ def prefect_harness() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def embedder() -> Any:
-    from tasks.embed import get_embedder
+    from tasks.text.embed import get_embedder
 
     return get_embedder()
 

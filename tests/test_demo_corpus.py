@@ -12,7 +12,7 @@ import docx
 import pypdfium2
 import pytest
 
-from kbflow.demo_corpus import (
+from evals.demo_corpus import (
     CONTACTS_HEADER,
     PRICING_DRAFT_FILE,
     DemoCorpus,

@@ -1,8 +1,10 @@
-"""Imports go one way (STYLE habit 1), and the query path never imports Prefect.
+"""The house has floors, and imports only go down (docs/ARCHITECTURE.md); the query path never
+imports Prefect.
 
-``flows -> tasks -> sinks -> kbflow.{settings,models,errors,progress}``; ``evals`` may use tasks
-and sinks; ``kbflow/cli.py`` (with ``wiring.py`` and ``demo.py`` beside it) sits on top. The
-check reads every import statement with ``ast``, including imports inside functions: a lazy
+Floors, top to bottom: ``kbflow`` (the app: CLI, services, demo), ``flows``, ``evals``,
+``tasks``, ``sinks``, ``core`` (settings, models, errors). A module may import its own floor or a
+lower one, and no two modules import each other, directly or round a circle. The check reads
+every import statement of every module with ``ast``, imports inside functions included: a lazy
 import is still a dependency.
 """
 
@@ -19,19 +21,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("kbflow", "tasks", "flows", "sinks", "evals")
-KBFLOW_CORE = ("kbflow.settings", "kbflow.models", "kbflow.errors", "kbflow.progress")
+FLOORS = ("core", "sinks", "tasks", "evals", "flows", "kbflow")  # bottom to top
+PACKAGES = FLOORS
 QUERY_PATH = (
-    "tasks.retrieve",
-    "tasks.embed",
-    "tasks.sparse",
+    "tasks.query.retrieve",
+    "tasks.text.embed",
+    "tasks.text.sparse",
     "kbflow.wiring",
     "kbflow.answers",
     "kbflow.tools",
-    "tasks.answer",
-    "tasks.knowledge",
+    "tasks.answer.turns",
+    "tasks.answer.knowledge",
     "tasks.llm",
-    "tasks.confidence",
+    "tasks.answer.confidence",
     *sorted(f"sinks.{p.stem}" for p in (REPO / "sinks").glob("*.py") if p.stem != "__init__"),
 )
 
@@ -87,12 +89,16 @@ def modules_in(*packages: str) -> list[str]:
 
 def test_the_scan_finds_the_tree() -> None:
     modules = project_modules()
-    assert {"kbflow.cli", "kbflow.models", "sinks.gate", "tasks.retrieve", "flows.ingest"} <= set(
-        modules
-    )
-    assert "sinks.gate" in imports_of("tasks.retrieve")
+    assert {
+        "kbflow.cli",
+        "core.models",
+        "sinks.gate",
+        "tasks.query.retrieve",
+        "flows.ingest",
+    } <= set(modules)
+    assert "sinks.gate" in imports_of("tasks.query.retrieve")
     assert "prefect" in imports_of("flows.ingest")
-    assert "kbflow.models" in imports_of("sinks.gate")
+    assert "core.models" in imports_of("sinks.gate")
 
 
 def forbidden_imports(modules: list[str], banned: tuple[str, ...]) -> list[str]:
@@ -104,27 +110,88 @@ def forbidden_imports(modules: list[str], banned: tuple[str, ...]) -> list[str]:
     )
 
 
-def test_sinks_do_not_import_tasks_flows_or_evals() -> None:
-    banned = ("tasks", "flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
-    assert forbidden_imports(modules_in("sinks"), banned) == []
+def floor_of(module: str) -> int:
+    return FLOORS.index(module.split(".")[0])
 
 
-def test_tasks_do_not_import_flows_or_evals() -> None:
-    banned = ("flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
-    assert forbidden_imports(modules_in("tasks"), banned) == []
+def project_imports(module: str) -> set[str]:
+    """The project modules ``module`` imports (a name resolves to the module it names, or to
+    the module it is defined in)."""
+    out: set[str] = set()
+    for name in imports_of(module):
+        for candidate in (name, name.rpartition(".")[0]):
+            if candidate in project_modules() and candidate != module:
+                out.add(candidate)
+                break
+    return out
 
 
-def test_kbflow_core_imports_no_other_layer() -> None:
-    banned = ("tasks", "sinks", "flows", "evals", "kbflow.cli", "kbflow.wiring", "kbflow.demo")
-    core = [m for m in KBFLOW_CORE if m in project_modules()]
-    assert len(core) == len(KBFLOW_CORE)
-    assert forbidden_imports(core, banned) == []
+def test_every_module_is_on_a_floor() -> None:
+    stray = [m for m in project_modules() if m.split(".")[0] not in FLOORS]
+    assert stray == []
+    tops = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
+    assert tops <= set(FLOORS) | {"tests", "bench"}, tops - set(FLOORS)
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    upward = sorted(
+        f"{m} ({FLOORS[floor_of(m)]}) imports {i} ({FLOORS[floor_of(i)]})"
+        for m in project_modules()
+        for i in project_imports(m)
+        if floor_of(i) > floor_of(m)
+    )
+    assert upward == []
+
+
+def test_no_import_circles() -> None:
+    """Tarjan's strongly connected components over the whole module graph: none has two."""
+    graph = {m: sorted(project_imports(m)) for m in project_modules()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in graph:
+        if node not in index:
+            visit(node)
+    assert circles == []
+
+
+def test_the_core_imports_nothing_of_ours() -> None:
+    core = [m for m in project_modules() if m.startswith("core")]
+    assert {"core.settings", "core.models", "core.errors"} <= set(core)
+    assert [
+        f"{m} imports {i}" for m in core for i in project_imports(m) if not i.startswith("core")
+    ] == []
 
 
 def test_process_tracking_needs_only_the_core_and_psutil() -> None:
     """kbflow.processes runs at every CLI start and in the job runner: no layer above the core,
     no Prefect (it finds Prefect's server by its command line instead)."""
-    allowed = ("kbflow.settings", "kbflow.models", "kbflow.errors", "psutil")
+    allowed = ("core.settings", "core.models", "core.errors", "psutil")
     outside = sorted(
         name
         for name in imports_of("kbflow.processes")
@@ -132,12 +199,6 @@ def test_process_tracking_needs_only_the_core_and_psutil() -> None:
         and not any(_is_under(name, a) for a in allowed)
     )
     assert outside == []
-
-
-def test_flows_only_compose_tasks() -> None:
-    """Flows sit under the CLI: they must not reach up into it."""
-    banned = ("kbflow.cli", "kbflow.wiring", "kbflow.demo", "evals")
-    assert forbidden_imports(modules_in("flows"), banned) == []
 
 
 def query_path_closure() -> dict[str, str]:
@@ -156,7 +217,7 @@ def query_path_closure() -> dict[str, str]:
 
 def test_nothing_on_the_query_path_imports_prefect() -> None:
     reached = query_path_closure()
-    assert "sinks.gate" in reached and "tasks.sparse" in reached
+    assert "sinks.gate" in reached and "tasks.text.sparse" in reached
     offenders = forbidden_imports(sorted(reached), ("prefect",))
     chains = [f"{o} (reached via {reached[o.split()[0]]})" for o in offenders]
     assert chains == []
@@ -192,7 +253,7 @@ def test_importing_the_query_path_does_not_load_prefect(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import kbflow.cli, kbflow.wiring, tasks.retrieve, sys; "
+            "import kbflow.cli, kbflow.wiring, tasks.query.retrieve, sys; "
             "assert 'prefect' not in sys.modules, 'prefect was imported'",
         ],
         cwd=REPO,
@@ -208,14 +269,14 @@ def test_importing_the_query_path_does_not_load_prefect(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_importing_the_query_path_loads_no_heavy_library(tmp_path: Path) -> None:
     """Models and heavy libraries load lazily, never at import time (STYLE habit 4)."""
-    loaded = _imported_after("import kbflow.cli, kbflow.wiring, tasks.retrieve", tmp_path)
+    loaded = _imported_after("import kbflow.cli, kbflow.wiring, tasks.query.retrieve", tmp_path)
     heavy = {"prefect", "great_expectations", "torch", "sentence_transformers", "docling", "dlt"}
     assert loaded & heavy == set()
 
 
 def test_search_never_uses_the_inspection_or_maintenance_paths() -> None:
     """Reviewers and the reconciler read stored chunks whatever their status; search must not."""
-    query_path = [REPO / "tasks" / "retrieve.py", REPO / "kbflow" / "wiring.py"]
+    query_path = [REPO / "tasks" / "query" / "retrieve.py", REPO / "kbflow" / "wiring.py"]
     for path in query_path:
         source = path.read_text()
         for name in ("inspect_document_chunks", "iter_payloads", "export_points", "inspect_draft"):

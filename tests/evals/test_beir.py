@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from core.errors import ConfigError
 from evals.beir import CorpusDoc, load_beir
-from kbflow.errors import ConfigError
-from tasks.discover import jsonl_sources
+from tasks.ingest.discover import jsonl_sources
 from tests.conftest import datasets_dir
 
 # --- the real dataset ----------------------------------------------------------------------

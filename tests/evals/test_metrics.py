@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
+from core.errors import ConfigError
 from evals.beir import load_beir
 from evals.metrics import METRICS, Qrels, Run, evaluate, mrr_at_k, ndcg_at_k, recall_at_k
-from kbflow.errors import ConfigError
 from tests.conftest import datasets_dir
 
 # --- MRR@k ---------------------------------------------------------------------------------

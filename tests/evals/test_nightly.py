@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from core.settings import Settings
 from evals.beir import load_beir
 from evals.golden import write_golden_set
 from evals.regression import Baseline, EvalRegression, baseline_path, save_baseline
 from evals.warehouse import read_history
-from kbflow.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from core.errors import ConfigError
+from core.models import SearchMode
+from core.settings import Settings
 from evals.beir import load_beir
 from evals.golden import write_golden_set
 from evals.regression import Baseline, EvalRegression, check, regressions, save_baseline
 from evals.retrieval import parse_modes, run_eval
 from kbflow.cli import app
-from kbflow.errors import ConfigError
-from kbflow.models import SearchMode
-from kbflow.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 from PIL import Image
 
+from core.errors import ConfigError, KbflowError
 from evals.warehouse import (
     PLOT_DPI,
     PLOT_SIZE_INCHES,
@@ -22,7 +23,6 @@ from evals.warehouse import (
     warehouse_path,
     write_eval,
 )
-from kbflow.errors import ConfigError, KbflowError
 from tests.conftest import held_by_another_process
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from kbflow.demo_corpus import write_demo_corpus
-from kbflow.errors import IngestFailed
-from kbflow.models import DocStatus, Scope, SearchMode
-from kbflow.settings import Settings
-from kbflow.wiring import open_registry, search_context
+from core.errors import IngestFailed
+from core.models import DocStatus, Scope, SearchMode
+from core.settings import Settings
+from evals.demo_corpus import write_demo_corpus
+from kbflow.wiring import search_context
+from sinks.connect import open_registry
 from tests.conftest import make_org
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from kbflow.models import Scope, SearchMode
-from kbflow.settings import Settings
-from kbflow.wiring import open_registry, search_context
+from core.models import Scope, SearchMode
+from core.settings import Settings
+from kbflow.wiring import search_context
+from sinks.connect import open_registry
 from tests.bad_inputs import (
     OVERSIZE_CAP_MB,
     assert_no_leftover_workers,

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from kbflow.errors import ConfigError, IngestFailed
-from kbflow.models import Scope, SearchMode
-from kbflow.settings import Settings
-from kbflow.wiring import open_registry, search_context
-from tasks import discover as discover_module
-from tasks.discover import discover
-from tasks.extract import SUPPORTED_SUFFIXES
+from core.errors import ConfigError, IngestFailed
+from core.models import Scope, SearchMode
+from core.settings import Settings
+from kbflow.wiring import search_context
+from sinks.connect import open_registry
+from tasks.ingest import discover as discover_module
+from tasks.ingest.discover import discover
+from tasks.ingest.extract import SUPPORTED_SUFFIXES
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,10 @@ from typing import Any
 import psutil
 import pytest
 
-from kbflow.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
-from kbflow.settings import Settings
-from kbflow.wiring import open_registry, search_context
+from core.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
+from core.settings import Settings
+from kbflow.wiring import search_context
+from sinks.connect import open_registry
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from core.models import JobStatus, Scope, SearchMode
+from core.settings import Settings
 from kbflow.cli import app
-from kbflow.models import JobStatus, Scope, SearchMode
-from kbflow.settings import Settings
-from kbflow.wiring import open_registry, search_context
+from kbflow.wiring import search_context
+from sinks.connect import open_registry, open_vector_store
 from sinks.jobs import JobStore
-from sinks.vectors import open_vector_store
 from tests.conftest import datasets_dir, make_org, require_binaries
 
 pytestmark = pytest.mark.integration

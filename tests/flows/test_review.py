@@ -26,11 +26,11 @@ from uuid import UUID
 import httpx
 import pytest
 
-from kbflow.models import AuditAction, DocStatus, Role, Scope, SearchMode
-from kbflow.settings import Settings
+from core.models import AuditAction, DocStatus, Role, Scope, SearchMode
+from core.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import open_vector_store
-from tasks.retrieve import search
+from tasks.query.retrieve import search
 from tests.conftest import free_port, index_records
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ QUERIES = {"kiln": "kiln firing stoneware degrees", "glaze": "celadon glaze iron
 CHILD = (
     "import json, sys\n"
     "from flows.review import review\n"
-    "from kbflow.errors import RunFailed\n"
+    "from core.errors import RunFailed\n"
     "run = review.with_options(flow_run_name=sys.argv[1])\n"
     "reviewer = sys.argv[4] if len(sys.argv) > 4 else None\n"
     "try:\n"
@@ -601,7 +601,7 @@ def test_a_lost_race_is_reported_and_the_run_still_completes(
     settings: Settings,
     registry: SqlRegistry,
 ) -> None:
-    from tasks.review import approve, held
+    from tasks.review.machine import approve, held
 
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
@@ -771,8 +771,8 @@ def _seed_fresh_org(
     org: str, settings: Settings, registry: SqlRegistry, embedder: Any, tmp_path: Path
 ) -> None:
     """A new org with its assigned AM and a seed bundle (the brief and a prompt)."""
-    from tasks.extract import file_to_document
-    from tasks.seed import SeedBundle, seed_bundle
+    from tasks.ingest.extract import file_to_document
+    from tasks.research.seed import SeedBundle, seed_bundle
 
     registry.ensure_org(org, "Fresh Foods")
     registry.ensure_user(AM, Role.ACCOUNT_MANAGER)

@@ -11,18 +11,18 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from core.models import DocStatus
+from core.settings import Settings
 from kbflow import answers
 from kbflow.answers import parse_since, replay_turn
 from kbflow.cli import app
-from kbflow.models import DocStatus
-from kbflow.settings import Settings
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
-from tasks.review import supersede
+from tasks.review.machine import supersede
 from tests.anthropic_mock import Recorder, anthropic_client, message
-from tests.tasks.test_answer import (
+from tests.tasks.answer.test_answer import (
     assert_citations_served,
     checked_output,
     index_handbook,
@@ -134,7 +134,7 @@ def test_provenance_flags_answers_whose_documents_changed(world: Any) -> None:
 
 
 def test_provenance_tells_an_unknown_document_from_an_uncited_one(world: Any) -> None:
-    from kbflow.errors import NotFound
+    from core.errors import NotFound
 
     settings: Settings = world["settings"]
     answer_question(world["ctx"], "helper", QUESTION)  # the ledger exists and cites expenses
@@ -166,7 +166,7 @@ def test_provenance_still_traces_a_cited_document_that_was_deleted(world: Any) -
     settings: Settings = world["settings"]
     out = answer_question(world["ctx"], "helper", QUESTION)
     expenses = world["docs"]["expenses"]
-    from tasks.collections import delete_collection
+    from tasks.review.collections import delete_collection
 
     delete_collection(Catalog(world["registry"]), world["store"], "acme", "handbook",
                       delete_contents=True)  # fmt: skip

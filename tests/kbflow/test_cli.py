@@ -49,10 +49,10 @@ def test_search_rejects_a_bad_top_k() -> None:
 
 def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.research
-    from kbflow.errors import BudgetExceeded
-    from kbflow.models import ResearchResponse
-    from tasks.budget import ResearchBudget
-    from tasks.research import ResearchOutcome
+    from core.errors import BudgetExceeded
+    from core.models import ResearchResponse
+    from tasks.research.budget import ResearchBudget
+    from tasks.research.run import ResearchOutcome
 
     budget = ResearchBudget("acme-cli", max_fetches=0)
     with pytest.raises(BudgetExceeded) as err:

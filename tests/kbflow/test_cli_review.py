@@ -19,13 +19,13 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
+from core.models import DocStatus
+from core.settings import Settings
 from kbflow.cli import EXIT_CONFLICT, app
-from kbflow.models import DocStatus
-from kbflow.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import open_vector_store
-from tasks.discover import Source
-from tasks.index import IngestTarget, WorkItem, index_batch
+from tasks.ingest.discover import Source
+from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 from tests.conftest import REPO, _no_files, index_records
 
 pytestmark = pytest.mark.integration

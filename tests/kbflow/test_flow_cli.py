@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from kbflow import progress
-from kbflow.errors import ConfigError, IngestFailed, ReviewTimeout
+from core import progress
+from core.errors import ConfigError, IngestFailed, ReviewTimeout
 from kbflow.flow_cli import quiet_expected_failures, running_flow
 
 

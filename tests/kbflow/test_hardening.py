@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from click.testing import Result
 
+from core.models import DocStatus
+from core.settings import Settings
 from kbflow.cli import EXIT_CONFLICT
-from kbflow.models import DocStatus
-from kbflow.settings import Settings
+from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from sinks.vectors import open_vector_store
 from tests.conftest import index_records
 from tests.kbflow.test_cli_review import data, flat, kb, ok
 

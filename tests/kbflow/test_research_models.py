@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kbflow.models import CorpusEntry, ResearchCorpus, ResearchRequest, ResearchResponse
+from core.models import CorpusEntry, ResearchCorpus, ResearchRequest, ResearchResponse
 
 
 def test_request_accepts_camel_and_snake_case() -> None:

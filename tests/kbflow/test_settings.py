@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from kbflow.settings import Settings, configure_environment
+from core.settings import Settings, configure_environment
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,13 +16,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from core.errors import ConfigError
+from core.settings import Settings
 from kbflow.cli import app
-from kbflow.errors import ConfigError
-from kbflow.settings import Settings
 from kbflow.tools import TOOLS, ToolError, call_tool, export_schemas
 from kbflow.wiring import SearchContext
 from sinks.catalog import Catalog
-from tasks.collections import delete_collection, move_collection
+from tasks.review.collections import delete_collection, move_collection
 from tests.conftest import index_records
 
 TOPIC = "quarterly expense reimbursement rules"
@@ -243,9 +243,9 @@ def test_property_no_search_leaves_the_allowed_subtree(
 
 
 def test_agent_scope_and_org_wide_search_rights(world: dict[str, Any], registry: Any) -> None:
-    from kbflow.errors import Forbidden
-    from kbflow.models import Role
-    from kbflow.tools import agent_scope, check_org_wide_search
+    from core.errors import Forbidden
+    from core.models import Role
+    from tasks.query.scopes import agent_scope, check_org_wide_search
 
     _agent(world, "hr-bot", ["policies/hr"])
     scope = agent_scope(registry, "hr-bot")

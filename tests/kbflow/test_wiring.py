@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kbflow.models import Scope
-from kbflow.settings import Settings
+from core.models import Scope
+from core.settings import Settings
 from kbflow.wiring import search_context
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry

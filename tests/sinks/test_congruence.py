@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from kbflow.models import DocStatus, Scope
+from core.models import DocStatus, Scope
 from sinks.gate import build_gate
 from sinks.qdrant_server import QdrantServerStore
-from tasks.points import chunk_to_point
-from tasks.sparse import query_sparse_vector
+from tasks.text.points import chunk_to_point
+from tasks.text.sparse import query_sparse_vector
 from tests.conftest import datasets_dir
 
 N_DOCS = 400
@@ -32,7 +32,7 @@ def _corpus() -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def points(embedder: Any) -> list[Any]:
     """SciFact abstracts as points; every 4th is pending_review, every 7th of another org."""
-    from kbflow.models import Chunk
+    from core.models import Chunk
     from sinks.registry import DocRecord
 
     rows = _corpus()

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from kbflow.models import ChunkPoint, Scope, SparseVec
+from core.models import ChunkPoint, Scope, SparseVec
 from sinks.gate import (
     GATED_DATETIME_FIELDS,
     GATED_KEYWORD_FIELDS,
@@ -568,7 +568,9 @@ INJECTED = {
 }
 
 
-@pytest.mark.parametrize("target", ["tasks/retrieve.py", "kbflow/wiring.py", "sinks/registry.py"])
+@pytest.mark.parametrize(
+    "target", ["tasks/query/retrieve.py", "kbflow/wiring.py", "sinks/registry.py"]
+)
 @pytest.mark.parametrize("snippet", list(INJECTED.values()), ids=list(INJECTED))
 def test_the_scan_catches_an_injected_filter(tmp_path: Path, target: str, snippet: str) -> None:
     """A copy of the real tree with one filter added elsewhere must fail the scan."""

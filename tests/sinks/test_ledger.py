@@ -14,8 +14,8 @@ import duckdb
 import pytest
 from dlt.pipeline.exceptions import PipelineStepFailed
 
-from kbflow.errors import ConfigError, KbflowError, LedgerError, NotFound
-from kbflow.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
+from core.errors import ConfigError, KbflowError, LedgerError, NotFound
+from core.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
 from sinks.ledger import Ledger, ledger_path
 from tests.conftest import held_by_another_process
 

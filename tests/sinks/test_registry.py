@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from kbflow.errors import ConfigError, NotFound, ReviewConflict
-from kbflow.models import AuditAction, DocStatus, ParseStatus, Scope
-from kbflow.settings import Settings
+from core.errors import ConfigError, NotFound, ReviewConflict
+from core.models import AuditAction, DocStatus, ParseStatus, Scope
+from core.settings import Settings
 from sinks.gate import build_gate
 from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry, _configure_sqlite
 from sinks.registry_schema import CollectionRow

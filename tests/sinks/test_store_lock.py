@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from kbflow.models import ChunkPoint, SparseVec
+from core.models import ChunkPoint, SparseVec
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.vectors import point_id_for
 
 _SECOND_PROCESS = textwrap.dedent(
     """
     import sys
-    from kbflow.errors import StoreBusy
+    from core.errors import StoreBusy
     from sinks.qdrant_edge import QdrantEdgeStore
     try:
         QdrantEdgeStore.open(sys.argv[1], lock_timeout_s=float(sys.argv[2])).close()
@@ -75,7 +75,7 @@ def test_second_process_gets_busy_error_and_holder_keeps_working(tmp_path: Path)
 
 
 def test_busy_error_in_process(tmp_path: Path) -> None:
-    from kbflow.errors import StoreBusy
+    from core.errors import StoreBusy
 
     path = tmp_path / "vectors"
     holder = QdrantEdgeStore.open(path, lock_timeout_s=1)
@@ -139,7 +139,7 @@ def _exited_pid() -> int:
 
 
 def _busy_message(path: Path) -> str:
-    from kbflow.errors import StoreBusy
+    from core.errors import StoreBusy
 
     with pytest.raises(StoreBusy) as err:
         QdrantEdgeStore.open(path, lock_timeout_s=0.2)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kbflow.models import DocStatus
-from tasks.review import supersede
+from core.models import DocStatus
+from tasks.review.machine import supersede
 from tests.conftest import index_records
 
 TOPIC = "Heron turbine maintenance interval"

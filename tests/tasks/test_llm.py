@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kbflow.errors import LlmError, LlmReplyInvalid
-from kbflow.models import LlmCall
+from core.errors import LlmError, LlmReplyInvalid
+from core.models import LlmCall
 from tasks.llm import AnthropicChat, complete_json, is_transient, parse_json_object, status_of
 from tests.anthropic_mock import Recorder, anthropic_client, api_error, message
 

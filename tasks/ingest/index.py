@@ -1,0 +1,409 @@
+"""Plan and index documents: the unit of work behind the ingest flow.
+
+``plan_ingest`` compares discovered sources with the registry by content hash (unchanged sources
+cost nothing); ``index_batch`` extracts, chunks, embeds, checks and stores one batch of
+documents. Ordering fails safe: a document's registry row says ``parse_status=pending`` (not
+served) until its vectors are written, and an older version is hidden in the vector store
+before the registry records it as superseded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import faults
+from core.errors import ExtractionError, IngestFailed
+from core.models import (
+    SERVABLE_PARSE_STATUSES,
+    Chunk,
+    ChunkPoint,
+    DocStatus,
+    ExtractedDocument,
+    ParseStatus,
+)
+from sinks.registry import DocRecord, SqlRegistry
+from sinks.vectors import VectorStore
+from tasks.ingest.discover import Source, record_to_document
+from tasks.ingest.validate import check_chunk_points
+from tasks.review.machine import (
+    hide_versions,
+    live_older_versions,
+    retire_shadowed,
+    settle_versions,
+)
+from tasks.text.chunk import document_to_chunks
+from tasks.text.embed import Embedder
+from tasks.text.points import chunk_to_point
+
+log = logging.getLogger(__name__)
+
+_LIVE = (None, DocStatus.APPROVED)
+
+
+@dataclass(frozen=True)
+class IngestTarget:
+    """Where documents go and the review metadata they get."""
+
+    org_id: str
+    collection_id: int
+    collection_path: str
+    status: DocStatus | None = DocStatus.APPROVED
+    audience: str | None = None
+    effective_date: dt.date | None = None
+    source_tag: str | None = None
+    synthesis_run_id: str | None = None
+    actor: str = "system"
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A source to index, and the registry's current version of it (if any)."""
+
+    source: Source
+    previous: DocRecord | None = None
+    resume: bool = False  # same content, but its last ingest did not finish: redo it in place
+
+
+@dataclass
+class IngestPlan:
+    work: list[WorkItem] = field(default_factory=list)
+    unchanged: int = 0
+    # Older versions still live below a servable newer one (left by a crash of an older
+    # release): the run retires them, so a re-run converges.
+    shadowed: list[DocRecord] = field(default_factory=list)
+
+    @property
+    def new(self) -> int:
+        return sum(1 for w in self.work if w.previous is None)
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for w in self.work if w.previous is not None and not w.resume)
+
+
+@dataclass
+class BatchReport:
+    documents: int = 0
+    chunks: int = 0
+    superseded: int = 0
+    embed_seconds: float = 0.0
+    doc_ids: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (source name, reason)
+    empty: list[tuple[str, str]] = field(default_factory=list)  # read fine, nothing to index
+    notes: list[tuple[str, str]] = field(default_factory=list)  # stored, with a caveat
+
+    def merge(self, other: BatchReport) -> None:
+        self.documents += other.documents
+        self.chunks += other.chunks
+        self.superseded += other.superseded
+        self.embed_seconds += other.embed_seconds
+        self.doc_ids.extend(other.doc_ids)
+        self.skipped.extend(other.skipped)
+        self.empty.extend(other.empty)
+        self.notes.extend(other.notes)
+
+
+def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -> IngestPlan:
+    """Split sources into work (new, changed, unfinished) and unchanged, by content hash."""
+    current = registry.current_documents(org_id)
+    plan = IngestPlan()
+    for source in sources:
+        prev = current.get(source.source_key)
+        if prev is None:
+            plan.work.append(WorkItem(source))
+        elif prev.content_hash != source.content_hash:
+            plan.work.append(WorkItem(source, previous=prev))
+        elif prev.parse_status not in SERVABLE_PARSE_STATUSES:
+            plan.work.append(WorkItem(source, previous=prev, resume=True))
+        else:
+            plan.unchanged += 1
+    keys = [s.source_key for s in sources]
+    plan.shadowed = [doc for doc, _ in registry.shadowed_versions(org_id, keys)]
+    return plan
+
+
+def repair_shadowed(
+    plan: IngestPlan, registry: SqlRegistry, store: VectorStore, *, actor: str
+) -> int:
+    """Retire the plan's shadowed versions (hidden first, then superseded); returns how many."""
+    if not plan.shadowed:
+        return 0
+    keys = sorted({d.source_key for d in plan.shadowed})
+    org_id = plan.shadowed[0].org_id
+    done = retire_shadowed(registry, store, org_id=org_id, source_keys=keys, actor=actor)
+    plan.shadowed = []
+    return len(done)
+
+
+Extracted = dict[str, "ExtractedDocument | ExtractionError"]
+
+
+def extract_batch(
+    items: Sequence[WorkItem], extract_file: Callable[[Source], ExtractedDocument]
+) -> Extracted:
+    """Extract the files of a batch up front (corpus records need no extraction), so the
+    vector store is held only while writing. Failures are kept, keyed by source, and reported
+    by `index_batch`."""
+    out: Extracted = {}
+    for item in items:
+        if item.source.record is not None:
+            continue
+        try:
+            out[item.source.source_key] = extract_file(item.source)
+        except ExtractionError as exc:
+            out[item.source.source_key] = exc
+    return out
+
+
+def prefetched(extracted: Extracted) -> Callable[[Source], ExtractedDocument]:
+    """An ``extract_file`` for `index_batch` that returns (or raises) what `extract_batch` got."""
+
+    def lookup(source: Source) -> ExtractedDocument:
+        found = extracted[source.source_key]
+        if isinstance(found, ExtractionError):
+            raise found
+        return found
+
+    return lookup
+
+
+def index_batch(
+    items: Sequence[WorkItem],
+    target: IngestTarget,
+    *,
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    extract_file: Callable[[Source], ExtractedDocument],
+    max_words: int = 180,
+    overlap_words: int = 30,
+) -> BatchReport:
+    """Extract, chunk, embed, check and store one batch of documents.
+
+    A document that fails (unreadable file, failed data check) is skipped with its reason in
+    the report; the rest of the batch is stored.
+    """
+    report = BatchReport()
+    docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
+    for item in items:
+        try:
+            extracted = (
+                record_to_document(item.source)
+                if item.source.record is not None
+                else extract_file(item.source)
+            )
+        except ExtractionError as exc:
+            report.skipped.append((item.source.name, str(exc)))
+            log.warning("skipped %s: %s", item.source.name, exc)
+            continue
+        report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
+        doc = _register(item, extracted, target, registry)
+        if not extracted.sections and extracted.meta.get("empty_reason"):
+            # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it;
+            # it still retires what the source used to say.
+            report.superseded += _publish(
+                [(item, doc)], {doc.id: 0}, target, store=store, registry=registry
+            )
+            report.empty.append((item.source.name, str(extracted.meta["empty_reason"])))
+            continue
+        chunks = document_to_chunks(
+            doc.id, extracted, max_words=max_words, overlap_words=overlap_words
+        )
+        if not chunks:
+            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            report.skipped.append((item.source.name, "no text to index after extraction"))
+            continue
+        docs.append((item, doc, chunks))
+    if not docs:
+        return report
+
+    all_chunks = [c for _, _, chunks in docs for c in chunks]
+    chunks_of = {doc.id: chunks for _, doc, chunks in docs}
+    started = time.perf_counter()
+    vectors = embedder.embed_documents([c.embed_text for c in all_chunks])
+    report.embed_seconds = time.perf_counter() - started
+    by_doc: dict[str, list[ChunkPoint]] = {}
+    records = {doc.id: doc for _, doc, _ in docs}
+    for chunk, vector in zip(all_chunks, vectors, strict=True):
+        by_doc.setdefault(chunk.doc_id, []).append(
+            chunk_to_point(chunk, vector, records[chunk.doc_id])
+        )
+
+    check = check_chunk_points([p for pts in by_doc.values() for p in pts])
+    bad_docs = {cid.rsplit(":", 1)[0] for ids in check.failures.values() for cid in ids if cid}
+    stored: list[tuple[WorkItem, DocRecord]] = []
+    for item, doc, _ in docs:
+        if doc.id in bad_docs:
+            reasons = ", ".join(k for k, ids in check.failures.items() if _mentions(ids, doc.id))
+            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            report.skipped.append((item.source.name, f"failed data checks: {reasons}"))
+            continue
+        if item.resume:
+            store.delete_document(doc.id)  # a half-written earlier attempt
+        registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id])
+        faults.point("ingest.after_chunks")
+        stored.append((item, doc))
+    # One upsert (and one flush) per batch; documents become servable only when published.
+    store.upsert([p for _, doc in stored for p in by_doc[doc.id]])
+    faults.point("ingest.after_upsert")
+    report.superseded += _publish(
+        stored, {doc.id: len(by_doc[doc.id]) for _, doc in stored}, target,
+        store=store, registry=registry,
+    )  # fmt: skip
+    for _, doc in stored:
+        report.documents += 1
+        report.chunks += len(by_doc[doc.id])
+        report.doc_ids.append(doc.id)
+    return report
+
+
+def _publish(
+    stored: Sequence[tuple[WorkItem, DocRecord]],
+    chunk_counts: dict[str, int],
+    target: IngestTarget,
+    *,
+    store: VectorStore,
+    registry: SqlRegistry,
+) -> int:
+    """Make stored documents servable; returns how many older versions they retired.
+
+    A new approved version retires the older live versions of its source in the same registry
+    transaction that makes it servable (a draft does so when it is approved). The older
+    versions' chunks are hidden before that commit and re-synced after it, so at no instant,
+    crash or not, are two versions of one source servable.
+    """
+    live = target.status in _LIVE
+    retiring = [doc for item, doc in stored if item.previous is not None and live]
+    hidden = [old for doc in retiring for old in live_older_versions(registry, doc)]
+    hide_versions(store, hidden)
+    faults.point("ingest.after_hide")
+    retired = registry.publish(
+        chunk_counts, retire_older=[doc.id for doc in retiring], actor=target.actor
+    )
+    faults.point("ingest.after_publish")
+    settle_versions(store, registry, hidden, retired)
+    faults.point("ingest.after_settle")
+    return len(retired)
+
+
+def extraction_notes(doc: ExtractedDocument) -> list[str]:
+    """Caveats worth telling the user about a document that was read."""
+    notes: list[str] = []
+    meta = doc.meta
+    if meta.get("declared_format"):
+        notes.append(
+            f"named .{meta['declared_format']} but its content is {doc.source_format}; "
+            f"read as {doc.source_format}"
+        )
+    if meta.get("ocr_pages"):
+        notes.append(f"OCR ({meta.get('ocr_engine')}) on page(s) {_pages(meta['ocr_pages'])}")
+    if meta.get("pages_without_text"):
+        notes.append(f"no text found on page(s) {_pages(meta['pages_without_text'])}")
+    return notes
+
+
+def _pages(pages: list[int]) -> str:
+    shown = ", ".join(str(p) for p in pages[:10])
+    return shown + (f" and {len(pages) - 10} more" if len(pages) > 10 else "")
+
+
+def _mentions(chunk_ids: list[Any], doc_id: str) -> bool:
+    return any(str(c).startswith(doc_id + ":") for c in chunk_ids)
+
+
+def _register(
+    item: WorkItem, extracted: ExtractedDocument, target: IngestTarget, registry: SqlRegistry
+) -> DocRecord:
+    if item.resume and item.previous is not None:
+        return item.previous
+    doc = registry.create_document(
+        org_id=target.org_id,
+        collection_id=target.collection_id,
+        source_key=item.source.source_key,
+        title=extracted.title,
+        uri=extracted.uri,
+        content_hash=item.source.content_hash,
+        version=(item.previous.version + 1) if item.previous else 1,
+        status=target.status,
+        source_tag=target.source_tag,
+        synthesis_run_id=target.synthesis_run_id,
+        audience=target.audience,
+        effective_date=target.effective_date,
+        actor=target.actor,
+    )
+    faults.point("ingest.after_register")
+    return doc
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest run did, for the CLI, the logs and the benchmarks."""
+
+    org: str
+    collection: str
+    discovered: int
+    new: int
+    changed: int
+    unchanged: int
+    documents: int
+    chunks: int
+    superseded: int
+    skipped: list[tuple[str, str]]
+    seconds: float
+    embed_seconds: float
+    empty: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        plan: IngestPlan,
+        total: BatchReport,
+        *,
+        org: str,
+        collection: str,
+        discovered: int,
+        seconds: float,
+    ) -> IngestSummary:
+        return cls(
+            org=org,
+            collection=collection,
+            discovered=discovered,
+            new=plan.new,
+            changed=plan.changed,
+            unchanged=plan.unchanged,
+            documents=total.documents,
+            chunks=total.chunks,
+            superseded=total.superseded,
+            skipped=list(total.skipped),
+            seconds=round(seconds, 3),
+            embed_seconds=round(total.embed_seconds, 3),
+            empty=list(total.empty),
+            notes=list(total.notes),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["skipped"] = [{"source": s, "reason": r} for s, r in self.skipped]
+        out["empty"] = [{"source": s, "reason": r} for s, r in self.empty]
+        out["notes"] = [{"source": s, "note": n} for s, n in self.notes]
+        return out
+
+    def raise_if_too_many_skipped(self, max_ratio: float) -> None:
+        """Fail the run when more than ``max_ratio`` of the attempted documents were skipped."""
+        # Unchanged documents count as fine: one newly unreadable file among a hundred
+        # unchanged ones does not fail a re-run.
+        attempted = self.documents + len(self.empty) + len(self.skipped) + self.unchanged
+        if attempted and len(self.skipped) / attempted > max_ratio:
+            names = "; ".join(f"{s} ({r})" for s, r in self.skipped[:3])
+            raise IngestFailed(
+                f"{len(self.skipped)} of {attempted} documents could not be ingested "
+                f"(more than {max_ratio:.0%}), e.g. {names}. The {self.documents} that worked "
+                "are stored; see each reason in the report, fix the files and re-run "
+                "(unchanged documents are skipped)."
+            )

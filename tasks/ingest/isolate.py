@@ -1,0 +1,271 @@
+"""Run extraction in worker processes, so no file can hang, crash or exhaust the ingest.
+
+Parsers (Docling, pdfium, Pillow, ffmpeg, Whisper) are large native code bases fed untrusted
+bytes. Each file is extracted in a long-lived worker process started with ``spawn`` (never
+``fork``: the parent runs Prefect's threads). The parent waits for the answer with a hard
+deadline and samples the worker's resident memory while it waits; a worker that overruns
+either, or dies, is killed and replaced, and that one file is reported failed with the reason.
+Everything already stored is untouched: workers only read files and return text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ConfigError, ExtractionError, KbflowError, UnsupportedFormat
+from core.models import ExtractedDocument
+
+if TYPE_CHECKING:
+    from core.settings import Settings
+    from tasks.ingest.discover import Source
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET = "tasks.ingest.extract:file_to_document"
+_POLL_S = 0.2
+# Our own errors cross the pipe as (class name, message) and are raised again as that class.
+_PASSED_THROUGH: dict[str, type[KbflowError]] = {
+    "ExtractionError": ExtractionError,
+    "UnsupportedFormat": UnsupportedFormat,
+    "ConfigError": ConfigError,
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-file limits the parent enforces on a worker."""
+
+    timeout_s: float = 300.0
+    memory_mb: int = 4096
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, target: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, target), name="kbflow-extract", daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def kill(self) -> None:
+        if self.process.is_alive() and self.process.pid is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # the worker and its children
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+        self.process.join(timeout=10)
+        self.conn.close()
+
+
+class ExtractionPool:
+    """Extract files one at a time in an isolated worker process.
+
+    Args:
+        target: ``"module:function"`` called in the worker as ``function(path, **kwargs)``;
+            it must return an `ExtractedDocument` or raise `ExtractionError`.
+        kwargs: Picklable keyword arguments passed on every call (e.g. ``options=...``).
+        limits: The default time and memory limits per file.
+
+    Use as a context manager; the worker starts on the first file and is reused until a file
+    kills it.
+    """
+
+    def __init__(
+        self, target: str = DEFAULT_TARGET, *, limits: Limits | None = None, **kwargs: Any
+    ) -> None:
+        self.target = target
+        self.kwargs = kwargs
+        self.limits = limits or Limits()
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> ExtractionPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            try:
+                self._worker.conn.send(None)  # ask it to exit; kill if it does not
+                self._worker.process.join(timeout=5)
+            except (OSError, BrokenPipeError):
+                pass
+            self._worker.kill()
+            self._worker = None
+
+    def extract(self, path: Path, *, limits: Limits | None = None) -> ExtractedDocument:
+        """Extract one file in the worker, within the limits.
+
+        Raises:
+            ExtractionError: the extractor refused the file, crashed, overran its time or its
+                memory, or its worker died. The message names the file and what to do.
+        """
+        limits = limits or self.limits
+        worker = self._ensure_worker()
+        name = Path(path).name
+        try:
+            worker.conn.send((str(path), self.kwargs))
+        except (OSError, BrokenPipeError):
+            self._discard()
+            worker = self._ensure_worker()
+            worker.conn.send((str(path), self.kwargs))
+        outcome = self._await(worker, name, limits)
+        kind, payload = outcome
+        if kind == "ok":
+            assert isinstance(payload, ExtractedDocument)
+            return payload
+        error_cls, message = payload
+        if error_cls in _PASSED_THROUGH:
+            raise _PASSED_THROUGH[error_cls](message)
+        raise ExtractionError(
+            f"the extractor failed on {name} with an unexpected {error_cls}: {message} — the file "
+            "is probably malformed; check that it opens in its own application, and report it "
+            "if it does"
+        )
+
+    def _await(self, worker: _Worker, name: str, limits: Limits) -> tuple[str, Any]:
+        deadline = time.monotonic() + limits.timeout_s
+        cap = limits.memory_mb * 1024 * 1024
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._discard()
+                raise ExtractionError(
+                    f"extracting {name} took longer than {limits.timeout_s:g} s and was stopped "
+                    "— the file may be malformed or very large; split it, or raise "
+                    "KBFLOW_EXTRACT_TIMEOUT_S (KBFLOW_MEDIA_TIMEOUT_S for audio and video)"
+                )
+            try:
+                ready = worker.conn.poll(min(_POLL_S, remaining))
+            except (OSError, EOFError):
+                ready = True
+            if ready:
+                try:
+                    result: tuple[str, Any] = worker.conn.recv()
+                    return result
+                except (EOFError, OSError):
+                    raise self._died(worker, name) from None
+            if not worker.process.is_alive():
+                raise self._died(worker, name)
+            rss = _rss_bytes(worker.process.pid)
+            if rss > cap:
+                self._discard()
+                raise ExtractionError(
+                    f"extracting {name} used more than {limits.memory_mb:,} MiB of memory "
+                    f"({rss / 2**20:,.0f} MiB) and was stopped — the file is too large or "
+                    "malformed; split it, or raise KBFLOW_EXTRACT_MEMORY_MB"
+                )
+
+    def _died(self, worker: _Worker, name: str) -> ExtractionError:
+        worker.process.join(timeout=5)
+        code = worker.process.exitcode
+        self._discard()
+        if code is not None and code < 0:
+            how = f"was killed by signal {signal.Signals(-code).name}"
+        else:
+            how = f"exited with code {code}"
+        return ExtractionError(
+            f"the extraction worker {how} while reading {name} — the file crashes its parser "
+            "or exhausted memory; check that it opens in its own application and re-save it"
+        )
+
+    def _ensure_worker(self) -> _Worker:
+        if self._worker is None or not self._worker.process.is_alive():
+            self._discard()
+            self._worker = _Worker(self.target)
+        return self._worker
+
+    def _discard(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+
+@contextlib.contextmanager
+def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], ExtractedDocument]]:
+    """A ``Source -> ExtractedDocument`` function that extracts in a worker, with the
+    settings' caps: `extract_timeout_s` (`media_timeout_s` for audio and video) and
+    `extract_memory_mb`. The worker stops when the block ends."""
+    from tasks.ingest.extract import ExtractOptions, is_media
+
+    options = ExtractOptions.from_settings(settings)
+    documents = Limits(settings.extract_timeout_s, settings.extract_memory_mb)
+    media = Limits(settings.media_timeout_s, settings.extract_memory_mb)
+
+    def extract(source: Source) -> ExtractedDocument:
+        limits = media if is_media(source.path) else documents
+        return pool.extract(source.path, limits=limits)
+
+    with ExtractionPool(options=options) as pool:
+        yield extract
+
+
+def _rss_bytes(pid: int | None) -> int:
+    """Resident memory of the worker and its children (ffmpeg, tesseract)."""
+    import psutil
+
+    if pid is None:
+        return 0
+    try:
+        proc = psutil.Process(pid)
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                continue
+        return int(total)
+    except psutil.Error:
+        return 0
+
+
+def _resolve(target: str) -> Callable[..., ExtractedDocument]:
+    module, _, attr = target.partition(":")
+    func: Callable[..., ExtractedDocument] = getattr(importlib.import_module(module), attr)
+    return func
+
+
+def _worker_main(conn: Connection, target: str) -> None:
+    """The worker's loop: one request in, one outcome out, until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # our own group, so a kill also reaches ffmpeg/tesseract children
+    func = _resolve(target)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        path, kwargs = request
+        try:
+            outcome: tuple[str, Any] = ("ok", func(Path(path), **kwargs))
+        except KbflowError as exc:
+            name = type(exc).__name__
+            outcome = ("err", (name if name in _PASSED_THROUGH else "ExtractionError", str(exc)))
+        except Exception as exc:  # a parser bug must not take the worker's loop down
+            log.debug("extractor crashed on %s:\n%s", path, traceback.format_exc())
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            outcome = ("err", (type(exc).__name__, first))
+        try:
+            conn.send(outcome)
+        except (OSError, BrokenPipeError):
+            return

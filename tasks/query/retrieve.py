@@ -1,0 +1,334 @@
+"""Gated retrieval: hybrid (dense + BM25, fused), dense-only, keyword-only, or hybrid reranked.
+
+Plain functions on the query path: no Prefect, no Great Expectations. Every leg carries the
+gate's payload filter, and every hit is re-checked against the registry before it is returned.
+
+`search` is the engine: it raises when the vector store fails. `retrieve` is what callers use:
+it honours the pause switch, reranks ``hybrid+rerank`` candidates (falling back to the fused
+order when the reranker fails), and when the vector engine fails it serves the keyword fallback
+over the registry's chunk texts — gated the same way — and says so (``degraded``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from core.errors import ConfigError
+from core.models import Location, RetrievalResult, Scope, SearchHit, SearchMode, StoredHit
+from sinks.gate import Gate, build_gate
+from sinks.registry import SqlRegistry
+from sinks.vectors import VectorStore
+from tasks.query.fallback import KeywordFallback, shared_fallback
+from tasks.query.rerank import Reranker, rerank_hits
+from tasks.text.embed import Embedder
+from tasks.text.sparse import query_sparse_vector
+
+if TYPE_CHECKING:
+    from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FUSIONS = ("rrf", "weighted")
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How the legs are run and fused (tuned on SciFact dev: docs/RETRIEVAL.md).
+
+    Attributes:
+        prefetch_limit: candidates per leg before fusion.
+        fusion: ``rrf`` (reciprocal-rank fusion inside Qdrant) or ``weighted`` (each leg's
+            scores min-max normalised, then ``dense_weight`` * dense + (1 - it) * keyword).
+        rrf_k: the RRF constant.
+        dense_weight: the dense leg's weight in weighted fusion.
+        rerank_candidates: how many gated hybrid hits a reranker sees.
+    """
+
+    prefetch_limit: int = 100
+    fusion: str = "weighted"
+    rrf_k: int = 60
+    dense_weight: float = 0.5
+    rerank_candidates: int = 50
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetrievalConfig:
+        return cls(
+            prefetch_limit=settings.prefetch_limit,
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            rerank_candidates=settings.rerank_candidates,
+        )
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ConfigError(
+                f"fusion must be one of {', '.join(FUSIONS)}. Currently it is {self.fusion!r}."
+            )
+        if not 0 <= self.dense_weight <= 1:
+            raise ConfigError(
+                f"dense_weight must be between 0 and 1. Currently it is {self.dense_weight}."
+            )
+
+
+def search(
+    query: str,
+    scope: Scope,
+    *,
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    mode: SearchMode = SearchMode.HYBRID,
+    top_k: int = 10,
+    config: RetrievalConfig | None = None,
+) -> list[SearchHit]:
+    """Return the ``top_k`` best chunks that ``scope`` may see (``hybrid+rerank`` returns the
+    hybrid order here: reranking happens in `retrieve`).
+
+    Raises:
+        ConfigError: ``top_k`` is not positive or the query is empty.
+        Exception: whatever the vector store raises when it fails.
+    """
+    config = config or RetrievalConfig()
+    _check_query(query, top_k)
+    started = time.perf_counter()
+    gate = build_gate(scope)
+    # Over-fetch a little so hits dropped by the registry re-check can be replaced.
+    limit = top_k + max(5, top_k // 2)
+    stored = _query_store(query, gate, store, embedder, mode, limit, config)
+    docs = registry.get_documents(h.payload.get("doc_id", "") for h in stored)
+    hits: list[SearchHit] = []
+    for hit in stored:
+        doc = docs.get(hit.payload.get("doc_id", ""))
+        if doc is None or not gate.admits(hit.payload) or not gate.admits(doc.gate_record()):
+            log.warning(
+                "dropped point %s of doc %s: the registry does not admit it (store drift; run "
+                "the reconciler)",
+                hit.point_id,
+                hit.payload.get("doc_id"),
+            )
+            continue
+        hits.append(_to_search_hit(hit, mode))
+        if len(hits) == top_k:
+            break
+    log.debug("search mode=%s hits=%d in %.1f ms", mode, len(hits), _ms(started))
+    return hits
+
+
+def retrieve(
+    query: str,
+    scope: Scope,
+    *,
+    store: VectorStore | None,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    mode: SearchMode = SearchMode.HYBRID,
+    top_k: int = 10,
+    config: RetrievalConfig | None = None,
+    reranker: Reranker | None = None,
+    paused: bool = False,
+    fallback: KeywordFallback | None = None,
+    store_error: str | None = None,
+) -> RetrievalResult:
+    """Gated retrieval with its contract: a genuine empty result is ``hits == []`` with
+    ``degraded`` and ``paused`` both False.
+
+    Args:
+        store: the vector store, or None when it could not be opened (``store_error`` says why).
+        reranker: used for ``hybrid+rerank``; without one that mode returns the fused order and
+            says so in ``reason``.
+        paused: retrieval is switched off (``KBFLOW_RETRIEVAL_PAUSED``): nothing is searched.
+        fallback: the keyword fallback (default: the process-wide one).
+
+    Raises:
+        ConfigError: ``top_k`` is not positive or the query is empty.
+    """
+    config = config or RetrievalConfig()
+    _check_query(query, top_k)
+    if paused:
+        return RetrievalResult(
+            [], mode, paused=True, reason="retrieval is paused (KBFLOW_RETRIEVAL_PAUSED)"
+        )
+    wanted = max(top_k, config.rerank_candidates) if mode is SearchMode.HYBRID_RERANK else top_k
+    if store is None:
+        # ``store_error`` already describes the failure ("StoreBusy: ..."); it is quoted as-is,
+        # not wrapped in another exception whose name would be prefixed to it a second time.
+        why = store_error or "no vector store was opened"
+        return _degraded(
+            f"vector store could not be opened ({why}); keyword fallback",
+            query,
+            scope,
+            mode,
+            registry=registry,
+            fallback=fallback,
+            top_k=top_k,
+        )
+    try:
+        hits = search(
+            query,
+            scope,
+            store=store,
+            registry=registry,
+            embedder=embedder,
+            mode=mode,
+            top_k=wanted,
+            config=config,
+        )
+    except ConfigError:
+        raise
+    except Exception as exc:  # any engine failure: fail open to the gated keyword fallback
+        return _degraded(
+            f"vector engine unavailable ({type(exc).__name__}: {exc}); keyword fallback",
+            query,
+            scope,
+            mode,
+            registry=registry,
+            fallback=fallback,
+            top_k=top_k,
+        )
+    if mode is not SearchMode.HYBRID_RERANK:
+        return RetrievalResult(hits[:top_k], mode)
+    if reranker is None:
+        return RetrievalResult(
+            hits[:top_k], mode, reason="no reranker configured: hybrid order returned"
+        )
+    ranked, failure = rerank_hits(query, hits, reranker, top_k=top_k)
+    if failure:
+        return RetrievalResult(ranked, mode, reason=f"{failure}; hybrid order returned")
+    return RetrievalResult(ranked, mode, reranked=True)
+
+
+def _degraded(
+    reason: str,
+    query: str,
+    scope: Scope,
+    mode: SearchMode,
+    *,
+    registry: SqlRegistry,
+    fallback: KeywordFallback | None,
+    top_k: int,
+) -> RetrievalResult:
+    """The gated keyword fallback's answer, marked degraded with ``reason``."""
+    log.warning("retrieval degraded: %s", reason)
+    gate = build_gate(scope)
+    found = (fallback or shared_fallback()).search(query, gate, registry=registry, top_k=top_k)
+    return RetrievalResult(found, mode, degraded=True, reason=reason)
+
+
+def require_text(value: object, what: str) -> str:
+    """``value`` if it is text that can be encoded as UTF-8, else ConfigError naming ``what``:
+    a lone surrogate (bytes that were not UTF-8 on a command line, or a bad JSON escape) is the
+    caller's error, not something to hand to a model or an engine."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be text. Currently it is {type(value).__name__}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start}, e.g. "
+            "from bytes that are not UTF-8). Send UTF-8 text."
+        ) from None
+    return value
+
+
+def _check_query(query: str, top_k: int) -> None:
+    """Argument errors are the caller's, never an engine outage: raise before any engine runs."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool):
+        raise ConfigError(f"top_k must be a whole number. Currently it is {top_k!r}.")
+    if top_k <= 0:
+        raise ConfigError(f"top_k must be greater than 0. Currently it is {top_k}.")
+    require_text(query, "The query")
+    if not query.strip():
+        raise ConfigError("The query is empty. Ask a question or give some keywords.")
+
+
+def _query_store(
+    query: str,
+    gate: Gate,
+    store: VectorStore,
+    embedder: Embedder,
+    mode: SearchMode,
+    limit: int,
+    config: RetrievalConfig,
+) -> list[StoredHit]:
+    dense = embedder.embed_query(query) if mode is not SearchMode.KEYWORD else None
+    sparse = query_sparse_vector(query) if mode is not SearchMode.DENSE else None
+    prefetch = max(config.prefetch_limit, limit)
+    if dense is None or sparse is None or config.fusion == "rrf" or not sparse.indices:
+        return store.query(
+            gate,
+            dense=dense,
+            sparse=sparse,
+            limit=limit,
+            prefetch_limit=prefetch,
+            rrf_k=config.rrf_k,
+        )
+    # Weighted fusion: each leg gated on its own, scores min-max normalised, then mixed.
+    dense_hits = store.query(gate, dense=dense, sparse=None, limit=prefetch)
+    sparse_hits = store.query(gate, dense=None, sparse=sparse, limit=prefetch)
+    return _weighted_fusion(dense_hits, sparse_hits, config.dense_weight)[:limit]
+
+
+def _weighted_fusion(
+    dense: list[StoredHit], sparse: list[StoredHit], dense_weight: float
+) -> list[StoredHit]:
+    """Min-max normalise each leg's scores and mix them; a point missing from a leg gets 0."""
+
+    def normalised(hits: list[StoredHit]) -> dict[str, float]:
+        if not hits:
+            return {}
+        high, low = max(h.score for h in hits), min(h.score for h in hits)
+        span = high - low
+        return {h.point_id: (h.score - low) / span if span else 1.0 for h in hits}
+
+    nd, ns = normalised(dense), normalised(sparse)
+    by_id = {h.point_id: h for h in [*sparse, *dense]}
+    mixed = {
+        pid: dense_weight * nd.get(pid, 0.0) + (1 - dense_weight) * ns.get(pid, 0.0)
+        for pid in by_id
+    }
+    raw_dense = {h.point_id: h.score for h in dense}
+    raw_sparse = {h.point_id: h.score for h in sparse}
+    order = sorted(mixed, key=lambda pid: (-mixed[pid], pid))
+    return [
+        StoredHit(pid, mixed[pid], by_id[pid].payload, legs=_legs(pid, raw_dense, raw_sparse))
+        for pid in order
+    ]
+
+
+def _legs(pid: str, dense: dict[str, float], sparse: dict[str, float]) -> dict[str, float]:
+    """A fused point's raw leg scores (the dense one is a cosine: answers gate on it)."""
+    legs = {}
+    if pid in dense:
+        legs[SearchMode.DENSE.value] = dense[pid]
+    if pid in sparse:
+        legs[SearchMode.KEYWORD.value] = sparse[pid]
+    return legs
+
+
+def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
+    p = hit.payload
+    path = p.get("collection_path") or []
+    return SearchHit(
+        doc_id=p.get("doc_id", ""),
+        chunk_id=p.get("chunk_id", ""),
+        title=p.get("title", ""),
+        uri=p.get("uri", ""),
+        heading_path=list(p.get("heading_path") or []),
+        text=p.get("text", ""),
+        score=hit.score,
+        collection=path[-1] if path else "",
+        # hybrid+rerank hits carry the fused score as "hybrid"; the reranker adds "rerank".
+        scores={
+            (SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode).value: hit.score,
+            **hit.legs,
+        },
+        location=Location.from_payload(p),
+    )
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000

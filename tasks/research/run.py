@@ -1,0 +1,243 @@
+"""Research: from an org's seed bundle (plus bounded public context) to four validated drafts,
+persisted as ``pending_review`` under one synthesis run.
+
+``run_research`` is the plain unit of work behind the ``research`` flow. Budget overruns and
+invalid output persist nothing: drafts are written only after the whole run has succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import BudgetExceeded
+from core.models import (
+    DocStatus,
+    DraftDocument,
+    ResearchCorpus,
+    ResearchDocumentOut,
+    ResearchRequest,
+    ResearchResponse,
+    SourceTag,
+)
+from sinks.registry import SqlRegistry
+from sinks.vectors import VectorStore
+from tasks.ingest.discover import Source
+from tasks.ingest.index import IngestTarget, WorkItem, index_batch
+from tasks.research.budget import ResearchBudget
+from tasks.research.corpus import build_corpus, homepage_of, seed_entries
+from tasks.research.public_context import Fetcher, SearchProvider, gather_public_context
+from tasks.research.seed import list_seeds
+from tasks.research.synthesize import (
+    SYSTEM_PROMPT,
+    AnthropicSynthesizer,
+    ExtractiveSynthesizer,
+    Synthesizer,
+    estimate_tokens,
+    resolve_model,
+    validate_drafts,
+)
+from tasks.review.machine import supersede
+from tasks.text.embed import Embedder
+
+log = logging.getLogger(__name__)
+
+DRAFTS_COLLECTION = "kb"
+MAX_OUTPUT_TOKENS = 16_000
+
+
+@dataclass
+class ResearchOutcome:
+    response: ResearchResponse
+    doc_ids: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    synthesizer: str = ""
+    superseded_drafts: int = 0
+    budget: dict[str, Any] = field(default_factory=dict)
+    """What the run spent of its caps: fetches, max_fetches, tokens, max_tokens, and
+    ``exceeded`` (``"fetches"``, ``"tokens"`` or None: which cap stopped it)."""
+    budget_stop: str | None = None
+    """When a cap stopped the run: which one, and the setting or flag that raises it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.response.model_dump(),
+            "doc_ids": self.doc_ids,
+            "notes": self.notes,
+            "synthesizer": self.synthesizer,
+            "superseded_drafts": self.superseded_drafts,
+            "budget": self.budget,
+            "budget_stop": self.budget_stop,
+        }
+
+
+def _spent(budget: ResearchBudget) -> dict[str, Any]:
+    return {
+        "fetches": budget.fetches,
+        "max_fetches": budget.max_fetches,
+        "tokens": budget.tokens,
+        "max_tokens": budget.max_tokens,
+        "exceeded": budget.exceeded,
+    }
+
+
+def choose_synthesizer(
+    request: ResearchRequest, anthropic_key: str | None, embedder: Callable[[], Embedder]
+) -> Synthesizer:
+    """Anthropic when a key is configured, else the offline extractive synthesizer."""
+    if anthropic_key:
+        return AnthropicSynthesizer(anthropic_key, resolve_model(request.model))
+    return ExtractiveSynthesizer(embedder())
+
+
+def run_research(
+    request: ResearchRequest,
+    *,
+    registry: SqlRegistry,
+    store: VectorStore,
+    embedder: Callable[[], Embedder],
+    synthesizer: Synthesizer,
+    max_fetches: int = 30,
+    fetch: Fetcher | None = None,
+    search_provider: SearchProvider | None = None,
+    public_context: bool = True,
+) -> ResearchOutcome:
+    """Build the corpus, synthesize, validate and persist four pending drafts.
+
+    On a budget overrun: ``budget_exceeded`` is true, no documents, nothing persisted (the
+    counter is incremented by the budget itself).
+    """
+    org = request.org_id
+    registry.get_org(org)
+    budget = ResearchBudget(org, max_fetches=max_fetches, max_tokens=request.budget_cap_tokens)
+    notes: list[str] = []
+    try:
+        seeds = list_seeds(registry, org)
+        am_entries = seed_entries(seeds, store)
+        if not am_entries:
+            notes.append("no seed inputs: research uses public context only")
+        budget.charge_tokens(
+            sum(estimate_tokens(e.text) for e in am_entries), "account-manager corpus"
+        )
+        public = []
+        if public_context:
+            found = gather_public_context(
+                request.client_name,
+                homepage_of(seeds, am_entries),
+                budget=budget,
+                fetch=fetch,
+                search_provider=search_provider,
+            )
+            notes.extend(found.notes)
+            public = found.entries
+        else:
+            notes.append("public context skipped (research offline): AM inputs only")
+        corpus = build_corpus(request.client_name, [*am_entries, *public])
+        budget.charge_tokens(estimate_tokens(SYSTEM_PROMPT), "prompt")
+        remaining = budget.max_tokens - budget.tokens
+        result = synthesizer.synthesize(
+            corpus, max_output_tokens=max(1, min(remaining, MAX_OUTPUT_TOKENS))
+        )
+        drafts = validate_drafts(result.documents, corpus)
+        budget.charge_tokens(sum(estimate_tokens(d.content) for d in drafts), "response")
+    except BudgetExceeded as exc:
+        notes.append(str(exc))
+        return ResearchOutcome(
+            ResearchResponse(
+                synthesis_run_id=None,
+                budget_exceeded=True,
+                documents=[],
+                consumed_tokens=budget.tokens,
+            ),
+            notes=notes,
+            synthesizer=synthesizer.model_id,
+            budget=_spent(budget),
+            budget_stop=budget.stop_reason() or str(exc),
+        )
+
+    run_id = uuid.uuid4().hex
+    doc_ids, superseded = persist_drafts(
+        drafts, corpus, org, run_id, registry=registry, store=store, embedder=embedder()
+    )
+    return ResearchOutcome(
+        ResearchResponse(
+            synthesis_run_id=run_id,
+            budget_exceeded=False,
+            documents=[
+                ResearchDocumentOut(filename=d.filename, title=d.title, content=d.content)
+                for d in drafts
+            ],
+            consumed_tokens=budget.tokens,
+        ),
+        doc_ids=doc_ids,
+        notes=notes,
+        synthesizer=synthesizer.model_id,
+        superseded_drafts=superseded,
+        budget=_spent(budget),
+    )
+
+
+def persist_drafts(
+    drafts: tuple[DraftDocument, ...],
+    corpus: ResearchCorpus,
+    org: str,
+    run_id: str,
+    *,
+    registry: SqlRegistry,
+    store: VectorStore,
+    embedder: Embedder,
+) -> tuple[list[str], int]:
+    """Ingest the drafts as pending_review (one synthesis run), then supersede the previous
+    run's still-pending drafts of the same documents. Returns the new ids and how many old
+    drafts were superseded."""
+    collection = registry.ensure_collection(org, DRAFTS_COLLECTION, "Knowledge-base documents")
+    current = registry.current_documents(org)
+    items = []
+    for draft in drafts:
+        key = f"synthesis:{org}:{draft.filename}"
+        items.append(
+            WorkItem(
+                Source(
+                    source_key=key,
+                    uri=f"kb://{org}/{draft.filename}",
+                    content_hash=_sha(draft.content),
+                    path=Path(draft.filename),
+                    record=(draft.title, draft.content),
+                    markdown=True,
+                ),
+                previous=current.get(key),
+            )
+        )
+    target = IngestTarget(
+        org_id=org,
+        collection_id=collection.id,
+        collection_path=collection.path,
+        status=DocStatus.PENDING_REVIEW,
+        source_tag=SourceTag.AGENT_SYNTHESIS.value,
+        synthesis_run_id=run_id,
+        actor="research",
+    )
+    report = index_batch(
+        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_file
+    )
+    superseded = 0
+    for item in items:
+        prev = item.previous
+        for old in registry.versions_of(org, item.source.source_key) if prev else []:
+            if old.status == DocStatus.PENDING_REVIEW.value and old.synthesis_run_id != run_id:
+                superseded += supersede(old, store, registry, actor="research")
+    log.info("research run %s persisted %d drafts for %s", run_id, report.documents, org)
+    return report.doc_ids, superseded
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _no_file(source: Source) -> Any:
+    raise AssertionError(f"drafts are records, not files: {source.source_key}")

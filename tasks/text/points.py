@@ -1,0 +1,44 @@
+"""Chunk -> stored point: both vectors and the payload the gate filters on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Chunk, ChunkPoint, ParseStatus
+from sinks.gate import format_datetime
+from sinks.registry import DocRecord, collection_ancestry
+from sinks.vectors import point_id_for
+from tasks.text.sparse import document_sparse_vector
+
+
+def chunk_to_point(chunk: Chunk, vector: list[float], doc: DocRecord) -> ChunkPoint:
+    """Build the stored point: both vectors and the payload the gate filters on."""
+    payload: dict[str, Any] = {
+        "org_id": doc.org_id,
+        "collection_path": collection_ancestry(doc.collection_path),
+        "doc_id": doc.id,
+        "chunk_id": chunk.chunk_id,
+        "chunk_index": chunk.chunk_index,
+        "parse_status": ParseStatus.INGESTED.value,
+        "title": doc.title,
+        "uri": doc.uri,
+        "content_hash": doc.content_hash,
+        "heading_path": list(chunk.heading_path),
+        "text": chunk.text,
+    }
+    optional = {
+        "status": doc.status,
+        "source_tag": doc.source_tag,
+        "synthesis_run_id": doc.synthesis_run_id,
+        "audience": doc.audience,
+        "effective_date": format_datetime(doc.effective_date) if doc.effective_date else None,
+    }
+    payload.update({k: v for k, v in optional.items() if v is not None})
+    if chunk.location is not None:
+        payload.update(chunk.location.to_payload())
+    return ChunkPoint(
+        point_id=point_id_for(chunk.chunk_id),
+        dense=vector,
+        sparse=document_sparse_vector(chunk.embed_text),
+        payload=payload,
+    )

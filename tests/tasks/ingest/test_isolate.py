@@ -1,0 +1,107 @@
+"""Extraction isolation: a hung, crashed or ballooning extractor costs one file, not the run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import ExtractionError
+from tasks.ingest.discover import Source, file_sha256
+from tasks.ingest.index import IngestTarget, WorkItem, extract_batch, index_batch, prefetched
+from tasks.ingest.isolate import ExtractionPool, Limits
+
+TARGETS = "tests.tasks.ingest.isolate_targets"
+
+
+def _files(tmp_path: Path, *names: str) -> list[Path]:
+    paths = []
+    for name in names:
+        path = tmp_path / name
+        path.write_text(f"text of {name}")
+        paths.append(path)
+    return paths
+
+
+def test_a_hanging_extractor_is_killed_at_the_timeout_and_the_next_file_still_works(
+    tmp_path: Path,
+) -> None:
+    hung, fine = _files(tmp_path, "hang.txt", "fine.txt")
+    with ExtractionPool(f"{TARGETS}:hang", limits=Limits(timeout_s=3)) as pool:
+        first_pid = pool.extract(fine).meta["pid"]
+        started = time.monotonic()
+        with pytest.raises(ExtractionError, match=r"hang\.txt took longer than 3 s") as err:
+            pool.extract(hung)
+        elapsed = time.monotonic() - started
+        assert "KBFLOW_EXTRACT_TIMEOUT_S" in str(err.value)
+        after = pool.extract(fine)
+    assert 3 <= elapsed < 8
+    assert after.text == "text of fine.txt"
+    assert after.meta["pid"] != first_pid  # the hung worker was replaced
+
+
+def test_a_crashing_parser_kills_only_its_worker(tmp_path: Path) -> None:
+    crash, fine = _files(tmp_path, "crash.txt", "fine.txt")
+    with ExtractionPool(f"{TARGETS}:segfault", limits=Limits(timeout_s=30)) as pool:
+        with pytest.raises(ExtractionError, match=r"killed by signal SIGSEGV while reading crash"):
+            pool.extract(crash)
+        assert pool.extract(fine).text == "text of fine.txt"
+
+
+def test_memory_over_the_cap_is_stopped(tmp_path: Path) -> None:
+    bomb, fine = _files(tmp_path, "bomb.txt", "fine.txt")
+    with ExtractionPool(f"{TARGETS}:balloon", limits=Limits(timeout_s=60, memory_mb=600)) as pool:
+        with pytest.raises(ExtractionError, match=r"more than 600 MiB of memory") as err:
+            pool.extract(bomb)
+        assert "KBFLOW_EXTRACT_MEMORY_MB" in str(err.value)
+        assert pool.extract(fine).text == "text of fine.txt"
+
+
+def test_errors_cross_the_process_boundary_with_their_message(tmp_path: Path) -> None:
+    (path,) = _files(tmp_path, "some.txt")
+    with (
+        ExtractionPool(f"{TARGETS}:refuse") as pool,
+        pytest.raises(ExtractionError, match=r"some\.txt is refused on purpose"),
+    ):
+        pool.extract(path)
+    with (
+        ExtractionPool(f"{TARGETS}:bug") as pool,
+        pytest.raises(ExtractionError, match=r"unexpected KeyError: 'a parser bug'"),
+    ):
+        pool.extract(path)
+
+
+def test_the_worker_is_reused_between_files(tmp_path: Path) -> None:
+    a, b = _files(tmp_path, "a.txt", "b.txt")
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        assert pool.extract(a).meta["pid"] == pool.extract(b).meta["pid"]
+
+
+def test_a_hung_file_is_reported_in_the_batch_and_its_neighbours_are_stored(
+    tmp_path: Path, registry: Any, edge_store: Any, embedder: Any
+) -> None:
+    """The ingest path end to end below Prefect: extract_batch through the pool, then index."""
+    hung, fine = _files(tmp_path, "hang.txt", "fine.txt")
+    registry.ensure_org("acme")
+    coll = registry.ensure_collection("acme", "docs")
+    target = IngestTarget(org_id="acme", collection_id=coll.id, collection_path=coll.path)
+    items = [WorkItem(Source(p.as_uri(), p.as_uri(), file_sha256(p), p)) for p in (hung, fine)]
+    with ExtractionPool(f"{TARGETS}:hang", limits=Limits(timeout_s=2)) as pool:
+        extracted = extract_batch(items, lambda source: pool.extract(source.path))
+
+    report = index_batch(
+        items,
+        target,
+        store=edge_store,
+        registry=registry,
+        embedder=embedder,
+        extract_file=prefetched(extracted),
+    )
+
+    assert report.documents == 1
+    ((name, reason),) = report.skipped
+    assert name == "hang.txt" and "took longer than 2 s and was stopped" in reason
+    stored = registry.list_documents("acme")
+    assert [Path(d.uri).name for d in stored] == ["fine.txt"]

@@ -1,0 +1,158 @@
+"""Research as a plain unit of work, offline: seed -> corpus -> extractive drafts -> pending.
+
+Budget overruns (tokens or fetches) persist nothing and count in the Prometheus counter; a run
+exactly at the caps succeeds; a second run supersedes the first run's still-pending drafts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from core.models import KB_FILENAMES, ResearchRequest, Scope, SearchMode
+from tasks.ingest.extract import file_to_document
+from tasks.query.retrieve import search
+from tasks.research.fetch import FetchError, FetchResult
+from tasks.research.run import run_research
+from tasks.research.seed import SeedBundle, seed_bundle
+from tasks.research.synthesize import ExtractiveSynthesizer
+
+BRIEF = """# Larkspur Cycles brief
+
+## Voice
+Our voice is warm, plain and confident. We write like a friendly mechanic, not a bank.
+Example: "Hi Sam, your bike is ready — ride safe!" Avoid jargon such as "synergy".
+
+## Products
+Larkspur sells the Sparrow city bike for 749 EUR and the Aurora e-bike for 3,190 EUR.
+The Aurora is aimed at commuters; the Sparrow ships in March.
+
+## Compliance
+E-bike batteries must follow the EU battery regulation. Customer data is processed under GDPR.
+
+## Contacts
+Wout Peeters, store manager, wout.peeters@larkspur-cycles.example, +32 9 555 0301.
+Escalate warranty disputes to Noor Vermeulen, warranty lead.
+"""
+
+
+def offline(url: str) -> FetchResult:
+    raise FetchError(f"{url}: offline or unreachable", url=url)
+
+
+def _counter(org: str) -> float:
+    return REGISTRY.get_sample_value("kb_research_budget_exceeded_total", {"org": org}) or 0.0
+
+
+@pytest.fixture
+def world(edge_store: Any, registry: Any, embedder: Any, tmp_path: Path) -> dict[str, Any]:
+    brief = tmp_path / "brief.md"
+    brief.write_text(BRIEF)
+    for org in ("lark", "lark2"):
+        registry.ensure_org(org, "Larkspur Cycles")
+        seed_bundle(
+            SeedBundle(files=(brief,), urls=("https://larkspur.example/",),
+                       prompts=("Focus on commuters.",)),
+            org, registry=registry, store=edge_store, embedder=embedder,
+            extract_file=lambda s: file_to_document(s.path),
+        )  # fmt: skip
+    return {"store": edge_store, "registry": registry, "embedder": embedder}
+
+
+def _run(world: dict[str, Any], org: str = "lark", **kw: Any) -> Any:
+    max_fetches = kw.pop("max_fetches", 30)
+    request = ResearchRequest(org_id=org, client_name="Larkspur Cycles", **kw)
+    return run_research(
+        request,
+        registry=world["registry"],
+        store=world["store"],
+        embedder=lambda: world["embedder"],
+        synthesizer=ExtractiveSynthesizer(world["embedder"]),
+        max_fetches=max_fetches,
+        fetch=offline,
+    )
+
+
+def _drafts(world: dict[str, Any], org: str) -> list[Any]:
+    return [d for d in world["registry"].list_documents(org) if d.source_tag == "agent_synthesis"]
+
+
+def test_offline_research_drafts_four_pending_documents(world: dict[str, Any]) -> None:
+    outcome = _run(world)
+    response = outcome.response
+    assert not response.budget_exceeded and response.synthesis_run_id
+    assert [d.filename for d in response.documents] == list(KB_FILENAMES)
+    assert any("offline" in n for n in outcome.notes)  # public context failed fast, run went on
+    drafts = _drafts(world, "lark")
+    assert len(drafts) == 4
+    assert {(d.status, d.synthesis_run_id) for d in drafts} == {
+        ("pending_review", response.synthesis_run_id)
+    }
+    contacts = next(d for d in response.documents if d.filename == "key-contacts-extracted.md")
+    assert "wout.peeters@larkspur-cycles.example" in contacts.content
+    for mode in SearchMode:
+        hits = search("Aurora e-bike commuters warranty", Scope(org_id="lark"), mode=mode,
+                      store=world["store"], registry=world["registry"],
+                      embedder=world["embedder"])  # fmt: skip
+        assert hits == []  # drafts pending, seeds for the AM audience only
+
+
+def test_a_second_run_supersedes_the_first_runs_pending_drafts(world: dict[str, Any]) -> None:
+    first = _run(world).response.synthesis_run_id
+    second = _run(world)
+    assert second.superseded_drafts == 4
+    by_run: dict[str, set[str]] = {}
+    for d in _drafts(world, "lark"):
+        by_run.setdefault(d.synthesis_run_id, set()).add(d.status)
+    assert by_run == {first: {"superseded"}, second.response.synthesis_run_id: {"pending_review"}}
+
+
+def test_budget_caps_exactly_at_and_just_over(world: dict[str, Any]) -> None:
+    ok = _run(world, "lark2")
+    spent = ok.response.consumed_tokens
+    assert spent > 0
+    # Just over the token cap: nothing persisted, the counter moves.
+    before = _counter("lark")
+    over = _run(world, "lark", budget_cap_tokens=spent - 1)
+    assert over.response.budget_exceeded and over.response.documents == []
+    assert over.response.synthesis_run_id is None
+    assert _drafts(world, "lark") == []
+    assert _counter("lark") == before + 1
+    # Exactly at the caps: 4 fetches (homepage, X, two searches) and the same tokens.
+    at = _run(world, "lark", budget_cap_tokens=spent, max_fetches=4)
+    assert not at.response.budget_exceeded and len(_drafts(world, "lark")) == 4
+
+
+def test_crossing_the_fetch_cap_persists_nothing(world: dict[str, Any]) -> None:
+    before = _counter("lark")
+    out = _run(world, "lark", max_fetches=3)
+    assert out.response.budget_exceeded
+    assert _drafts(world, "lark") == []
+    assert _counter("lark") == before + 1
+
+
+def test_a_capped_run_reports_which_cap_stopped_it(world: dict[str, Any]) -> None:
+    by_fetches = _run(world, "lark", max_fetches=3).to_dict()
+    assert by_fetches["budget"] == {
+        "fetches": 3,
+        "max_fetches": 3,
+        "tokens": by_fetches["consumed_tokens"],
+        "max_tokens": 200_000,
+        "exceeded": "fetches",
+    }
+    assert by_fetches["budget_stop"].startswith("stopped by the fetch cap: 3 of 3 fetches")
+    assert "KBFLOW_RESEARCH_MAX_FETCHES" in by_fetches["budget_stop"]
+    assert "--budget" not in by_fetches["budget_stop"]
+    assert any("the fetch cap stopped it" in note for note in by_fetches["notes"])
+
+    by_tokens = _run(world, "lark", budget_cap_tokens=1).to_dict()
+    assert by_tokens["budget"]["exceeded"] == "tokens"
+    assert by_tokens["budget_stop"].startswith("stopped by the token budget")
+    assert "raise --budget (now 1)" in by_tokens["budget_stop"]
+    assert any("the token budget stopped it" in note for note in by_tokens["notes"])
+
+    done = _run(world, "lark").to_dict()
+    assert done["budget"]["exceeded"] is None and done["budget_stop"] is None
