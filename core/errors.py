@@ -66,7 +66,12 @@ class SynthesisInvalid(KbflowError, ValueError):
 
 
 class SynthesisFailed(KbflowError, RuntimeError):
-    """A synthesizer could not produce valid drafts (API error, or invalid output after repair)."""
+    """A synthesizer could not produce valid drafts (API error, or invalid output after repair);
+    ``transient`` says whether trying again later may help (the model was overloaded, say)."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class LlmError(KbflowError, RuntimeError):

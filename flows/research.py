@@ -18,14 +18,12 @@ from core.errors import KbflowError, RunFailed
 from core.models import ResearchRequest
 from core.settings import Settings
 from flows.review import failed_run, review
-from sinks.connect import open_vector_store
-from sinks.registry import SqlRegistry
+from sinks.connect import open_registry
 from tasks.research.budget import push_metrics
-from tasks.research.fetch import safe_get
-from tasks.research.run import choose_synthesizer
+from tasks.research.run import persisted_outcome, stopped_outcome
+from tasks.research.steps import gather_task, persist_task, synthesize_task
+from tasks.research.synthesize import ExtractiveSynthesizer, resolve_model
 from tasks.review.access import authorize_decision
-from tasks.text.embed import get_embedder
-from tasks.wrapped import research_task
 
 
 @flow(name="research")
@@ -57,28 +55,24 @@ def research(
     request = ResearchRequest(
         org_id=org, client_name=client_name, model=model, budget_cap_tokens=budget_cap_tokens
     )
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
-
-    def embedder() -> Any:
-        return get_embedder(settings.embedding_model, settings.embed_batch_size)
-
-    registry = SqlRegistry.open(settings.registry_url)
-    try:
+    with open_registry(settings) as registry:
         # Only the org's AM or a superadmin may start research (deployments included).
         authorize_decision(registry, reviewer, org, what="run research")
-        with open_vector_store(settings) as store:
-            outcome = research_task(
-                request,
-                registry=registry,
-                store=store,
-                embedder=embedder,
-                synthesizer=choose_synthesizer(request, key, embedder),
-                max_fetches=settings.research_max_fetches,
-                fetch=lambda url: safe_get(url, timeout_s=settings.research_fetch_timeout_s),
-                public_context=not (settings.research_offline if offline is None else offline),
+    public = not (settings.research_offline if offline is None else offline)
+    gathered = gather_task(request, settings, public)
+    if gathered.stopped:
+        outcome = stopped_outcome(gathered.notes, gathered.budget, _model_id(request, settings),
+                                  gathered.stopped)  # fmt: skip
+    else:
+        drafted = synthesize_task(gathered, settings)
+        if drafted.stopped:
+            outcome = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
+                                      drafted.stopped)  # fmt: skip
+        else:
+            run_id, doc_ids, superseded = persist_task(
+                drafted.drafts, gathered.corpus, org, settings
             )
-    finally:
-        registry.close()  # hold nothing while the review pauses
+            outcome = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
     report = outcome.to_dict()
     if settings.metrics_pushgateway:
         push_metrics(settings.metrics_pushgateway, org)
@@ -116,3 +110,12 @@ def research(
             )
             return failed_run(why, report)
     return report
+
+
+def _model_id(request: ResearchRequest, settings: Settings) -> str:
+    """The synthesizer a run would have used (for a run the budget stopped before it)."""
+    return (
+        resolve_model(request.model)
+        if settings.anthropic_api_key
+        else ExtractiveSynthesizer.model_id
+    )

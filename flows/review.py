@@ -45,11 +45,9 @@ from pydantic.json_schema import SkipJsonSchema
 from core import progress
 from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
 from core.settings import Settings
-from sinks.connect import open_vector_store
-from sinks.registry import DocRecord, SqlRegistry
-from tasks.review.machine import Decision, Outcome, held, review_failure, same_content
-from tasks.text.embed import get_embedder
-from tasks.wrapped import apply_decisions_task, list_pending_task, read_drafts_task
+from sinks.registry import DocRecord
+from tasks.review.machine import Decision, Outcome, review_failure, same_content
+from tasks.review.steps import apply_decisions_task, list_pending_task, read_drafts_task
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).
 POLL_INTERVAL_S = 2
@@ -191,12 +189,7 @@ def review(
     settings = Settings()
     if timeout_s <= 0:
         raise ConfigError(f"timeout_s must be greater than 0. Currently it is {timeout_s}.")
-    registry = SqlRegistry.open(settings.registry_url)
-    try:
-        registry.get_org(org)
-        pending = list_pending_task(registry, org, synthesis_run_id)
-    finally:
-        registry.close()  # hold nothing while paused
+    pending = list_pending_task(org, synthesis_run_id, settings)  # closed while paused
     if not pending:
         logger.info("org %s has no documents pending review; nothing to decide", org)
         return _report(org, reviewer, pending, outcomes=[], skipped=[])
@@ -244,22 +237,7 @@ def review(
     slots = [*bad, *slots]
     applied: list[Outcome] = []
     if decisions:
-        registry = SqlRegistry.open(settings.registry_url)
-        try:
-            with open_vector_store(settings) as store:
-                applied = apply_decisions_task(
-                    decisions,
-                    answer.reviewer,
-                    registry=registry,
-                    open_store=held(store),
-                    embedder=lambda: get_embedder(
-                        settings.embedding_model, settings.embed_batch_size
-                    ),
-                    max_words=settings.chunk_max_words,
-                    overlap_words=settings.chunk_overlap_words,
-                )
-        finally:
-            registry.close()
+        applied = apply_decisions_task(decisions, answer.reviewer, settings)
     results = iter(applied)
     outcomes = [slot if slot is not None else next(results) for slot in slots]
     outcomes = [
@@ -301,10 +279,7 @@ def _read_drafts(
     A busy store (another process holds it) costs the form its texts, not the review.
     """
     try:
-        with open_vector_store(settings) as store:
-            texts: dict[str, str] = read_drafts_task(
-                pending, store, max_overlap_words=max(64, settings.chunk_overlap_words)
-            )
+        texts: dict[str, str] = read_drafts_task(pending, settings)
     except StoreBusy as exc:
         logger.warning("the form shows no draft text: %s", exc)
         return {}

@@ -140,7 +140,7 @@ def repair_shadowed(
     return len(done)
 
 
-Extracted = dict[str, "ExtractedDocument | ExtractionError"]
+Extracted = dict[str, ExtractedDocument | ExtractionError]
 
 
 def extract_batch(

@@ -151,12 +151,18 @@ class FetchError(KbflowError, RuntimeError):
     Attributes:
         url: The URL being fetched when it failed (the last hop for redirects).
         status_code: The HTTP status of a non-2xx answer; ``None`` when no answer came.
+        transient: Trying again later may work: a timeout, a connection that failed after the
+            name resolved, a 429 or a 5xx. A name that does not resolve (offline, or no such
+            host), a TLS failure, a 4xx or a redirect loop is not: retrying cannot help.
     """
 
-    def __init__(self, message: str, *, url: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, url: str, status_code: int | None = None, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.url = url
         self.status_code = status_code
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -560,6 +566,7 @@ def _finish(
             f"{response.reason_phrase}: {advice}",
             url=final_url,
             status_code=response.status_code,
+            transient=response.status_code >= 500 or response.status_code == 429,
         )
     body, truncated = _read_capped(response, max_bytes, deadline, final_url, timeout_s)
     encoding = response.charset_encoding or "utf-8"
@@ -616,6 +623,7 @@ def _timed_out(url: str, timeout_s: float) -> FetchError:
         f"fetching {url!r} took longer than {timeout_s}s — the server is slow, or offline or "
         "unreachable; try again later or raise timeout_s",
         url=url,
+        transient=True,
     )
 
 
@@ -632,6 +640,7 @@ def _unreachable(url: str, where: str, exc: BaseException | None) -> FetchError:
         f"could not fetch {url!r} from {where} — offline or unreachable ({detail}); check the "
         "network and try again",
         url=url,
+        transient=True,
     )
 
 

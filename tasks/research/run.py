@@ -7,6 +7,7 @@ invalid output persist nothing: drafts are written only after the whole run has 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import uuid
@@ -95,36 +96,52 @@ def choose_synthesizer(
     return ExtractiveSynthesizer(embedder())
 
 
-def run_research(
+@dataclass
+class Gathered:
+    """The research corpus and what gathering it cost (step 1 of 3)."""
+
+    request: ResearchRequest
+    corpus: ResearchCorpus
+    budget: ResearchBudget
+    notes: list[str] = field(default_factory=list)
+    stopped: str | None = None  # the budget stopped the run here: why
+
+
+@dataclass
+class Drafted:
+    """Four validated drafts and the budget after writing them (step 2 of 3)."""
+
+    drafts: tuple[DraftDocument, ...]
+    budget: ResearchBudget
+    model_id: str
+    stopped: str | None = None
+
+
+def gather_corpus(
     request: ResearchRequest,
     *,
     registry: SqlRegistry,
     store: VectorStore,
-    embedder: Callable[[], Embedder],
-    synthesizer: Synthesizer,
     max_fetches: int = 30,
     fetch: Fetcher | None = None,
     search_provider: SearchProvider | None = None,
     public_context: bool = True,
-) -> ResearchOutcome:
-    """Build the corpus, synthesize, validate and persist four pending drafts.
-
-    On a budget overrun: ``budget_exceeded`` is true, no documents, nothing persisted (the
-    counter is incremented by the budget itself).
-    """
+) -> Gathered:
+    """The AM's seed inputs and (unless ``public_context`` is off) SSRF-guarded public context,
+    as one citable corpus, each charged to the run's budget."""
     org = request.org_id
     registry.get_org(org)
     budget = ResearchBudget(org, max_fetches=max_fetches, max_tokens=request.budget_cap_tokens)
     notes: list[str] = []
+    seeds = list_seeds(registry, org)
+    am_entries = seed_entries(seeds, store)
+    if not am_entries:
+        notes.append("no seed inputs: research uses public context only")
+    public = []
     try:
-        seeds = list_seeds(registry, org)
-        am_entries = seed_entries(seeds, store)
-        if not am_entries:
-            notes.append("no seed inputs: research uses public context only")
         budget.charge_tokens(
             sum(estimate_tokens(e.text) for e in am_entries), "account-manager corpus"
         )
-        public = []
         if public_context:
             found = gather_public_context(
                 request.client_name,
@@ -137,49 +154,102 @@ def run_research(
             public = found.entries
         else:
             notes.append("public context skipped (research offline): AM inputs only")
-        corpus = build_corpus(request.client_name, [*am_entries, *public])
+    except BudgetExceeded as exc:
+        notes.append(str(exc))
+        corpus = build_corpus(request.client_name, am_entries)
+        return Gathered(request, corpus, budget, notes, budget.stop_reason() or str(exc))
+    return Gathered(request, build_corpus(request.client_name, [*am_entries, *public]), budget,
+                    notes)  # fmt: skip
+
+
+def synthesize_drafts(gathered: Gathered, synthesizer: Synthesizer) -> Drafted:
+    """Four drafts from the corpus, validated, their tokens charged to a COPY of the budget
+    (so a retried attempt is charged once)."""
+    budget = copy.deepcopy(gathered.budget)
+    try:
         budget.charge_tokens(estimate_tokens(SYSTEM_PROMPT), "prompt")
         remaining = budget.max_tokens - budget.tokens
         result = synthesizer.synthesize(
-            corpus, max_output_tokens=max(1, min(remaining, MAX_OUTPUT_TOKENS))
+            gathered.corpus, max_output_tokens=max(1, min(remaining, MAX_OUTPUT_TOKENS))
         )
-        drafts = validate_drafts(result.documents, corpus)
+        drafts = validate_drafts(result.documents, gathered.corpus)
         budget.charge_tokens(sum(estimate_tokens(d.content) for d in drafts), "response")
     except BudgetExceeded as exc:
-        notes.append(str(exc))
-        return ResearchOutcome(
-            ResearchResponse(
-                synthesis_run_id=None,
-                budget_exceeded=True,
-                documents=[],
-                consumed_tokens=budget.tokens,
-            ),
-            notes=notes,
-            synthesizer=synthesizer.model_id,
-            budget=_spent(budget),
-            budget_stop=budget.stop_reason() or str(exc),
-        )
+        gathered.notes.append(str(exc))
+        return Drafted((), budget, synthesizer.model_id, budget.stop_reason() or str(exc))
+    return Drafted(drafts, budget, synthesizer.model_id)
 
-    run_id = uuid.uuid4().hex
-    doc_ids, superseded = persist_drafts(
-        drafts, corpus, org, run_id, registry=registry, store=store, embedder=embedder()
+
+def stopped_outcome(notes: list[str], budget: ResearchBudget, model_id: str,
+                    why: str) -> ResearchOutcome:  # fmt: skip
+    """A run the budget stopped: nothing persisted."""
+    return ResearchOutcome(
+        ResearchResponse(
+            synthesis_run_id=None, budget_exceeded=True, documents=[], consumed_tokens=budget.tokens
+        ),
+        notes=notes,
+        synthesizer=model_id,
+        budget=_spent(budget),
+        budget_stop=why,
     )
+
+
+def persisted_outcome(
+    gathered: Gathered, drafted: Drafted, run_id: str, doc_ids: list[str], superseded: int
+) -> ResearchOutcome:
+    """A finished run: its drafts persisted as pending_review under ``run_id``."""
     return ResearchOutcome(
         ResearchResponse(
             synthesis_run_id=run_id,
             budget_exceeded=False,
             documents=[
                 ResearchDocumentOut(filename=d.filename, title=d.title, content=d.content)
-                for d in drafts
+                for d in drafted.drafts
             ],
-            consumed_tokens=budget.tokens,
+            consumed_tokens=drafted.budget.tokens,
         ),
         doc_ids=doc_ids,
-        notes=notes,
-        synthesizer=synthesizer.model_id,
+        notes=gathered.notes,
+        synthesizer=drafted.model_id,
         superseded_drafts=superseded,
-        budget=_spent(budget),
+        budget=_spent(drafted.budget),
     )
+
+
+def run_research(
+    request: ResearchRequest,
+    *,
+    registry: SqlRegistry,
+    store: VectorStore,
+    embedder: Callable[[], Embedder],
+    synthesizer: Synthesizer,
+    max_fetches: int = 30,
+    fetch: Fetcher | None = None,
+    search_provider: SearchProvider | None = None,
+    public_context: bool = True,
+) -> ResearchOutcome:
+    """Gather the corpus, synthesize and validate, and persist four pending drafts: the three
+    steps the research flow runs as Prefect tasks, here in one call.
+
+    On a budget overrun: ``budget_exceeded`` is true, no documents, nothing persisted (the
+    counter is incremented by the budget itself).
+    """
+    gathered = gather_corpus(
+        request, registry=registry, store=store, max_fetches=max_fetches, fetch=fetch,
+        search_provider=search_provider, public_context=public_context,
+    )  # fmt: skip
+    if gathered.stopped:
+        return stopped_outcome(gathered.notes, gathered.budget, synthesizer.model_id,
+                               gathered.stopped)  # fmt: skip
+    drafted = synthesize_drafts(gathered, synthesizer)
+    if drafted.stopped:
+        return stopped_outcome(gathered.notes, drafted.budget, drafted.model_id, drafted.stopped)
+    run_id = uuid.uuid4().hex
+    doc_ids, superseded = persist_drafts(
+        drafted.drafts, gathered.corpus, request.org_id, run_id, registry=registry, store=store,
+        embedder=embedder(),
+    )  # fmt: skip
+    return persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
 
 
 def persist_drafts(

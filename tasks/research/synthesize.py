@@ -812,8 +812,9 @@ class AnthropicSynthesizer:
                     "the model id and max_output_tokens; this error is not retried"
                 ) from cause
             raise SynthesisFailed(
-                f"Anthropic still failing after {exc.attempts} attempts "
-                f"(model {self.model_id!r}): {cause} — try again later"
+                f"Anthropic still failing after {exc.attempts} attempt(s) "
+                f"(model {self.model_id!r}): {cause} — try again later",
+                transient=True,
             ) from cause
         usage = response.usage
         log.info(

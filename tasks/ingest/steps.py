@@ -1,0 +1,143 @@
+"""The ingest flow's Prefect tasks: discover -> plan -> per batch: extract, index. Each takes
+values (paths, sources, the target, ``Settings``) and opens what it needs.
+
+- ``extract-batch`` is pure on its files' content hashes and the extraction settings: its
+  result is cached on them (and on this code), so a run resumed after a crash re-extracts
+  nothing. The isolated worker processes are shared by the batches of a run
+  (:func:`extractors`), not restarted per batch.
+- ``index-batch`` opens the registry and the vector store itself; a busy store (another
+  process holds it) is retried (:mod:`tasks.retries`). A batch never half-writes before the
+  store is open, and :func:`tasks.ingest.index.plan_ingest` resumes what a crash left.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
+
+from core.models import ExtractedDocument
+from core.settings import Settings
+from sinks.connect import open_registry, open_vector_store
+from tasks.ingest.discover import Discovery, Source, discover
+from tasks.ingest.extract import SUPPORTED_SUFFIXES, ExtractOptions
+from tasks.ingest.index import (
+    BatchReport,
+    Extracted,
+    IngestPlan,
+    IngestTarget,
+    WorkItem,
+    extract_batch,
+    index_batch,
+    plan_ingest,
+    prefetched,
+    repair_shadowed,
+)
+from tasks.ingest.isolate import isolated_extractor
+from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.text.embed import get_embedder
+
+_RETRY: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": retry_transient,
+}
+_open: dict[str, Callable[[Source], ExtractedDocument]] = {}
+_stack = ExitStack()
+
+
+@contextmanager
+def extractors() -> Iterator[None]:
+    """The extraction workers of one run: started by the first batch that needs them, stopped
+    when the block ends."""
+    try:
+        yield
+    finally:
+        _open.clear()
+        _stack.close()
+
+
+def _extractor(settings: Settings) -> Callable[[Source], ExtractedDocument]:
+    key = _extraction_fingerprint(settings)
+    if key not in _open:
+        _open[key] = _stack.enter_context(isolated_extractor(settings))
+    return _open[key]
+
+
+def _extraction_fingerprint(settings: Settings) -> str:
+    """What an extraction's result depends on besides the file: its options and limits."""
+    options = ExtractOptions.from_settings(settings)
+    data = {
+        **{k: str(v) for k, v in vars(options).items()},
+        "extract_timeout_s": settings.extract_timeout_s,
+        "media_timeout_s": settings.media_timeout_s,
+        "extract_memory_mb": settings.extract_memory_mb,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _extraction_key(_context: Any, parameters: dict[str, Any]) -> str:
+    files = sorted(
+        (item.source.source_key, item.source.content_hash)
+        for item in parameters["items"]
+        if item.source.record is None
+    )
+    settings: Settings = parameters["settings"]
+    digest = hashlib.sha256(json.dumps(files).encode())
+    digest.update(_extraction_fingerprint(settings).encode())
+    return f"extract-{digest.hexdigest()}"
+
+
+@task(name="discover-sources", cache_policy=NO_CACHE, persist_result=False)
+def discover_task(paths: list[str]) -> Discovery:
+    """Files, folders, globs and corpora as sources, with what was skipped and why."""
+    return discover(paths, SUPPORTED_SUFFIXES)
+
+
+@task(name="plan-ingest", cache_policy=NO_CACHE, persist_result=False)
+def plan_task(sources: list[Source], org: str, settings: Settings) -> IngestPlan:
+    """New, changed, unfinished and unchanged sources, by content hash."""
+    with open_registry(settings) as registry:
+        return plan_ingest(sources, registry, org)
+
+
+@task(name="repair-shadowed-versions", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+def repair_task(plan: IngestPlan, settings: Settings, actor: str) -> int:
+    """Retire the versions a crash of an older release left servable beside a newer one."""
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return repair_shadowed(plan, registry, store, actor=actor)
+
+
+@task(
+    name="extract-batch",
+    cache_policy=TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=_extraction_key),
+    cache_expiration=dt.timedelta(days=7),
+    persist_result=True,
+)
+def extract_batch_task(items: list[WorkItem], settings: Settings) -> Extracted:
+    """The batch's files as text, each in an isolated worker with the settings' caps."""
+    return extract_batch(items, _extractor(settings))
+
+
+@task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600, **_RETRY)
+def index_batch_task(
+    items: list[WorkItem], target: IngestTarget, extracted: Extracted, settings: Settings
+) -> BatchReport:
+    """Chunk, embed, check and store one batch; make it servable in one registry commit."""
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return index_batch(
+            items,
+            target,
+            store=store,
+            registry=registry,
+            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            extract_file=prefetched(extracted),
+            max_words=settings.chunk_max_words,
+            overlap_words=settings.chunk_overlap_words,
+        )

@@ -1,0 +1,95 @@
+"""The research flow's Prefect tasks: gather -> synthesize -> persist, each taking values (the
+request, the corpus, the drafts, ``Settings``) and opening what it needs.
+
+Transient faults are retried, permanent ones fail at once (:mod:`tasks.retries`):
+
+- ``fetch-page``: one public page through the SSRF guard; a timeout, a lost connection, a 429
+  or a 5xx is retried; an SSRF block, a 4xx or a name that does not resolve is not. A page and
+  its retries count as one fetch against ``KBFLOW_RESEARCH_MAX_FETCHES``.
+- ``synthesize-drafts``: Claude with no retries of its own (``max_retries=0``: this task is the
+  one retry layer), so a 529 "overloaded" or a 429 is retried here and a 400 is not; the offline
+  synthesizer never fails transiently. Each attempt charges a fresh copy of the budget.
+- ``persist-drafts``: a busy embedded store is retried.
+
+Gathering is not retried as a whole: its fetches are, one by one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core.models import DraftDocument, ResearchCorpus, ResearchRequest
+from core.settings import Settings
+from sinks.connect import open_registry, open_vector_store
+from tasks.research.fetch import FetchResult, safe_get
+from tasks.research.run import (
+    Drafted,
+    Gathered,
+    gather_corpus,
+    persist_drafts,
+    synthesize_drafts,
+)
+from tasks.research.synthesize import AnthropicSynthesizer, ExtractiveSynthesizer, resolve_model
+from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.text.embed import get_embedder
+
+_RETRY: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": retry_transient,
+}
+
+
+@task(name="fetch-page", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+def fetch_page_task(url: str, timeout_s: float) -> FetchResult:
+    """One public page, SSRF-guarded (:func:`tasks.research.fetch.safe_get`)."""
+    return safe_get(url, timeout_s=timeout_s)
+
+
+@task(name="gather-corpus", cache_policy=NO_CACHE, persist_result=False)
+def gather_task(request: ResearchRequest, settings: Settings, public_context: bool) -> Gathered:
+    """The seed bundle and public context as one corpus (its text is never persisted)."""
+    timeout_s = settings.research_fetch_timeout_s
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return gather_corpus(
+            request,
+            registry=registry,
+            store=store,
+            max_fetches=settings.research_max_fetches,
+            fetch=lambda url: fetch_page_task(url, timeout_s),
+            public_context=public_context,
+        )
+
+
+@task(name="synthesize-drafts", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
+    """Four validated drafts: Claude with a key (this task retries it), else offline."""
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    synthesizer: AnthropicSynthesizer | ExtractiveSynthesizer
+    if key:
+        model = resolve_model(gathered.request.model)
+        synthesizer = AnthropicSynthesizer(key, model, max_retries=0)
+    else:
+        synthesizer = ExtractiveSynthesizer(
+            get_embedder(settings.embedding_model, settings.embed_batch_size)
+        )
+    return synthesize_drafts(gathered, synthesizer)
+
+
+@task(name="persist-drafts", cache_policy=NO_CACHE, **_RETRY)
+def persist_task(
+    drafts: tuple[DraftDocument, ...], corpus: ResearchCorpus, org: str, settings: Settings
+) -> tuple[str, list[str], int]:
+    """The drafts as pending_review documents of one new synthesis run: its id, the drafts'
+    ids, and how many drafts of the last run it superseded."""
+    run_id = uuid.uuid4().hex
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        doc_ids, superseded = persist_drafts(
+            drafts, corpus, org, run_id, registry=registry, store=store,
+            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+        )  # fmt: skip
+    return run_id, doc_ids, superseded

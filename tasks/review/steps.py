@@ -1,0 +1,60 @@
+"""The review flow's Prefect tasks: each takes values (an org, documents, decisions,
+``Settings``) and opens what it needs. Reading the drafts retries a busy store; applying
+decisions is never retried or cached (each is a compare-and-set with one audit row)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core.settings import Settings
+from sinks.connect import open_registry, open_vector_store
+from sinks.registry import DocRecord
+from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.review.machine import Decision, Outcome, apply_decisions, draft_texts, held
+from tasks.review.machine import pending_documents as pending
+from tasks.text.embed import get_embedder
+
+_RETRY: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": retry_transient,
+}
+
+
+@task(name="list-pending-reviews", cache_policy=NO_CACHE, persist_result=False)
+def list_pending_task(
+    org: str, synthesis_run_id: str | None, settings: Settings
+) -> list[DocRecord]:
+    """The org's documents awaiting review (of one research run, if given)."""
+    with open_registry(settings) as registry:
+        registry.get_org(org)
+        return pending(registry, org, synthesis_run_id)
+
+
+# Its result holds the drafts' text: never persisted.
+@task(name="read-draft-texts", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+def read_drafts_task(docs: Sequence[DocRecord], settings: Settings) -> dict[str, str]:
+    """Each draft's Markdown for the review form, the store held only while reading."""
+    with open_vector_store(settings) as store:
+        return draft_texts(docs, store, max_overlap_words=max(64, settings.chunk_overlap_words))
+
+
+@task(name="apply-review-decisions", cache_policy=NO_CACHE)
+def apply_decisions_task(
+    decisions: Sequence[Decision], reviewer: str, settings: Settings
+) -> list[Outcome]:
+    """Each decision on its own, checked and audited like `kbflow review approve/edit/…`."""
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return apply_decisions(
+            decisions,
+            reviewer,
+            registry=registry,
+            open_store=held(store),
+            embedder=lambda: get_embedder(settings.embedding_model, settings.embed_batch_size),
+            max_words=settings.chunk_max_words,
+            overlap_words=settings.chunk_overlap_words,
+        )
