@@ -46,7 +46,7 @@ from core import progress
 from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
 from core.settings import Settings
 from sinks.registry import DocRecord
-from tasks.review.machine import Decision, Outcome, review_failure, same_content
+from tasks.review.decisions import Decision, Outcome, review_failure, same_content
 from tasks.review.steps import apply_decisions_task, list_pending_task, read_drafts_task
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).

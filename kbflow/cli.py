@@ -28,7 +28,7 @@ from core.settings import Settings, configure_environment
 
 if TYPE_CHECKING:
     from sinks.registry import DocRecord, OrgRecord, UserRecord
-    from sinks.registry_schema import AuditRow
+    from sinks.registry.schema import AuditRow
 
 
 class _Program(typer.Typer):
@@ -794,7 +794,7 @@ def review_list(
     """An org's drafts grouped by the synthesis run that produced them (experts may look too)."""
     settings = _settings()
     from sinks.connect import open_registry
-    from tasks.review.machine import list_drafts
+    from tasks.review.inspection import list_drafts
 
     try:
         with open_registry(settings) as registry:
@@ -850,7 +850,7 @@ def review_show(
     settings = _settings()
     from kbflow.wiring import store_opener
     from sinks.connect import open_registry
-    from tasks.review.machine import inspect_draft
+    from tasks.review.inspection import inspect_draft
 
     try:
         with open_registry(settings) as registry:  # rights first: the store only once allowed

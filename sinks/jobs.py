@@ -1,150 +1,31 @@
-"""Job records in the registry: one row per long ingest, from PROCESSING to COMPLETE or FAILED.
+"""``JobStore``: the background-jobs part of the registry under its former names.
 
-A job's work is a Prefect flow run (its id is recorded once the run starts); the row is what
-`kbflow jobs` shows, and it outlives the Prefect server that ran the flow.
+The registry itself (:class:`sinks.registry.SqlRegistry`) is the one way to reach job rows;
+this adapter keeps the app's older call sites working while they move over.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sinks.registry import JobRecord, SqlRegistry
 
-from core.errors import NotFound
-from core.models import JobStatus
-from sinks.registry import SqlRegistry
-from sinks.registry_schema import JobRow, utcnow
+__all__ = ["JobRecord", "JobStore"]
 
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: str
-    org_id: str
-    kind: str
-    status: JobStatus
-    inputs: list[str]
-    params: dict[str, Any]
-    reason: str | None
-    report: dict[str, Any] | None
-    flow_run_id: str | None
-    pid: int | None
-    log_path: str | None
-    created_at: dt.datetime
-    updated_at: dt.datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["status"] = self.status.value
-        out["created_at"] = self.created_at.isoformat()
-        out["updated_at"] = self.updated_at.isoformat()
-        return out
-
-
-def _record(row: JobRow) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        org_id=row.org_id,
-        kind=row.kind,
-        status=JobStatus(row.status),
-        inputs=list(row.inputs),
-        params=dict(row.params),
-        reason=row.reason,
-        report=row.report,
-        flow_run_id=row.flow_run_id,
-        pid=row.pid,
-        log_path=row.log_path,
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
-    )
-
-
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
+_RENAMED = {
+    "create": "create_job",
+    "update_runner": "update_job_runner",
+    "finish": "finish_job",
+    "get": "get_job",
+    "list": "list_jobs",
+}
 
 
 class JobStore:
-    """Create, update and read job rows in the registry's database."""
+    """The registry's job methods, under their former names."""
 
     def __init__(self, registry: SqlRegistry) -> None:
         self.registry = registry
 
-    def create(
-        self,
-        org_id: str,
-        *,
-        kind: str,
-        inputs: list[str],
-        params: dict[str, Any],
-        log_path: str | None = None,
-    ) -> JobRecord:
-        job_id = uuid.uuid4().hex[:12]
-        with self.registry.session() as s, s.begin():
-            s.add(
-                JobRow(
-                    id=job_id,
-                    org_id=org_id,
-                    kind=kind,
-                    status=JobStatus.PROCESSING.value,
-                    inputs=inputs,
-                    params=params,
-                    log_path=log_path,
-                )
-            )
-        return self.get(job_id)
-
-    def update_runner(
-        self,
-        job_id: str,
-        *,
-        pid: int | None = None,
-        flow_run_id: str | None = None,
-        log_path: str | None = None,
-    ) -> None:
-        """Record the process, its log and, once it starts, the Prefect flow run."""
-        values: dict[str, Any] = {"updated_at": utcnow()}
-        if log_path is not None:
-            values["log_path"] = log_path
-        if pid is not None:
-            values["pid"] = pid
-        if flow_run_id is not None:
-            values["flow_run_id"] = flow_run_id
-        with self.registry.session() as s, s.begin():
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
-
-    def finish(
-        self,
-        job_id: str,
-        status: JobStatus,
-        *,
-        reason: str | None = None,
-        report: dict[str, Any] | None = None,
-    ) -> bool:
-        """Move a PROCESSING job to its final state; False if it had already finished."""
-        with self.registry.session() as s, s.begin():
-            done = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.status == JobStatus.PROCESSING.value)
-                .values(status=status.value, reason=reason, report=report, updated_at=utcnow())
-            )
-            return bool(done.rowcount)  # type: ignore[attr-defined]
-
-    def get(self, job_id: str) -> JobRecord:
-        with self.registry.session() as s:
-            row = s.get(JobRow, job_id)
-            if row is None:
-                raise NotFound(f"job {job_id!r} does not exist — `kbflow jobs list` shows jobs.")
-            return _record(row)
-
-    def list(
-        self, org_id: str | None = None, status: JobStatus | None = None, limit: int = 50
-    ) -> list[JobRecord]:
-        query = select(JobRow).order_by(JobRow.created_at.desc()).limit(limit)
-        if org_id:
-            query = query.where(JobRow.org_id == org_id)
-        if status:
-            query = query.where(JobRow.status == status.value)
-        with self.registry.session() as s:
-            return [_record(row) for row in s.scalars(query)]
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.registry, _RENAMED.get(name, name))

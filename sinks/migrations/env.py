@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from sinks.registry_schema import Base
+from sinks.registry.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

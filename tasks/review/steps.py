@@ -14,8 +14,10 @@ from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import DocRecord
 from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
-from tasks.review.machine import Decision, Outcome, apply_decisions, draft_texts, held
-from tasks.review.machine import pending_documents as pending
+from tasks.review.decisions import Decision, Outcome, apply_decisions
+from tasks.review.inspection import draft_texts
+from tasks.review.inspection import pending_documents as pending
+from tasks.review.machine import held
 from tasks.text.embed import get_embedder
 
 _RETRY: dict[str, Any] = {

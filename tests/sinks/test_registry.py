@@ -15,8 +15,9 @@ from core.errors import ConfigError, NotFound, ReviewConflict
 from core.models import AuditAction, DocStatus, ParseStatus, Scope
 from core.settings import Settings
 from sinks.gate import build_gate
-from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry, _configure_sqlite
-from sinks.registry_schema import CollectionRow
+from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry
+from sinks.registry.base import configure_sqlite
+from sinks.registry.schema import CollectionRow
 
 ORG = "acme"
 
@@ -343,7 +344,7 @@ def test_two_processes_race_and_each_document_is_decided_once(
 
 def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'legacy.db'}")
-    _configure_sqlite(engine)
+    configure_sqlite(engine)
     registry = SqlRegistry(engine)
     try:
         registry.migrate("0001")
@@ -463,7 +464,7 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
     from sinks.catalog import Catalog
 
     engine = create_engine(f"sqlite:///{tmp_path / 'earlier.db'}")
-    _configure_sqlite(engine)
+    configure_sqlite(engine)
     registry = SqlRegistry(engine)
     try:
         registry.migrate("0005")

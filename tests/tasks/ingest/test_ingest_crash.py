@@ -270,7 +270,7 @@ def test_a_double_approved_registry_from_an_older_release_is_repaired(
     with registry.session() as s, s.begin():
         from sqlalchemy import update
 
-        from sinks.registry_schema import DocumentRow
+        from sinks.registry.schema import DocumentRow
 
         s.execute(
             update(DocumentRow)

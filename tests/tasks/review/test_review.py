@@ -12,6 +12,7 @@ from core.errors import ConfigError, Forbidden, ReviewConflict
 from core.models import AuditAction, DocStatus, Role, Scope, SearchMode
 from sinks.registry import SqlRegistry
 from tasks.query.retrieve import search
+from tasks.review import decisions, inspection
 from tasks.review import machine as review
 from tests.conftest import index_records
 
@@ -274,27 +275,27 @@ def test_inspection_path_is_authorised(ctx: dict[str, Any]) -> None:
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
     for reader in (AM, ADMIN, EXPERT):
-        view = review.inspect_draft(doc_id, reader, registry=registry, store=store)
+        view = inspection.inspect_draft(doc_id, reader, registry=registry, store=store)
         assert "400 hours" in view.text
-        groups = review.list_drafts(registry, reader, ORG)
+        groups = inspection.list_drafts(registry, reader, ORG)
         assert [d.id for docs in groups.values() for d in docs] == [doc_id]
     for outsider in (OTHER_AM, ENGINEER):
         with pytest.raises(Forbidden, match="may not inspect"):
-            review.inspect_draft(doc_id, outsider, registry=registry, store=store)
+            inspection.inspect_draft(doc_id, outsider, registry=registry, store=store)
         with pytest.raises(Forbidden):
-            review.list_drafts(registry, outsider, ORG)
+            inspection.list_drafts(registry, outsider, ORG)
 
 
 def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
     registry = ctx["registry"]
     a, b, c = (_index(ctx, k, status=DocStatus.PENDING_REVIEW) for k in "abc")
-    outcomes = review.apply_decisions(
+    outcomes = decisions.apply_decisions(
         [
-            review.Decision(a, "approve"),
-            review.Decision(b, "edit", content=""),
-            review.Decision(c, "reject", note="wrong"),
-            review.Decision(a, "reject"),
-            review.Decision("missing", "approve"),
+            decisions.Decision(a, "approve"),
+            decisions.Decision(b, "edit", content=""),
+            decisions.Decision(c, "reject", note="wrong"),
+            decisions.Decision(a, "reject"),
+            decisions.Decision("missing", "approve"),
         ],
         AM,
         registry=registry,
@@ -313,8 +314,8 @@ def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
         "pending_review",
         "rejected",
     ]
-    forbidden = review.apply_decisions(
-        [review.Decision(b, "approve")],
+    forbidden = decisions.apply_decisions(
+        [decisions.Decision(b, "approve")],
         ENGINEER,
         registry=registry,
         open_store=review.held(ctx["store"]),
@@ -395,7 +396,7 @@ def test_draft_markdown_rebuilds_headings_and_joins_overlapping_chunks(
     )  # fmt: skip
     doc = registry.get_document(doc_id)
     assert doc.chunk_count > 3  # the long section spans several chunks that overlap
-    assert review.draft_markdown(doc, store) == GUIDE
+    assert inspection.draft_markdown(doc, store) == GUIDE
 
 
 def test_draft_markdown_ignores_chunks_of_other_content(
@@ -412,7 +413,9 @@ def test_draft_markdown_ignores_chunks_of_other_content(
         )  # fmt: skip
     doc = registry.get_document(doc_id)
     assert len({h.payload["content_hash"] for h in store.inspect_document_chunks(doc_id)}) == 2
-    assert review.draft_texts([doc], store) == {doc_id: f"# Turbine notes d\n\n{TEXT} Note d.\n"}
+    assert inspection.draft_texts([doc], store) == {
+        doc_id: f"# Turbine notes d\n\n{TEXT} Note d.\n"
+    }
 
 
 def test_chunks_to_markdown_writes_a_heading_for_each_level_that_changes() -> None:
@@ -424,35 +427,35 @@ def test_chunks_to_markdown_writes_a_heading_for_each_level_that_changes() -> No
         (("Annex",), "end"),
         ((), "loose text"),
     ]
-    assert review.chunks_to_markdown(chunks) == (
+    assert inspection.chunks_to_markdown(chunks) == (
         "# Guide\n\nintro one two\n\n## Setup\n\nalpha beta gamma delta\n\n## Use\n\ngo\n\n"
         "# Annex\n\nend\n\nloose text\n"
     )
-    assert review.chunks_to_markdown([]) == ""
+    assert inspection.chunks_to_markdown([]) == ""
 
 
 def test_same_content_ignores_line_endings_and_outer_blank_space_only() -> None:
     draft = "# T\n\nLine one.\n"
-    assert review.same_content("# T\r\n\r\nLine one.\r\n", draft)
-    assert review.same_content("\n# T\n\nLine one.   \n\n", draft)
-    assert not review.same_content("# T\n\nLine one!\n", draft)
-    assert not review.same_content("# T\nLine one.\n", draft)  # a changed line break counts
-    assert not review.same_content(None, draft)
+    assert decisions.same_content("# T\r\n\r\nLine one.\r\n", draft)
+    assert decisions.same_content("\n# T\n\nLine one.   \n\n", draft)
+    assert not decisions.same_content("# T\n\nLine one!\n", draft)
+    assert not decisions.same_content("# T\nLine one.\n", draft)  # a changed line break counts
+    assert not decisions.same_content(None, draft)
 
 
 def test_review_failure_only_for_a_refused_reviewer_or_only_invalid_rows() -> None:
-    def o(result: Any, message: str = "") -> review.Outcome:
-        return review.Outcome("d", "approve", result, message)
+    def o(result: Any, message: str = "") -> decisions.Outcome:
+        return decisions.Outcome("d", "approve", result, message)
 
-    refused = review.review_failure(
+    refused = decisions.review_failure(
         ORG, "mallory", [o("forbidden", "user 'mallory' may not."), o("forbidden")]
     )
     assert refused is not None
     assert refused.startswith("reviewer 'mallory' may not review org 'acme'; nothing was applied")
     assert "user 'mallory' may not." in refused
-    invalid = review.review_failure(ORG, AM, [o("invalid", "not pending"), o("not_found")])
+    invalid = decisions.review_failure(ORG, AM, [o("invalid", "not pending"), o("not_found")])
     assert invalid is not None and "nothing was applied: not pending" in invalid
     # A lost race among applied rows, lost races only, or nothing decided: the run completes.
-    assert review.review_failure(ORG, AM, [o("applied"), o("conflict"), o("invalid")]) is None
-    assert review.review_failure(ORG, AM, [o("conflict")]) is None
-    assert review.review_failure(ORG, AM, []) is None
+    assert decisions.review_failure(ORG, AM, [o("applied"), o("conflict"), o("invalid")]) is None
+    assert decisions.review_failure(ORG, AM, [o("conflict")]) is None
+    assert decisions.review_failure(ORG, AM, []) is None

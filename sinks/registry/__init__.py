@@ -1,0 +1,60 @@
+"""The registry: orgs and users, collections and agents, documents and their review state,
+chunk texts, background jobs and the audit log — one :class:`SqlRegistry`, a concern a module.
+
+SQLite (WAL, ``BEGIN IMMEDIATE``, busy timeout) by default, PostgreSQL by URL; Alembic
+migrations in ``sinks/migrations``. Status changes are compare-and-set
+(``UPDATE ... WHERE id=? AND status=?``): a lost race raises
+:class:`~core.errors.ReviewConflict` and writes nothing. Open it with
+:func:`sinks.connect.open_registry`.
+
+| concern | module |
+|---|---|
+| engine, sessions, migrations | ``base`` |
+| orgs, users, roles, AM assignments | ``people`` |
+| collections and agents | ``catalog`` |
+| documents, versions, transitions | ``documents`` |
+| chunk texts | ``chunks`` |
+| background jobs | ``jobs`` |
+| the audit log | ``audit`` |
+| row snapshots (``DocRecord`` …) | ``records`` |
+| tables | ``schema`` |
+"""
+
+from __future__ import annotations
+
+from sinks.registry.audit import AuditMixin
+from sinks.registry.base import RegistryBase
+from sinks.registry.catalog import AgentRecord, CatalogMixin, CollectionRecord
+from sinks.registry.chunks import ChunksMixin
+from sinks.registry.documents import DocumentsMixin
+from sinks.registry.jobs import JobRecord, JobsMixin
+from sinks.registry.people import PeopleMixin
+from sinks.registry.records import (
+    NO_DESCRIPTION,
+    SYSTEM_ACTOR,
+    DocRecord,
+    OrgRecord,
+    UserRecord,
+    collection_ancestry,
+    normalize_collection_path,
+)
+
+__all__ = [
+    "NO_DESCRIPTION",
+    "SYSTEM_ACTOR",
+    "AgentRecord",
+    "CollectionRecord",
+    "DocRecord",
+    "JobRecord",
+    "OrgRecord",
+    "SqlRegistry",
+    "UserRecord",
+    "collection_ancestry",
+    "normalize_collection_path",
+]
+
+
+class SqlRegistry(
+    PeopleMixin, CatalogMixin, DocumentsMixin, ChunksMixin, JobsMixin, AuditMixin, RegistryBase
+):
+    """The registry over one SQLAlchemy engine, migrated to the latest schema on open."""

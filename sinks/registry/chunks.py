@@ -1,0 +1,119 @@
+"""Chunk texts kept beside their documents (the keyword fallback's corpus and the edit path)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import delete, func, select
+
+from core.models import (
+    SERVABLE_PARSE_STATUSES,
+    Chunk,
+)
+from sinks.registry.base import RegistryBase
+from sinks.registry.records import (
+    DocRecord,
+    chunk_of,
+    record_of,
+)
+from sinks.registry.schema import (
+    ChunkRow,
+    CollectionRow,
+    DocumentRow,
+)
+
+
+class ChunksMixin(RegistryBase):
+    """Chunk texts kept beside their documents (the keyword fallback's corpus and the edit path)."""
+
+    def put_chunks(self, doc: DocRecord, content_hash: str, chunks: Sequence[Chunk]) -> None:
+        """Record a document's chunk texts for one content version (replacing that version's)."""
+        with self.session() as s, s.begin():
+            s.execute(
+                delete(ChunkRow).where(
+                    ChunkRow.doc_id == doc.id, ChunkRow.content_hash == content_hash
+                )
+            )
+            s.add_all(
+                ChunkRow(
+                    chunk_id=c.chunk_id,
+                    doc_id=doc.id,
+                    org_id=doc.org_id,
+                    content_hash=content_hash,
+                    chunk_index=c.chunk_index,
+                    text=c.text,
+                    heading_path=list(c.heading_path),
+                    location=c.location.to_payload() if c.location else None,
+                )
+                for c in chunks
+            )
+
+    def current_chunks(self, org_id: str) -> list[tuple[DocRecord, Chunk]]:
+        """Every servable document's chunks for its current content, in document order.
+
+        The caller applies the gate (status, audience, dates, collections) to each document.
+        """
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow, DocumentRow, CollectionRow.path)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(
+                    ChunkRow.org_id == org_id,
+                    ChunkRow.content_hash == DocumentRow.content_hash,
+                    DocumentRow.parse_status.in_(SERVABLE_PARSE_STATUSES),
+                )
+                .order_by(ChunkRow.doc_id, ChunkRow.chunk_index)
+            )
+            records: dict[str, DocRecord] = {}
+            out: list[tuple[DocRecord, Chunk]] = []
+            for chunk, row, path in s.execute(stmt):
+                doc = records.setdefault(row.id, record_of(row, path))
+                out.append((doc, chunk_of(chunk)))
+            return out
+
+    def document_chunks(self, doc_ids: Iterable[str]) -> dict[str, list[Chunk]]:
+        """The chunks of each document's current content, in document order."""
+        wanted = list(dict.fromkeys(doc_ids))
+        out: dict[str, list[Chunk]] = {d: [] for d in wanted}
+        if not wanted:
+            return out
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .where(
+                    ChunkRow.doc_id.in_(wanted), ChunkRow.content_hash == DocumentRow.content_hash
+                )
+                .order_by(ChunkRow.doc_id, ChunkRow.chunk_index)
+            )
+            for row in s.scalars(stmt):
+                out[row.doc_id].append(chunk_of(row))
+        return out
+
+    def chunk_owners(self, chunk_ids: Iterable[str]) -> dict[str, tuple[DocRecord, bool]]:
+        """For each known chunk id: its document, and whether the chunk belongs to that
+        document's current content (a chunk of an older content version is not current)."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        if not wanted:
+            return {}
+        with self.session() as s:
+            stmt = (
+                select(ChunkRow.chunk_id, ChunkRow.content_hash, DocumentRow, CollectionRow.path)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.doc_id)
+                .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                .where(ChunkRow.chunk_id.in_(wanted))
+            )
+            return {
+                cid: (record_of(row, path), chash == row.content_hash)
+                for cid, chash, row, path in s.execute(stmt)
+            }
+
+    def chunk_generation(self, org_id: str) -> tuple[int, str]:
+        """Changes whenever an org's chunks or documents change (for caching derived indexes)."""
+        with self.session() as s:
+            chunks = s.scalar(select(func.count()).where(ChunkRow.org_id == org_id)) or 0
+            stamp = s.scalar(
+                select(func.max(DocumentRow.updated_at)).where(DocumentRow.org_id == org_id)
+            )
+            return int(chunks), str(stamp)

@@ -1,0 +1,179 @@
+"""Orgs, users and roles, and who is the account manager of which org (every change audited)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from core import ids
+from core.errors import ConfigError, NotFound
+from core.models import (
+    AuditAction,
+    Role,
+)
+from sinks.registry.audit import admin_audit
+from sinks.registry.base import RegistryBase
+from sinks.registry.records import (
+    SYSTEM_ACTOR,
+    OrgRecord,
+    UserRecord,
+)
+from sinks.registry.schema import (
+    CollectionRow,
+    OrgRow,
+    UserRow,
+)
+
+
+class PeopleMixin(RegistryBase):
+    """Orgs, users and roles, and who is the account manager of which org (every change audited)."""
+
+    def ensure_org(
+        self,
+        org_id: str,
+        name: str | None = None,
+        am_user_id: str | None = None,
+        *,
+        actor: str = SYSTEM_ACTOR,
+    ) -> bool:
+        """Create the org if missing (its id must follow :func:`core.ids.org_id`); update its
+        name or AM when given. Returns True when it was created."""
+        ids.org_id(org_id)
+        with self.session() as s, s.begin():
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                s.add(OrgRow(id=org_id, name=name or org_id, am_user_id=am_user_id))
+                s.flush()
+                # Every org has a Default collection (see migration 0006).
+                s.add(
+                    CollectionRow(
+                        org_id=org_id,
+                        path="default",
+                        name="Default",
+                        description="Documents not filed in a more specific collection.",
+                    )
+                )
+                s.add(
+                    admin_audit(
+                        actor, AuditAction.ORG_CREATED, org_id, None,
+                        {"name": name or org_id, "am_user_id": am_user_id},
+                    )
+                )  # fmt: skip
+                return True
+            if name:
+                org.name = name
+            if am_user_id:
+                org.am_user_id = am_user_id
+            return False
+
+    def get_org(self, org_id: str) -> OrgRecord:
+        with self.session() as s:
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                raise NotFound(
+                    f"org {org_id!r} does not exist. Create it with `kbflow orgs create {org_id}`."
+                )
+            return OrgRecord(org.id, org.name, org.am_user_id)
+
+    def list_orgs(self) -> list[OrgRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(OrgRow).order_by(OrgRow.id))
+            return [OrgRecord(o.id, o.name, o.am_user_id) for o in rows]
+
+    def assign_am(self, org_id: str, user_id: str, *, actor: str = SYSTEM_ACTOR) -> OrgRecord:
+        """Make ``user_id`` (an account manager) the org's assigned AM (audited)."""
+        user = self.get_user(user_id)
+        if user.role is not Role.ACCOUNT_MANAGER:
+            raise ConfigError(
+                f"user {user_id!r} is a {user.role.value}, not an account_manager; only an "
+                "account manager can be assigned to an org."
+            )
+        with self.session() as s, s.begin():
+            org = s.get(OrgRow, org_id)
+            if org is None:
+                raise NotFound(f"org {org_id!r} does not exist. Create it first.")
+            before = org.am_user_id
+            org.am_user_id = user_id
+            s.add(
+                admin_audit(
+                    actor, AuditAction.AM_ASSIGNED, org_id, {"am_user_id": before},
+                    {"am_user_id": user_id},
+                )
+            )  # fmt: skip
+        return self.get_org(org_id)
+
+    def ensure_user(
+        self,
+        user_id: str,
+        role: Role,
+        *,
+        name: str | None = None,
+        org_id: str | None = None,
+        actor: str = SYSTEM_ACTOR,
+    ) -> UserRecord:
+        """Create the user, or update its role, name and org (audited; the id must follow
+        :func:`core.ids.user_id`)."""
+        ids.user_id(user_id)
+        with self.session() as s, s.begin():
+            if org_id is not None and s.get(OrgRow, org_id) is None:
+                raise NotFound(f"org {org_id!r} does not exist. Create it before its users.")
+            user = s.get(UserRow, user_id)
+            before = None if user is None else {"role": user.role, "org_id": user.org_id}
+            if user is None:
+                s.add(UserRow(id=user_id, name=name or user_id, role=role.value, org_id=org_id))
+            else:
+                user.role = role.value
+                user.name = name or user.name
+                user.org_id = org_id
+            s.add(
+                admin_audit(
+                    actor, AuditAction.USER_SAVED, org_id, before,
+                    {"user_id": user_id, "role": role.value, "org_id": org_id},
+                )
+            )  # fmt: skip
+        return self.get_user(user_id)
+
+    def count_superadmins(self) -> int:
+        with self.session() as s:
+            return int(
+                s.scalar(select(func.count()).where(UserRow.role == Role.SUPERADMIN.value)) or 0
+            )
+
+    def record_admin(
+        self,
+        actor: str,
+        action: AuditAction,
+        *,
+        org_id: str | None,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> None:
+        """An audit row for an administrative change made elsewhere (an agent's audiences)."""
+        with self.session() as s, s.begin():
+            s.add(admin_audit(actor, action, org_id, before, after))
+
+    def record_denied(self, actor: str, attempted: str, *, org_id: str | None, reason: str) -> None:
+        """An audit row for an admin action that was refused (who tried what, and why not)."""
+        with self.session() as s, s.begin():
+            s.add(
+                admin_audit(
+                    actor, AuditAction.DENIED, org_id, None,
+                    {"attempted": attempted, "reason": reason[:500]},
+                )
+            )  # fmt: skip
+
+    def get_user(self, user_id: str) -> UserRecord:
+        with self.session() as s:
+            user = s.get(UserRow, user_id)
+            if user is None:
+                raise NotFound(
+                    f"user {user_id!r} does not exist. Add it with `kbflow users add {user_id} "
+                    "--role ...`."
+                )
+            return UserRecord(user.id, user.name, Role(user.role), user.org_id)
+
+    def list_users(self) -> list[UserRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(UserRow).order_by(UserRow.id))
+            return [UserRecord(u.id, u.name, Role(u.role), u.org_id) for u in rows]
