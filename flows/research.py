@@ -20,9 +20,10 @@ from core.settings import Settings
 from flows.review import failed_run, review
 from sinks.connect import open_registry
 from tasks.research.budget import push_metrics
+from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.run import persisted_outcome, stopped_outcome
 from tasks.research.steps import gather_task, persist_task, synthesize_task
-from tasks.research.synthesize import ExtractiveSynthesizer, resolve_model
+from tasks.research.synthesize import resolve_model
 from tasks.review.access import authorize_decision
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import faults
+from core.contracts import IngestReport, JobRef, PathNote, PathReason
 from core.errors import ExtractionError, IngestFailed
 from core.models import (
     SERVABLE_PARSE_STATUSES,
@@ -387,11 +388,17 @@ class IngestSummary:
             notes=list(total.notes),
         )
 
+    def report(self, jobs: Sequence[JobRef] = ()) -> IngestReport:
+        """The typed report (``jobs``: the background jobs long files were handed to)."""
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        fields["skipped"] = [PathReason(source=s, reason=r) for s, r in self.skipped]
+        fields["empty"] = [PathReason(source=s, reason=r) for s, r in self.empty]
+        fields["notes"] = [PathNote(source=s, note=n) for s, n in self.notes]
+        return IngestReport(**fields, jobs=list(jobs))
+
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["skipped"] = [{"source": s, "reason": r} for s, r in self.skipped]
-        out["empty"] = [{"source": s, "reason": r} for s, r in self.empty]
-        out["notes"] = [{"source": s, "note": n} for s, n in self.notes]
+        out = self.report().to_dict()
+        del out["jobs"]  # a flow's report names no jobs; the CLI's adds them
         return out
 
     def raise_if_too_many_skipped(self, max_ratio: float) -> None:

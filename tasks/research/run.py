@@ -31,18 +31,12 @@ from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 from tasks.research.budget import ResearchBudget
+from tasks.research.claude import SYSTEM_PROMPT, AnthropicSynthesizer
 from tasks.research.corpus import build_corpus, homepage_of, seed_entries
+from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.public_context import Fetcher, SearchProvider, gather_public_context
 from tasks.research.seed import list_seeds
-from tasks.research.synthesize import (
-    SYSTEM_PROMPT,
-    AnthropicSynthesizer,
-    ExtractiveSynthesizer,
-    Synthesizer,
-    estimate_tokens,
-    resolve_model,
-    validate_drafts,
-)
+from tasks.research.synthesize import Synthesizer, estimate_tokens, resolve_model, validate_drafts
 from tasks.review.machine import supersede
 from tasks.text.embed import Embedder
 

@@ -25,6 +25,8 @@ from prefect.cache_policies import NO_CACHE
 from core.models import DraftDocument, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
+from tasks.research.claude import AnthropicSynthesizer
+from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.fetch import FetchResult, safe_get
 from tasks.research.run import (
     Drafted,
@@ -33,7 +35,7 @@ from tasks.research.run import (
     persist_drafts,
     synthesize_drafts,
 )
-from tasks.research.synthesize import AnthropicSynthesizer, ExtractiveSynthesizer, resolve_model
+from tasks.research.synthesize import resolve_model
 from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
 from tasks.text.embed import get_embedder
 

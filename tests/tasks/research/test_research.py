@@ -15,10 +15,10 @@ from prometheus_client import REGISTRY
 from core.models import KB_FILENAMES, ResearchRequest, Scope, SearchMode
 from tasks.ingest.extract import file_to_document
 from tasks.query.retrieve import search
+from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.fetch import FetchError, FetchResult
 from tasks.research.run import run_research
 from tasks.research.seed import SeedBundle, seed_bundle
-from tasks.research.synthesize import ExtractiveSynthesizer
 
 BRIEF = """# Larkspur Cycles brief
 

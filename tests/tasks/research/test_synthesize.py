@@ -14,16 +14,9 @@ import pytest
 
 from core.errors import ConfigError, KbflowError, SynthesisFailed, SynthesisInvalid
 from core.models import KB_FILENAMES, CorpusEntry, DraftDocument, ResearchCorpus
-from tasks.research.synthesize import (
-    DEFAULT_MODEL,
-    SYSTEM_PROMPT,
-    AnthropicSynthesizer,
-    ExtractiveSynthesizer,
-    estimate_tokens,
-    parse_drafts,
-    resolve_model,
-    validate_drafts,
-)
+from tasks.research.claude import SYSTEM_PROMPT, AnthropicSynthesizer, parse_drafts
+from tasks.research.extractive import ExtractiveSynthesizer
+from tasks.research.synthesize import DEFAULT_MODEL, estimate_tokens, resolve_model, validate_drafts
 from tasks.text.sentences import split_sentences
 from tests.anthropic_mock import Recorder, anthropic_client, api_error, message
 

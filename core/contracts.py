@@ -1,0 +1,175 @@
+"""Typed contracts between the floors: what a caller asks for, and the reports that come back.
+
+Each is a pydantic model, so one definition serves as the CLI's arguments, a flow's parameters
+(Prefect renders them as the run form), a job row's stored parameters and the ``--json`` output
+(``model_dump(mode="json")``, key for key what the commands printed before these models).
+
+A report also reads like that JSON (``report["documents"]``): the CLI's renderers and older
+callers index it, and that stays true.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core import ids
+from core.models import DocStatus
+
+
+class Report(BaseModel):
+    """A report: typed fields, and read access by key like the JSON it dumps to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in type(self).model_fields and (
+            getattr(self, key) is not None or key in self.model_fields_set
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in type(self).model_fields else default
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+class IngestRequest(BaseModel):
+    """Where an ingest puts its documents and the review metadata they get (everything but
+    the paths): the CLI's options, the ``ingest`` flow's parameters, a job row's parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    org: str = Field(description="Organisation id (a short slug); it must exist.")
+    collection: str = Field("default", description="Collection path, e.g. 'policies/hr'.")
+    status: DocStatus | None = Field(
+        DocStatus.APPROVED, description="Review status of new documents (None: legacy, unset)."
+    )
+    audience: str | None = Field(None, description="Audience of the documents (None: everyone).")
+    effective_date: dt.date | None = Field(
+        None, description="Hidden from agents before this day."
+    )
+    source_tag: str | None = Field(None, description="Free tag recorded on each document.")
+
+    @field_validator("org")
+    @classmethod
+    def _org(cls, value: str) -> str:
+        return ids.org_id(value)
+
+    def job_params(self) -> dict[str, Any]:
+        """As JSON, for the job row (what `kbflow jobs status` shows)."""
+        return self.model_dump(mode="json")
+
+
+class PathReason(BaseModel):
+    """A source that was skipped (or read but empty), and why."""
+
+    source: str
+    reason: str
+
+
+class PathNote(BaseModel):
+    """A source stored with a caveat (OCR used, a link not followed, …)."""
+
+    source: str
+    note: str
+
+
+class JobRef(BaseModel):
+    """A background job an ingest handed long files to."""
+
+    id: str
+    status: str
+    files: int
+
+
+class IngestReport(Report):
+    """What an ingest did."""
+
+    org: str
+    collection: str
+    discovered: int
+    new: int
+    changed: int
+    unchanged: int
+    documents: int
+    chunks: int
+    superseded: int
+    skipped: list[PathReason]
+    seconds: float
+    embed_seconds: float
+    empty: list[PathReason] = Field(default_factory=list)
+    notes: list[PathNote] = Field(default_factory=list)
+    jobs: list[JobRef] = Field(default_factory=list)
+
+
+# --- review ----------------------------------------------------------------------------------
+
+
+class DecisionOutcome(BaseModel):
+    """What happened to one decision of a review."""
+
+    doc_id: str
+    action: str
+    result: Literal["applied", "conflict", "forbidden", "invalid", "not_found"]
+    message: str = ""
+    status: str | None = None
+
+
+class ReviewReport(Report):
+    """What a review run did with the decisions it was given."""
+
+    org: str
+    reviewer: str | None
+    pending: int
+    applied: int
+    skipped: int
+    failed: int
+    skipped_ids: list[str]
+    outcomes: list[DecisionOutcome]
+
+
+# --- research --------------------------------------------------------------------------------
+
+
+class DraftOut(BaseModel):
+    filename: str
+    title: str
+    content: str
+
+
+class BudgetSpent(BaseModel):
+    """What a research run spent of its caps, and which one stopped it (if any)."""
+
+    fetches: int = 0
+    max_fetches: int = 0
+    tokens: int = 0
+    max_tokens: int = 0
+    exceeded: Literal["fetches", "tokens"] | None = None
+
+
+class ResearchReport(Report):
+    """What a research run did: its drafts (or the budget that stopped it) and its review."""
+
+    synthesis_run_id: str | None
+    budget_exceeded: bool
+    documents: list[DraftOut] = Field(default_factory=list)
+    consumed_tokens: int = 0
+    doc_ids: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    synthesizer: str = ""
+    superseded_drafts: int = 0
+    budget: BudgetSpent = Field(default_factory=BudgetSpent)
+    budget_stop: str | None = None
+    review: ReviewReport | None = None
+    review_failed: str | None = None

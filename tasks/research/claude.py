@@ -1,0 +1,262 @@
+"""Claude writes the drafts: the prompts, the request (one retry layer: `tasks.llm.AnthropicChat`,
+or the Prefect task), parsing the JSON reply, and one repair turn."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ConfigError, LlmError, SynthesisFailed, SynthesisInvalid
+from core.models import DraftDocument, ResearchCorpus, SynthesisResult
+from tasks.llm import AnthropicChat
+from tasks.research.synthesize import (
+    BRAND_VOICE,
+    COMPLIANCE,
+    CONTACTS,
+    DEFAULT_MODEL,
+    DOC_TITLES,
+    PRODUCT,
+    short,
+    validate_drafts,
+)
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = f"""\
+You write the first draft of a client's knowledge base, which AI agents will use when they \
+speak for the client. Using only the research corpus in the user message, write exactly four \
+Markdown documents:
+
+1. {BRAND_VOICE} — how the client talks to customers: tone, style, words to use and avoid. \
+It must have a "## Golden examples" section (copy to imitate) and a "## Anti-examples" section \
+(phrasing to avoid). Every list item in those sections is an example taken from the corpus and \
+ends with its citation.
+2. {PRODUCT} — the products and services, prices or plans where stated, the target audience, \
+and the current status and availability.
+3. {COMPLIANCE} — only the risk topics the corpus itself raises (privacy, legal, regulatory, \
+safety, warranty, claims). Never add a risk, law or advice the corpus does not mention; if it \
+mentions none, say so in one sentence citing the closest entry.
+4. {CONTACTS} — the people the corpus names, with roles, contact details and escalation \
+paths exactly as stated. Never invent a name, e-mail address or phone number.
+
+Rules:
+- Cite every claim with the id of the corpus entry it comes from, in square brackets exactly as \
+listed, e.g. [doc:abc123]. Use only the listed ids; never invent or alter one.
+- Every document cites at least once. If the corpus has nothing for a document, say so in one \
+sentence citing the closest entry.
+- End every document with this footer, and nothing after it:
+---
+## Citations
+- [<id>] <entry title>
+with one line for each id the document cites.
+- Reply with ONE JSON object and nothing else (no prose, no code fence):
+{{"documents": [{{"filename": "...", "title": "...", "content": "..."}}]}}
+with the four filenames above, in that order; "content" is the whole Markdown document.
+"""
+
+
+REPAIR_PROMPT = """\
+Your reply could not be used: {error}
+Reply with the corrected JSON object only — all four documents, every problem fixed — and \
+nothing else."""
+
+
+def user_message(corpus: ResearchCorpus) -> str:
+    """The user turn: the allowed citation ids, then the rendered corpus."""
+    ids = "\n".join(f"- {e.citation} {short(e.title, 200)}" for e in corpus.entries)
+    return (
+        f"Client: {corpus.client_name}\n\n"
+        f"Citation ids you may use:\n{ids}\n\n"
+        f"Research corpus (each entry starts with its citation id):\n"
+        f"<corpus>\n{corpus.render()}\n</corpus>"
+    )
+
+
+def parse_drafts(reply: str) -> list[DraftDocument]:
+    """The documents in a model reply: one JSON object, optionally inside a ```json fence.
+
+    Raises:
+        SynthesisInvalid: the reply is not that JSON object, or an item lacks a field.
+    """
+    text = reply.strip()
+    fence = re.search(r"```(?:json)?\s*\n(.*?)\n?```", text, re.S)
+    if fence:
+        text = fence.group(1).strip()
+    if not text.startswith("{") and "{" in text:  # tolerate a sentence before/after the object
+        text = text[text.find("{") : text.rfind("}") + 1]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SynthesisInvalid(
+            f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from exc
+    items = data.get("documents") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise SynthesisInvalid(
+            'the reply must be a JSON object with a "documents" list; '
+            f"got {type(data).__name__} with keys {sorted(data) if isinstance(data, dict) else []}"
+        )
+    docs = []
+    for n, item in enumerate(items):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(key), str) for key in ("filename", "content")
+        ):
+            raise SynthesisInvalid(
+                f'documents[{n}] must be an object with string "filename", "title" and "content"'
+            )
+        filename = item["filename"].strip()
+        title = item.get("title")
+        if not isinstance(title, str) or not title.strip():
+            title = DOC_TITLES.get(filename, filename)
+        docs.append(DraftDocument(filename=filename, title=title.strip(), content=item["content"]))
+    return docs
+
+
+@dataclass(frozen=True)
+class _Reply:
+    text: str
+    tokens: int  # input + output, from the response's usage
+    truncated: bool  # stopped at max_tokens
+
+
+class AnthropicSynthesizer:
+    """Claude writes the drafts: one Messages request, and at most one repair request.
+
+    Transient failures (429, 408/409, 5xx incl. 529 overloaded, connection errors and timeouts)
+    are retried with exponential backoff (``backoff_s * 2**n``, or the server's ``retry-after``
+    when longer) by `tasks.llm.AnthropicChat`, the one retry layer (the SDK's own retries are
+    switched off). A reply that is not valid JSON or breaks :func:`validate_drafts` gets one repair
+    request carrying the exact error; a second failure raises :class:`SynthesisFailed`.
+
+    Args:
+        api_key: the Anthropic API key (unused when ``client`` is given).
+        model: the model id; resolve overrides with :func:`resolve_model`.
+        client: an ``anthropic.Anthropic`` to use instead of building one (tests, proxies).
+        max_retries: retries per request after the first attempt, for transient errors only.
+        backoff_s: the first retry's delay; each later retry doubles it.
+        sleep: how to wait between retries (injected by tests).
+        timeout_s: per-request timeout (explicit, so large ``max_output_tokens`` is allowed
+            without streaming).
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        *,
+        client: Any | None = None,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+        timeout_s: float = 600.0,
+    ) -> None:
+        if not model.strip():
+            raise ConfigError("model must be a model id such as 'claude-haiku-4-5'. It is empty.")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be 0 or more. Currently it is {max_retries}.")
+        if backoff_s < 0:
+            raise ConfigError(f"backoff_s must be 0 or more. Currently it is {backoff_s}.")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be greater than 0. Currently it is {timeout_s}.")
+        if client is None and not api_key:
+            raise ConfigError(
+                "the Anthropic API key is empty: set ANTHROPIC_API_KEY, or use the extractive "
+                "synthesizer to work offline."
+            )
+        self.model_id = model.strip()
+        self._chat = AnthropicChat(
+            api_key,
+            self.model_id,
+            client=client,
+            attempts=max_retries + 1,
+            backoff_s=backoff_s,
+            timeout_s=timeout_s,
+            sleep=sleep,
+        )
+
+    def _call(self, messages: list[dict[str, str]], max_output_tokens: int) -> _Reply:
+        """One Messages request; transient errors are retried by `AnthropicChat.create`."""
+        import anthropic
+
+        started = time.perf_counter()
+        try:
+            response, _ = self._chat.create(
+                purpose="synthesis",
+                system=SYSTEM_PROMPT,
+                messages=messages,
+                max_tokens=max_output_tokens,
+            )
+        except LlmError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, anthropic.APIError):
+                raise (cause or exc) from None  # not the API's answer: a bug, raised as it came
+            if not exc.transient:
+                raise SynthesisFailed(
+                    f"Anthropic rejected the synthesis request for model {self.model_id!r} "
+                    f"(HTTP {getattr(cause, 'status_code', None)}): {cause} — check the API key, "
+                    "the model id and max_output_tokens; this error is not retried"
+                ) from cause
+            raise SynthesisFailed(
+                f"Anthropic still failing after {exc.attempts} attempt(s) "
+                f"(model {self.model_id!r}): {cause} — try again later",
+                transient=True,
+            ) from cause
+        usage = response.usage
+        log.info(
+            "anthropic %s: %d tokens in, %d out, stop=%s, %.1fs",
+            self.model_id,
+            usage.input_tokens,
+            usage.output_tokens,
+            response.stop_reason,
+            time.perf_counter() - started,
+        )
+        return _Reply(
+            text="".join(b.text for b in response.content if getattr(b, "type", "") == "text"),
+            tokens=int(usage.input_tokens or 0) + int(usage.output_tokens or 0),
+            truncated=response.stop_reason == "max_tokens",
+        )
+
+    def _drafts(
+        self, reply: _Reply, corpus: ResearchCorpus, max_output_tokens: int
+    ) -> tuple[DraftDocument, ...]:
+        try:
+            return validate_drafts(parse_drafts(reply.text), corpus)
+        except SynthesisInvalid as exc:
+            if reply.truncated:
+                raise SynthesisInvalid(
+                    f"{exc} (the reply was cut off at max_tokens={max_output_tokens}: "
+                    "write shorter documents)"
+                ) from exc
+            raise
+
+    def synthesize(self, corpus: ResearchCorpus, *, max_output_tokens: int) -> SynthesisResult:
+        if max_output_tokens <= 0:
+            raise ConfigError(
+                f"max_output_tokens must be greater than 0. Currently it is {max_output_tokens}."
+            )
+        messages = [{"role": "user", "content": user_message(corpus)}]
+        reply = self._call(messages, max_output_tokens)
+        consumed = reply.tokens
+        try:
+            docs = self._drafts(reply, corpus, max_output_tokens)
+        except SynthesisInvalid as first:
+            log.warning("synthesis reply invalid; sending one repair request")
+            messages += [
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": REPAIR_PROMPT.format(error=first)},
+            ]
+            repaired = self._call(messages, max_output_tokens)
+            consumed += repaired.tokens
+            try:
+                docs = self._drafts(repaired, corpus, max_output_tokens)
+            except SynthesisInvalid as second:
+                raise SynthesisFailed(
+                    f"{self.model_id} wrote invalid KB drafts for {corpus.client_name!r} twice "
+                    f"({consumed} tokens spent). First reply: {first}. After repair: {second}"
+                ) from second
+        return SynthesisResult(documents=docs, consumed_tokens=consumed, model=self.model_id)
