@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from core.errors import ConfigError, KbflowError, UnsafeUrl
-from tasks.research.fetch import FetchError, FetchResult, check_url, safe_get
 from tasks.research import fetch
+from tasks.research.fetch import FetchError, FetchResult, check_url, safe_get
 
 PUBLIC_V4 = "93.184.215.14"
 OTHER_V4 = "8.8.8.8"
