@@ -54,13 +54,6 @@ class TermStats:
         n, df = shared_fallback().term_stats(org_id, registry)
         return cls(n, df)
 
-    @classmethod
-    def of_texts(cls, texts: Sequence[str]) -> TermStats:
-        df: Counter[str] = Counter()
-        for text in texts:
-            df.update(set(analyze(text)))
-        return cls(len(texts), df)
-
 
 def query_terms(query: str) -> list[str]:
     """The query's distinct BM25 terms (`analyze`, the keyword legs' analyser), in order, less
