@@ -25,10 +25,6 @@ class UnsupportedFormat(ExtractionError):
     """The file's format is not one kbflow can extract (yet)."""
 
 
-class ValidationFailed(KbflowError, ValueError):
-    """Data failed a quality check (e.g. the Great Expectations chunk suite)."""
-
-
 class IngestFailed(KbflowError, RuntimeError):
     """Too many documents of an ingest run failed; the ones that worked are stored."""
 

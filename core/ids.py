@@ -17,9 +17,6 @@ import re
 
 from core.errors import ConfigError
 
-MAX_SLUG = 64
-MAX_USER_ID = 120
-
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 _USER = re.compile(r"[a-z0-9](?:[a-z0-9_.@+-]{0,118}[a-z0-9])?")
 

@@ -40,13 +40,6 @@ class ParseStatus(StrEnum):
 
 SERVABLE_PARSE_STATUSES: tuple[str, ...] = (ParseStatus.INGESTED.value, ParseStatus.PARSED.value)
 
-# Legacy status values found in older registries, mapped forward by migration 0002.
-LEGACY_STATUS_MAP: dict[str, str] = {
-    "active": DocStatus.APPROVED.value,
-    "draft": DocStatus.PENDING_REVIEW.value,
-    "deprecated": DocStatus.SUPERSEDED.value,
-}
-
 
 class JobStatus(StrEnum):
     """State of a long-running ingest job."""

@@ -9,7 +9,6 @@ Order and layout are not scored: this checks that nothing was lost, not how it i
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +97,3 @@ def recall_row(source: Path, reference: Path, doc: ExtractedDocument, seconds: f
         recall=round(token_recall(ref_text, document_text(doc)), 4),
         seconds=round(seconds, 3),
     )
-
-
-def timed(func: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = func(*args, **kwargs)
-    return result, time.perf_counter() - started

@@ -60,7 +60,7 @@ def _slug(name: str) -> str:
 
 def index_fingerprint(settings: Settings) -> str:
     """What the stored index depends on: a change to any of these needs a fresh index."""
-    from tasks.text.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+    from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     parts = (
         settings.embedding_model,
@@ -69,13 +69,15 @@ def index_fingerprint(settings: Settings) -> str:
         BM25_K1,
         BM25_B,
         BM25_AVG_LEN,
+        ANALYZER_VERSION,
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
 
 
 def eval_settings(settings: Settings, dataset: BeirDataset) -> Settings:
     """The settings of the dataset's own index: the same models, its own data directory
-    (one per index fingerprint, so changing chunking or BM25 never reuses a stale index)."""
+    (one per index fingerprint, so changing chunking, BM25 or its analyser never reuses a stale
+    index)."""
     home = settings.home / "evals" / _slug(dataset.name) / index_fingerprint(settings)
     return settings.model_copy(update={"home": home, "database_url": None, "qdrant_url": None})
 
@@ -294,7 +296,7 @@ def run_eval(
 
 
 def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict[str, Any]:
-    from tasks.text.sparse import BM25_AVG_LEN, BM25_B, BM25_K1
+    from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     return {
         "embedding_model": settings.embedding_model,
@@ -304,7 +306,12 @@ def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict
         "rrf_k": settings.rrf_k,
         "dense_weight": settings.dense_weight,
         "prefetch_limit": settings.prefetch_limit,
-        "bm25": {"k1": BM25_K1, "b": BM25_B, "avg_len": BM25_AVG_LEN},
+        "bm25": {
+            "k1": BM25_K1,
+            "b": BM25_B,
+            "avg_len": BM25_AVG_LEN,
+            "analyzer": ANALYZER_VERSION,
+        },
         "reranker": reranker.name if reranker else None,
     }
 

@@ -8,9 +8,9 @@ exactly what was sent and what came back.
 Retries are for transient failures only (`is_transient`): HTTP 408, 409, 429 and 5xx (529
 "overloaded" included), timeouts and connection errors/resets. Three attempts in all, with
 exponential backoff, or the server's ``retry-after`` when it asks for longer. Anything else
-(a 400, a bad key, an unknown model) fails at once. A status code found only in an error's
-*text* counts when it stands alone as a word: "HTTP 503" is transient, "67500 tokens" is not a
-500.
+(a 400, a bad key, an unknown model) fails at once. The SDK's typed errors decide
+(``anthropic.APIStatusError.status_code``, ``APITimeoutError``, ``APIConnectionError``), never an
+error's text: a message that merely mentions "503" or "timeout" is not transient.
 
 `complete_json` asks for a JSON object, parses it with the caller's validator and, when the
 reply breaks the contract, sends ONE repair turn quoting the exact error; a second bad reply
@@ -37,13 +37,6 @@ DEFAULT_ATTEMPTS = 3
 _TRANSIENT_STATUS = frozenset({408, 409, 429})
 _AUTH_STATUS = frozenset({401, 403})
 _MAX_RETRY_AFTER_S = 60.0
-# A status code on its own as a word ("HTTP 503", "error 429:"), never inside a number.
-_STATUS_IN_TEXT = re.compile(r"(?<![\w.])(408|409|429|5\d\d)(?![\w.])")
-_TRANSIENT_WORDS = re.compile(
-    r"timed? ?out|timeout|connection (?:reset|aborted|refused|error)|reset by peer|"
-    r"econnreset|broken pipe|overloaded|temporarily unavailable|service unavailable",
-    re.IGNORECASE,
-)
 REPAIR_INSTRUCTION = (
     "Your reply did not follow the required JSON format: {error}. Reply again with only the "
     "corrected JSON object, nothing before or after it."
@@ -70,37 +63,43 @@ class ChatModel(Protocol):
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an error carries: its ``status_code``, else a code in its text."""
-    code = getattr(exc, "status_code", None)
-    if isinstance(code, int):
-        return code
-    match = _STATUS_IN_TEXT.search(str(exc))
-    return int(match.group(1)) if match else None
+    """The HTTP status of the API's answer, or None when no answer came (timeout, network)."""
+    import anthropic  # lazily, like the client: by the time an error comes, it is loaded
+
+    if isinstance(exc, anthropic.APIStatusError | anthropic.APIResponseValidationError):
+        return exc.status_code
+    return None
 
 
 def is_auth_error(exc: BaseException) -> bool:
-    return getattr(exc, "status_code", None) in _AUTH_STATUS
+    """Whether the API refused the key (401) or the key's rights (403)."""
+    return status_of(exc) in _AUTH_STATUS
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether retrying ``exc`` later may succeed (see the module docstring)."""
-    if isinstance(exc, TimeoutError | ConnectionError):
+    """Whether retrying ``exc`` later may succeed (see the module docstring).
+
+    Transient: an HTTP 408, 409, 429 or 5xx answer; the SDK's ``APITimeoutError`` and
+    ``APIConnectionError`` (it wraps every transport failure in one of them); the built-in
+    ``TimeoutError`` and ``ConnectionError`` (a proxy or a hand-made ``client`` may raise them).
+    Everything else is permanent, whatever its message says.
+    """
+    import anthropic
+
+    if isinstance(exc, anthropic.APIConnectionError | TimeoutError | ConnectionError):
         return True
-    name = type(exc).__name__
-    if name in {"APIConnectionError", "APITimeoutError", "ConnectError", "ReadTimeout",
-                "ConnectTimeout", "RemoteProtocolError", "ReadError"}:  # fmt: skip
-        return True
-    code = status_of(exc)
-    if code is not None:
-        return code in _TRANSIENT_STATUS or 500 <= code <= 599
-    return bool(_TRANSIENT_WORDS.search(str(exc)))
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in _TRANSIENT_STATUS or 500 <= exc.status_code <= 599
+    return False
 
 
 def retry_after_s(exc: BaseException) -> float | None:
     """The server's ``retry-after`` in seconds (capped at a minute), when it sent one."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    value = headers.get("retry-after") if headers is not None else None
+    import anthropic
+
+    if not isinstance(exc, anthropic.APIStatusError):
+        return None
+    value = exc.response.headers.get("retry-after")
     try:
         return min(float(value), _MAX_RETRY_AFTER_S) if value is not None else None
     except ValueError:
@@ -191,8 +190,10 @@ class AnthropicChat:
                 auth = is_auth_error(exc)
                 if auth:
                     hint = "check ANTHROPIC_API_KEY"
-                elif transient:
+                elif transient and attempt > 1:
                     hint = f"still failing after {attempt} attempts; try again later"
+                elif transient:
+                    hint = "not retried here (attempts=1); a later retry may succeed"
                 else:
                     hint = "not retried: check the model id and the request"
                 raise LlmError(

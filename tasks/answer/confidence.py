@@ -21,8 +21,8 @@ nothing on top of this at ~0.5 s per query on a CPU.
 
 from __future__ import annotations
 
+import itertools
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,13 +31,10 @@ from core.models import SearchHit, SearchMode
 from sinks.registry import SqlRegistry
 from tasks.query.fallback import shared_fallback
 from tasks.text.embed import Embedder
-from tasks.text.sparse import analyze
+from tasks.text.sparse import analyze, words
 
 COSINE_WEIGHT = 0.5
 _MIN_PREFIX = 4  # shorter stems are too ambiguous to match as prefixes
-# "how much / many / long / quickly …": the word after "how" asks for a quantity or manner, and
-# the answer states the quantity ("9.4 kg", "48 hours"), not the word.
-_HOW_WHAT = re.compile(r"\bhow\s+([a-z]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -57,18 +54,28 @@ class TermStats:
         n, df = shared_fallback().term_stats(org_id, registry)
         return cls(n, df)
 
-    @classmethod
-    def of_texts(cls, texts: Sequence[str]) -> TermStats:
-        df: Counter[str] = Counter()
-        for text in texts:
-            df.update(set(analyze(text)))
-        return cls(len(texts), df)
+
+def query_terms(query: str) -> list[str]:
+    """The query's distinct BM25 terms (`analyze`, the keyword legs' analyser), in order, less
+    the word after "how".
+
+    "how much / many / long / quickly …": that word asks for a quantity or manner, and the
+    answer states the quantity ("9.4 kg", "48 hours"), not the word. It is found among the
+    analyser's own `words`, so it is the same term the query's analysis holds.
+    """
+    said = words(query)
+    asked = {
+        term
+        for before, word in itertools.pairwise(said)
+        if before == "how" and word.isalpha()
+        for term in analyze(word)
+    }
+    return [t for t in dict.fromkeys(analyze(query)) if t not in asked]
 
 
 def coverage(query: str, text: str, stats: TermStats) -> float:
     """The IDF-weighted share of the query's distinct terms that ``text`` contains (0..1)."""
-    asked = {stem for word in _HOW_WHAT.findall(query) for stem in analyze(word)}
-    terms = [t for t in dict.fromkeys(analyze(query)) if t not in asked]
+    terms = query_terms(query)
     if not terms:
         return 0.0
     weights = [max(stats.idf(t), 0.0) for t in terms]

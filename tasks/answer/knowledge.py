@@ -169,7 +169,13 @@ class KnowledgeModel(Protocol):
 
 
 def content_terms(text: str) -> list[str]:
-    """Lower-cased word tokens without stopwords (what lexical overlap counts)."""
+    """Lower-cased word tokens without stopwords (what lexical overlap counts).
+
+    Deliberately not the BM25 analyser (`tasks.text.sparse.analyze`): this is no retrieval
+    path but the offline model's sentence choice, and recorded answers are replayed under the
+    same model id (``extractive-v1``) and must come out byte-identical. Changing these terms
+    means a new model id.
+    """
     return [t for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
 
 

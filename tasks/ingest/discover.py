@@ -55,11 +55,6 @@ class Discovery:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (path, note): links not followed
 
 
-def discover_sources(inputs: list[str], supported_suffixes: frozenset[str]) -> list[Source]:
-    """The sources of :func:`discover` (paths it skipped are dropped; see `discover`)."""
-    return discover(inputs, supported_suffixes).sources
-
-
 def discover(inputs: list[str], supported_suffixes: frozenset[str]) -> Discovery:
     """Expand paths, directories (recursively) and globs into sources, in a stable order.
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import ValidationFailed
 from core.models import ChunkPoint, DocStatus
 from sinks.vectors import DENSE_DIM
 
@@ -106,16 +105,4 @@ def check_chunk_points(points: Sequence[ChunkPoint]) -> CheckReport:
         name = f"{config.type}({config.kwargs.get('column')})"
         rows = res.result.get("unexpected_index_list") or []
         report.failures[name] = [r.get("chunk_id") if isinstance(r, dict) else r for r in rows[:20]]
-    return report
-
-
-def require_valid(points: Sequence[ChunkPoint]) -> CheckReport:
-    """Run the suite and raise :class:`ValidationFailed` naming the failing chunks."""
-    report = check_chunk_points(points)
-    if not report.ok:
-        detail = "; ".join(f"{k}: {v}" for k, v in report.failures.items())
-        raise ValidationFailed(
-            f"{len(report.failures)} data check(s) failed on {report.checked} chunks — {detail}. "
-            "Nothing from this batch was stored; fix the source documents and re-run."
-        )
     return report

@@ -1,10 +1,16 @@
 """The keyword fallback: BM25 over an org's gated chunks, read from the registry.
 
 Serves only when the vector engine is unavailable. It ranks with `rank_bm25` over the same
-analysed terms as the stored sparse vectors (`tasks.text.sparse.analyze`), builds its index from the
-registry's chunk texts (never from the vector store, which is what failed), and admits a chunk
-only when the gate admits its document's registry record — the same predicate as every other
-path. The index is built once per org and rebuilt when the org's chunks or documents change.
+analysed terms as the stored sparse vectors (`tasks.text.sparse.analyze`, for the chunks and the
+query), builds its index from the registry's chunk texts (never from the vector store, which is
+what failed), and admits a chunk only when the gate admits its document's registry record — the
+same predicate as every other path. The index is built once per org and rebuilt when the org's
+chunks or documents change.
+
+Why a scorer of its own: Qdrant's IDF lives in the store that failed, so the fallback needs an
+in-process BM25. It is `BM25Okapi` (k1 1.5, b 0.75, IDF floor epsilon 0.25), whose ranking
+``bench/fallback_eval.py`` measured and docs/RETRIEVAL.md reports; bm25s would be faster but
+matches `BM25Okapi` only with epsilon 0, so switching would move those figures.
 """
 
 from __future__ import annotations

@@ -1,8 +1,21 @@
-"""BM25 text analysis shared by the sparse vector leg and the keyword baseline.
+"""The one BM25 analyser, and the sparse vectors built with it.
 
-One tokenizer (lowercase, word characters, English stop words, Snowball stemming) feeds both the
-BM25 sparse vectors stored in Qdrant (IDF is applied inside Qdrant by the ``Idf`` modifier) and
-the ``bm25s`` keyword baseline used by the evals, so the two keyword engines see the same terms.
+`analyze` (lowercase, split into runs of letters and digits, English stop words out, Snowball
+stems) is the only way kbflow turns text into BM25 terms, for documents and queries alike, so a
+query matches the same words on every keyword path:
+
+* the sparse vectors stored in Qdrant (`document_sparse_vector`, `query_sparse_vector`; Qdrant
+  applies the IDF through the ``Idf`` modifier): the ``keyword`` and ``hybrid`` modes and the
+  retrieval evals;
+* the keyword fallback over the registry's chunk texts (`tasks.query.fallback`, rank-bm25);
+* the term coverage of the answer confidence (`tasks.answer.confidence`);
+* the bm25s run the metric tests rank SciFact with (``tests/evals/test_metrics.py``).
+
+Each path keeps its own scorer (see its module for why); only the terms are shared, and
+``tests/tasks/text/test_sparse.py`` checks that every path sees the same terms on tricky text.
+
+The terms' ids are stored in Qdrant: a change to `analyze` needs a re-index, so bump
+``ANALYZER_VERSION`` with it (the eval indexes are keyed on it).
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from functools import cache
 
 from core.models import SparseVec
 
+ANALYZER_VERSION = 1  # bump with any change to what `analyze` returns (see the docstring)
 BM25_K1 = 1.2
 BM25_B = 0.75
 # Qdrant stores per-document term weights, so the length normalisation needs a fixed average
@@ -42,10 +56,19 @@ def _stemmer() -> object:
     return Stemmer.Stemmer("english")
 
 
+def words(text: str) -> list[str]:
+    """Text -> its lower-cased words, before stop words and stemming: runs of letters and digits.
+
+    Anything else splits words: "COVID-19" -> covid, 19; "1,450" -> 1, 450; "don't" -> don, t.
+    Accents are kept ("café" is not "cafe").
+    """
+    return _TOKEN_RE.findall(text.lower())
+
+
 def analyze(text: str) -> list[str]:
-    """Text -> BM25 terms: lowercase words, stop words removed, Snowball-stemmed."""
-    words = [w for w in _TOKEN_RE.findall(text.lower()) if w not in STOPWORDS]
-    return list(_stemmer().stemWords(words))  # type: ignore[attr-defined]
+    """Text -> BM25 terms: its `words`, stop words removed, Snowball-stemmed, in text order."""
+    kept = [w for w in words(text) if w not in STOPWORDS]
+    return list(_stemmer().stemWords(kept))  # type: ignore[attr-defined]
 
 
 def term_id(term: str) -> int:

@@ -28,31 +28,38 @@ def ask(model: AnthropicChat, calls: list[LlmCall]) -> str:
 
 
 @pytest.mark.parametrize(
-    ("text", "transient"),
+    "text",
     [
-        ("HTTP 503 Service Unavailable", True),
-        ("error 429: rate limited", True),
-        ("upstream returned 502", True),
-        ("prompt is too long: 67500 tokens > 65536 maximum", False),
-        ("request 1500 failed validation", False),
-        ("version 5.0.1 rejected", False),
-        ("status 400: bad request", False),
-        ("Connection reset by peer", True),
-        ("The read operation timed out", True),
-        ("invalid x-api-key", False),
+        "HTTP 503 Service Unavailable",
+        "error 429: rate limited",
+        "upstream returned 502",
+        "The read operation timed out",
+        "Connection reset by peer",
+        "overloaded",
     ],
 )
-def test_status_codes_count_only_as_whole_words(text: str, transient: bool) -> None:
-    assert is_transient(RuntimeError(text)) is transient
+def test_a_message_is_never_classified_by_its_text(text: str) -> None:
+    # Only the SDK's typed errors (and the built-in network errors) decide: an exception
+    # whose message merely mentions a status or a timeout is permanent.
+    assert not is_transient(RuntimeError(text)) and status_of(RuntimeError(text)) is None
 
 
-def test_status_attribute_wins_and_builtin_network_errors_are_transient() -> None:
-    class Status(Exception):
-        status_code = 400
+def test_a_permanent_api_error_mentioning_503_and_timeout_fails_at_once() -> None:
+    import httpx2
 
-    assert status_of(Status("HTTP 503 in the text")) == 400
-    assert not is_transient(Status("HTTP 503 in the text"))
+    said = "upstream 503: the read operation timed out"
+    body = {"type": "error", "error": {"type": "invalid_request_error", "message": said}}
+    recorder = Recorder(httpx2.Response(400, json=body))
+    model, sleeps = chat(recorder)
+    with pytest.raises(LlmError, match="HTTP 400") as info:
+        ask(model, [])
+    assert len(recorder.requests) == 1 and sleeps == []
+    assert not info.value.transient and not info.value.auth
+
+
+def test_builtin_network_errors_are_transient() -> None:
     assert is_transient(TimeoutError("slow")) and is_transient(ConnectionResetError("reset"))
+    assert status_of(TimeoutError("slow")) is None
 
 
 @pytest.mark.parametrize(
@@ -61,13 +68,16 @@ def test_status_attribute_wins_and_builtin_network_errors_are_transient() -> Non
         api_error(429, "rate_limit_error"),
         api_error(500, "api_error"),
         api_error(529, "overloaded_error"),
+        api_error(408, "timeout_error"),
         "connect",
+        "read-timeout",
     ],
 )
 def test_transient_errors_are_retried_with_backoff(failure: Any) -> None:
     import httpx2
 
-    bad = httpx2.ConnectError("connection reset") if failure == "connect" else failure
+    bad = {"connect": httpx2.ConnectError("connection reset"),
+           "read-timeout": httpx2.ReadTimeout("read")}.get(failure, failure)  # fmt: skip
     recorder = Recorder(bad, bad, message("ok"))
     model, sleeps = chat(recorder, backoff_s=0.5)
     calls: list[LlmCall] = []
@@ -99,6 +109,38 @@ def test_three_attempts_then_a_transient_failure_is_raised() -> None:
     with pytest.raises(LlmError, match="after 3 attempts") as info:
         ask(model, [])
     assert info.value.transient and len(recorder.requests) == 3 and len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    ("failure", "transient", "auth"),
+    [
+        (api_error(529, "overloaded_error"), True, False),
+        (api_error(429, "rate_limit_error", {"retry-after": "7"}), True, False),
+        ("read-timeout", True, False),
+        ("connect", True, False),
+        (api_error(400, "invalid_request_error"), False, False),
+        (api_error(401, "authentication_error"), False, True),
+    ],
+)
+def test_one_attempt_is_one_request_and_says_whether_a_retry_could_help(
+    failure: Any, transient: bool, auth: bool
+) -> None:
+    # Research makes Prefect its retry layer with attempts=1: this layer must then send exactly
+    # one request, never sleep, and hand the classification up on the error.
+    import httpx2
+
+    bad = {"connect": httpx2.ConnectError("refused"),
+           "read-timeout": httpx2.ReadTimeout("read")}.get(failure, failure)  # fmt: skip
+    recorder = Recorder(bad)
+    model, sleeps = chat(recorder, attempts=1)
+    calls: list[LlmCall] = []
+    with pytest.raises(LlmError) as info:
+        ask(model, calls)
+    assert len(recorder.requests) == 1 and sleeps == []
+    assert (info.value.transient, info.value.auth, info.value.attempts) == (transient, auth, 1)
+    assert calls[0].attempts == 1 and calls[0].reply is None
+    if transient:
+        assert "a later retry may succeed" in str(info.value)
 
 
 def test_retry_after_is_honoured_when_longer() -> None:

@@ -1,8 +1,10 @@
-"""BM25 analysis and sparse vectors: the terms the keyword leg and the keyword baseline share."""
+"""BM25 analysis and sparse vectors: the one analyser every keyword path shares."""
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,6 +21,7 @@ from tasks.text.sparse import (
     document_sparse_vector,
     query_sparse_vector,
     term_id,
+    words,
 )
 
 PROPERTY = hsettings(max_examples=150, derandomize=True, database=None, deadline=None)
@@ -144,3 +147,77 @@ def test_document_vector_shape(text: str) -> None:
     assert vec.indices == sorted(set(vec.indices))
     assert set(vec.indices) == {term_id(t) for t in analyze(text)}
     assert all(0 < v < BM25_K1 + 1 for v in vec.values)
+
+
+# --- one analyser on every keyword path ------------------------------------------------------
+
+# Tricky text, and the terms every path must see in it: accents kept, curly and straight
+# apostrophes split, hyphens and thousands separators split, numbers kept as terms.
+TRICKY: dict[str, list[str]] = {
+    "Café Société’s crème brûlée": ["café", "société", "s", "crème", "brûlée"],
+    "COVID-19 follow-up in 2-year-olds": ["covid", "19", "follow", "2", "year", "old"],
+    "1,450 patients; 3.5 mg/kg": ["1", "450", "patient", "3", "5", "mg", "kg"],
+    "Alzheimer's patients don't": ["alzheim", "s", "patient", "don", "t"],
+    "NAÏVE Zürich résumé": ["naïv", "zürich", "résumé"],
+}
+
+
+def ids(terms: Any) -> set[int]:
+    return {term_id(t) for t in terms}
+
+
+@pytest.mark.parametrize(("text", "terms"), TRICKY.items())
+def test_the_analyser_on_tricky_text(text: str, terms: list[str]) -> None:
+    assert analyze(text) == terms
+    assert analyze(text.upper()) == analyze(text.lower()) == terms
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_every_path_analyses_a_query_the_same_way(text: str) -> None:
+    from tasks.answer.confidence import query_terms
+
+    terms = analyze(text)
+    # The Qdrant legs (keyword, hybrid, the retrieval evals), for queries and documents:
+    assert set(query_sparse_vector(text).indices) == ids(terms)
+    assert set(document_sparse_vector(text).indices) == ids(terms)
+    assert query_terms(text) == list(dict.fromkeys(terms))  # the answer confidence
+
+
+def test_the_confidence_skips_the_word_after_how_as_the_analyser_splits_it() -> None:
+    from tasks.answer.confidence import query_terms
+
+    assert analyze("How many patients? how-long visits") == ["mani", "patient", "long", "visit"]
+    assert query_terms("How many patients? how-long visits") == ["patient", "visit"]
+    assert words("How-long, 1,450") == ["how", "long", "1", "450"]
+
+
+def test_the_stored_vectors_and_the_fallback_index_hold_the_same_terms(
+    edge_store: Any, registry: Any, embedder: Any
+) -> None:
+    from core.models import Scope, SearchMode
+    from sinks.gate import build_gate
+    from tasks.answer.confidence import TermStats, coverage
+    from tasks.query.fallback import KeywordFallback
+    from tasks.query.retrieve import search
+    from tests.conftest import index_records
+
+    kw = {"store": edge_store, "registry": registry, "embedder": embedder}
+    records = [{"key": f"r{i}", "title": "Record", "text": t} for i, t in enumerate(TRICKY)]
+    doc_ids = dict(zip(TRICKY, index_records(records, **kw), strict=True))
+    chunks = {c.chunk_id: c.embed_text for _, c in registry.current_chunks("acme")}
+    stored = {p.payload["chunk_id"]: set(p.sparse.indices) for p in edge_store.export_points()}
+    assert stored == {cid: ids(analyze(t)) for cid, t in chunks.items()}  # Qdrant's terms
+    fallback = KeywordFallback()
+    n, df = fallback.term_stats("acme", registry)  # the fallback's (and confidence's) terms
+    assert n == len(chunks) and df == sum(
+        (Counter(set(analyze(t))) for t in chunks.values()), Counter()
+    )
+
+    # The query side: both keyword engines put the record first, and its text covers every
+    # term of the query.
+    gate = build_gate(Scope("acme"))
+    for text, wanted in doc_ids.items():
+        qdrant = search(text, Scope("acme"), mode=SearchMode.KEYWORD, top_k=2, **kw)
+        rank = fallback.search(text, gate, registry=registry, top_k=2)
+        assert qdrant[0].doc_id == rank[0].doc_id == wanted, text
+        assert coverage(text, chunks[rank[0].chunk_id], TermStats(n, df)) == 1.0
