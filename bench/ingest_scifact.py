@@ -73,7 +73,7 @@ def main() -> int:
     configure_environment(settings)
 
     from core.models import Scope, SearchMode
-    from kbflow.cli import run_ingest
+    from kbflow.services.ingest import run_ingest
     from kbflow.wiring import search_context
     from sinks.gate import build_gate
     from tasks.text.sparse import query_sparse_vector
@@ -93,15 +93,11 @@ def main() -> int:
 
     print("first ingest of SciFact ...", flush=True)
     t0 = time.perf_counter()
-    first = run_ingest(
-        settings, [str(corpus)], org="sci", collection="scifact", show_progress=False
-    )
+    first = run_ingest(settings, [str(corpus)], org="sci", collection="scifact")
     first_s = time.perf_counter() - t0
     print("re-ingest (unchanged) ...", flush=True)
     t0 = time.perf_counter()
-    again = run_ingest(
-        settings, [str(corpus)], org="sci", collection="scifact", show_progress=False
-    )
+    again = run_ingest(settings, [str(corpus)], org="sci", collection="scifact")
     again_s = time.perf_counter() - t0
     result["ingest"] = {
         "documents": first["documents"],

@@ -2,7 +2,8 @@
 the warehouse, and fail loudly when a metric falls below its baseline.
 
 Scheduled in ``prefect.yaml`` (deployment ``nightly-eval``) or served locally with
-``kbflow serve-schedules``. The flow lives in ``evals/`` because it orchestrates evals, which the
+``kbflow serve-schedules``; when it runs (deployment name, cron, time zone) is defined once, in
+`evals.schedule`. The flow lives in ``evals/`` because it orchestrates evals, which the
 product's flows never import.
 """
 
@@ -19,10 +20,6 @@ from evals.beir import load_beir
 from evals.regression import baseline_path, check, load_baseline
 from evals.retrieval import EvalResult, parse_modes, run_eval
 from evals.warehouse import write_eval
-
-DEPLOYMENT = "nightly-eval"
-CRON = "0 2 * * *"
-TIMEZONE = "Europe/London"
 
 
 @task(name="eval-dataset", cache_policy=NO_CACHE)

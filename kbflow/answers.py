@@ -1,4 +1,4 @@
-"""Entry-point wiring for agent answers (top layer, beside tools.py and cli.py).
+"""Entry-point wiring for agent answers (the app floor, beside tools.py and the services).
 
 Turns an agent id into its scope, picks the knowledge model from the settings, runs
 `tasks.answer.turns`, and records every turn in the ledger before the result is returned: an answer

@@ -25,6 +25,9 @@ from rich.table import Table
 from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import CLIENT_NAME, write_demo_corpus
+from kbflow.render import ingest_progress
+from kbflow.services.ingest import run_ingest
+from kbflow.services.orchestration import prefect_api_url
 
 # The three engines the demo compares (hybrid+rerank needs a reranker the demo does not have).
 ENGINE_MODES = (SearchMode.HYBRID, SearchMode.DENSE, SearchMode.KEYWORD)
@@ -39,7 +42,6 @@ def run_demo(
     settings: Settings, *, show_progress: bool = True, console: Console | None = None
 ) -> dict[str, Any]:
     """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
-    from kbflow.cli import run_ingest
     from kbflow.wiring import search_context
     from sinks.connect import open_registry
 
@@ -49,24 +51,17 @@ def run_demo(
         registry.ensure_org(DEMO_ORG, CLIENT_NAME, am_user_id=DEMO_AM)
 
     approved = [str(p) for p in corpus.files if p != corpus.pending_file]
-    ingests = [
-        run_ingest(
-            settings,
-            approved,
-            org=DEMO_ORG,
-            collection=DEMO_COLLECTION,
-            show_progress=show_progress,
-        ),
-        run_ingest(
-            settings,
-            [str(corpus.pending_file)],
-            org=DEMO_ORG,
-            collection=DEMO_COLLECTION,
-            status=DocStatus.PENDING_REVIEW,
-            source_tag="demo-draft",
-            show_progress=show_progress,
-        ),
-    ]
+    ingests = []
+    for paths, status, tag in (
+        (approved, DocStatus.APPROVED, None),
+        ([str(corpus.pending_file)], DocStatus.PENDING_REVIEW, "demo-draft"),
+    ):
+        with ingest_progress(enabled=show_progress) as progress:
+            report = run_ingest(
+                settings, paths, org=DEMO_ORG, collection=DEMO_COLLECTION, status=status,
+                source_tag=tag, progress=progress,
+            )  # fmt: skip
+        ingests.append(report)
 
     scope = Scope(org_id=DEMO_ORG)
     pending_name = corpus.pending_file.name
@@ -94,7 +89,7 @@ def run_demo(
             )
 
     answers = _answer_step(settings, corpus.queries, pending_name)
-    research = _research_step(settings, corpus.files, show_progress=show_progress)
+    research = _research_step(settings, corpus.files)
     result = {
         "org": DEMO_ORG,
         "client": CLIENT_NAME,
@@ -155,7 +150,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     }
 
 
-def _research_step(settings: Settings, files: list[Path], *, show_progress: bool) -> dict[str, Any]:
+def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
     """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
     hidden, approve one as the org's AM and show that it becomes searchable."""
     from kbflow.wiring import search_context
@@ -220,13 +215,13 @@ def _research_step(settings: Settings, files: list[Path], *, show_progress: bool
 
 
 def _review_in_ui(settings: Settings, wait_s: float = 180) -> str | None:
-    """With a Prefect server (PREFECT_API_URL set), leave a review run paused for the drafts
+    """With a Prefect server (`prefect_api_url`), leave a review run paused for the drafts
     still pending and return its link in the UI; None without a server.
 
     The run waits in a `kbflow review flow` process of its own (a day at most) so the demo
     can finish; a later demo reuses it while it waits.
     """
-    if not os.environ.get("PREFECT_API_URL"):
+    if not prefect_api_url():
         return None
     folder = settings.home / "demo"
     pid_file, err_file = folder / "review.pid", folder / "review.err"

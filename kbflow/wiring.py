@@ -1,4 +1,5 @@
-"""Entry-point wiring (top layer, beside cli.py): open what a command needs, close it after.
+"""Entry-point wiring (the app floor, beside the CLI and the services): open what a command needs,
+close it after.
 
 Lives on top of every layer, like the CLI. Imports no Prefect: the query path must stay fast.
 """

@@ -16,6 +16,7 @@ from core.settings import Settings
 from evals.beir import load_beir
 from evals.golden import write_golden_set
 from evals.regression import Baseline, EvalRegression, baseline_path, save_baseline
+from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
 from evals.warehouse import read_history
 
 pytestmark = pytest.mark.integration
@@ -44,10 +45,10 @@ def test_the_nightly_deployment_runs_and_records_rows(prefect_harness: None, gol
         text=True,
     )
     try:
-        deployment = _wait_for_deployment("nightly-eval/nightly-eval", server)
+        deployment = _wait_for_deployment(f"nightly-eval/{NIGHTLY_DEPLOYMENT}", server)
         (schedule,) = deployment.schedules
-        assert schedule.schedule.cron == "0 2 * * *"  # type: ignore[union-attr]
-        assert schedule.schedule.timezone == "Europe/London"  # type: ignore[union-attr]
+        assert schedule.schedule.cron == NIGHTLY_CRON  # type: ignore[union-attr]
+        assert schedule.schedule.timezone == NIGHTLY_TIMEZONE  # type: ignore[union-attr]
 
         run = run_deployment("nightly-eval/nightly-eval", timeout=300, poll_interval=1)
         assert run.state is not None and run.state.is_completed(), run.state
@@ -108,14 +109,22 @@ def test_the_alarm_fires_against_a_better_baseline(
 
 
 def test_prefect_yaml_schedules_the_nightly_eval() -> None:
+    """prefect.yaml's nightly-eval deployment runs when `evals.schedule` says, like
+    `kbflow serve-schedules` by default."""
     import importlib
 
+    import typer
     import yaml
 
+    from kbflow.cli import app
+
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    (nightly,) = [d for d in spec["deployments"] if d["name"] == "nightly-eval"]
+    (nightly,) = [d for d in spec["deployments"] if d["name"] == NIGHTLY_DEPLOYMENT]
     (schedule,) = nightly["schedules"]
-    assert schedule == {"cron": "0 2 * * *", "timezone": "Europe/London"}
+    assert schedule == {"cron": NIGHTLY_CRON, "timezone": NIGHTLY_TIMEZONE}
+    serve = typer.main.get_command(app).commands["serve-schedules"]  # type: ignore[attr-defined]
+    defaults = {p.name: p.default for p in serve.params}
+    assert (defaults["cron"], defaults["timezone"]) == (NIGHTLY_CRON, NIGHTLY_TIMEZONE)
     module, _, name = nightly["entrypoint"].partition(":")
     flow = getattr(importlib.import_module(module.replace("/", ".").removesuffix(".py")), name)
     assert flow.name == "nightly-eval"

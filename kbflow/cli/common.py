@@ -1,0 +1,170 @@
+"""What every command module shares: the one wrapper a command runs in (settings in, kbflow's
+errors out as a message and an exit code), the options several commands take, and JSON out.
+
+A command reads like this::
+
+    @orgs_app.command("list")
+    @command
+    def orgs_list(settings: Settings, as_json: JsonOpt = False) -> None:
+        orgs = org_service.list_orgs(settings)   # parse, call a service ...
+        ...                                      # ... render
+
+`command` loads the settings once (a ``settings`` parameter, hidden from typer) and turns a
+`KbflowError` into ``error: …`` on stderr and exit code 1; ``review=True`` adds the review
+voice: a lost race is ``conflict: …`` with `EXIT_CONFLICT`, a refusal ``forbidden: …``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar, overload
+
+import typer
+from rich.markup import escape
+
+from core import ids
+from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
+from core.settings import Settings, configure_environment
+from kbflow.render import err_console
+
+EXIT_CONFLICT = 3
+"""Exit code of a review decision that lost a race (the document was no longer pending)."""
+
+STORE_BUSY_AFTER_DECISION = (
+    "The registry may already record the decision (see `kbflow docs list`); once the store is "
+    "free, `kbflow reconcile` brings the search index in line with it."
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def load_settings() -> Settings:
+    """The settings, read once per command; bad settings exit 2 with the reason. Points Prefect,
+    dlt and Hugging Face at the data dir (before any of them is imported) and sets up logging."""
+    try:
+        settings = Settings()
+    except ValueError as exc:
+        err_console.print(f"[red]invalid settings:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    configure_environment(settings)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return settings
+
+
+def failure(exc: KbflowError, *, review: bool = False) -> typer.Exit:
+    """Print ``exc`` as one message on stderr and return the exit to raise.
+
+    ``review``: a lost race is ``conflict:`` (exit `EXIT_CONFLICT`), a refusal ``forbidden:``,
+    and a busy store after a decision says how the registry and the index come back in line.
+    """
+    # escape: messages quote user values ("[draft] memo.md"), which rich would read as markup.
+    message = escape(str(exc))
+    if review and isinstance(exc, ReviewConflict):
+        err_console.print(f"[red]conflict:[/red] {message}", soft_wrap=True)
+        return typer.Exit(EXIT_CONFLICT)
+    if review and isinstance(exc, Forbidden):
+        err_console.print(f"[red]forbidden:[/red] {message}", soft_wrap=True)
+        return typer.Exit(1)
+    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    if review and isinstance(exc, StoreBusy):
+        err_console.print(STORE_BUSY_AFTER_DECISION, soft_wrap=True)
+    return typer.Exit(1)
+
+
+@contextmanager
+def reported(*, review: bool = False) -> Iterator[None]:
+    """Inside the block, a `KbflowError` ends the command with its message (see `failure`)."""
+    try:
+        yield
+    except KbflowError as exc:
+        raise failure(exc, review=review) from exc
+
+
+@overload
+def command(fn: F, /) -> F: ...
+@overload
+def command(*, review: bool = False) -> Callable[[F], F]: ...
+def command(fn: Any = None, /, *, review: bool = False) -> Any:
+    """The wrapper every command body runs in (put it under ``@app.command()``).
+
+    A ``settings`` parameter of the body is filled with `load_settings` and hidden from typer;
+    a `KbflowError` the body raises ends the command as `failure` says.
+    """
+
+    def wrap(body: F) -> F:
+        signature = inspect.signature(body, eval_str=True)
+        wants_settings = "settings" in signature.parameters
+        shown = [p for p in signature.parameters.values() if p.name != "settings"]
+
+        @functools.wraps(body)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with reported(review=review):
+                if wants_settings:
+                    kwargs["settings"] = load_settings()
+                return body(*args, **kwargs)
+
+        run.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+        return run  # type: ignore[return-value]
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def print_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (dates and paths as text)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def checked(rule: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A typer callback applying one of `core.ids`' rules (None passes: the option is optional)."""
+
+    def callback(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            return rule(value)
+        except KbflowError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def snippet(text: str, width: int = 240) -> str:
+    """``text`` on one line, cut to ``width`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+OrgOpt = Annotated[
+    str,
+    typer.Option("--org", help="Organisation id (a short slug).", callback=checked(ids.org_id)),
+]
+MaybeOrgOpt = Annotated[
+    str | None,
+    typer.Option("--org", help="Organisation id (a short slug).", callback=checked(ids.org_id)),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ActorOpt = Annotated[
+    str, typer.Option("--as", help="Your user id (see `kbflow users list`); checked per action.")
+]
+AdminOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Your user id: a superadmin (not needed to create the very first superadmin).",
+    ),
+]
+NoteOpt = Annotated[
+    str | None, typer.Option("--note", help="Why: kept with the decision in the audit log.")
+]
+AgentOpt = Annotated[
+    str,
+    typer.Option(
+        "--agent", help="The agent asking (see `kbflow agents`).", callback=checked(ids.agent_id)
+    ),
+]

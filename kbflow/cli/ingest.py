@@ -1,0 +1,169 @@
+"""``kbflow ingest`` and ``kbflow jobs``: documents in, and the background jobs of long media."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from core import ids
+from core.errors import KbflowError
+from core.models import DocStatus, JobStatus
+from core.settings import Settings
+from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json
+from kbflow.render import console, ingest_progress
+from kbflow.services import ingest as service
+
+commands = typer.Typer()
+"""The top-level commands of this module (merged into ``kbflow``)."""
+
+jobs_app = typer.Typer(
+    help="Background ingest jobs (audio, video, large files).", no_args_is_help=True
+)
+
+
+@commands.command()
+@command
+def ingest(
+    settings: Settings,
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files, directories, globs or JSONL(.gz) corpora. Symbolic links are never "
+            "followed: one named here is refused (name its target), one inside a folder is "
+            "skipped with a note."
+        ),
+    ],
+    org: OrgOpt,
+    collection: Annotated[
+        str, typer.Option("--collection", help="Collection path, e.g. 'policies/hr'.")
+    ] = "default",
+    status: Annotated[
+        DocStatus, typer.Option(help="Review status of new documents.")
+    ] = DocStatus.APPROVED,
+    audience: Annotated[
+        str | None, typer.Option(help="Audience of the documents (default: everyone).")
+    ] = None,
+    effective_date: Annotated[
+        str | None, typer.Option(help="YYYY-MM-DD; hidden from agents before this day.")
+    ] = None,
+    source_tag: Annotated[
+        str | None, typer.Option(help="Free tag recorded on each document.")
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Ingest audio, video and large files here too, instead of as a job."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest documents into an org's collection (unchanged files are skipped).
+
+    The org must exist (`kbflow orgs create ORG`). Audio, video and files over
+    KBFLOW_JOB_THRESHOLD_MB are handed to a background job, whose id is printed at once:
+    follow it with `kbflow jobs status ID`. `--wait` ingests them here. A file or folder that
+    cannot be read, and a symbolic link, is reported per path and the rest is ingested.
+    """
+    try:
+        eff = dt.date.fromisoformat(effective_date) if effective_date else None
+    except ValueError as exc:
+        raise KbflowError(
+            f"--effective-date must be YYYY-MM-DD. Currently it is {effective_date!r}."
+        ) from exc
+    from kbflow.flow_cli import quiet_expected_failures
+
+    # quiet: an IngestFailed is one message, not a traceback
+    with quiet_expected_failures(), ingest_progress(enabled=not as_json) as progress:
+        report = service.run_ingest(
+            settings,
+            paths,
+            org=org,
+            collection=collection,
+            status=status,
+            audience=audience,
+            effective_date=eff,
+            source_tag=source_tag,
+            wait=wait,
+            progress=progress,
+        )
+    if as_json:
+        print_json(report)
+        return
+    print_ingest_report(report)
+
+
+def print_ingest_report(r: dict[str, Any]) -> None:
+    """An ingest report: the counts on one line, then each note, empty file, skip and job."""
+    empty = f", {len(r['empty'])} empty" if r.get("empty") else ""
+    console.print(
+        f"[bold]{escape(r['org'])}/{escape(r['collection'])}[/bold]: {r['discovered']} found, "
+        f"{r['new']} new, {r['changed']} changed, {r['unchanged']} unchanged → "
+        f"{r['documents']} indexed ({r['chunks']} chunks), {r['superseded']} superseded, "
+        f"{len(r['skipped'])} skipped{empty} in {r['seconds']:.1f}s"
+    )
+    for item in r.get("notes", []):
+        console.print(f"  [cyan]note[/cyan] {escape(item['source'])}: {escape(item['note'])}")
+    for item in r.get("empty", []):
+        console.print(f"  [cyan]empty[/cyan] {escape(item['source'])}: {escape(item['reason'])}")
+    for item in r["skipped"]:
+        console.print(
+            f"  [yellow]skipped[/yellow] {escape(item['source'])}: {escape(item['reason'])}"
+        )
+    for job in r.get("jobs", []):
+        console.print(
+            f"  [bold]job {job['id']}[/bold] {job['status']}: {job['files']} long file(s) "
+            f"(audio, video or large) ingesting in the background — `kbflow jobs status "
+            f"{job['id']}`"
+        )
+
+
+def _job_line(job: Any) -> str:
+    when = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
+    line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {len(job.inputs)} file(s)  {when}"
+    return line + (f"\n    {job.reason}" if job.reason else "")
+
+
+@jobs_app.command("list")
+@command
+def jobs_list(
+    settings: Settings,
+    org: Annotated[
+        str | None, typer.Option(help="Only this org's jobs.", callback=checked(ids.org_id))
+    ] = None,
+    status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List recent jobs, newest first: PROCESSING, COMPLETE or FAILED (with the reason)."""
+    jobs = service.list_jobs(settings, org=org, status=status, limit=limit)
+    if as_json:
+        print_json([job.to_dict() for job in jobs])
+        return
+    if not jobs:
+        console.print("no jobs.")
+    for job in jobs:
+        console.print(_job_line(job), markup=False, highlight=False)
+
+
+@jobs_app.command("status")
+@command
+def jobs_status(
+    settings: Settings,
+    job_id: Annotated[str, typer.Argument(help="The id `kbflow ingest` printed.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one job: its state, the Prefect flow run doing it, and its report when done."""
+    job = service.get_job(settings, job_id)
+    if as_json:
+        print_json(job.to_dict())
+        return
+    console.print(_job_line(job), markup=False, highlight=False)
+    console.print(f"  flow run: {job.flow_run_id or '(not started yet)'}", markup=False)
+    console.print(f"  log: {job.log_path or '-'}", markup=False)
+    for path in job.inputs:
+        console.print(f"  input: {path}", markup=False)
+    if job.report:
+        print_ingest_report(job.report)

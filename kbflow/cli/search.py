@@ -1,0 +1,147 @@
+"""``kbflow search``, ``kbflow docs`` and ``kbflow store``: gated search, the document registry,
+and the vector store's maintenance."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from core import ids
+from core.models import DocStatus, SearchMode
+from core.settings import Settings
+from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json, snippet
+from kbflow.render import console, err_console
+from kbflow.services import catalog
+from kbflow.services import search as service
+
+commands = typer.Typer()
+"""The top-level commands of this module (merged into ``kbflow``)."""
+
+docs_app = typer.Typer(help="Inspect the document registry.", no_args_is_help=True)
+store_app = typer.Typer(help="Vector store maintenance.", no_args_is_help=True)
+
+
+@commands.command()
+@command
+def search(
+    settings: Settings,
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    org: Annotated[
+        str | None,
+        typer.Option(
+            help="Org-wide search (engineers and admins; needs --as).",
+            callback=checked(ids.org_id),
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            help="Search as this agent: only the collections it may read.",
+            callback=checked(ids.agent_id),
+        ),
+    ] = None,
+    actor: Annotated[
+        str | None, typer.Option("--as", help="Your user id (an engineer or superadmin).")
+    ] = None,
+    mode: Annotated[SearchMode, typer.Option(help="Retrieval engine.")] = SearchMode.HYBRID,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=200)] = 10,
+    audience: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Narrow to these audiences (repeatable). Only narrows: an agent reads the "
+            "audiences set on it, a person those of their role."
+        ),
+    ] = None,
+    collection: Annotated[
+        list[str] | None, typer.Option(help="Restrict to these collections (repeatable).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search approved, effective documents of one org (hybrid BM25 + dense by default).
+
+    Modes: hybrid, dense, keyword, hybrid+rerank (Cohere with COHERE_API_KEY, or a local
+    cross-encoder from KBFLOW_RERANK_MODEL). When the vector store is unavailable the answer
+    comes from the keyword fallback over the registry and is marked degraded.
+    """
+    found = service.search(
+        settings,
+        query,
+        agent=agent,
+        org=org,
+        actor=actor,
+        mode=mode,
+        top_k=top_k,
+        audiences=audience or (),
+        collections=collection or (),
+    )
+    if as_json:
+        print_json(found.to_dict(query))
+        return
+    result = found.result
+    if result.paused:
+        console.print(f"[yellow]paused:[/yellow] {escape(result.reason or '')}")
+        return
+    if result.degraded:
+        err_console.print(f"[yellow]degraded:[/yellow] {escape(result.reason or '')}")
+    elif result.reason:
+        err_console.print(f"[dim]note: {escape(result.reason)}[/dim]")
+    if not result.hits:
+        console.print("[yellow]no approved document matches.[/yellow]")
+        return
+    for rank, hit in enumerate(result.hits, start=1):
+        where = " > ".join(hit.heading_path)
+        if hit.location is not None:
+            where = f"{where} · {hit.location.describe()}" if where else hit.location.describe()
+        console.print(
+            f"[bold]{rank}. {escape(hit.title)}[/bold]  [dim]{hit.score:.4f} · "
+            f"{escape(hit.collection)} · {escape(hit.uri)}[/dim]"
+        )
+        if where:
+            console.print(f"   [cyan]{escape(where)}[/cyan]")
+        console.print(f"   {snippet(hit.text)}", markup=False)
+
+
+@docs_app.command("list")
+@command
+def docs_list(
+    settings: Settings,
+    org: OrgOpt,
+    status: Annotated[list[DocStatus] | None, typer.Option(help="Only these statuses.")] = None,
+    collection: Annotated[
+        str | None, typer.Option(help="Only this collection (and below).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """List an org's documents with their version, review and parse status."""
+    docs = catalog.list_documents(
+        settings, org, statuses=status or (), collection=collection, limit=limit
+    )
+    if as_json:
+        print_json([d.to_dict() for d in docs])
+        return
+    table = Table(title=f"documents of {org} ({len(docs)})")
+    for col in ("id", "title", "collection", "v", "status", "parse", "chunks"):
+        table.add_column(col)
+    for d in docs:
+        table.add_row(
+            d.id,
+            d.title[:60],
+            d.collection_path,
+            str(d.version),
+            d.status or "—",
+            d.parse_status,
+            str(d.chunk_count),
+        )
+    console.print(table)
+
+
+@store_app.command("optimize")
+@command
+def store_optimize(settings: Settings) -> None:
+    """Build the vector indexes (slow at scale: run it as maintenance, not during queries)."""
+    count = catalog.optimize_store(settings)
+    console.print(f"optimized: {count} points")

@@ -1,0 +1,55 @@
+"""The Prefect server kbflow talks to: whether one is set, and `kbflow server` to start one.
+
+"Is a Prefect server set?" has one answer, :func:`prefect_api_url`: the API URL Prefect itself
+will use, whether it comes from the environment, a ``.env`` file (`.env.example` suggests one),
+``prefect.toml`` or a profile under ``PREFECT_HOME``. Call it after `core.settings`'
+``configure_environment`` (the CLI does, first thing), so Prefect reads kbflow's data dir.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from core.errors import KbflowError
+from core.settings import Settings
+
+
+def prefect_api_url() -> str | None:
+    """The Prefect API this process's flow runs will report to; None when a run would start a
+    temporary server of its own (no UI can reach a run paused there). Imports Prefect."""
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url or None
+
+
+def require_prefect_server(message: str) -> str:
+    """The Prefect API URL; raises KbflowError(``message``) when none is set."""
+    url = prefect_api_url()
+    if not url:
+        raise KbflowError(message)
+    return url
+
+
+def serve_prefect(settings: Settings, port: int) -> int:
+    """Run ``prefect server start`` on 127.0.0.1:``port`` with kbflow's data directory until it
+    stops; SIGTERM, SIGINT and SIGHUP stop it and everything it started. Returns its exit code.
+    """
+    from kbflow.processes import PREFECT_SERVER, run_supervised
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefect",
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from port 4200 whatever
+    # --port says: point it at this server (unless the user chose another address).
+    env = dict(os.environ)
+    env.setdefault("PREFECT_UI_API_URL", f"http://127.0.0.1:{port}/api")
+    return run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env)

@@ -1,0 +1,112 @@
+"""Client orgs, their account managers and the users who review (`kbflow orgs`, `kbflow users`).
+
+Who may change what is checked here, by `tasks.review.access`; every change is audited by the
+registry.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core import ids
+from core.errors import KbflowError
+from core.models import Role
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from sinks.registry import OrgRecord, UserRecord
+
+
+def org_dict(org: OrgRecord) -> dict[str, Any]:
+    """An org as JSON."""
+    return {"id": org.id, "name": org.name, "am_user_id": org.am_user_id}
+
+
+def user_dict(user: UserRecord) -> dict[str, Any]:
+    """A user as JSON."""
+    return {"id": user.id, "name": user.name, "role": user.role.value, "org_id": user.org_id}
+
+
+def create_org(
+    settings: Settings, org: str, *, name: str | None, am: str | None, actor: str | None
+) -> OrgRecord:
+    """Create an org, or rename an existing one; assign its account manager when ``am`` is
+    given, which needs ``actor`` to be a superadmin.
+
+    An org saved before its account manager could be assigned stays saved; the error says so
+    and how to assign one later.
+    """
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
+
+    ids.org_id(org)
+    with open_registry(settings) as registry:
+        admin = (
+            authorize_admin(registry, actor, "assign account managers", org_id=org)
+            if am
+            else actor or "cli"
+        )
+        registry.ensure_org(org, name=name, actor=admin)
+        record = registry.get_org(org)
+        if am:
+            try:
+                record = registry.assign_am(org, am, actor=admin)
+            except KbflowError as exc:
+                raise type(exc)(
+                    f"{exc} Org {org!r} is saved with account manager "
+                    f"{record.am_user_id or 'none'}; run `kbflow orgs assign-am {org} USER` "
+                    "once the user is an account manager."
+                ) from exc
+    return record
+
+
+def assign_am(settings: Settings, org: str, user: str, *, actor: str | None) -> OrgRecord:
+    """Make ``user`` (an account manager) the one who approves ``org``'s documents: a
+    superadmin's decision (``actor``), audited."""
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
+
+    with open_registry(settings) as registry:
+        admin = authorize_admin(registry, actor, "assign account managers", org_id=org)
+        return registry.assign_am(org, user, actor=admin)
+
+
+def list_orgs(settings: Settings) -> list[OrgRecord]:
+    """Every org with its account manager."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.list_orgs()
+
+
+def add_user(
+    settings: Settings,
+    user: str,
+    role: Role,
+    *,
+    name: str | None,
+    org: str | None,
+    actor: str | None,
+) -> UserRecord:
+    """Add a user or replace an existing one's role and org; needs ``actor`` a superadmin,
+    except for the very first superadmin of a registry that has none."""
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
+
+    ids.user_id(user)
+    with open_registry(settings) as registry:
+        admin = authorize_admin(
+            registry, actor, "manage users and roles", org_id=org,
+            bootstrap=role is Role.SUPERADMIN,
+        )  # fmt: skip
+        if org:
+            registry.get_org(org)  # a clear "does not exist" instead of a foreign-key error
+        return registry.ensure_user(user, role, name=name, org_id=org, actor=admin)
+
+
+def list_users(settings: Settings) -> list[UserRecord]:
+    """Every user with their role and org."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.list_users()

@@ -1,0 +1,154 @@
+"""Review: read drafts, decide on them, run the review flow, read the audit log, reconcile.
+
+Decisions go through `tasks.review.machine` (rights, compare-and-set, audit); the store is
+opened only for a decision's vector step, so its lock is never held while rights are checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from core.models import DocStatus
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from sinks.registry import DocRecord
+    from sinks.registry_schema import AuditRow
+    from tasks.review.machine import DraftView, ReconcileReport
+
+Verb = Literal["approve", "reject", "withdraw"]
+
+NO_UI_SERVER = (
+    "PREFECT_API_URL is not set, so the run would pause on a temporary server that no UI can "
+    "reach. Start `kbflow server` in another shell and export "
+    "PREFECT_API_URL=http://127.0.0.1:4200/api here."
+)
+
+
+def list_drafts(
+    settings: Settings, actor: str, org: str, statuses: Sequence[DocStatus] = ()
+) -> dict[str | None, list[DocRecord]]:
+    """An org's drafts by synthesis run (default: pending_review and rejected), for those who
+    may inspect them."""
+    from sinks.connect import open_registry
+    from tasks.review.machine import list_drafts as drafts
+
+    with open_registry(settings) as registry:
+        if statuses:
+            return drafts(registry, actor, org, statuses=statuses)
+        return drafts(registry, actor, org)
+
+
+def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
+    """A document's record and full stored text, whatever its status; rights are checked
+    before the store is opened."""
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import inspect_draft
+
+    with open_registry(settings) as registry:
+        return inspect_draft(doc_id, actor, registry=registry, open_store=store_opener(settings))
+
+
+def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | None) -> DocRecord:
+    """Approve, reject or withdraw one document (withdraw needs a note).
+
+    Raises:
+        ReviewConflict: someone decided first (nothing changed).
+        Forbidden: ``actor`` may not decide for the document's org.
+    """
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import approve, reject, withdraw
+
+    transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
+    with open_registry(settings) as registry:
+        return transition(
+            doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
+        )
+
+
+def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | None) -> DocRecord:
+    """Replace a document's text, re-chunk and re-embed it and approve it (an approved
+    document gets a new approved version that supersedes it)."""
+    from kbflow.wiring import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import edit_and_approve
+    from tasks.text.embed import get_embedder
+
+    with open_registry(settings) as registry:
+        return edit_and_approve(
+            doc_id,
+            actor,
+            text,
+            registry=registry,
+            open_store=store_opener(settings),
+            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            max_words=settings.chunk_max_words,
+            overlap_words=settings.chunk_overlap_words,
+            note=note,
+        )
+
+
+def run_review_flow(
+    settings: Settings, org: str, *, reviewer: str | None, timeout_s: int
+) -> tuple[dict[str, Any], str | None]:
+    """Run the review flow, which pauses for decisions in the Prefect UI, then applies them.
+
+    Returns:
+        The run's report and, when the run ended Failed (a refused reviewer, only invalid
+        rows), why.
+
+    Raises:
+        KbflowError: no Prefect server is set (no UI could reach the paused run).
+        ReviewTimeout: nobody submitted the form in time.
+    """
+    from core.errors import RunFailed
+    from kbflow.services.orchestration import require_prefect_server
+
+    require_prefect_server(NO_UI_SERVER)
+    from flows.review import review
+
+    try:
+        return review(org=org, reviewer=reviewer, timeout_s=timeout_s), None
+    except RunFailed as exc:  # the run ended Failed; what it did is in its report
+        return exc.report, str(exc)
+
+
+def audit_dict(row: AuditRow) -> dict[str, Any]:
+    """An audit row as JSON."""
+    return {
+        "id": row.id,
+        "at": row.at.isoformat() if row.at else None,
+        "actor": row.actor,
+        "action": row.action,
+        "org_id": row.org_id,
+        "doc_id": row.doc_id,
+        "synthesis_run_id": row.synthesis_run_id,
+        "source_tag": row.source_tag,
+        "before": row.before,
+        "after": row.after,
+    }
+
+
+def audit_trail(
+    settings: Settings, org: str | None, doc: str | None, *, limit: int
+) -> list[AuditRow]:
+    """The most recent ``limit`` audit rows of an org (or one document); without ``org`` the
+    agency-wide rows. An unknown org is an error, not an empty log."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        if org is not None:
+            registry.get_org(org)
+        return registry.audit_trail(org, doc, last=limit)
+
+
+def reconcile(settings: Settings, *, org: str | None, dry_run: bool) -> ReconcileReport:
+    """Bring the search index in line with the registry (see `tasks.review.machine.reconcile`)."""
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.review.machine import reconcile as reconcile_payloads
+
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return reconcile_payloads(registry, store, org_id=org, dry_run=dry_run)
