@@ -72,6 +72,7 @@ def main() -> int:
     settings = Settings()
     configure_environment(settings)
 
+    from core.contracts import IngestRequest
     from core.models import Scope, SearchMode
     from kbflow.services.ingest import run_ingest
     from kbflow.wiring import search_context
@@ -93,11 +94,11 @@ def main() -> int:
 
     print("first ingest of SciFact ...", flush=True)
     t0 = time.perf_counter()
-    first = run_ingest(settings, [str(corpus)], org="sci", collection="scifact")
+    first = run_ingest(settings, [str(corpus)], IngestRequest(org="sci", collection="scifact"))
     first_s = time.perf_counter() - t0
     print("re-ingest (unchanged) ...", flush=True)
     t0 = time.perf_counter()
-    again = run_ingest(settings, [str(corpus)], org="sci", collection="scifact")
+    again = run_ingest(settings, [str(corpus)], IngestRequest(org="sci", collection="scifact"))
     again_s = time.perf_counter() - t0
     result["ingest"] = {
         "documents": first["documents"],

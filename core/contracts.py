@@ -13,14 +13,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from core import ids
 from core.models import DocStatus
 
 
 class Report(BaseModel):
-    """A report: typed fields, and read access by key like the JSON it dumps to."""
+    """A report (or a part of one): typed fields, and read access by key like the JSON it
+    dumps to."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -30,15 +30,19 @@ class Report(BaseModel):
         return getattr(self, key)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in type(self).model_fields and (
-            getattr(self, key) is not None or key in self.model_fields_set
+        return (
+            isinstance(key, str)
+            and key in type(self).model_fields
+            and (getattr(self, key) is not None or key in self.model_fields_set)
         )
 
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key) if key in type(self).model_fields else default
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The JSON the commands print: every field given when the report was made (a field
+        left at its default because its producer never reports it stays out, as before)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 # --- ingest ----------------------------------------------------------------------------------
@@ -56,36 +60,34 @@ class IngestRequest(BaseModel):
         DocStatus.APPROVED, description="Review status of new documents (None: legacy, unset)."
     )
     audience: str | None = Field(None, description="Audience of the documents (None: everyone).")
-    effective_date: dt.date | None = Field(
-        None, description="Hidden from agents before this day."
-    )
+    effective_date: dt.date | None = Field(None, description="Hidden from agents before this day.")
     source_tag: str | None = Field(None, description="Free tag recorded on each document.")
-
-    @field_validator("org")
-    @classmethod
-    def _org(cls, value: str) -> str:
-        return ids.org_id(value)
 
     def job_params(self) -> dict[str, Any]:
         """As JSON, for the job row (what `kbflow jobs status` shows)."""
         return self.model_dump(mode="json")
 
+    def flow_params(self) -> dict[str, Any]:
+        """As the ``ingest`` flow's keyword arguments (its parameters are these fields, so a
+        deployment's run form and ``-p org=...`` keep working)."""
+        return dict(self)
 
-class PathReason(BaseModel):
+
+class PathReason(Report):
     """A source that was skipped (or read but empty), and why."""
 
     source: str
     reason: str
 
 
-class PathNote(BaseModel):
+class PathNote(Report):
     """A source stored with a caveat (OCR used, a link not followed, …)."""
 
     source: str
     note: str
 
 
-class JobRef(BaseModel):
+class JobRef(Report):
     """A background job an ingest handed long files to."""
 
     id: str
@@ -116,7 +118,7 @@ class IngestReport(Report):
 # --- review ----------------------------------------------------------------------------------
 
 
-class DecisionOutcome(BaseModel):
+class DecisionOutcome(Report):
     """What happened to one decision of a review."""
 
     doc_id: str
@@ -142,13 +144,13 @@ class ReviewReport(Report):
 # --- research --------------------------------------------------------------------------------
 
 
-class DraftOut(BaseModel):
+class DraftOut(Report):
     filename: str
     title: str
     content: str
 
 
-class BudgetSpent(BaseModel):
+class BudgetSpent(Report):
     """What a research run spent of its caps, and which one stopped it (if any)."""
 
     fetches: int = 0

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
 
 from prefect import flow, get_run_logger
 
 from core import progress
+from core.contracts import IngestReport, IngestRequest
 from core.models import DocStatus
 from core.settings import Settings
 from sinks.connect import open_registry
-from sinks.jobs import JobStore
 from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget
 from tasks.ingest.steps import (
     discover_task,
@@ -36,13 +35,22 @@ def ingest(
     source_tag: str | None = None,
     actor: str = "system",
     job_id: str | None = None,
-) -> dict[str, Any]:
+) -> IngestReport:
     """Ingest files, directories, globs or JSONL corpora into one org's collection.
 
     Unchanged documents (same content hash) are skipped; a changed one becomes a new version
     and supersedes the old. Returns a report; fails when too many documents could not be read.
     ``job_id`` names the registry job this run does (see `kbflow.jobs`).
     """
+    # The parameters are IngestRequest's fields; checking them as one catches a bad form entry.
+    IngestRequest(
+        org=org,
+        collection=collection,
+        status=status,
+        audience=audience,
+        effective_date=effective_date,
+        source_tag=source_tag,
+    )
     logger = get_run_logger()
     settings = Settings()
     started = time.perf_counter()
@@ -50,7 +58,7 @@ def ingest(
         if job_id is not None:
             from prefect.runtime import flow_run
 
-            JobStore(registry).update_runner(job_id, flow_run_id=str(flow_run.id))
+            registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
         registry.get_org(org)  # an unknown org is refused (`kbflow orgs create` makes one)
         coll = registry.ensure_collection(org, collection)
     target = IngestTarget(
@@ -102,4 +110,4 @@ def ingest(
         summary.seconds,
     )
     summary.raise_if_too_many_skipped(settings.max_skip_ratio)
-    return summary.to_dict()
+    return summary.report()

@@ -9,11 +9,10 @@ pending_review). The report then says so in ``budget_exceeded`` or ``review_fail
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
+from core.contracts import ResearchReport, ReviewReport
 from core.errors import KbflowError, RunFailed
 from core.models import ResearchRequest
 from core.settings import Settings
@@ -36,7 +35,7 @@ def research(
     reviewer: str | None = None,
     review_timeout_s: int = 3600,
     offline: bool | None = None,
-) -> dict[str, Any]:
+) -> ResearchReport:
     """Draft the four KB documents for ``org`` and pause for their review.
 
     ``reviewer`` is who runs it: the org's account manager or a superadmin (anyone else, or
@@ -74,7 +73,7 @@ def research(
                 drafted.drafts, gathered.corpus, org, settings
             )
             outcome = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
-    report = outcome.to_dict()
+    report = ResearchReport.model_validate(outcome.to_dict())
     if settings.metrics_pushgateway:
         push_metrics(settings.metrics_pushgateway, org)
     for note in outcome.notes:
@@ -93,18 +92,19 @@ def research(
     if review_timeout_s > 0:
         name = f"{flow_run.name or 'research'}-review"
         try:
-            report["review"] = review.with_options(flow_run_name=name)(
+            reviewed = review.with_options(flow_run_name=name)(
                 org=org,
                 reviewer=reviewer,
                 timeout_s=review_timeout_s,
                 synthesis_run_id=outcome.response.synthesis_run_id,
             )
+            report = report.model_copy(update={"review": reviewed})
         except RunFailed as exc:  # it ran, and says why it failed
-            report["review"] = exc.report
-            report["review_failed"] = str(exc)
+            reviewed = ReviewReport.model_validate(exc.report)
+            report = report.model_copy(update={"review": reviewed, "review_failed": str(exc)})
         except KbflowError as exc:  # it did not finish (a timeout)
-            report["review_failed"] = str(exc)
-        if "review_failed" in report:
+            report = report.model_copy(update={"review_failed": str(exc)})
+        if report.review_failed is not None:
             why = (
                 f"the review of research run {outcome.response.synthesis_run_id} failed, its "
                 f"{len(outcome.doc_ids)} drafts stay pending_review: {report['review_failed']}"

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from core import progress
+from core.contracts import Report, ReviewReport
 from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
 from core.settings import Settings
 from sinks.registry import DocRecord
@@ -165,7 +166,7 @@ def review(
     reviewer: str | None = None,
     timeout_s: int = 3600,
     synthesis_run_id: str | None = None,
-) -> dict[str, Any]:
+) -> ReviewReport:
     """Pause for a reviewer's decisions on the org's pending drafts, then apply them.
 
     Args:
@@ -260,15 +261,15 @@ def review(
     return report
 
 
-def failed_run(message: str, report: dict[str, Any]) -> Any:
+def failed_run(message: str, report: Report) -> Any:
     """The Failed state a flow returns when it did not do its job: ``message`` is the state's
     message, and its data a :class:`~core.errors.RunFailed` holding ``report``.
 
     A plain call of the flow raises that RunFailed (so callers still get the report);
     ``return_state=True`` gets the state. Typed ``Any`` because callers never receive it as a
-    value: the flows keep their ``dict`` return type.
+    value: the flows keep their report's return type. The error holds the report's JSON.
     """
-    return Failed(message=message, data=RunFailed(message, report))
+    return Failed(message=message, data=RunFailed(message, report.to_dict()))
 
 
 def _read_drafts(
@@ -442,24 +443,26 @@ def _report(
     *,
     outcomes: Sequence[Outcome],
     skipped: Sequence[str],
-) -> dict[str, Any]:
+) -> ReviewReport:
     applied = sum(o.applied for o in outcomes)
-    return {
-        "org": org,
-        "reviewer": reviewer,
-        "pending": len(pending),
-        "applied": applied,
-        "skipped": len(skipped),
-        "failed": len(outcomes) - applied,
-        "skipped_ids": list(skipped),
-        "outcomes": [
-            {
-                "doc_id": o.doc_id,
-                "action": o.action,
-                "result": o.result,
-                "message": o.message,
-                "status": o.status,
-            }
-            for o in outcomes
-        ],
-    }
+    return ReviewReport.model_validate(
+        {
+            "org": org,
+            "reviewer": reviewer,
+            "pending": len(pending),
+            "applied": applied,
+            "skipped": len(skipped),
+            "failed": len(outcomes) - applied,
+            "skipped_ids": list(skipped),
+            "outcomes": [
+                {
+                    "doc_id": o.doc_id,
+                    "action": o.action,
+                    "result": o.result,
+                    "message": o.message,
+                    "status": o.status,
+                }
+                for o in outcomes
+            ],
+        }
+    )

@@ -15,7 +15,6 @@ from core.errors import ConfigError, NotFound
 from core.models import DocStatus, Turn
 from core.settings import Settings
 from kbflow.wiring import SearchContext
-from sinks.catalog import Catalog
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.knowledge import (
@@ -73,7 +72,7 @@ def knowledge_model(
 
 
 def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
-    return Catalog(registry).get_agent(agent_id).org_id
+    return registry.get_agent(agent_id).org_id
 
 
 def ask(

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.contracts import IngestRequest
 from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import CLIENT_NAME, write_demo_corpus
@@ -57,11 +58,11 @@ def run_demo(
         ([str(corpus.pending_file)], DocStatus.PENDING_REVIEW, "demo-draft"),
     ):
         with ingest_progress(enabled=show_progress) as progress:
-            report = run_ingest(
-                settings, paths, org=DEMO_ORG, collection=DEMO_COLLECTION, status=status,
-                source_tag=tag, progress=progress,
-            )  # fmt: skip
-        ingests.append(report)
+            request = IngestRequest(
+                org=DEMO_ORG, collection=DEMO_COLLECTION, status=status, source_tag=tag
+            )
+            report = run_ingest(settings, paths, request, progress=progress)
+        ingests.append(report.to_dict())
 
     scope = Scope(org_id=DEMO_ORG)
     pending_name = corpus.pending_file.name
@@ -116,11 +117,10 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     from core.errors import NotFound
     from kbflow.answers import answer_question, replay_turn
     from kbflow.wiring import search_context
-    from sinks.catalog import Catalog
 
     turns: list[dict[str, Any]] = []
     with search_context(settings) as ctx:
-        catalog = Catalog(ctx.registry)
+        catalog = ctx.registry
         try:
             catalog.get_agent(DEMO_AGENT)
         except NotFound:

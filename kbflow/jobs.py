@@ -8,50 +8,30 @@ FAILED with the reason. `refresh` notices a job whose process died without finis
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import subprocess
 import sys
-from typing import Any
 
-from core.models import DocStatus, JobStatus
+from core.contracts import IngestReport, IngestRequest
+from core.models import JobStatus
 from core.settings import Settings, configure_environment
-from sinks.jobs import JobRecord, JobStore
-from sinks.registry import SqlRegistry
+from sinks.registry import JobRecord, SqlRegistry
 
 log = logging.getLogger(__name__)
 
 INGEST_KIND = "ingest"
 
 
-def ingest_params(
-    *,
-    org: str,
-    collection: str,
-    status: DocStatus | None,
-    audience: str | None,
-    effective_date: dt.date | None,
-    source_tag: str | None,
-) -> dict[str, Any]:
-    """The ingest flow's arguments (other than paths), as JSON for the job row."""
-    return {
-        "org": org,
-        "collection": collection,
-        "status": status.value if status else None,
-        "audience": audience,
-        "effective_date": effective_date.isoformat() if effective_date else None,
-        "source_tag": source_tag,
-    }
-
-
-def submit_ingest_job(settings: Settings, paths: list[str], params: dict[str, Any]) -> JobRecord:
+def submit_ingest_job(settings: Settings, paths: list[str], request: IngestRequest) -> JobRecord:
     """Record a PROCESSING job and start its background process; returns immediately."""
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        jobs = JobStore(registry)
-        job = jobs.create(params["org"], kind=INGEST_KIND, inputs=paths, params=params)
+        jobs = registry
+        job = jobs.create_job(
+            request.org, kind=INGEST_KIND, inputs=paths, params=request.job_params()
+        )
         log_path = (settings.jobs_dir / f"{job.id}.log").resolve()
         env = dict(os.environ, KBFLOW_HOME=str(settings.home.resolve()))
         with log_path.open("ab") as out:
@@ -64,17 +44,17 @@ def submit_ingest_job(settings: Settings, paths: list[str], params: dict[str, An
                 cwd=os.getcwd(),
                 start_new_session=True,  # outlives the command that started it
             )
-        jobs.update_runner(job.id, pid=proc.pid, log_path=str(log_path))
-        return jobs.get(job.id)
+        jobs.update_job_runner(job.id, pid=proc.pid, log_path=str(log_path))
+        return jobs.get_job(job.id)
     finally:
         registry.close()
 
 
-def refresh(jobs: JobStore, job: JobRecord) -> JobRecord:
+def refresh(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
     """A PROCESSING job whose process is gone is marked FAILED, naming its log."""
     if job.status is not JobStatus.PROCESSING or job.pid is None or _alive(job):
         return job
-    jobs.finish(
+    jobs.finish_job(
         job.id,
         JobStatus.FAILED,
         reason=(
@@ -82,7 +62,7 @@ def refresh(jobs: JobStore, job: JobRecord) -> JobRecord:
             f"{job.log_path or '(none)'}; re-run the ingest (finished files are skipped)"
         ),
     )
-    return jobs.get(job.id)
+    return jobs.get_job(job.id)
 
 
 def _alive(job: JobRecord) -> bool:
@@ -100,44 +80,34 @@ def run_job(job_id: str, settings: Settings | None = None) -> JobRecord:
     settings = settings or Settings()
     configure_environment(settings)
     registry = SqlRegistry.open(settings.registry_url)
-    jobs = JobStore(registry)
+    jobs = registry
     try:
-        job = jobs.get(job_id)
-        jobs.update_runner(job.id, pid=os.getpid())
-        params = dict(job.params)
-        status = DocStatus(params.pop("status")) if params.get("status") else None
-        effective = params.pop("effective_date", None)
+        job = jobs.get_job(job_id)
+        jobs.update_job_runner(job.id, pid=os.getpid())
+        request = IngestRequest.model_validate(job.params)
         from flows.ingest import ingest
 
         try:
-            report = ingest(
-                paths=job.inputs,
-                status=status,
-                effective_date=dt.date.fromisoformat(effective) if effective else None,
-                job_id=job.id,
-                **params,
-            )
+            report = ingest(paths=job.inputs, job_id=job.id, **request.flow_params())
         except Exception as exc:  # the job records any failure; nothing else would see it
             log.exception("job %s failed", job.id)
-            jobs.finish(job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
-            return jobs.get(job.id)
+            jobs.finish_job(job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
+            return jobs.get_job(job.id)
         final, reason = _outcome(report)
-        jobs.finish(job.id, final, reason=reason, report=report)
-        return jobs.get(job.id)
+        jobs.finish_job(job.id, final, reason=reason, report=report.to_dict())
+        return jobs.get_job(job.id)
     finally:
         registry.close()
 
 
-def _outcome(report: dict[str, Any]) -> tuple[JobStatus, str | None]:
+def _outcome(report: IngestReport) -> tuple[JobStatus, str | None]:
     """COMPLETE when something was read; FAILED (with the reasons) when every file failed."""
-    skipped = report.get("skipped") or []
-    if skipped and not report.get("documents") and not report.get("empty"):
-        reasons = "; ".join(f"{s['source']}: {s['reason']}" for s in skipped[:5])
+    skipped = report.skipped
+    reasons = "; ".join(f"{s.source}: {s.reason}" for s in skipped[:5])
+    if skipped and not report.documents and not report.empty:
         return JobStatus.FAILED, reasons
     if skipped:
-        return JobStatus.COMPLETE, f"{len(skipped)} file(s) failed: " + "; ".join(
-            f"{s['source']}: {s['reason']}" for s in skipped[:5]
-        )
+        return JobStatus.COMPLETE, f"{len(skipped)} file(s) failed: {reasons}"
     return JobStatus.COMPLETE, None
 
 

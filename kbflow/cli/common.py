@@ -29,6 +29,7 @@ import typer
 from rich.markup import escape
 
 from core import ids
+from core.contracts import Report
 from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
 from core.settings import Settings, configure_environment
 from kbflow.render import err_console
@@ -116,7 +117,9 @@ def command(fn: Any = None, /, *, review: bool = False) -> Any:
 
 
 def print_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout (dates and paths as text)."""
+    """``data`` as indented JSON on stdout (dates and paths as text; a report as its JSON)."""
+    if isinstance(data, Report):
+        data = data.to_dict()
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 

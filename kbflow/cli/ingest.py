@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from core import ids
+from core.contracts import IngestReport, IngestRequest
 from core.errors import KbflowError
 from core.models import DocStatus, JobStatus
 from core.settings import Settings
@@ -80,12 +81,14 @@ def ingest(
         report = service.run_ingest(
             settings,
             paths,
-            org=org,
-            collection=collection,
-            status=status,
-            audience=audience,
-            effective_date=eff,
-            source_tag=source_tag,
+            IngestRequest(
+                org=org,
+                collection=collection,
+                status=status,
+                audience=audience,
+                effective_date=eff,
+                source_tag=source_tag,
+            ),
             wait=wait,
             progress=progress,
         )
@@ -95,7 +98,7 @@ def ingest(
     print_ingest_report(report)
 
 
-def print_ingest_report(r: dict[str, Any]) -> None:
+def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
     """An ingest report: the counts on one line, then each note, empty file, skip and job."""
     empty = f", {len(r['empty'])} empty" if r.get("empty") else ""
     console.print(

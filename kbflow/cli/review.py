@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from core.contracts import Report
 from core.errors import ConfigError
 from core.models import DocStatus
 from core.settings import Settings
@@ -285,8 +286,10 @@ def review_flow(
         raise typer.Exit(1)
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: Report | dict[str, Any]) -> None:
     """Scalars as `key: value` lines, lists of records as tables, anything else as JSON."""
+    if isinstance(report, Report):
+        report = report.to_dict()
     for key, value in report.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             table = Table(title=escape(key))

@@ -17,8 +17,7 @@ from core.models import AuditAction, DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from sinks.catalog import AgentRecord, Catalog, CollectionRecord
-    from sinks.registry import DocRecord
+    from sinks.registry import AgentRecord, CollectionRecord, DocRecord, SqlRegistry
     from sinks.vectors import VectorStore
 
 
@@ -32,22 +31,12 @@ def _required_ref(value: str) -> int | str:
 
 
 @contextmanager
-def _catalog(settings: Settings) -> Iterator[Catalog]:
-    """The registry's catalog for one call."""
-    from sinks.catalog import Catalog
-    from sinks.connect import open_registry
+def _catalog_and_store(settings: Settings) -> Iterator[tuple[SqlRegistry, VectorStore]]:
+    """The registry and the vector store, for moves and deletes (they rewrite payloads)."""
+    from sinks.connect import open_registry, open_vector_store
 
-    with open_registry(settings) as registry:
-        yield Catalog(registry)
-
-
-@contextmanager
-def _catalog_and_store(settings: Settings) -> Iterator[tuple[Catalog, VectorStore]]:
-    """The catalog and the vector store, for moves and deletes (they rewrite payloads)."""
-    from sinks.connect import open_vector_store
-
-    with _catalog(settings) as catalog, open_vector_store(settings) as store:
-        yield catalog, store
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        yield registry, store
 
 
 def list_documents(
@@ -84,22 +73,28 @@ def create_collection(
     settings: Settings, org: str, name: str, description: str, parent: str | None
 ) -> CollectionRecord:
     """A new collection, at the top or under ``parent``; a description is required."""
-    with _catalog(settings) as catalog:
-        return catalog.create_collection(org, name, description, collection_ref(parent))
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.create_collection(org, name, description, collection_ref(parent))
 
 
 def list_collections(settings: Settings, org: str) -> list[CollectionRecord]:
     """An org's collections, parents before their children."""
-    with _catalog(settings) as catalog:
-        return catalog.list_collections(org)
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.list_collections(org)
 
 
 def describe_collection(
     settings: Settings, org: str, ref: str, description: str
 ) -> CollectionRecord:
     """Set a collection's description."""
-    with _catalog(settings) as catalog:
-        return catalog.describe(org, _required_ref(ref), description)
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.describe_collection(org, _required_ref(ref), description)
 
 
 def move_collection(
@@ -109,8 +104,8 @@ def move_collection(
     it and how many documents were re-filed."""
     from tasks.review.collections import move_collection as move
 
-    with _catalog_and_store(settings) as (catalog, store):
-        return move(catalog, store, org, _required_ref(ref), collection_ref(parent))
+    with _catalog_and_store(settings) as (registry, store):
+        return move(registry, store, org, _required_ref(ref), collection_ref(parent))
 
 
 def delete_collection(
@@ -120,9 +115,9 @@ def delete_collection(
     they are moved (``move_to``) or deleted (``delete_contents``). Returns the counts."""
     from tasks.review.collections import delete_collection as delete
 
-    with _catalog_and_store(settings) as (catalog, store):
+    with _catalog_and_store(settings) as (registry, store):
         return delete(
-            catalog, store, org, _required_ref(ref),
+            registry, store, org, _required_ref(ref),
             move_to=collection_ref(move_to), delete_contents=delete_contents,
         )  # fmt: skip
 
@@ -139,12 +134,14 @@ def create_agent(
 ) -> AgentRecord:
     """A new agent, reading every collection of its org until some are allowed; giving it
     audiences needs ``actor`` a superadmin."""
-    with _catalog(settings) as catalog:
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
         if audiences:
             from tasks.review.access import authorize_admin
 
-            authorize_admin(catalog.registry, actor, "give agents audiences", org_id=org)
-        return catalog.create_agent(
+            authorize_admin(registry, actor, "give agents audiences", org_id=org)
+        return registry.create_agent(
             org, agent_id, name, enabled=enabled, audiences=tuple(audiences)
         )
 
@@ -153,8 +150,10 @@ def set_allowed(
     settings: Settings, agent_id: str, refs: Sequence[str], *, allow: bool
 ) -> AgentRecord:
     """Add collections to an agent's allow-list (``allow``) or take them off it."""
-    with _catalog(settings) as catalog:
-        return catalog.set_allowed(agent_id, [_required_ref(r) for r in refs], allow=allow)
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.set_allowed(agent_id, [_required_ref(r) for r in refs], allow=allow)
 
 
 def set_audiences(
@@ -164,16 +163,15 @@ def set_audiences(
     audited."""
     if not audiences and not clear:
         raise KbflowError("name the audiences to set, or --clear to remove them all")
+    from sinks.connect import open_registry
     from tasks.review.access import authorize_admin
 
-    with _catalog(settings) as catalog:
-        agent = catalog.get_agent(agent_id)
-        admin = authorize_admin(
-            catalog.registry, actor, "give agents audiences", org_id=agent.org_id
-        )
+    with open_registry(settings) as registry:
+        agent = registry.get_agent(agent_id)
+        admin = authorize_admin(registry, actor, "give agents audiences", org_id=agent.org_id)
         before = list(agent.audiences)
-        agent = catalog.set_audiences(agent_id, tuple(audiences))
-        catalog.registry.record_admin(
+        agent = registry.set_audiences(agent_id, tuple(audiences))
+        registry.record_admin(
             admin, AuditAction.AGENT_AUDIENCES, org_id=agent.org_id,
             before={"agent": agent_id, "audiences": before},
             after={"agent": agent_id, "audiences": list(agent.audiences)},
@@ -184,9 +182,11 @@ def set_audiences(
 def show_agent(settings: Settings, agent_id: str, *, enable: bool | None) -> dict[str, Any]:
     """An agent and the collections it may read (``readable``); ``enable`` switches its
     knowledge base on or off first."""
-    with _catalog(settings) as catalog:
-        agent = catalog.get_agent(agent_id)
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        agent = registry.get_agent(agent_id)
         if enable is not None:
-            agent = catalog.set_enabled(agent_id, enable)
-        readable = catalog.readable_collections(agent)
+            agent = registry.set_enabled(agent_id, enable)
+        readable = registry.readable_collections(agent)
     return agent.to_dict() | {"readable": [c.to_dict() for c in readable]}

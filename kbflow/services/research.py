@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.contracts import ResearchReport
 from core.settings import Settings
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def run_research(
     budget_tokens: int,
     reviewer: str | None,
     review_timeout_s: int | None,
-) -> dict[str, Any]:
+) -> ResearchReport:
     """Run the research flow: draft the four documents, then pause for the review form.
 
     ``review_timeout_s`` None waits `REVIEW_WAIT_S` when a Prefect server is set (its UI shows
@@ -121,4 +122,4 @@ def run_research(
             review_timeout_s=timeout,
         )
     except RunFailed as exc:  # the budget stopped it, or its review failed: see the report
-        return exc.report
+        return ResearchReport.model_validate(exc.report)

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.contracts import ReviewReport
 from core.models import DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
     from sinks.registry import DocRecord
-    from sinks.registry_schema import AuditRow
-    from tasks.review.machine import DraftView, ReconcileReport
+    from sinks.registry.schema import AuditRow
+    from tasks.review.inspection import DraftView
+    from tasks.review.machine import ReconcileReport
 
 Verb = Literal["approve", "reject", "withdraw"]
 
@@ -32,7 +34,7 @@ def list_drafts(
     """An org's drafts by synthesis run (default: pending_review and rejected), for those who
     may inspect them."""
     from sinks.connect import open_registry
-    from tasks.review.machine import list_drafts as drafts
+    from tasks.review.inspection import list_drafts as drafts
 
     with open_registry(settings) as registry:
         if statuses:
@@ -45,7 +47,7 @@ def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
     before the store is opened."""
     from kbflow.wiring import store_opener
     from sinks.connect import open_registry
-    from tasks.review.machine import inspect_draft
+    from tasks.review.inspection import inspect_draft
 
     with open_registry(settings) as registry:
         return inspect_draft(doc_id, actor, registry=registry, open_store=store_opener(settings))
@@ -93,7 +95,7 @@ def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | Non
 
 def run_review_flow(
     settings: Settings, org: str, *, reviewer: str | None, timeout_s: int
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[ReviewReport, str | None]:
     """Run the review flow, which pauses for decisions in the Prefect UI, then applies them.
 
     Returns:
@@ -113,7 +115,7 @@ def run_review_flow(
     try:
         return review(org=org, reviewer=reviewer, timeout_s=timeout_s), None
     except RunFailed as exc:  # the run ended Failed; what it did is in its report
-        return exc.report, str(exc)
+        return ReviewReport.model_validate(exc.report), str(exc)
 
 
 def audit_dict(row: AuditRow) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from core.errors import Forbidden
 from core.models import Scope
-from sinks.catalog import Catalog
 from sinks.registry import SqlRegistry
 from tasks.review.access import authorize_org_wide_search, person_audiences
 
@@ -19,11 +18,10 @@ def agent_scope(
     """The scope a search on behalf of this agent gets: its org and readable collections
     (narrowed to ``collections``, which must be readable); None when its knowledge base is off.
     """
-    catalog = Catalog(registry)
-    agent = catalog.get_agent(agent_id)
+    agent = registry.get_agent(agent_id)
     if not agent.knowledge_base_enabled:
         return None
-    readable = [c.path for c in catalog.readable_collections(agent)]
+    readable = [c.path for c in registry.readable_collections(agent)]
     if collections:
         outside = [
             c for c in collections if not any(c == r or c.startswith(r + "/") for r in readable)

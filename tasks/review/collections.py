@@ -7,22 +7,25 @@ served to an agent that may not read its new place (it can only be briefly missi
 
 from __future__ import annotations
 
-from sinks.catalog import Catalog, CollectionRecord
-from sinks.registry import collection_ancestry
+from sinks.registry import CollectionRecord, SqlRegistry, collection_ancestry
 from sinks.vectors import VectorStore
 
 
 def move_collection(
-    catalog: Catalog, store: VectorStore, org_id: str, ref: int | str, new_parent: int | str | None
+    registry: SqlRegistry,
+    store: VectorStore,
+    org_id: str,
+    ref: int | str,
+    new_parent: int | str | None,
 ) -> tuple[CollectionRecord, int]:
     """Re-parent a collection; returns it and how many documents' payloads were rewritten."""
-    moved, doc_ids = catalog.move(org_id, ref, new_parent)
-    _repath(catalog, store, doc_ids)
+    moved, doc_ids = registry.move_collection_rows(org_id, ref, new_parent)
+    _repath(registry, store, doc_ids)
     return moved, len(doc_ids)
 
 
 def delete_collection(
-    catalog: Catalog,
+    registry: SqlRegistry,
     store: VectorStore,
     org_id: str,
     ref: int | str,
@@ -31,17 +34,17 @@ def delete_collection(
     delete_contents: bool = False,
 ) -> dict[str, int]:
     """Delete a collection (and its sub-collections), moving or deleting its documents."""
-    moved, deleted, _target = catalog.delete(
+    moved, deleted, _target = registry.delete_collection_rows(
         org_id, ref, move_to=move_to, delete_contents=delete_contents
     )
-    _repath(catalog, store, moved)
+    _repath(registry, store, moved)
     for doc_id in deleted:
         store.delete_document(doc_id)
     return {"moved": len(moved), "deleted": len(deleted)}
 
 
-def _repath(catalog: Catalog, store: VectorStore, doc_ids: list[str]) -> None:
-    for doc in catalog.registry.get_documents(doc_ids).values():
+def _repath(registry: SqlRegistry, store: VectorStore, doc_ids: list[str]) -> None:
+    for doc in registry.get_documents(doc_ids).values():
         store.set_document_payload(
             doc.id, {"collection_path": collection_ancestry(doc.collection_path)}
         )

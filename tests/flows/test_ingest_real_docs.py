@@ -16,7 +16,6 @@ from core.settings import Settings
 from kbflow.cli import app
 from kbflow.wiring import search_context
 from sinks.connect import open_registry, open_vector_store
-from sinks.jobs import JobStore
 from tests.conftest import datasets_dir, make_org, require_binaries
 
 pytestmark = pytest.mark.integration
@@ -155,10 +154,10 @@ def test_a_job_whose_process_died_is_reported_failed(tmp_path: Path) -> None:
     gone.wait()
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        jobs = JobStore(registry)
-        job = jobs.create("media", kind="ingest", inputs=["/x.mp3"], params={"org": "media"})
-        jobs.update_runner(job.id, pid=gone.pid, log_path="/tmp/x.log")
-        after = refresh(jobs, jobs.get(job.id))
+        jobs = registry
+        job = jobs.create_job("media", kind="ingest", inputs=["/x.mp3"], params={"org": "media"})
+        jobs.update_job_runner(job.id, pid=gone.pid, log_path="/tmp/x.log")
+        after = refresh(jobs, jobs.get_job(job.id))
     finally:
         registry.close()
     assert after.status is JobStatus.FAILED

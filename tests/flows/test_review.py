@@ -59,7 +59,7 @@ CHILD = (
     "run = review.with_options(flow_run_name=sys.argv[1])\n"
     "reviewer = sys.argv[4] if len(sys.argv) > 4 else None\n"
     "try:\n"
-    "    report = run(org=sys.argv[2], timeout_s=int(sys.argv[3]), reviewer=reviewer)\n"
+    "    report = run(org=sys.argv[2], timeout_s=int(sys.argv[3]), reviewer=reviewer).to_dict()\n"
     "except RunFailed as exc:  # the run ended Failed; its report comes with the error\n"
     "    print('FAILED ' + str(exc))\n"
     "    report = exc.report\n"
@@ -687,7 +687,7 @@ RESEARCH_CHILD = (
     "run = research.with_options(flow_run_name=sys.argv[1])\n"
     "report = run(org=sys.argv[2], client_name='Fresh Foods', reviewer=sys.argv[3],\n"
     "             review_timeout_s=120)\n"
-    "print('REPORT ' + json.dumps(report))\n"
+    "print('REPORT ' + json.dumps(report.to_dict()))\n"
 )
 BRIEF = """# Fresh Foods brief
 

@@ -17,7 +17,6 @@ from kbflow import answers
 from kbflow.answers import parse_since, replay_turn
 from kbflow.cli import app
 from kbflow.wiring import SearchContext
-from sinks.catalog import Catalog
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
@@ -42,7 +41,7 @@ def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[s
 @pytest.fixture
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
-    catalog = Catalog(registry)
+    catalog = registry
     catalog.create_agent("acme", "helper")
     catalog.create_agent("acme", "off", enabled=False)
     ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
@@ -168,7 +167,7 @@ def test_provenance_still_traces_a_cited_document_that_was_deleted(world: Any) -
     expenses = world["docs"]["expenses"]
     from tasks.review.collections import delete_collection
 
-    delete_collection(Catalog(world["registry"]), world["store"], "acme", "handbook",
+    delete_collection(world["registry"], world["store"], "acme", "handbook",
                       delete_contents=True)  # fmt: skip
     rows = _provenance(settings, world["registry"], doc_id=expenses)
     assert [(r["turn_id"], r["stale"]) for r in rows] == [(out["turn_id"], "document deleted")]

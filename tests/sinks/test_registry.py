@@ -461,8 +461,6 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
     the document's collection is NOT NULL."""
     from sqlalchemy.exc import IntegrityError
 
-    from sinks.catalog import Catalog
-
     engine = create_engine(f"sqlite:///{tmp_path / 'earlier.db'}")
     configure_sqlite(engine)
     registry = SqlRegistry(engine)
@@ -505,7 +503,7 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
 
         after = {d.id: d.to_dict() for d in registry.list_documents("acme")}
         assert after == before
-        catalog = Catalog(registry)
+        catalog = registry
         for org in ("acme", "globex"):
             default = catalog.get_collection(org, "default")
             assert default.name == "Default" and default.description

@@ -37,7 +37,6 @@ from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
 from kbflow.tools import call_tool
 from kbflow.wiring import SearchContext
-from sinks.catalog import Catalog
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from tasks.answer.knowledge import ExtractiveKnowledgeModel
@@ -114,7 +113,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
                 self.registry.ensure_user(AMS[org], Role.ACCOUNT_MANAGER)
             self.keys = 0
             self.ctx = {"store": self.store, "registry": self.registry, "embedder": embedder}
-            self.catalog = Catalog(self.registry)
+            self.catalog = self.registry  # collections and agents are registry methods
             self.agent_ids: list[str] = []
             self.search_ctx = SearchContext(
                 Settings(home=self.dir), self.registry, self.store, embedder
