@@ -1,0 +1,118 @@
+"""The typed contracts: a report prints the JSON the commands printed before these models, the
+ingest request is one definition for the CLI, the flow and the job row."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import json
+
+import pytest
+
+from core.contracts import IngestReport, IngestRequest, JobRef, ResearchReport, ReviewReport
+from core.models import DocStatus
+from tasks.ingest.index import BatchReport, IngestPlan, IngestSummary
+
+RESEARCH_KEYS = {  # what `kbflow research --json` printed for a run without a review
+    "synthesis_run_id", "budget_exceeded", "documents", "consumed_tokens", "doc_ids", "notes",
+    "synthesizer", "superseded_drafts", "budget", "budget_stop",
+}  # fmt: skip
+INGEST_KEYS = {  # what the ingest flow returned (the CLI adds "jobs")
+    "org", "collection", "discovered", "new", "changed", "unchanged", "documents", "chunks",
+    "superseded", "skipped", "empty", "notes", "seconds", "embed_seconds",
+}  # fmt: skip
+
+
+def _research_dict() -> dict[str, object]:
+    return {
+        "synthesis_run_id": "run-1",
+        "budget_exceeded": False,
+        "documents": [{"filename": "a.md", "title": "A", "content": "text"}],
+        "consumed_tokens": 12,
+        "doc_ids": ["d1"],
+        "notes": [],
+        "synthesizer": "extractive",
+        "superseded_drafts": 0,
+        "budget": {"fetches": 1, "max_fetches": 5, "tokens": 12, "max_tokens": 99,
+                   "exceeded": None},
+        "budget_stop": None,
+    }  # fmt: skip
+
+
+def test_a_report_dumps_only_the_keys_it_was_given() -> None:
+    report = ResearchReport.model_validate(_research_dict())
+    assert set(report.to_dict()) == RESEARCH_KEYS  # no "review": null, no "review_failed"
+    assert report.to_dict() == _research_dict()
+    reviewed = report.model_copy(
+        update={
+            "review": ReviewReport(
+                org="o", reviewer=None, pending=0, applied=0, skipped=0, failed=0,
+                skipped_ids=[], outcomes=[],
+            ),
+            "review_failed": "nobody came",
+        }
+    )  # fmt: skip
+    assert set(reviewed.to_dict()) == RESEARCH_KEYS | {"review", "review_failed"}
+    assert reviewed.to_dict()["review"]["org"] == "o"
+    json.dumps(reviewed.to_dict())  # plain JSON all the way down
+
+
+def test_a_report_reads_like_its_json() -> None:
+    report = ResearchReport.model_validate(_research_dict())
+    assert report["doc_ids"] == ["d1"]
+    assert report["documents"][0]["filename"] == "a.md"  # nested parts too
+    assert report["budget"]["max_fetches"] == 5
+    assert "review" not in report and "budget_stop" in report  # given (as None) is present
+    assert report.get("review") is None and report.get("nope", 7) == 7
+    with pytest.raises(KeyError):
+        report["nope"]
+
+
+def test_a_report_refuses_a_key_it_does_not_know() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        ResearchReport.model_validate(_research_dict() | {"surprise": 1})
+
+
+def test_the_ingest_summary_reports_the_flows_keys() -> None:
+    total = BatchReport(skipped=[("a.pdf", "encrypted")], notes=[("b.png", "OCR used")])
+    report = IngestSummary.build(
+        IngestPlan(), total, org="acme", collection="kb", discovered=2, seconds=0.5
+    ).report([JobRef(id="j1", status="processing", files=1)])
+    assert isinstance(report, IngestReport)
+    out = report.to_dict()
+    assert set(out) == INGEST_KEYS | {"jobs"}
+    assert out["skipped"] == [{"source": "a.pdf", "reason": "encrypted"}]
+    assert out["notes"] == [{"source": "b.png", "note": "OCR used"}]
+    assert out["jobs"] == [{"id": "j1", "status": "processing", "files": 1}]
+    assert report["skipped"][0]["reason"] == "encrypted"
+
+
+def test_an_ingest_request_round_trips_through_a_job_row() -> None:
+    request = IngestRequest(
+        org="acme",
+        collection="policies/hr",
+        status=DocStatus.PENDING_REVIEW,
+        audience="staff",
+        effective_date=dt.date(2027, 1, 2),
+        source_tag="seed",
+    )
+    row = json.loads(json.dumps(request.job_params()))  # what the registry stores
+    assert row["status"] == "pending_review" and row["effective_date"] == "2027-01-02"
+    assert IngestRequest.model_validate(row) == request
+    assert request.flow_params()["effective_date"] == dt.date(2027, 1, 2)
+
+
+def test_the_ingest_flow_takes_the_requests_fields() -> None:
+    """The flow's parameters are the request's fields (plus the paths, who runs it and the
+    job it does): they cannot drift apart."""
+    from flows.ingest import ingest
+
+    params = set(inspect.signature(ingest.fn).parameters)
+    assert params == set(IngestRequest.model_fields) | {"paths", "actor", "job_id"}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(ingest.fn).parameters.items()
+        if name in IngestRequest.model_fields and p.default is not inspect.Parameter.empty
+    }
+    for name, default in defaults.items():
+        assert IngestRequest.model_fields[name].default == default, name
