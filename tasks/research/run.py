@@ -31,12 +31,11 @@ from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 from tasks.research.budget import ResearchBudget
-from tasks.research.claude import SYSTEM_PROMPT, AnthropicSynthesizer
+from tasks.research.claude import SYSTEM_PROMPT
 from tasks.research.corpus import build_corpus, homepage_of, seed_entries
-from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.public_context import Fetcher, SearchProvider, gather_public_context
 from tasks.research.seed import list_seeds
-from tasks.research.synthesize import Synthesizer, estimate_tokens, resolve_model, validate_drafts
+from tasks.research.synthesize import Synthesizer, estimate_tokens, validate_drafts
 from tasks.review.machine import supersede
 from tasks.text.embed import Embedder
 
@@ -79,15 +78,6 @@ def _spent(budget: ResearchBudget) -> dict[str, Any]:
         "max_tokens": budget.max_tokens,
         "exceeded": budget.exceeded,
     }
-
-
-def choose_synthesizer(
-    request: ResearchRequest, anthropic_key: str | None, embedder: Callable[[], Embedder]
-) -> Synthesizer:
-    """Anthropic when a key is configured, else the offline extractive synthesizer."""
-    if anthropic_key:
-        return AnthropicSynthesizer(anthropic_key, resolve_model(request.model))
-    return ExtractiveSynthesizer(embedder())
 
 
 @dataclass
