@@ -31,7 +31,7 @@ from kbflow.tool_models import (
     tool_schema,
 )
 from kbflow.wiring import SearchContext
-from sinks.catalog import Catalog
+from sinks.registry import AgentRecord, SqlRegistry
 
 
 class ToolError(KbflowError, ValueError):
@@ -40,9 +40,8 @@ class ToolError(KbflowError, ValueError):
 
 def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> dict[str, Any]:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
-    catalog = Catalog(ctx.registry)
-    agent = _agent(catalog, agent_id)
-    readable = catalog.readable_collections(agent)
+    agent = _agent(ctx.registry, agent_id)
+    readable = ctx.registry.readable_collections(agent)
     return {
         "agent": agent.id,
         "knowledge_base_enabled": agent.knowledge_base_enabled,
@@ -61,8 +60,7 @@ def search_knowledge_base(
     top_k: int = DEFAULT_TOP_K,
 ) -> dict[str, Any]:
     """Search every collection the agent may read, or one of them (refused if not allowed)."""
-    catalog = Catalog(ctx.registry)
-    agent = _agent(catalog, agent_id)
+    agent = _agent(ctx.registry, agent_id)
     out: dict[str, Any] = {
         "agent": agent.id,
         "query": query,
@@ -76,7 +74,7 @@ def search_knowledge_base(
     if not agent.knowledge_base_enabled:
         out["note"] = f"the knowledge base is switched off for agent {agent.id}"
         return out
-    readable = catalog.readable_collections(agent)
+    readable = ctx.registry.readable_collections(agent)
     if collection_id is not None:
         chosen = [c for c in readable if c.id == collection_id]
         if not chosen:
@@ -122,12 +120,12 @@ def research_knowledge_search(
     """The tri-state knowledge search (recorded in the ledger): see `kbflow.answers.ask`."""
     from kbflow.answers import ask
 
-    return ask(ctx, _agent(Catalog(ctx.registry), agent_id).id, queries)
+    return ask(ctx, _agent(ctx.registry, agent_id).id, queries)
 
 
-def _agent(catalog: Catalog, agent_id: str) -> Any:
+def _agent(registry: SqlRegistry, agent_id: str) -> AgentRecord:
     try:
-        return catalog.get_agent(agent_id)
+        return registry.get_agent(agent_id)
     except KbflowError as exc:
         raise ToolError(str(exc)) from exc
 
