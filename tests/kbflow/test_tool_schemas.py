@@ -5,7 +5,7 @@ Two checks per schema: the structure is the same keyword for keyword (properties
 required, bounds, enums, defaults, additionalProperties, descriptions), and a corpus of argument
 and result objects gets the same accept / reject verdict from both under jsonschema — with
 `call_tool`'s strict validator for the arguments (no bool or 5.0 for an integer) and the plain
-one for results, as `call_tool` uses them. No model or database here: schemas only.
+one for results, as `call_tool` uses them. No embedder or database here: schemas only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 from kbflow.tools import TOOLS, _strict_validator, export_schemas
 
 V1 = {
-    t["name"]: t for t in json.loads((Path(__file__).parent / "tool_schemas_v1.json").read_text())
+    t["name"]: t
+    for t in json.loads((Path(__file__).parent / "tool_schemas_v1.json").read_text("utf-8"))
 }
 SCHEMAS = ("input_schema", "output_schema")
 
