@@ -6,146 +6,42 @@ Three tools. Progressive disclosure: `list_knowledge_collections` says what the 
 All go through the gate: an agent's scope is its org, its allowed collections and their
 descendants, and nothing at all when its knowledge base is switched off. Usable from any agent
 framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates the
-arguments and the result.
+arguments and the result. The schemas come from the pydantic models in `kbflow.tool_models`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+from pydantic import BaseModel
 
 from core.errors import KbflowError
 from core.models import Scope, SearchMode
+from kbflow.tool_models import (
+    DEFAULT_TOP_K,
+    ListInput,
+    ListOutput,
+    ResearchInput,
+    ResearchOutput,
+    SearchInput,
+    SearchOutput,
+    tool_schema,
+)
 from kbflow.wiring import SearchContext
-from sinks.catalog import Catalog
-
-MAX_TOP_K = 50
+from sinks.registry import AgentRecord, SqlRegistry
 
 
 class ToolError(KbflowError, ValueError):
     """A tool call was refused: bad arguments, unknown agent, or a collection not allowed."""
 
 
-_COLLECTION = {
-    "type": "object",
-    "required": ["id", "name", "description", "parent_id"],
-    "additionalProperties": False,
-    "properties": {
-        "id": {"type": "integer"},
-        "name": {"type": "string"},
-        "description": {"type": "string"},
-        "parent_id": {"type": ["integer", "null"]},
-    },
-}
-
-LIST_INPUT: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
-LIST_OUTPUT: dict[str, Any] = {
-    "type": "object",
-    "required": ["agent", "knowledge_base_enabled", "collections"],
-    "additionalProperties": False,
-    "properties": {
-        "agent": {"type": "string"},
-        "knowledge_base_enabled": {"type": "boolean"},
-        "collections": {"type": "array", "items": _COLLECTION},
-    },
-}
-SEARCH_INPUT: dict[str, Any] = {
-    "type": "object",
-    "required": ["query"],
-    "additionalProperties": False,
-    "properties": {
-        "query": {"type": "string", "minLength": 1, "description": "What to look for."},
-        "collection_id": {
-            "type": ["integer", "null"],
-            "description": "Search only this collection (and its sub-collections); "
-            "omit to search every collection the agent may read.",
-        },
-        "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 5},
-    },
-}
-SEARCH_OUTPUT: dict[str, Any] = {
-    "type": "object",
-    "required": ["agent", "query", "results", "kb_context_provided", "degraded", "paused"],
-    "additionalProperties": False,
-    "properties": {
-        "agent": {"type": "string"},
-        "query": {"type": "string"},
-        "collection_id": {"type": ["integer", "null"]},
-        "kb_context_provided": {"type": "boolean"},
-        "degraded": {"type": "boolean"},
-        "paused": {"type": "boolean"},
-        "note": {"type": ["string", "null"]},
-        "results": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["doc_id", "chunk_id", "title", "uri", "collection", "text", "score"],
-                "properties": {
-                    "doc_id": {"type": "string"},
-                    "chunk_id": {"type": "string"},
-                    "title": {"type": "string"},
-                    "uri": {"type": "string"},
-                    "collection": {"type": "string"},
-                    "heading_path": {"type": "array", "items": {"type": "string"}},
-                    "location": {"type": ["object", "null"]},
-                    "text": {"type": "string"},
-                    "score": {"type": "number"},
-                },
-            },
-        },
-    },
-}
-
-
-RESEARCH_INPUT: dict[str, Any] = {
-    "type": "object",
-    "required": ["queries"],
-    "additionalProperties": False,
-    "properties": {
-        "queries": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": 5,
-            "items": {"type": "string", "minLength": 1},
-            "description": "1 to 5 research queries about one need.",
-        }
-    },
-}
-_CITATION = {
-    "type": "object",
-    "required": ["chunk_id", "doc_id", "uri"],
-    "properties": {
-        "chunk_id": {"type": "string"},
-        "doc_id": {"type": "string"},
-        "uri": {"type": "string"},
-        "title": {"type": "string"},
-        "quote": {"type": "string"},
-    },
-}
-RESEARCH_OUTPUT: dict[str, Any] = {
-    "type": "object",
-    "required": ["turn_id", "answer_status", "steering", "synthesis", "citations", "miss"],
-    "properties": {
-        "turn_id": {"type": "string"},
-        "answer_status": {"enum": ["yes", "maybe", "no"]},
-        "steering": {"type": "string"},
-        "synthesis": {"type": "string"},
-        "citations": {"type": "array", "items": _CITATION},
-        "miss": {
-            "type": ["object", "null"],
-            "required": ["reason", "detail"],
-            "properties": {"reason": {"type": "string"}, "detail": {"type": "string"}},
-        },
-    },
-}
-
-
 def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> dict[str, Any]:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
-    catalog = Catalog(ctx.registry)
-    agent = _agent(catalog, agent_id)
-    readable = catalog.readable_collections(agent)
+    agent = _agent(ctx.registry, agent_id)
+    readable = ctx.registry.readable_collections(agent)
     return {
         "agent": agent.id,
         "knowledge_base_enabled": agent.knowledge_base_enabled,
@@ -161,11 +57,10 @@ def search_knowledge_base(
     agent_id: str,
     query: str,
     collection_id: int | None = None,
-    top_k: int = 5,
+    top_k: int = DEFAULT_TOP_K,
 ) -> dict[str, Any]:
     """Search every collection the agent may read, or one of them (refused if not allowed)."""
-    catalog = Catalog(ctx.registry)
-    agent = _agent(catalog, agent_id)
+    agent = _agent(ctx.registry, agent_id)
     out: dict[str, Any] = {
         "agent": agent.id,
         "query": query,
@@ -179,7 +74,7 @@ def search_knowledge_base(
     if not agent.knowledge_base_enabled:
         out["note"] = f"the knowledge base is switched off for agent {agent.id}"
         return out
-    readable = catalog.readable_collections(agent)
+    readable = ctx.registry.readable_collections(agent)
     if collection_id is not None:
         chosen = [c for c in readable if c.id == collection_id]
         if not chosen:
@@ -225,23 +120,33 @@ def research_knowledge_search(
     """The tri-state knowledge search (recorded in the ledger): see `kbflow.answers.ask`."""
     from kbflow.answers import ask
 
-    return ask(ctx, _agent(Catalog(ctx.registry), agent_id).id, queries)
+    return ask(ctx, _agent(ctx.registry, agent_id).id, queries)
 
 
-def _agent(catalog: Catalog, agent_id: str) -> Any:
+def _agent(registry: SqlRegistry, agent_id: str) -> AgentRecord:
     try:
-        return catalog.get_agent(agent_id)
+        return registry.get_agent(agent_id)
     except KbflowError as exc:
         raise ToolError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool: its models say what it takes and returns, their schemas are what it publishes."""
+
     name: str
     description: str
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any]
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
     func: Callable[..., dict[str, Any]]
+
+    @cached_property
+    def input_schema(self) -> dict[str, Any]:
+        return tool_schema(self.input_model)
+
+    @cached_property
+    def output_schema(self) -> dict[str, Any]:
+        return tool_schema(self.output_model)
 
     def export(self) -> dict[str, Any]:
         return {
@@ -257,16 +162,16 @@ TOOLS: dict[str, Tool] = {
         "list_knowledge_collections",
         "List the knowledge collections you may read (id, name, description, parent). Call "
         "this first, then search the collection whose description fits the question.",
-        LIST_INPUT,
-        LIST_OUTPUT,
+        ListInput,
+        ListOutput,
         list_knowledge_collections,
     ),
     "search_knowledge_base": Tool(
         "search_knowledge_base",
         "Search approved knowledge in the collections you may read, or in one of them "
         "(collection_id from list_knowledge_collections). Returns cited passages.",
-        SEARCH_INPUT,
-        SEARCH_OUTPUT,
+        SearchInput,
+        SearchOutput,
         search_knowledge_base,
     ),
     "research_knowledge_search": Tool(
@@ -274,8 +179,8 @@ TOOLS: dict[str, Tool] = {
         "Research 1 to 5 queries in the approved knowledge you may read. Returns yes / maybe / "
         "no with a cited synthesis and steering: yes = answer from it; maybe = use it and "
         "research the gaps; no = research live (the miss says why).",
-        RESEARCH_INPUT,
-        RESEARCH_OUTPUT,
+        ResearchInput,
+        ResearchOutput,
         research_knowledge_search,
     ),
 }
