@@ -62,14 +62,6 @@ def _agent(world: dict[str, Any], agent_id: str, allowed: list[str], enabled: bo
     return agent_id
 
 
-def _collections(world: dict[str, Any]) -> Any:
-    """What `tasks.review.collections` moves and deletes through: it still takes the Catalog
-    adapter (its own move to the registry is separate); once it does, this is the registry."""
-    from sinks.catalog import Catalog
-
-    return Catalog(world["registry"])
-
-
 def _search(world: dict[str, Any], agent: str, **args: Any) -> dict[str, Any]:
     return call_tool(world["ctx"], "search_knowledge_base", agent, {"query": TOPIC, **args})
 
@@ -176,7 +168,7 @@ def test_moving_a_collection_keeps_the_gate_paths_right(
 ) -> None:
     hr = _agent(world, "hr-bot", ["policies/hr"])
     policies = _agent(world, "policies-bot", ["policies"])
-    moved, count = move_collection(_collections(world), edge_store, "acme", "policies/hr", "sales")
+    moved, count = move_collection(world["registry"], edge_store, "acme", "policies/hr", "sales")
     assert moved.path == "sales/hr" and count == 2
     chunks = edge_store.inspect_document_chunks(world["docs"]["policies/hr/travel"])
     assert all(
@@ -192,19 +184,19 @@ def test_moving_a_collection_keeps_the_gate_paths_right(
 def test_deleting_a_collection_moves_or_deletes_its_documents(
     world: dict[str, Any], edge_store: Any
 ) -> None:
-    catalog = _collections(world)
+    registry = world["registry"]
     with pytest.raises(ConfigError, match=r"holds 1 document version\(s\) — move them"):
-        delete_collection(catalog, edge_store, "acme", "sales")
-    assert delete_collection(catalog, edge_store, "acme", "sales", move_to="default") == {
+        delete_collection(registry, edge_store, "acme", "sales")
+    assert delete_collection(registry, edge_store, "acme", "sales", move_to="default") == {
         "moved": 1, "deleted": 0,
     }  # fmt: skip
     everyone = _agent(world, "all-bot", [])
     assert world["docs"]["sales"] in _docs(_search(world, everyone, top_k=50))
-    counts = delete_collection(catalog, edge_store, "acme", "policies/it", delete_contents=True)
+    counts = delete_collection(registry, edge_store, "acme", "policies/it", delete_contents=True)
     assert counts == {"moved": 0, "deleted": 1}
     assert world["docs"]["policies/it"] not in _docs(_search(world, everyone, top_k=50))
     with pytest.raises(ConfigError, match="Default collection cannot be deleted"):
-        delete_collection(catalog, edge_store, "acme", "default")
+        delete_collection(registry, edge_store, "acme", "default")
 
 
 def test_new_collections_need_a_description(world: dict[str, Any]) -> None:
@@ -325,7 +317,7 @@ def test_losing_its_last_collection_never_widens_an_agent(
     _agent(world, "sales-bot", ["sales"])
     with pytest.raises(ConfigError, match="would let agent sales-bot read every collection"):
         registry.set_allowed("sales-bot", ["sales"], allow=False)
-    delete_collection(_collections(world), edge_store, "acme", "sales", delete_contents=True)
+    delete_collection(world["registry"], edge_store, "acme", "sales", delete_contents=True)
     agent = registry.get_agent("sales-bot")
     assert agent.allowed_collection_ids == () and not agent.knowledge_base_enabled
     assert _search(world, "sales-bot", top_k=50)["results"] == []
