@@ -29,7 +29,7 @@ DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "data
 def main() -> int:
     from core.errors import ExtractionError
     from evals.extraction import document_text, groundtruth_for, method_of, recall_row
-    from tasks.ingest.extract import ExtractOptions
+    from tasks.ingest.extract_options import ExtractOptions
     from tasks.ingest.isolate import ExtractionPool, Limits
 
     real = DATASETS / "real-docs"

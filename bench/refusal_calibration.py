@@ -6,7 +6,7 @@ For every dev claim, two situations from the same index:
   over-fetched hybrid ranking before the top ``KBFLOW_ANSWER_TOP_K`` are taken, which is what
   searching a knowledge base without them returns (up to the fusion's per-query normalisation).
 
-The signal is exactly what `tasks.answer.turns.answer` gates on:
+The signal is exactly what `tasks.answer.cited_answer.answer` gates on:
 `tasks.answer.confidence.support_scores`
 over the gated hybrid hits, with the org's term statistics; a claim is refused when no hit
 reaches the threshold. The threshold is chosen on the claims at EVEN positions (best

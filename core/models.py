@@ -1,4 +1,7 @@
-"""Domain models shared by every layer: statuses, roles, documents, chunks, scopes and hits."""
+"""Domain models shared by every layer: statuses, roles, documents, chunks, scopes and hits.
+
+One module on purpose: the vocabulary every floor shares, so any domain type is in one place.
+"""
 
 from __future__ import annotations
 

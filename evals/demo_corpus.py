@@ -13,6 +13,8 @@ out of search results until someone approves it.
 Writing is idempotent: every file gets the same bytes on every run (fixed document dates, fixed
 ZIP member times, no randomness), and a file whose bytes already match is left untouched, so
 re-ingesting the demo skips unchanged files.
+
+One module on purpose: it is data, and the documents' facts must agree with the demo's questions.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Entry-point wiring for agent answers (the app floor, beside tools.py and the services).
 
 Turns an agent id into its scope, picks the knowledge model from the settings, runs
-`tasks.answer.turns`, and records every turn in the ledger before the result is returned: an answer
-that cannot be recorded is not served. Also replay and provenance over the ledger.
+`tasks.answer.knowledge_search` or `tasks.answer.cited_answer`, and records every turn in the
+ledger before the result is returned: an answer that cannot be recorded is not served. Also
+replay (`tasks.answer.replay`) and provenance over the ledger.
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ from core.settings import Settings
 from kbflow.wiring import SearchContext
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
+from tasks.answer.cited_answer import answer
 from tasks.answer.knowledge import (
     EXTRACTIVE_MODEL_ID,
     ClaudeKnowledgeModel,
     ExtractiveKnowledgeModel,
     KnowledgeModel,
 )
-from tasks.answer.turns import (
-    AnswerConfig,
-    Replay,
-    answer,
-    check_replayable,
-    knowledge_search,
-    replay,
-)
+from tasks.answer.knowledge_search import knowledge_search
+from tasks.answer.replay import Replay, check_replayable, replay
+from tasks.answer.turns import AnswerConfig
 from tasks.llm import AnthropicChat
 from tasks.query.scopes import agent_scope
 

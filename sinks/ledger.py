@@ -4,25 +4,9 @@ Turns live in ``<home>/warehouse/kbflow_ledger.duckdb`` (dataset ``ledger``), a 
 own so a nightly eval writing the eval warehouse never blocks answers. The file is not called
 ``ledger.duckdb``: DuckDB names the catalog after the file, and a catalog named like the dataset
 makes ``ledger.<table>`` ambiguous (dlt's second load into it fails). One turn is spread over
-five tables, each merged on its primary key:
-
-- ``ledger_turns`` (``turn_id``): who asked what, the outcome, the output and replay input;
-- ``ledger_llm_calls`` (``turn_id``, ``seq``): the model calls, ``seq`` = position in the turn;
-- ``ledger_retrievals`` (``turn_id``, ``seq``): the gated retrievals, embedding included;
-- ``ledger_retrieval_hits`` (``turn_id``, ``retrieval_seq``, ``rank``): each retrieval's hits,
-  ``rank`` counting from 1;
-- ``ledger_citations`` (``turn_id``, ``seq``): what the answer cited, with the turn's org, agent
-  and time copied in so "who cited this document" is one table scan.
-
-Nested values (output, messages, filters, scores, the embedding) are JSON text columns, so dlt
-keeps them in the row instead of exploding them into child tables; Python's JSON writes floats
-with ``repr``, so they read back bit for bit.
-
-What a failed load leaves: dlt loads one package per ``record`` but commits it table by table,
-and notes it in ``_dlt_loads`` only once every table is in. A load that fails half-way can leave
-some of the turn's rows written (and, for a turn recorded before, some of its old rows
-replaced). Reads therefore skip every turn that holds a row from an unfinished load, and the
-next ``record`` deletes such turns outright: they read as not found until recorded again.
+five tables (`sinks.ledger_rows`: their columns and keys, and a turn as rows and back). A record
+that fails half-way shows nothing of the turn, and the next record deletes what it left
+(`sinks.ledger_loads`).
 
 DuckDB allows ONE writer process per file, and a writer also shuts readers out. Writers also
 take ``<ledger file>.lock``, so two kbflow processes never share dlt's pipeline folder. Writers
@@ -35,7 +19,6 @@ which commands that never touch the ledger should not pay.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import time
@@ -46,7 +29,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, LedgerError, NotFound
-from core.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
+from core.models import Turn
+from sinks.ledger_loads import (
+    delete_unfinished_turns,
+    finished_rows,
+    is_unfinished,
+    ledger_tables,
+    readable,
+    unfinished_turns,
+)
+from sinks.ledger_rows import (
+    CITATIONS_TABLE,
+    DATASET_NAME,
+    HITS_TABLE,
+    LLM_CALLS_TABLE,
+    PRIMARY_KEYS,
+    RETRIEVALS_TABLE,
+    TABLES,
+    TURNS_TABLE,
+    aware,
+    rows_to_turn,
+    turn_to_rows,
+)
 from sinks.warehouse import (
     drop_unfinished_loads,
     duckdb_pipeline,
@@ -62,98 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PIPELINE_NAME = "kbflow_ledger"
-DATASET_NAME = "ledger"
-TURNS_TABLE = "ledger_turns"
-LLM_CALLS_TABLE = "ledger_llm_calls"
-RETRIEVALS_TABLE = "ledger_retrievals"
-HITS_TABLE = "ledger_retrieval_hits"
-CITATIONS_TABLE = "ledger_citations"
-
-
-def _column(data_type: str, *, nullable: bool = False) -> dict[str, Any]:
-    hint: dict[str, Any] = {"data_type": data_type, "nullable": nullable}
-    if data_type == "timestamp":
-        hint["timezone"] = True
-    return hint
-
-
-# Declared up front so every table has the same columns and types whatever the first turn
-# holds (a turn without a policy would otherwise create no ``policy_id`` column at all).
-_TABLES: dict[str, dict[str, Any]] = {
-    TURNS_TABLE: {
-        "turn_id": _column("text"),
-        "kind": _column("text"),
-        "org_id": _column("text"),
-        "agent_id": _column("text"),
-        "created_at": _column("timestamp"),
-        "question": _column("text"),
-        "outcome": _column("text"),
-        "policy_id": _column("text", nullable=True),
-        "policy_version": _column("text", nullable=True),
-        "output": _column("text"),  # JSON
-        "replay_input": _column("text"),  # JSON
-    },
-    LLM_CALLS_TABLE: {
-        "turn_id": _column("text"),
-        "seq": _column("bigint"),
-        "purpose": _column("text"),
-        "model": _column("text"),
-        "prompt_version": _column("text"),
-        "system": _column("text"),
-        "messages": _column("text"),  # JSON
-        "reply": _column("text", nullable=True),
-        "error": _column("text", nullable=True),
-        "attempts": _column("bigint"),
-        "input_tokens": _column("bigint"),
-        "output_tokens": _column("bigint"),
-        "latency_ms": _column("double"),
-    },
-    RETRIEVALS_TABLE: {
-        "turn_id": _column("text"),
-        "seq": _column("bigint"),
-        "query": _column("text"),
-        "mode": _column("text"),
-        "top_k": _column("bigint"),
-        "gate_filter": _column("text"),  # JSON
-        "query_embedding": _column("text"),  # JSON
-        "degraded": _column("bool"),
-        "paused": _column("bool"),
-        "reason": _column("text", nullable=True),
-        "latency_ms": _column("double"),
-    },
-    HITS_TABLE: {
-        "turn_id": _column("text"),
-        "retrieval_seq": _column("bigint"),
-        "rank": _column("bigint"),
-        "chunk_id": _column("text"),
-        "doc_id": _column("text"),
-        "uri": _column("text"),
-        "title": _column("text"),
-        "content_hash": _column("text"),
-        "score": _column("double"),
-        "scores": _column("text"),  # JSON
-        "confidence": _column("double", nullable=True),
-    },
-    CITATIONS_TABLE: {
-        "turn_id": _column("text"),
-        "seq": _column("bigint"),
-        "org_id": _column("text"),
-        "agent_id": _column("text"),
-        "created_at": _column("timestamp"),
-        "chunk_id": _column("text"),
-        "doc_id": _column("text"),
-        "uri": _column("text"),
-        "title": _column("text"),
-        "quote": _column("text"),
-    },
-}
-_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
-    TURNS_TABLE: ("turn_id",),
-    LLM_CALLS_TABLE: ("turn_id", "seq"),
-    RETRIEVALS_TABLE: ("turn_id", "seq"),
-    HITS_TABLE: ("turn_id", "retrieval_seq", "rank"),
-    CITATIONS_TABLE: ("turn_id", "seq"),
-}
 
 _SUMMARY_COLUMNS = ("turn_id", "created_at", "kind", "org_id", "agent_id", "question", "outcome")
 _CITATION_COLUMNS = (
@@ -167,7 +79,6 @@ _CITATION_COLUMNS = (
     "title",
     "quote",
 )
-_LOADS_TABLE = "_dlt_loads"  # dlt's record of finished loads
 
 
 def ledger_path(home: Path) -> Path:
@@ -215,7 +126,7 @@ class Ledger:
             LedgerError: Another process held the ledger for longer than ``lock_wait_s``, or
                 the load failed (the message names the turn; the dlt or duckdb error is chained).
         """
-        tables = _turn_to_rows(turn)
+        tables = turn_to_rows(turn)
         deadline = time.monotonic() + self.lock_wait_s
         started = time.perf_counter()
         import duckdb
@@ -262,14 +173,14 @@ class Ledger:
                 "nothing has been recorded under this home"
             )
         with self._reading() as con:
-            tables = _ledger_tables(con)
-            found = _rows(con, tables, TURNS_TABLE, "turn_id = ?", [turn_id])
+            tables = ledger_tables(con)
+            found = finished_rows(con, tables, TURNS_TABLE, "turn_id = ?", [turn_id])
             if not found:
                 raise NotFound(
                     f"no turn {turn_id!r} in the ledger {self.path} — "
                     + (
                         "its last record failed half-way: record it again"
-                        if _is_unfinished(con, tables, turn_id)
+                        if is_unfinished(con, tables, turn_id)
                         else "check the id (each answer returns its turn id); "
                         "`kbflow turns` lists recent turns"
                     )
@@ -278,11 +189,11 @@ class Ledger:
             # Only the rows of the turn's own load: an earlier version recorded with more calls,
             # hits or citations than this one may have left its extra rows behind.
             where, params = "turn_id = ? AND _dlt_load_id = ?", [turn_id, turn["_dlt_load_id"]]
-            llm_calls = _rows(con, tables, LLM_CALLS_TABLE, where, params, "seq")
-            retrievals = _rows(con, tables, RETRIEVALS_TABLE, where, params, "seq")
-            hits = _rows(con, tables, HITS_TABLE, where, params, "retrieval_seq, rank")
-            citations = _rows(con, tables, CITATIONS_TABLE, where, params, "seq")
-        return _rows_to_turn(turn, llm_calls, retrievals, hits, citations)
+            llm_calls = finished_rows(con, tables, LLM_CALLS_TABLE, where, params, "seq")
+            retrievals = finished_rows(con, tables, RETRIEVALS_TABLE, where, params, "seq")
+            hits = finished_rows(con, tables, HITS_TABLE, where, params, "retrieval_seq, rank")
+            citations = finished_rows(con, tables, CITATIONS_TABLE, where, params, "seq")
+        return rows_to_turn(turn, llm_calls, retrievals, hits, citations)
 
     def citations(
         self,
@@ -324,15 +235,15 @@ class Ledger:
             params.append(org_id)
         if since is not None:
             where.append("c.created_at >= ?")
-            params.append(_aware(since, "since"))
+            params.append(aware(since, "since"))
         columns = [f'c."{column}"' for column in _CITATION_COLUMNS]
         columns += ['t."kind"', 't."question"', 't."outcome"']
         names = (*_CITATION_COLUMNS, "kind", "question", "outcome")
         with self._reading() as con:
-            tables = _ledger_tables(con)
-            if not _readable(tables) or CITATIONS_TABLE not in tables:
+            tables = ledger_tables(con)
+            if not readable(tables) or CITATIONS_TABLE not in tables:
                 return []
-            where.append(f"t.turn_id NOT IN ({_unfinished_turns(tables)})")
+            where.append(f"t.turn_id NOT IN ({unfinished_turns(tables)})")
             result = con.execute(
                 f"SELECT {', '.join(columns)} FROM {DATASET_NAME}.{CITATIONS_TABLE} c"
                 f" JOIN {DATASET_NAME}.{TURNS_TABLE} t ON t.turn_id = c.turn_id"
@@ -372,13 +283,13 @@ class Ledger:
             params.append(org_id)
         if since is not None:
             where.append("created_at >= ?")
-            params.append(_aware(since, "since"))
+            params.append(aware(since, "since"))
         columns = ", ".join(f'"{column}"' for column in _SUMMARY_COLUMNS)
         with self._reading() as con:
-            tables = _ledger_tables(con)
-            if not _readable(tables):
+            tables = ledger_tables(con)
+            if not readable(tables):
                 return []
-            where.append(f"turn_id NOT IN ({_unfinished_turns(tables)})")
+            where.append(f"turn_id NOT IN ({unfinished_turns(tables)})")
             result = con.execute(
                 f"SELECT {columns} FROM {DATASET_NAME}.{TURNS_TABLE}"
                 f" WHERE {' AND '.join(where)} ORDER BY created_at DESC, turn_id LIMIT ?",
@@ -408,17 +319,17 @@ class Ledger:
                 rows,
                 name=table,
                 write_disposition="merge",
-                primary_key=_PRIMARY_KEYS[table],
+                primary_key=PRIMARY_KEYS[table],
                 # Every table also merges on the turn, so recording a turn again with fewer
                 # calls or hits deletes the old extra rows instead of keeping them.
                 merge_key="turn_id",
-                columns=_TABLES[table],
+                columns=TABLES[table],
             )
             for table, rows in tables.items()
         ]
         with without_dlt_usage_tracking(pipeline):
             drop_unfinished_loads(pipeline, "ledger")
-            _delete_unfinished_turns(self.path)
+            delete_unfinished_turns(self.path)
             pipeline.run(resources)
 
     @contextmanager
@@ -464,278 +375,6 @@ def _one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-
-
-def _turn_to_rows(turn: Turn) -> dict[str, list[dict[str, Any]]]:
-    created_at = _aware(turn.created_at, f"created_at of turn {turn.turn_id!r}").astimezone(UTC)
-
-    def to_json(value: Any, field: str) -> str:
-        try:
-            return json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"{field} of turn {turn.turn_id!r} is not JSON-ready: {exc} — convert it to "
-                "dicts, lists, strings, numbers, booleans and None before recording"
-            ) from exc
-
-    key = {"turn_id": turn.turn_id}
-    return {
-        TURNS_TABLE: [
-            {
-                **key,
-                "kind": turn.kind,
-                "org_id": turn.org_id,
-                "agent_id": turn.agent_id,
-                "created_at": created_at,
-                "question": turn.question,
-                "outcome": turn.outcome,
-                "policy_id": turn.policy_id,
-                "policy_version": turn.policy_version,
-                "output": to_json(turn.output, "output"),
-                "replay_input": to_json(turn.replay_input, "replay_input"),
-            }
-        ],
-        LLM_CALLS_TABLE: [
-            {
-                **key,
-                "seq": seq,
-                "purpose": call.purpose,
-                "model": call.model,
-                "prompt_version": call.prompt_version,
-                "system": call.system,
-                "messages": to_json(list(call.messages), f"messages of llm call {seq}"),
-                "reply": call.reply,
-                "error": call.error,
-                "attempts": call.attempts,
-                "input_tokens": call.input_tokens,
-                "output_tokens": call.output_tokens,
-                "latency_ms": call.latency_ms,
-            }
-            for seq, call in enumerate(turn.llm_calls)
-        ],
-        RETRIEVALS_TABLE: [
-            {
-                **key,
-                "seq": seq,
-                "query": call.query,
-                "mode": call.mode,
-                "top_k": call.top_k,
-                "gate_filter": to_json(call.gate_filter, f"gate_filter of retrieval {seq}"),
-                "query_embedding": to_json(
-                    list(call.query_embedding), f"query_embedding of retrieval {seq}"
-                ),
-                "degraded": call.degraded,
-                "paused": call.paused,
-                "reason": call.reason,
-                "latency_ms": call.latency_ms,
-            }
-            for seq, call in enumerate(turn.retrievals)
-        ],
-        HITS_TABLE: [
-            {
-                **key,
-                "retrieval_seq": seq,
-                "rank": rank,
-                "chunk_id": hit.chunk_id,
-                "doc_id": hit.doc_id,
-                "uri": hit.uri,
-                "title": hit.title,
-                "content_hash": hit.content_hash,
-                "score": hit.score,
-                "scores": to_json(hit.scores, f"scores of hit {rank} of retrieval {seq}"),
-                "confidence": hit.confidence,
-            }
-            for seq, call in enumerate(turn.retrievals)
-            for rank, hit in enumerate(call.hits, start=1)
-        ],
-        CITATIONS_TABLE: [
-            {
-                **key,
-                "seq": seq,
-                "org_id": turn.org_id,
-                "agent_id": turn.agent_id,
-                "created_at": created_at,
-                **citation.to_dict(),
-            }
-            for seq, citation in enumerate(turn.citations)
-        ],
-    }
-
-
-def _rows_to_turn(
-    turn: dict[str, Any],
-    llm_calls: list[dict[str, Any]],
-    retrievals: list[dict[str, Any]],
-    hits: list[dict[str, Any]],
-    citations: list[dict[str, Any]],
-) -> Turn:
-    hits_of: dict[int, list[RetrievedChunk]] = {}
-    for hit in hits:
-        hits_of.setdefault(hit["retrieval_seq"], []).append(
-            RetrievedChunk(
-                chunk_id=hit["chunk_id"],
-                doc_id=hit["doc_id"],
-                uri=hit["uri"],
-                title=hit["title"],
-                content_hash=hit["content_hash"],
-                score=hit["score"],
-                scores=json.loads(hit["scores"]),
-                confidence=hit["confidence"],
-            )
-        )
-    return Turn(
-        turn_id=turn["turn_id"],
-        kind=turn["kind"],
-        org_id=turn["org_id"],
-        agent_id=turn["agent_id"],
-        created_at=turn["created_at"].astimezone(UTC),
-        question=turn["question"],
-        outcome=turn["outcome"],
-        output=json.loads(turn["output"]),
-        replay_input=json.loads(turn["replay_input"]),
-        retrievals=tuple(
-            RetrievalCall(
-                query=row["query"],
-                mode=row["mode"],
-                top_k=row["top_k"],
-                gate_filter=json.loads(row["gate_filter"]),
-                query_embedding=tuple(json.loads(row["query_embedding"])),
-                hits=tuple(hits_of.get(row["seq"], ())),
-                degraded=row["degraded"],
-                paused=row["paused"],
-                reason=row["reason"],
-                latency_ms=row["latency_ms"],
-            )
-            for row in retrievals
-        ),
-        llm_calls=tuple(
-            LlmCall(
-                purpose=row["purpose"],
-                model=row["model"],
-                prompt_version=row["prompt_version"],
-                system=row["system"],
-                messages=tuple(json.loads(row["messages"])),
-                reply=row["reply"],
-                error=row["error"],
-                attempts=row["attempts"],
-                input_tokens=row["input_tokens"],
-                output_tokens=row["output_tokens"],
-                latency_ms=row["latency_ms"],
-            )
-            for row in llm_calls
-        ),
-        citations=tuple(
-            Citation(
-                chunk_id=row["chunk_id"],
-                doc_id=row["doc_id"],
-                uri=row["uri"],
-                title=row["title"],
-                quote=row["quote"],
-            )
-            for row in citations
-        ),
-        policy_id=turn["policy_id"],
-        policy_version=turn["policy_version"],
-    )
-
-
-def _ledger_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    """The tables of the ledger dataset (dlt creates a table only once rows arrive for it)."""
-    found = con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
-        [DATASET_NAME],
-    ).fetchall()
-    return {name for (name,) in found}
-
-
-def _readable(tables: set[str]) -> bool:
-    """Whether any turn can be complete yet: some turns stored, and a load that finished."""
-    return TURNS_TABLE in tables and _LOADS_TABLE in tables
-
-
-def _unfinished_turns(tables: set[str]) -> str:
-    """SQL for the ids of turns holding a row from a load dlt did not finish (see module doc).
-
-    Only valid when some ledger table and ``_dlt_loads`` exist.
-    """
-    finished = f"SELECT load_id FROM {DATASET_NAME}.{_LOADS_TABLE} WHERE status = 0"
-    return " UNION ".join(
-        f"SELECT turn_id FROM {DATASET_NAME}.{table} WHERE _dlt_load_id NOT IN ({finished})"
-        for table in _TABLES
-        if table in tables
-    )
-
-
-def _is_unfinished(con: duckdb.DuckDBPyConnection, tables: set[str], turn_id: str) -> bool:
-    if _LOADS_TABLE not in tables or not tables & _TABLES.keys():
-        return False
-    found = con.execute(
-        f"SELECT count(*) FROM ({_unfinished_turns(tables)}) WHERE turn_id = ?", [turn_id]
-    ).fetchone()
-    return bool(found and found[0])
-
-
-def _rows(
-    con: duckdb.DuckDBPyConnection,
-    tables: set[str],
-    table: str,
-    where: str,
-    params: list[Any],
-    order: str = "turn_id",
-) -> list[dict[str, Any]]:
-    """Rows of ``table`` that belong to finished turns, as dicts with ``_dlt_load_id``."""
-    if not _readable(tables) or table not in tables:
-        return []
-    names = [*_TABLES[table], "_dlt_load_id"]
-    columns = ", ".join(f'"{name}"' for name in names)
-    result = con.execute(
-        f"SELECT {columns} FROM {DATASET_NAME}.{table} WHERE {where}"
-        f" AND turn_id NOT IN ({_unfinished_turns(tables)}) ORDER BY {order}",
-        params,
-    ).fetchall()
-    return [dict(zip(names, values, strict=True)) for values in result]
-
-
-def _delete_unfinished_turns(path: Path) -> None:
-    """Delete every row of the turns failed loads left half-written.
-
-    Such a turn cannot be repaired (its earlier version may be partly replaced), only recorded
-    again. Runs under the writer lock, so no other load is in progress.
-    """
-    if not path.exists():
-        return
-    import duckdb
-
-    with duckdb.connect(str(path)) as con:
-        tables = _ledger_tables(con)
-        present = [table for table in _TABLES if table in tables]
-        if _LOADS_TABLE not in tables or not present:
-            return
-        # Listed first: deleting table by table would shrink the set half-way through.
-        turn_ids = [turn_id for (turn_id,) in con.execute(_unfinished_turns(tables)).fetchall()]
-        if not turn_ids:
-            return
-        con.execute("BEGIN TRANSACTION")
-        for table in present:
-            con.execute(
-                f"DELETE FROM {DATASET_NAME}.{table} WHERE list_contains(?, turn_id)", [turn_ids]
-            )
-        con.execute("COMMIT")
-    log.warning(
-        "deleted %d turn(s) a failed record left half-written in %s: %s",
-        len(turn_ids),
-        path,
-        turn_ids[:10],
-    )
-
-
-def _aware(value: datetime, what: str) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigError(
-            f"{what} must be timezone-aware. Currently {value.isoformat()} — pass "
-            "datetime.now(UTC) or attach a tzinfo"
-        )
-    return value
 
 
 def _dlt_cause(exc: BaseException) -> str:

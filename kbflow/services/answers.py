@@ -14,7 +14,7 @@ from core.errors import KbflowError
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from tasks.answer.turns import Replay
+    from tasks.answer.replay import Replay
 
 
 def ask(settings: Settings, agent: str, queries: Sequence[str]) -> dict[str, Any]:

@@ -203,7 +203,8 @@ def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], Extrac
     """A ``Source -> ExtractedDocument`` function that extracts in a worker, with the
     settings' caps: `extract_timeout_s` (`media_timeout_s` for audio and video) and
     `extract_memory_mb`. The worker stops when the block ends."""
-    from tasks.ingest.extract import ExtractOptions, is_media
+    from tasks.ingest.extract import is_media
+    from tasks.ingest.extract_options import ExtractOptions
 
     options = ExtractOptions.from_settings(settings)
     documents = Limits(settings.extract_timeout_s, settings.extract_memory_mb)

@@ -7,6 +7,8 @@ ffprobe reads what a file holds; an ffmpeg subprocess decodes its audio to 16 kH
 
 Silent audio is reported as empty rather than transcribed, because Whisper invents text on
 silence. Models load once per process, on first use; nothing here touches the network.
+
+One module on purpose: one pipeline (probe, decode, transcribe, group) sharing its rate and errors.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ RapidOCR (PyPI ``rapidocr`` on onnxruntime, with its models in the wheel, run in
 return plain text: paragraphs separated by a blank line, wrapped lines re-joined, end-of-line
 hyphenation undone. Every image's size is checked from its header before any pixel is decoded,
 and PDF pages are rendered no larger than the same pixel cap.
+
+One module on purpose: both engines share the pixel caps and the paragraph rebuilding.
 """
 
 from __future__ import annotations

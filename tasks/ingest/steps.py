@@ -26,7 +26,8 @@ from core.models import ExtractedDocument
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from tasks.ingest.discover import Discovery, Source, discover
-from tasks.ingest.extract import SUPPORTED_SUFFIXES, ExtractOptions
+from tasks.ingest.extract import SUPPORTED_SUFFIXES
+from tasks.ingest.extract_options import ExtractOptions
 from tasks.ingest.index import (
     BatchReport,
     Extracted,

@@ -11,6 +11,8 @@ URL is rewritten to that IP while the ``Host`` header and the TLS server name (h
 ``sni_hostname`` extension, which also drives certificate hostname checks) keep the original
 host. A DNS-rebinding server therefore cannot swap in an internal address between the check and
 the connection. Redirects are followed by hand, and every hop is checked and pinned again.
+
+One module on purpose: the URL check and the pinned connection are one SSRF guarantee.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ chunk, search's registry re-check covers the window, and :func:`reconcile` repai
 The vector store is reached through a ``StoreOpener`` (a context-manager factory), so a command
 holds the embedded store only for the vector step itself and concurrent reviewers race on the
 registry, not on the store's lock.
+
+One module on purpose: every transition and its fail-safe write order are reviewed in one place.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from core.errors import ConfigError, LlmError
 from core.models import AnswerStatus, DocStatus, LlmCall, MissReason, Scope, SearchMode, Turn
 from sinks.registry import SqlRegistry
+from tasks.answer.cited_answer import NO_EVIDENCE, answer
 from tasks.answer.knowledge import (
     ANSWER_SYSTEM,
     Candidate,
@@ -19,15 +20,9 @@ from tasks.answer.knowledge import (
     ExtractiveKnowledgeModel,
     KnowledgeDoc,
 )
-from tasks.answer.turns import (
-    MAX_DOCUMENTS,
-    NO_EVIDENCE,
-    AnswerConfig,
-    answer,
-    knowledge_search,
-    rebuild_documents,
-    replay,
-)
+from tasks.answer.knowledge_search import MAX_DOCUMENTS, knowledge_search, rebuild_documents
+from tasks.answer.replay import replay
+from tasks.answer.turns import AnswerConfig
 from tasks.llm import AnthropicChat
 from tasks.query.retrieve import retrieve
 from tasks.review.machine import supersede
@@ -308,7 +303,9 @@ class Spy(ExtractiveKnowledgeModel):
 def test_an_empty_triage_is_an_instant_miss(kb: dict[str, Any], monkeypatch: Any) -> None:
     spy = Spy([])
     rebuilt: list[Any] = []
-    monkeypatch.setattr("tasks.answer.turns.rebuild_documents", lambda *a, **k: rebuilt.append(a))
+    monkeypatch.setattr(
+        "tasks.answer.knowledge_search.rebuild_documents", lambda *a, **k: rebuilt.append(a)
+    )
     turn = run_search(kb, ["days to submit expense reports"], model=spy)
     assert turn.output["miss"]["reason"] == MissReason.NOT_RELEVANT
     assert spy.synthesized == [] and rebuilt == [] and turn.replay_input == {}

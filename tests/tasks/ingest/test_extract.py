@@ -20,7 +20,7 @@ from tasks.ingest.extract import file_to_document
 from tasks.text.chunk import document_to_chunks
 from tests.conftest import require_binaries
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 DATASETS = Path(
     os.environ.get("KBFLOW_DATASETS", REPO_ROOT.parent / "shared" / "datasets")
 ).resolve()

@@ -39,8 +39,10 @@ from kbflow.tools import call_tool
 from kbflow.wiring import SearchContext
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
+from tasks.answer.cited_answer import answer
 from tasks.answer.knowledge import ExtractiveKnowledgeModel
-from tasks.answer.turns import AnswerConfig, answer, knowledge_search
+from tasks.answer.knowledge_search import knowledge_search
+from tasks.answer.turns import AnswerConfig
 from tasks.query.retrieve import search
 from tasks.query.scopes import agent_scope
 from tasks.review import machine as review
