@@ -18,11 +18,14 @@ with ``repr``, so they read back bit for bit.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from core.errors import ConfigError
 from core.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
+
+_Record = TypeVar("_Record", RetrievedChunk, RetrievalCall, LlmCall, Citation, Turn)
 
 DATASET_NAME = "ledger"
 TURNS_TABLE = "ledger_turns"
@@ -228,70 +231,36 @@ def rows_to_turn(
     hits_of: dict[int, list[RetrievedChunk]] = {}
     for hit in hits:
         hits_of.setdefault(hit["retrieval_seq"], []).append(
-            RetrievedChunk(
-                chunk_id=hit["chunk_id"],
-                doc_id=hit["doc_id"],
-                uri=hit["uri"],
-                title=hit["title"],
-                content_hash=hit["content_hash"],
-                score=hit["score"],
-                scores=json.loads(hit["scores"]),
-                confidence=hit["confidence"],
-            )
+            _record(RetrievedChunk, hit, scores=json.loads(hit["scores"]))
         )
-    return Turn(
-        turn_id=turn["turn_id"],
-        kind=turn["kind"],
-        org_id=turn["org_id"],
-        agent_id=turn["agent_id"],
+    return _record(
+        Turn,
+        turn,
         created_at=turn["created_at"].astimezone(UTC),
-        question=turn["question"],
-        outcome=turn["outcome"],
         output=json.loads(turn["output"]),
         replay_input=json.loads(turn["replay_input"]),
         retrievals=tuple(
-            RetrievalCall(
-                query=row["query"],
-                mode=row["mode"],
-                top_k=row["top_k"],
+            _record(
+                RetrievalCall,
+                row,
                 gate_filter=json.loads(row["gate_filter"]),
                 query_embedding=tuple(json.loads(row["query_embedding"])),
                 hits=tuple(hits_of.get(row["seq"], ())),
-                degraded=row["degraded"],
-                paused=row["paused"],
-                reason=row["reason"],
-                latency_ms=row["latency_ms"],
             )
             for row in retrievals
         ),
         llm_calls=tuple(
-            LlmCall(
-                purpose=row["purpose"],
-                model=row["model"],
-                prompt_version=row["prompt_version"],
-                system=row["system"],
-                messages=tuple(json.loads(row["messages"])),
-                reply=row["reply"],
-                error=row["error"],
-                attempts=row["attempts"],
-                input_tokens=row["input_tokens"],
-                output_tokens=row["output_tokens"],
-                latency_ms=row["latency_ms"],
-            )
-            for row in llm_calls
+            _record(LlmCall, row, messages=tuple(json.loads(row["messages"]))) for row in llm_calls
         ),
-        citations=tuple(
-            Citation(
-                chunk_id=row["chunk_id"],
-                doc_id=row["doc_id"],
-                uri=row["uri"],
-                title=row["title"],
-                quote=row["quote"],
-            )
-            for row in citations
-        ),
-        policy_id=turn["policy_id"],
-        policy_version=turn["policy_version"],
+        citations=tuple(_record(Citation, row) for row in citations),
+    )
+
+
+def _record(cls: type[_Record], row: dict[str, Any], **decoded: Any) -> _Record:
+    """A ledger dataclass from its row: each field read by name (a missing column is a bug and
+    raises), ``decoded`` for the fields stored as JSON or built from other rows."""
+    return cls(
+        **{f.name: decoded[f.name] if f.name in decoded else row[f.name] for f in fields(cls)}
     )
 
 
