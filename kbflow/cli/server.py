@@ -44,3 +44,26 @@ def server(
         f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
     )
     raise typer.Exit(orchestration.serve_prefect(settings, port))
+
+
+@commands.command()
+@command
+def serve(
+    settings: Settings,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+) -> None:
+    """Serve agents over HTTP: the model stays warm, the registry and store stay open.
+
+    Every request needs `Authorization: Bearer TOKEN` (`kbflow tokens create`); OpenAPI docs
+    at /docs, health at /healthz and /readyz. Ctrl-C stops it.
+    """
+    import uvicorn
+
+    from kbflow.api.app import create_app
+
+    console.print(f"kbflow API on http://{host}:{port} (docs: http://{host}:{port}/docs)")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
+                timeout_keep_alive=5)  # fmt: skip
