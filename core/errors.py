@@ -49,6 +49,12 @@ class Forbidden(KbflowError, PermissionError):
     """The actor may not perform this action."""
 
 
+class Unauthorized(KbflowError, PermissionError):
+    """A bearer token did not establish who is calling (malformed, unknown, expired, revoked,
+    or its user or agent is gone); the message says which (HTTP 401, where ``Forbidden`` is
+    403: a known caller who may not do this)."""
+
+
 class BudgetExceeded(KbflowError, RuntimeError):
     """A fetch or token budget was exhausted."""
 

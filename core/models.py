@@ -65,6 +65,8 @@ class AuditAction(StrEnum):
     AM_ASSIGNED = "kb.org.am_assigned"
     ORG_CREATED = "kb.org.created"
     AGENT_AUDIENCES = "kb.agent.audiences"
+    TOKEN_CREATED = "kb.token.created"
+    TOKEN_REVOKED = "kb.token.revoked"
     DENIED = "kb.access.denied"
 
 

@@ -5,6 +5,7 @@
 | `ingest` | ``ingest``, ``jobs list/status`` |
 | `search` | ``search``, ``docs list``, ``store optimize`` |
 | `orgs` | ``orgs create/assign-am/list``, ``users add/list`` |
+| `tokens` | ``tokens create/list/revoke`` (API tokens) |
 | `review` | ``review list/show/approve/reject/withdraw/edit/flow``, ``audit``, ``reconcile`` |
 | `research` | ``seed``, ``seed list``, ``research`` |
 | `catalog` | ``collections …``, ``agents …``, ``tools schema/call`` |
@@ -25,7 +26,18 @@ from typing import Any
 import typer
 
 from core.settings import Settings
-from kbflow.cli import answers, catalog, evals, ingest, orgs, research, review, search, server
+from kbflow.cli import (
+    answers,
+    catalog,
+    evals,
+    ingest,
+    orgs,
+    research,
+    review,
+    search,
+    server,
+    tokens,
+)
 from kbflow.cli.common import EXIT_CONFLICT
 
 __all__ = ["EXIT_CONFLICT", "app"]
@@ -63,6 +75,7 @@ app.add_typer(search.docs_app, name="docs")
 app.add_typer(search.store_app, name="store")
 app.add_typer(orgs.orgs_app, name="orgs")
 app.add_typer(orgs.users_app, name="users")
+app.add_typer(tokens.tokens_app, name="tokens")
 app.add_typer(review.review_app, name="review")
 app.add_typer(research.seed_app, name="seed")
 app.add_typer(ingest.jobs_app, name="jobs")

@@ -11,6 +11,7 @@ errors are `core.errors.KbflowError`s that name the bad value.
 | `ingest` | plan an ingest, hand long media to jobs, run the flow; list and follow jobs |
 | `search` | gated search as an agent or a person; the agent's tools |
 | `orgs` | orgs, account managers, users and roles |
+| `tokens` | API tokens: create (the secret once), list, revoke |
 | `catalog` | documents, collections, agents; vector store maintenance |
 | `review` | drafts, decisions, the review flow, the audit log, reconcile |
 | `research` | seed bundles and research runs |

@@ -1,5 +1,6 @@
 """The registry: orgs and users, collections and agents, documents and their review state,
-chunk texts, background jobs and the audit log — one :class:`SqlRegistry`, a concern a module.
+chunk texts, background jobs, API tokens and the audit log — one :class:`SqlRegistry`, a
+concern a module.
 
 SQLite (WAL, ``BEGIN IMMEDIATE``, busy timeout) by default, PostgreSQL by URL; Alembic
 migrations in ``sinks/migrations``. Status changes are compare-and-set
@@ -15,6 +16,7 @@ migrations in ``sinks/migrations``. Status changes are compare-and-set
 | documents, versions, transitions | ``documents`` |
 | chunk texts | ``chunks`` |
 | background jobs | ``jobs`` |
+| API tokens (hashed secrets) | ``tokens`` |
 | the audit log | ``audit`` |
 | row snapshots (``DocRecord`` …) | ``records`` |
 | tables | ``schema`` |
@@ -38,6 +40,7 @@ from sinks.registry.records import (
     collection_ancestry,
     normalize_collection_path,
 )
+from sinks.registry.tokens import TokenRecord, TokensMixin
 
 __all__ = [
     "NO_DESCRIPTION",
@@ -48,6 +51,7 @@ __all__ = [
     "JobRecord",
     "OrgRecord",
     "SqlRegistry",
+    "TokenRecord",
     "UserRecord",
     "collection_ancestry",
     "normalize_collection_path",
@@ -55,6 +59,13 @@ __all__ = [
 
 
 class SqlRegistry(
-    PeopleMixin, CatalogMixin, DocumentsMixin, ChunksMixin, JobsMixin, AuditMixin, RegistryBase
+    PeopleMixin,
+    CatalogMixin,
+    DocumentsMixin,
+    ChunksMixin,
+    JobsMixin,
+    TokensMixin,
+    AuditMixin,
+    RegistryBase,
 ):
     """The registry over one SQLAlchemy engine, migrated to the latest schema on open."""

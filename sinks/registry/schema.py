@@ -5,8 +5,24 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Date, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+TOKEN_ONE_SUBJECT = (
+    "(user_id IS NOT NULL AND agent_id IS NULL) OR (user_id IS NULL AND agent_id IS NOT NULL)"
+)
+"""A token stands for a user or an agent, never both, never neither (migration 0008 too)."""
 
 
 def utcnow() -> dt.datetime:
@@ -149,3 +165,26 @@ class AgentRow(Base):
     # its scope. Set by an admin on the agent, never taken from a request.
     audiences: Mapped[list[str]] = mapped_column(JSON, default=list)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiTokenRow(Base):
+    """A bearer token of the HTTP API: it stands for exactly one user or one agent. Only the
+    sha256 of its secret is kept (the secret is shown once, when it is made)."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # "tok_" + 12 hex, public
+    secret_hash: Mapped[str] = mapped_column(String(64))  # sha256 hex of the secret
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_by: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    __table_args__ = (
+        CheckConstraint(TOKEN_ONE_SUBJECT, name="ck_api_tokens_one_subject"),
+        Index("ux_api_tokens_secret_hash", "secret_hash", unique=True),
+        Index("ix_api_tokens_user", "user_id"),
+        Index("ix_api_tokens_agent", "agent_id"),
+    )

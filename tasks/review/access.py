@@ -9,7 +9,9 @@ docs/SECURITY.md); the HTTP service will establish it from tokens. The rules:
   experts, with no org);
 - **administer** users, roles and AM assignments: a superadmin only — except the very first
   superadmin of a registry that has none, who bootstraps the rest;
-- **search org-wide** (no agent scope): engineers of the org (or agency-wide) and superadmins.
+- **search org-wide** (no agent scope): engineers of the org (or agency-wide) and superadmins;
+- **manage API tokens**: a superadmin any token; a user their own user tokens; an agent's
+  tokens whoever may decide for the agent's org (a superadmin or its assigned AM).
 
 What a caller may *read* is further bounded by audience: an agent's audiences are a property of
 the agent (set by an admin), a person's follow from their role (:func:`person_audiences`).
@@ -120,6 +122,61 @@ def authorize_admin(
                                reason=str(exc))  # fmt: skip
         raise
     return user.id
+
+
+def may_manage_tokens(
+    user: UserRecord, *, user_id: str | None = None, agent_org: OrgRecord | None = None
+) -> bool:
+    """Whether ``user`` may create, list or revoke the tokens of the user ``user_id`` or of an
+    agent of ``agent_org``: a superadmin any; a user their own; an agent's, whoever may decide
+    for its org."""
+    if user.role is Role.SUPERADMIN:
+        return True
+    if agent_org is not None:
+        return may_decide(user, agent_org)
+    return user_id is not None and user_id == user.id
+
+
+def authorize_token_admin(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    attempted: str,
+    *,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+) -> UserRecord:
+    """The actor, if they may manage the tokens of the user ``user_id`` or the agent
+    ``agent_id`` (:func:`may_manage_tokens`). A refusal is recorded in the audit log.
+
+    Raises:
+        Forbidden: no ``--as``, an unknown user, or not allowed.
+        NotFound: no such agent (told only to a registered user).
+    """
+    org_id: str | None = None
+    try:
+        user = load_actor(registry, actor_id, what=attempted)
+        if user.role is Role.SUPERADMIN:
+            return user  # any token, even one whose agent is gone
+        if agent_id is not None:
+            agent_org = registry.get_org(registry.get_agent(agent_id).org_id)
+            org_id = agent_org.id
+            if not may_manage_tokens(user, agent_org=agent_org):
+                raise Forbidden(
+                    f"user {user.id!r} ({user.role.value}) may not {attempted}: an agent's "
+                    f"tokens are managed by a superadmin or the assigned account manager of "
+                    f"its org {agent_org.id!r} ({agent_org.am_user_id or 'none assigned'}). "
+                    "Nothing was changed."
+                )
+        elif not may_manage_tokens(user, user_id=user_id):
+            raise Forbidden(
+                f"user {user.id!r} ({user.role.value}) may not {attempted}: a user manages "
+                "their own tokens, a superadmin anyone's. Nothing was changed."
+            )
+    except Forbidden as exc:
+        registry.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
+                               reason=str(exc))  # fmt: skip
+        raise
+    return user
 
 
 def authorize_org_wide_search(
