@@ -118,7 +118,3 @@ class RunFailed(KbflowError, RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # keep the report through pickling (results)
         return (type(self), (str(self), self.report))
-
-
-class Unauthorized(KbflowError, PermissionError):
-    """A request carried no valid token: none, unknown, expired or revoked."""

@@ -31,6 +31,8 @@ QUERY_PATH = (
     "kbflow.wiring",
     "kbflow.answers",
     "kbflow.tools",
+    "kbflow.api.app",
+    "kbflow.api.errors",
     "tasks.answer.turns",
     "tasks.answer.knowledge_search",
     "tasks.answer.cited_answer",

@@ -77,7 +77,7 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
             "revoked": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
             "expired": registry.create_token(agent_id="hr-bot", expires_at=soon, created_by="root"),
         }
-        registry.revoke_token(secrets["revoked"][0].id, "root")
+        registry.revoke_token(secrets["revoked"][0].id, actor="root")
     finally:
         store.close()
         registry.close()
