@@ -21,6 +21,7 @@ from tests.conftest import free_port, index_records
 REPO = Path(__file__).resolve().parents[2]
 TOPIC = "quarterly expense reimbursement rules"
 START_TIMEOUT_S = 180
+DRAFTS = 6
 
 
 def _wait_healthy(base: str, proc: subprocess.Popen[Any], log: Path) -> None:
@@ -69,6 +70,18 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
         registry.create_agent("acme", "off-bot", "switched off", enabled=False)
         registry.set_allowed("off-bot", ["hr"], allow=True)
         registry.ensure_user("root", _superadmin())
+        from core.models import DocStatus, Role
+
+        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.assign_am("acme", "amy")
+        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
+        registry.assign_am("globex", "gus")
+        registry.ensure_user("eve", Role.EXPERT, org_id="acme")
+        drafts = index_records(
+            [{"key": f"draft-{i}", "title": f"Draft {i}", "text": f"{TOPIC}: draft {i}."}
+             for i in range(DRAFTS)],
+            org="acme", collection="hr", status=DocStatus.PENDING_REVIEW, **kw,
+        )  # fmt: skip
         soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
         secrets = {
             "agent": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
@@ -76,6 +89,10 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
             "user": registry.create_token(user_id="root", expires_at=None, created_by="root"),
             "revoked": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
             "expired": registry.create_token(agent_id="hr-bot", expires_at=soon, created_by="root"),
+            **{
+                who: registry.create_token(user_id=who, expires_at=None, created_by="root")
+                for who in ("amy", "gus", "eve")
+            },
         }
         registry.revoke_token(secrets["revoked"][0].id, actor="root")
     finally:
@@ -99,6 +116,7 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
             "base": base,
             "tokens": {k: v[1] for k, v in secrets.items()},
             "docs": docs,
+            "drafts": drafts,
             "log": log,
         }
     finally:
@@ -238,3 +256,65 @@ def test_health_docs_and_garbage(served: dict[str, Any]) -> None:
     )  # fmt: skip
     assert not_json.status_code == 422
     _clean(not_json)
+
+
+def test_the_review_queue_and_decisions(served: dict[str, Any]) -> None:
+    drafts = served["drafts"]
+    queue = _call(served, "GET", "/v1/admin/orgs/acme/drafts", "amy")
+    assert queue.status_code == 200, queue.text
+    listed = {d["id"] for run in queue.json()["runs"] for d in run["documents"]}
+    assert listed == set(drafts)
+    shown = _call(served, "GET", f"/v1/admin/documents/{drafts[0]}", "eve")  # experts may look
+    assert shown.status_code == 200 and "draft 0" in shown.json()["text"]
+
+    approved = _call(served, "POST", f"/v1/admin/documents/{drafts[0]}/approve", "amy",
+                     json={"note": "checked"})  # fmt: skip
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["status"] == "approved"
+    again = _call(served, "POST", f"/v1/admin/documents/{drafts[0]}/approve", "amy")
+    assert again.status_code == 409, again.text  # decided already: nothing changed
+    _clean(again)
+    rejected = _call(served, "POST", f"/v1/admin/documents/{drafts[1]}/reject", "user")
+    assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
+    content = f"# Edited\n\n{TOPIC}: the edited copy."
+    edited = _call(served, "POST", f"/v1/admin/documents/{drafts[2]}/edit", "amy",
+                   json={"content": content, "note": "x"})  # fmt: skip
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["status"] == "approved"
+    no_note = _call(served, "POST", f"/v1/admin/documents/{drafts[0]}/withdraw", "amy")
+    assert no_note.status_code == 422 and "note" in no_note.json()["detail"]
+    withdrawn = _call(served, "POST", f"/v1/admin/documents/{drafts[0]}/withdraw", "amy",
+                      json={"note": "out of date"})  # fmt: skip
+    assert withdrawn.status_code == 200 and withdrawn.json()["status"] == "withdrawn"
+
+    # The agent sees the edited draft now, never a pending or rejected one.
+    hits = _call(served, "POST", "/v1/agent/search", "agent", json={"query": TOPIC, "top_k": 50})
+    found = {h["doc_id"] for h in hits.json()["results"]}
+    assert found & set(drafts) == {drafts[2]}
+
+    trail = _call(served, "GET", "/v1/admin/orgs/acme/audit", "amy", params={"limit": 100})
+    assert trail.status_code == 200
+    actions = [(r["doc_id"], r["actor"]) for r in trail.json() if r["doc_id"] in drafts]
+    assert (drafts[0], "amy") in actions and (drafts[1], "root") in actions
+
+
+def test_who_may_review_what(served: dict[str, Any]) -> None:
+    draft = served["drafts"][3]
+    cases = [
+        ("agent", "GET", "/v1/admin/orgs/acme/drafts", 403, "people"),
+        ("gus", "GET", "/v1/admin/orgs/acme/drafts", 403, ""),  # the AM of another org
+        ("gus", "POST", f"/v1/admin/documents/{draft}/approve", 403, ""),
+        ("eve", "POST", f"/v1/admin/documents/{draft}/approve", 403, ""),  # experts only look
+        (None, "POST", f"/v1/admin/documents/{draft}/approve", 401, "token"),
+        ("amy", "POST", "/v1/admin/documents/no-such-doc/approve", 404, ""),
+        ("amy", "POST", "/v1/admin/documents/..%2Fetc/approve", 404, ""),
+        ("amy", "POST", f"/v1/admin/documents/{draft}/publish", 422, ""),
+        ("amy", "GET", "/v1/admin/orgs/no-such-org/drafts", 404, ""),
+    ]
+    for token, method, path, status, says in cases:
+        response = _call(served, method, path, token)
+        assert response.status_code == status, (token, path, response.text)
+        assert says in response.json()["detail"], (token, path, response.text)
+        _clean(response)
+    still = _call(served, "GET", f"/v1/admin/documents/{draft}", "amy")
+    assert still.json()["document"]["status"] == "pending_review"  # nothing was decided

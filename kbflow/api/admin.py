@@ -1,0 +1,141 @@
+"""The admin routes, for people: the review queue, a draft's text, decisions (409 when someone
+else decided first), and the audit log. The same rules as the CLI (`tasks.review.access`), with
+the person taken from the token instead of ``--as``.
+
+Decisions write through the store this process holds open (`tasks.review.machine.held`): the
+embedded store has one owner, and while ``kbflow serve`` runs, that is the service.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.errors import ConfigError
+from core.models import DocStatus
+from kbflow.api.auth import ServiceDep, UserId
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+MAX_NOTE_CHARS = 2000
+MAX_CONTENT_CHARS = 1_000_000
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+DocId = Annotated[str, Path(pattern=ID_PATTERN, description="A document id.")]
+OrgId = Annotated[str, Path(pattern=ID_PATTERN, description="An org id.")]
+
+
+class DecisionBody(BaseModel):
+    """A note for the audit log (required to withdraw)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    note: str | None = Field(None, max_length=MAX_NOTE_CHARS)
+
+
+class EditBody(DecisionBody):
+    """The document's new content (Markdown), approved with the edit."""
+
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+
+
+@router.get("/orgs/{org}/drafts")
+def list_drafts(
+    org: OrgId,
+    user: UserId,
+    service: ServiceDep,
+    status: Annotated[list[DocStatus] | None, Query()] = None,
+) -> dict[str, Any]:
+    """An org's drafts grouped by research run (default: pending_review and rejected), for
+    those who may inspect them; the JSON of `kbflow review list --json`."""
+    from tasks.review.inspection import list_drafts as drafts
+
+    with service.use() as ctx:
+        if status:
+            groups = drafts(ctx.registry, user, org, statuses=status)
+        else:
+            groups = drafts(ctx.registry, user, org)
+    return {
+        "org": org,
+        "runs": [
+            {"synthesis_run_id": run, "documents": [d.to_dict() for d in docs]}
+            for run, docs in groups.items()
+        ],
+    }
+
+
+@router.get("/documents/{doc_id}")
+def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str, Any]:
+    """A document's record and full stored text, whatever its status (`kbflow review show`)."""
+    from tasks.review.inspection import inspect_draft
+    from tasks.review.machine import held
+
+    with service.use() as ctx:
+        view = inspect_draft(doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store))
+    return {"document": view.doc.to_dict(), "chunks": view.chunks, "text": view.text}
+
+
+# Registered before the decisions: `/edit` is not a decision's verb.
+@router.post("/documents/{doc_id}/edit")
+def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> dict[str, Any]:
+    """Replace a document's content and approve it (an approved document gets a new approved
+    version); 409 when someone decided first."""
+    from tasks.review.machine import edit_and_approve, held
+
+    settings = service.settings
+    with service.use() as ctx:
+        doc = edit_and_approve(
+            doc_id,
+            user,
+            body.content,
+            registry=ctx.registry,
+            open_store=held(ctx.vector_store),
+            embedder=ctx.embedder,
+            max_words=settings.chunk_max_words,
+            overlap_words=settings.chunk_overlap_words,
+            note=body.note,
+        )
+    return dict(doc.to_dict())
+
+
+@router.post("/documents/{doc_id}/{verb}")
+def decide(
+    doc_id: DocId,
+    verb: Literal["approve", "reject", "withdraw"],
+    user: UserId,
+    service: ServiceDep,
+    body: DecisionBody | None = None,
+) -> dict[str, Any]:
+    """Approve, reject or withdraw one document; 409 when it is no longer in the state the
+    decision needs (someone decided first: nothing changed)."""
+    from tasks.review.machine import approve, held, reject, withdraw
+
+    note = body.note if body else None
+    if verb == "withdraw" and not (note and note.strip()):
+        raise ConfigError("withdrawing needs a note saying why (it is audited)")
+    transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
+    with service.use() as ctx:
+        doc = transition(
+            doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store), note=note
+        )
+    return dict(doc.to_dict())
+
+
+@router.get("/orgs/{org}/audit")
+def audit(
+    org: OrgId,
+    user: UserId,
+    service: ServiceDep,
+    doc: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> list[dict[str, Any]]:
+    """The org's most recent audit rows (or one document's), for those who may inspect it."""
+    from kbflow.services.review import audit_dict
+    from tasks.review.access import authorize_inspection
+
+    with service.use() as ctx:
+        authorize_inspection(ctx.registry, user, org)
+        rows = ctx.registry.audit_trail(org, doc, last=limit)
+    return [audit_dict(row) for row in rows]

@@ -1,0 +1,67 @@
+"""The agent routes: the knowledge tools and answers, as ``kbflow tools call``, ``kbflow ask``
+and ``kbflow answer`` give them (same functions, same JSON), for the agent the token names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from kbflow import answers, tools
+from kbflow.api.auth import AgentId, ServiceDep
+from kbflow.tool_models import ResearchInput, SearchInput
+
+MAX_QUESTION_CHARS = 2000
+
+router = APIRouter(prefix="/v1/agent", tags=["agent"])
+
+
+class SearchBody(SearchInput):
+    """``search_knowledge_base``'s arguments, as strict as the tool's own check: ``true`` or
+    ``5.0`` is not a ``top_k``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AskBody(ResearchInput):
+    """``research_knowledge_search``'s arguments, as strict as the tool's own check."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AnswerBody(BaseModel):
+    """A question for the agent's knowledge base."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+
+
+@router.get("/collections")
+def list_collections(agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+    """``list_knowledge_collections``: what the agent may read."""
+    with service.use() as ctx:
+        return tools.call_tool(ctx, "list_knowledge_collections", agent, {})
+
+
+@router.post("/search")
+def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+    """``search_knowledge_base``: gated hybrid search in the agent's collections."""
+    with service.use() as ctx:
+        arguments = body.model_dump(exclude_unset=True)
+        return tools.call_tool(ctx, "search_knowledge_base", agent, arguments)
+
+
+@router.post("/ask")
+def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+    """``research_knowledge_search``: yes / maybe / no with a cited synthesis."""
+    with service.use() as ctx:
+        return answers.ask(ctx, agent, body.queries)
+
+
+@router.post("/answer")
+def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+    """A cited answer from approved knowledge, or a refusal; recorded in the ledger."""
+    with service.use() as ctx:
+        return answers.answer_question(ctx, agent, body.question)
