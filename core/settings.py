@@ -167,6 +167,20 @@ class Settings(BaseSettings):
         None, description="Prometheus Pushgateway address research runs push their metrics to."
     )
 
+    api_rate_per_minute: int = Field(
+        600,
+        ge=1,
+        description="Requests one token may make per minute (`kbflow serve`); more get 429.",
+    )
+    api_rate_burst: int = Field(
+        60,
+        ge=1,
+        description="Requests one token may make at once before the per-minute rate applies.",
+    )
+    api_max_body_mb: float = Field(
+        1.0, gt=0, description="Largest JSON body `kbflow serve` reads; larger get 413."
+    )
+
     @field_validator("chunk_overlap_words")
     @classmethod
     def _overlap_below_cap(cls, v: int, info: object) -> int:

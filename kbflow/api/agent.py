@@ -50,7 +50,10 @@ def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, A
     """``search_knowledge_base``: gated hybrid search in the agent's collections."""
     with service.use() as ctx:
         arguments = body.model_dump(exclude_unset=True)
-        return tools.call_tool(ctx, "search_knowledge_base", agent, arguments)
+        result = tools.call_tool(ctx, "search_knowledge_base", agent, arguments)
+    if result.get("degraded"):
+        service.metrics.degraded.inc()
+    return result
 
 
 @router.post("/ask")

@@ -11,15 +11,19 @@ The query path imports no Prefect (tests/test_layers.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import Settings
 from kbflow.api import admin, agent, errors
 from kbflow.api.auth import Service, ServiceDep
+from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
 from kbflow.wiring import search_context
 
 
@@ -31,7 +35,13 @@ def create_app(settings: Settings) -> FastAPI:
         with ExitStack() as stack:
             ctx = stack.enter_context(search_context(settings, degrade=True))
             ctx.embedder.embed_query("warm up")  # load the model now, not on the first request
-            app.state.service = Service(settings, ctx, threading.Lock())
+            app.state.service = Service(
+                settings,
+                ctx,
+                threading.Lock(),
+                TokenBuckets(settings.api_rate_per_minute, settings.api_rate_burst),
+                metrics,
+            )
             yield
 
     app = FastAPI(
@@ -39,7 +49,23 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Approved knowledge for agents: gated search, cited answers, and their review.",
         lifespan=lifespan,
     )
+    metrics = Metrics()
     errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=int(settings.api_max_body_mb * 1024 * 1024))
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        metrics.latency.labels(template, request.method, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        if response.status_code in (401, 403, 413, 429):
+            metrics.refused.labels(str(response.status_code)).inc()
+        return response
+
     app.include_router(agent.router)
     app.include_router(admin.router)
 
@@ -54,5 +80,10 @@ def create_app(settings: Settings) -> FastAPI:
         service.ctx.registry.list_orgs()
         store = "open" if service.ctx.store is not None else "unavailable"
         return {"status": "ready" if store == "open" else "degraded", "vector_store": store}
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    def prometheus() -> PlainTextResponse:
+        """Prometheus metrics: request latency by route, refusals, degraded searches."""
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

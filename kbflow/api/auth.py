@@ -17,6 +17,7 @@ from fastapi import Depends, Header, Request
 
 from core.errors import Forbidden, Unauthorized
 from core.settings import Settings
+from kbflow.api.limits import Metrics, TokenBuckets
 from kbflow.wiring import SearchContext
 
 
@@ -37,6 +38,8 @@ class Service:
     settings: Settings
     ctx: SearchContext
     lock: threading.Lock
+    buckets: TokenBuckets
+    metrics: Metrics
 
     @contextmanager
     def use(self) -> Iterator[SearchContext]:
@@ -61,7 +64,9 @@ def caller_of(
     scheme, _, secret = authorization.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthorized("the Authorization header must be `Bearer <token>`")
-    record = service_of(request).ctx.registry.verify_token(secret.strip())
+    service = service_of(request)
+    record = service.ctx.registry.verify_token(secret.strip())
+    service.buckets.take(record.id)  # 429 past the token's rate
     return Caller(record.id, record.agent_id, record.user_id)
 
 

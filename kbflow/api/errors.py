@@ -25,11 +25,13 @@ from core.errors import (
     Unauthorized,
     UnsafeUrl,
 )
+from kbflow.api.limits import RateLimited
 
 log = logging.getLogger(__name__)
 
 # Most specific first: an error is answered with the first status whose class it is.
 STATUS: tuple[tuple[type[KbflowError], int], ...] = (
+    (RateLimited, 429),
     (Unauthorized, 401),
     (Forbidden, 403),
     (NotFound, 404),
@@ -54,7 +56,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(KbflowError)
     async def _kbflow(request: Request, exc: KbflowError) -> JSONResponse:
         code = status_of(exc)
-        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {}
+        if isinstance(exc, RateLimited):
+            headers["Retry-After"] = str(exc.retry_after_s)
         return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

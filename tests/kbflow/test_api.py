@@ -39,8 +39,11 @@ def _wait_healthy(base: str, proc: subprocess.Popen[Any], log: Path) -> None:
 
 
 @pytest.fixture
-def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
-    """Two orgs' documents, agents and tokens; then the service started on them."""
+def served(
+    request: pytest.FixtureRequest, settings: Settings, tmp_path: Path, embedder: Any
+) -> Iterator[dict[str, Any]]:
+    """Two orgs' documents, agents and tokens; then the service started on them (with the
+    environment of an indirect parameter, if any)."""
     from sinks.qdrant_edge import QdrantEdgeStore
     from sinks.registry import SqlRegistry
 
@@ -101,6 +104,7 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
     port = free_port()
     log = tmp_path / "serve.log"
     env = {**os.environ, "KBFLOW_HOME": str(settings.home), "PYTHONPATH": str(REPO)}
+    env.update(getattr(request, "param", {}))
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
@@ -318,3 +322,58 @@ def test_who_may_review_what(served: dict[str, Any]) -> None:
         _clean(response)
     still = _call(served, "GET", f"/v1/admin/documents/{draft}", "amy")
     assert still.json()["document"]["status"] == "pending_review"  # nothing was decided
+
+
+LIMITED = {"KBFLOW_API_RATE_BURST": "3", "KBFLOW_API_RATE_PER_MINUTE": "6",
+           "KBFLOW_API_MAX_BODY_MB": "0.01"}  # fmt: skip
+
+
+@pytest.mark.parametrize("served", [LIMITED], indirect=True)
+def test_limits_per_token_and_per_body(served: dict[str, Any]) -> None:
+    codes = [_call(served, "GET", "/v1/agent/collections", "agent").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    limited = _call(served, "GET", "/v1/agent/collections", "agent")
+    assert limited.status_code == 429 and 1 <= int(limited.headers["retry-after"]) <= 10
+    assert "too many requests" in limited.json()["detail"]
+    # Another token has its own bucket.
+    assert _call(served, "GET", "/v1/agent/collections", "off").status_code == 200
+
+    big = {"query": "x" * 20_000}
+    declared = _call(served, "POST", "/v1/agent/search", "off", json=big)
+    assert declared.status_code == 413, declared.text
+    assert "KBFLOW_API_MAX_BODY_MB" in declared.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"query": "'
+        for _ in range(30):
+            yield b"x" * 1000
+        yield b'"}'
+
+    streamed = httpx.post(
+        served["base"] + "/v1/agent/search",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {served['tokens']['user']}",
+                 "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert streamed.status_code == 413, streamed.text
+
+    metrics = httpx.get(served["base"] + "/metrics").text
+    assert 'kbflow_http_refused_total{status="429"}' in metrics
+    assert 'kbflow_http_request_seconds_count{method="GET",route="/v1/agent/collections"' in (
+        metrics
+    )
+
+
+def test_a_token_bucket_refills_at_its_rate() -> None:
+    from kbflow.api.limits import RateLimited, TokenBuckets
+
+    buckets = TokenBuckets(per_minute=60, burst=2)
+    buckets.take("a", now=0.0)
+    buckets.take("a", now=0.0)
+    with pytest.raises(RateLimited) as caught:
+        buckets.take("a", now=0.5)
+    assert caught.value.retry_after_s == 1
+    buckets.take("b", now=0.5)  # its own bucket
+    buckets.take("a", now=1.6)  # one second refilled one request
+    with pytest.raises(RateLimited):
+        buckets.take("a", now=1.7)

@@ -1,0 +1,137 @@
+"""What keeps one caller from starving the others: a token bucket per token (429 with
+Retry-After), a cap on body size (413, checked on the bytes as they arrive, not on a header
+the client may leave out), and Prometheus metrics of what the service did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.errors import KbflowError
+
+
+class RateLimited(KbflowError, RuntimeError):
+    """A token made more requests than its rate allows; ``retry_after_s`` says when to retry."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class TokenBuckets:
+    """``burst`` requests at once per key, refilled at ``per_minute``; thread-safe."""
+
+    per_minute: int
+    burst: int
+    _state: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (tokens, at)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, key: str, now: float | None = None) -> None:
+        """Spend one request of ``key``'s bucket, or raise RateLimited."""
+        now = time.monotonic() if now is None else now
+        rate = self.per_minute / 60.0
+        with self._lock:
+            tokens, at = self._state.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - at) * rate)
+            if tokens < 1.0:
+                wait = math.ceil((1.0 - tokens) / rate)
+                self._state[key] = (tokens, now)
+                raise RateLimited(
+                    f"too many requests for this token: at most {self.per_minute} a minute "
+                    f"(bursts of {self.burst}); retry in {wait}s",
+                    retry_after_s=wait,
+                )
+            self._state[key] = (tokens - 1.0, now)
+
+
+class BodyLimit:
+    """ASGI middleware: a body over ``max_bytes`` is answered 413 before a route sees it.
+
+    The body is read here, up to the cap, then handed on: a client that sends no
+    Content-Length (chunked) is held to the same cap as one that declares a size.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _too_large(send, self.max_bytes)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await _too_large(send, self.max_bytes)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Send, max_bytes: int) -> None:
+    detail = (
+        f"the request body is larger than this service reads ({max_bytes} bytes); send less, "
+        "or raise KBFLOW_API_MAX_BODY_MB"
+    )
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass
+class Metrics:
+    """The service's Prometheus metrics, on a registry of its own (served at /metrics)."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.latency = Histogram(
+            "kbflow_http_request_seconds",
+            "Time to answer a request, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "kbflow_http_refused_total",
+            "Requests refused before any work: no or bad token (401), not allowed (403), "
+            "rate-limited (429), too large (413).",
+            ["status"],
+            registry=self.registry,
+        )
+        self.degraded = Counter(
+            "kbflow_search_degraded_total",
+            "Agent searches answered by the keyword fallback (the vector store unavailable).",
+            registry=self.registry,
+        )
