@@ -47,6 +47,7 @@ def served(
     from sinks.qdrant_edge import QdrantEdgeStore
     from sinks.registry import SqlRegistry
 
+    options = dict(getattr(request, "param", {}))  # "_drafts": how many; the rest: environment
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
@@ -82,7 +83,7 @@ def served(
         registry.ensure_user("eve", Role.EXPERT, org_id="acme")
         drafts = index_records(
             [{"key": f"draft-{i}", "title": f"Draft {i}", "text": f"{TOPIC}: draft {i}."}
-             for i in range(DRAFTS)],
+             for i in range(options.pop("_drafts", DRAFTS))],
             org="acme", collection="hr", status=DocStatus.PENDING_REVIEW, **kw,
         )  # fmt: skip
         soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
@@ -104,7 +105,7 @@ def served(
     port = free_port()
     log = tmp_path / "serve.log"
     env = {**os.environ, "KBFLOW_HOME": str(settings.home), "PYTHONPATH": str(REPO)}
-    env.update(getattr(request, "param", {}))
+    env.update(options)
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
@@ -377,3 +378,36 @@ def test_a_token_bucket_refills_at_its_rate() -> None:
     buckets.take("a", now=1.6)  # one second refilled one request
     with pytest.raises(RateLimited):
         buckets.take("a", now=1.7)
+
+
+@pytest.mark.parametrize("served", [{"_drafts": 200, "KBFLOW_API_RATE_BURST": "1000"}],
+                         indirect=True)  # fmt: skip
+def test_two_reviewers_race_for_the_same_drafts(served: dict[str, Any]) -> None:
+    """The AM approves and a superadmin rejects the same 200 drafts at once, in opposite
+    orders: each draft gets exactly one 200 and one 409, and one audit row."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    drafts: list[str] = served["drafts"]
+
+    def decide(who: str, verb: str, order: list[str]) -> dict[str, int]:
+        auth = {"Authorization": f"Bearer {served['tokens'][who]}"}
+        with httpx.Client(base_url=served["base"], timeout=60, headers=auth) as c:
+            return {d: c.post(f"/v1/admin/documents/{d}/{verb}").status_code for d in order}
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(decide, "amy", "approve", drafts)
+        second = pool.submit(decide, "user", "reject", drafts[::-1])
+        approvals, rejections = first.result(), second.result()
+    for doc in drafts:
+        assert sorted((approvals[doc], rejections[doc])) == [200, 409], doc
+    assert 0 < sum(c == 200 for c in approvals.values()) < len(drafts)  # they really raced
+    trail = _call(served, "GET", "/v1/admin/orgs/acme/audit", "amy", params={"limit": 1000})
+    decided = [
+        r["doc_id"]
+        for r in trail.json()
+        if r["action"] in {"kb.document.approved", "kb.document.rejected"}
+    ]
+    assert sorted(decided) == sorted(drafts)
+    queue = _call(served, "GET", "/v1/admin/orgs/acme/drafts", "amy", params={"status": "approved"})
+    approved = {d["id"] for run in queue.json()["runs"] for d in run["documents"]}
+    assert approved & set(drafts) == {d for d, c in approvals.items() if c == 200}
