@@ -8,14 +8,17 @@ embedded store has one owner, and while ``kbflow serve`` runs, that is the servi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import ConfigError
+from core.errors import ConfigError, Forbidden, NotFound
 from core.models import DocStatus
 from kbflow.api.auth import ServiceDep, UserId
+from sinks.registry import SqlRegistry
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -39,6 +42,22 @@ class EditBody(DecisionBody):
     """The document's new content (Markdown), approved with the edit."""
 
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+
+
+@contextmanager
+def _refusals_audited(
+    registry: SqlRegistry, user: str, attempted: str, doc_id: str
+) -> Iterator[None]:
+    """A refused decision leaves an audit row saying who tried what, and why not."""
+    try:
+        yield
+    except Forbidden as exc:
+        try:
+            org_id: str | None = registry.get_document(doc_id).org_id
+        except NotFound:
+            org_id = None
+        registry.record_denied(user, f"{attempted} {doc_id}", org_id=org_id, reason=str(exc))
+        raise
 
 
 @router.get("/orgs/{org}/drafts")
@@ -85,7 +104,7 @@ def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> di
     from tasks.review.machine import edit_and_approve, held
 
     settings = service.settings
-    with service.use() as ctx:
+    with service.use() as ctx, _refusals_audited(ctx.registry, user, "edit", doc_id):
         doc = edit_and_approve(
             doc_id,
             user,
@@ -116,7 +135,7 @@ def decide(
     if verb == "withdraw" and not (note and note.strip()):
         raise ConfigError("withdrawing needs a note saying why (it is audited)")
     transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
-    with service.use() as ctx:
+    with service.use() as ctx, _refusals_audited(ctx.registry, user, verb, doc_id):
         doc = transition(
             doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store), note=note
         )

@@ -323,6 +323,10 @@ def test_who_may_review_what(served: dict[str, Any]) -> None:
         _clean(response)
     still = _call(served, "GET", f"/v1/admin/documents/{draft}", "amy")
     assert still.json()["document"]["status"] == "pending_review"  # nothing was decided
+    trail = _call(served, "GET", "/v1/admin/orgs/acme/audit", "amy", params={"limit": 100})
+    denied = [(r["actor"], r["after"]["attempted"]) for r in trail.json()
+              if r["action"] == "kb.access.denied"]  # fmt: skip
+    assert ("gus", f"approve {draft}") in denied and ("eve", f"approve {draft}") in denied
 
 
 LIMITED = {"KBFLOW_API_RATE_BURST": "3", "KBFLOW_API_RATE_PER_MINUTE": "6",
