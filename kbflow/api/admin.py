@@ -151,7 +151,7 @@ def audit(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> list[dict[str, Any]]:
     """The org's most recent audit rows (or one document's), for those who may inspect it."""
-    from kbflow.services.review import audit_dict
+    from sinks.registry.audit import audit_dict
     from tasks.review.access import authorize_inspection
 
     with service.use() as ctx:

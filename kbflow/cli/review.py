@@ -335,7 +335,9 @@ def audit(
     the agency-wide rows (users and roles of no org, refused admin actions)."""
     rows = service.audit_trail(settings, org, doc, limit=limit)
     if as_json:
-        print_json([service.audit_dict(r) for r in rows])
+        from sinks.registry.audit import audit_dict
+
+        print_json([audit_dict(r) for r in rows])
         return
     title = f"audit log of {escape(org)}" if org else "agency-wide audit log"
     table = Table(title=f"{title} ({len(rows)} rows)")

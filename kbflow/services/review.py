@@ -118,22 +118,6 @@ def run_review_flow(
         return ReviewReport.model_validate(exc.report), str(exc)
 
 
-def audit_dict(row: AuditRow) -> dict[str, Any]:
-    """An audit row as JSON."""
-    return {
-        "id": row.id,
-        "at": row.at.isoformat() if row.at else None,
-        "actor": row.actor,
-        "action": row.action,
-        "org_id": row.org_id,
-        "doc_id": row.doc_id,
-        "synthesis_run_id": row.synthesis_run_id,
-        "source_tag": row.source_tag,
-        "before": row.before,
-        "after": row.after,
-    }
-
-
 def audit_trail(
     settings: Settings, org: str | None, doc: str | None, *, limit: int
 ) -> list[AuditRow]:

@@ -56,3 +56,19 @@ def audit_after(new: DocStatus, changes: dict[str, Any] | None, note: str | None
     if note:
         after["note"] = note
     return after
+
+
+def audit_dict(row: AuditRow) -> dict[str, Any]:
+    """An audit row as JSON."""
+    return {
+        "id": row.id,
+        "at": row.at.isoformat() if row.at else None,
+        "actor": row.actor,
+        "action": row.action,
+        "org_id": row.org_id,
+        "doc_id": row.doc_id,
+        "synthesis_run_id": row.synthesis_run_id,
+        "source_tag": row.source_tag,
+        "before": row.before,
+        "after": row.after,
+    }

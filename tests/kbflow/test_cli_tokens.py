@@ -9,44 +9,23 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from click.testing import Result
-from typer.testing import CliRunner
 
 from core.errors import Unauthorized
 from core.settings import Settings
-from kbflow.cli import app
 from sinks.registry import SqlRegistry
+from tests.kbflow.test_cli_review import data, flat, kb, ok
 
-runner = CliRunner()
 SECRET = re.compile(r"kbf_[A-Za-z0-9_-]{43}")
 RECORD_KEYS = {
     "id", "user", "agent", "name", "created_by", "created_at", "expires_at", "revoked_at",
     "last_used_at", "status",
 }  # fmt: skip
-
-
-def kb(*args: str) -> Result:
-    return runner.invoke(app, list(args), env={"COLUMNS": "250"})
-
-
-def ok(*args: str) -> Result:
-    result = kb(*args)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def data(*args: str) -> Any:
-    return json.loads(ok(*args, "--json").stdout)
-
-
-def flat(result: Result) -> str:
-    return " ".join(result.output.split())
 
 
 def refused(*args: str, says: str) -> Result:
