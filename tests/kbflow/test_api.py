@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,28 +103,33 @@ def served(
     finally:
         store.close()
         registry.close()
+    with running_service(settings.home, tmp_path / "serve.log", options) as base:
+        yield {
+            "base": base,
+            "tokens": {k: v[1] for k, v in secrets.items()},
+            "docs": docs,
+            "drafts": drafts,
+        }
+
+
+@contextmanager
+def running_service(home: Path, log: Path, env: dict[str, str]) -> Iterator[str]:
+    """``kbflow serve`` on a free loopback port over the data in ``home``, until the block
+    ends; yields its base URL. Its output goes to ``log`` (a file, not a pipe)."""
     port = free_port()
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "KBFLOW_HOME": str(settings.home), "PYTHONPATH": str(REPO)}
-    env.update(options)
+    environ = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO), **env}
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
             cwd=REPO,
-            env=env,
+            env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(base, proc, log)
-        yield {
-            "base": base,
-            "tokens": {k: v[1] for k, v in secrets.items()},
-            "docs": docs,
-            "drafts": drafts,
-            "log": log,
-        }
+        yield base
     finally:
         proc.terminate()
         try:
