@@ -3,16 +3,27 @@ that closes (and, for the embedded store, flushes and unlocks) what it opened.
 
 The one way every floor above reaches them: ``with open_registry(settings) as registry`` and
 ``with open_vector_store(settings) as store``.
+
+The embedded store has one owner process at a time (`sinks.qdrant_edge`). When another process
+owns it and serves it (``kbflow serve``: `sinks.shared_store`), a command gets a client of that
+owner instead of waiting for the lock; if the owner stops mid-command, the next call reopens the
+store (as its owner, or through a new one) and runs again — every store call is idempotent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
+from core.models import ChunkPoint, SparseVec, StoredHit
 from core.settings import Settings
+from sinks.gate import Gate
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
+
+_POLL_S = 0.1
 
 
 @contextmanager
@@ -26,9 +37,11 @@ def open_registry(settings: Settings) -> Iterator[SqlRegistry]:
 
 
 @contextmanager
-def open_vector_store(settings: Settings) -> Iterator[VectorStore]:
+def open_vector_store(settings: Settings, *, share: bool = True) -> Iterator[VectorStore]:
     """Open the configured store for the duration of a command, then flush and close it:
-    a Qdrant server by ``KBFLOW_QDRANT_URL``, else the embedded Qdrant Edge shard."""
+    a Qdrant server by ``KBFLOW_QDRANT_URL``, else the embedded Qdrant Edge shard — owned by
+    this process, or (with ``share``, the default) reached through the process that owns it.
+    ``share=False`` is for the owner itself (``kbflow serve``)."""
     store: VectorStore
     if settings.qdrant_url:
         from sinks.qdrant_server import QdrantServerStore
@@ -37,6 +50,8 @@ def open_vector_store(settings: Settings) -> Iterator[VectorStore]:
         store = QdrantServerStore.connect(
             settings.qdrant_url, collection=settings.qdrant_collection, api_key=key
         )
+    elif share:
+        store = open_embedded(settings)
     else:
         from sinks.qdrant_edge import QdrantEdgeStore
 
@@ -47,3 +62,91 @@ def open_vector_store(settings: Settings) -> Iterator[VectorStore]:
         yield store
     finally:
         store.close()
+
+
+def open_embedded(settings: Settings) -> VectorStore:
+    """The embedded shard: owned when no process holds it, else through its serving owner.
+
+    Waits up to ``KBFLOW_STORE_LOCK_TIMEOUT_S`` for either; then raises
+    :class:`~core.errors.StoreBusy` naming the process that holds it (one that does not serve
+    it: another command, not ``kbflow serve``).
+    """
+    from sinks.qdrant_edge import QdrantEdgeStore
+    from sinks.shared_store import SharedStoreClient
+
+    path = settings.vectors_dir
+    deadline = time.monotonic() + settings.store_lock_timeout_s
+    while True:
+        owned = QdrantEdgeStore.try_open(path)
+        if owned is not None:
+            return owned
+        client = SharedStoreClient.connect(path)
+        if client is not None:
+            return _FailoverStore(client, lambda: open_embedded(settings))
+        if time.monotonic() >= deadline:  # raises StoreBusy naming the holder, or opens
+            return QdrantEdgeStore.open(path, lock_timeout_s=0)
+        time.sleep(_POLL_S)
+
+
+class _FailoverStore:
+    """A client of the store's owner that, when the owner goes away, reopens the store and runs
+    the call again (safe: every store call is idempotent)."""
+
+    def __init__(self, store: VectorStore, reopen: Callable[[], VectorStore]) -> None:
+        self._store = store
+        self._reopen = reopen
+
+    def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        from sinks.shared_store import OwnerGone
+
+        try:
+            return getattr(self._store, name)(*args, **kwargs)
+        except OwnerGone:
+            self._store.close()
+            self._store = self._reopen()
+            return getattr(self._store, name)(*args, **kwargs)
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        self._run("upsert", points)
+
+    def query(
+        self,
+        gate: Gate,
+        *,
+        dense: list[float] | None,
+        sparse: SparseVec | None,
+        limit: int,
+        prefetch_limit: int = 100,
+        rrf_k: int = 60,
+    ) -> list[StoredHit]:
+        hits: list[StoredHit] = self._run(
+            "query", gate, dense=dense, sparse=sparse, limit=limit,
+            prefetch_limit=prefetch_limit, rrf_k=rrf_k,
+        )  # fmt: skip
+        return hits
+
+    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+        self._run("set_document_payload", doc_id, payload)
+
+    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
+        self._run("delete_stale_chunks", doc_id, keep_content_hash=keep_content_hash)
+
+    def delete_document(self, doc_id: str) -> None:
+        self._run("delete_document", doc_id)
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        hits: list[StoredHit] = self._run("inspect_document_chunks", doc_id)
+        return hits
+
+    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
+        hits: Iterator[StoredHit] = self._run("iter_payloads", fields)
+        return hits
+
+    def count(self, org_id: str | None = None) -> int:
+        return int(self._run("count", org_id))
+
+    def optimize(self) -> None:
+        self._run("optimize")
+
+    def close(self) -> None:
+        self._store.close()

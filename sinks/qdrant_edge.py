@@ -44,11 +44,30 @@ class QdrantEdgeStore:
             StoreBusy: another process holds the lock for longer than ``lock_timeout_s``.
             StoreError: the shard exists but cannot be loaded.
         """
-        import qdrant_edge as qe
-
         path = Path(path).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_fd = _acquire_lock(path.with_name(path.name + ".lock"), lock_timeout_s)
+        return cls._load(path, lock_fd)
+
+    @classmethod
+    def try_open(cls, path: Path) -> QdrantEdgeStore | None:
+        """Open the shard if no other process holds it, else None at once (no waiting)."""
+        path = Path(path).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        _record_holder(fd)
+        return cls._load(path, fd)
+
+    @classmethod
+    def _load(cls, path: Path, lock_fd: int) -> QdrantEdgeStore:
+        """Load (or create) the shard whose lock ``lock_fd`` holds; releases it on failure."""
+        import qdrant_edge as qe
+
         try:
             started = time.perf_counter()
             if (path / "edge_config.json").exists():
@@ -290,10 +309,14 @@ def _acquire_lock(lock_path: Path, timeout_s: float) -> int:
                 ) from None
             time.sleep(_LOCK_POLL_S)
             continue
-        # A hint for people reading the file; the busy message asks the kernel instead.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        _record_holder(fd)
         return fd
+
+
+def _record_holder(fd: int) -> None:
+    """A hint for people reading the lock file; the busy message asks the kernel instead."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
 
 
 def _describe_holders(lock_path: Path, probe_fd: int) -> str:

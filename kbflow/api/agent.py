@@ -41,16 +41,14 @@ class AnswerBody(BaseModel):
 @router.get("/collections")
 def list_collections(agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """``list_knowledge_collections``: what the agent may read."""
-    with service.use() as ctx:
-        return tools.call_tool(ctx, "list_knowledge_collections", agent, {})
+    return tools.call_tool(service.read(), "list_knowledge_collections", agent, {})
 
 
 @router.post("/search")
 def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """``search_knowledge_base``: gated hybrid search in the agent's collections."""
-    with service.use() as ctx:
-        arguments = body.model_dump(exclude_unset=True)
-        result = tools.call_tool(ctx, "search_knowledge_base", agent, arguments)
+    arguments = body.model_dump(exclude_unset=True)
+    result = tools.call_tool(service.read(), "search_knowledge_base", agent, arguments)
     if result.get("degraded"):
         service.metrics.degraded.inc()
     return result

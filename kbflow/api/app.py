@@ -24,6 +24,7 @@ from core.settings import Settings
 from kbflow.api import admin, agent, errors
 from kbflow.api.auth import Service, ServiceDep
 from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
+from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
 
 
@@ -33,7 +34,10 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with ExitStack() as stack:
-            ctx = stack.enter_context(search_context(settings, degrade=True))
+            ctx = stack.enter_context(search_context(settings, degrade=True, share=False))
+            steward = StoreSteward(settings, ctx)
+            steward.start()
+            stack.callback(steward.close)
             ctx.embedder.embed_query("warm up")  # load the model now, not on the first request
             app.state.service = Service(
                 settings,
@@ -41,6 +45,7 @@ def create_app(settings: Settings) -> FastAPI:
                 threading.Lock(),
                 TokenBuckets(settings.api_rate_per_minute, settings.api_rate_burst),
                 metrics,
+                steward,
             )
             yield
 
@@ -76,10 +81,16 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz", tags=["health"])
     def readyz(service: ServiceDep) -> dict[str, Any]:
-        """The registry answers and the vector store is open (else degraded: keyword only)."""
+        """The registry answers and the vector store is open (else degraded: keyword only);
+        ``shared``: this machine's other kbflow processes reach the embedded store through
+        this service."""
         service.ctx.registry.list_orgs()
         store = "open" if service.ctx.store is not None else "unavailable"
-        return {"status": "ready" if store == "open" else "degraded", "vector_store": store}
+        return {
+            "status": "ready" if store == "open" else "degraded",
+            "vector_store": store,
+            "shared": service.steward.sharing,
+        }
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     def prometheus() -> PlainTextResponse:

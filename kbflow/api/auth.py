@@ -18,6 +18,7 @@ from fastapi import Depends, Header, Request
 from core.errors import Forbidden, Unauthorized
 from core.settings import Settings
 from kbflow.api.limits import Metrics, TokenBuckets
+from kbflow.api.steward import StoreSteward
 from kbflow.wiring import SearchContext
 
 
@@ -32,19 +33,29 @@ class Caller:
 
 @dataclass
 class Service:
-    """What the process holds open for every request. ``lock`` serialises use of the open
-    store: the embedded store has one owner, this process, and one user at a time in it."""
+    """What the process holds open for every request.
+
+    The store, the model and the registry each take care of their own threads (the store
+    through its steward's lock, held for one shard call at a time). ``lock`` is for the
+    routes that write the answer ledger or decide documents: one of those at a time.
+    """
 
     settings: Settings
     ctx: SearchContext
     lock: threading.Lock
     buckets: TokenBuckets
     metrics: Metrics
+    steward: StoreSteward
 
     @contextmanager
     def use(self) -> Iterator[SearchContext]:
+        """The context, for a route that writes (one such route at a time)."""
         with self.lock:
             yield self.ctx
+
+    def read(self) -> SearchContext:
+        """The context, for a route that only reads (searches run side by side)."""
+        return self.ctx
 
 
 def service_of(request: Request) -> Service:
