@@ -91,6 +91,7 @@ def run_demo(
 
     answers = _answer_step(settings, corpus.queries, pending_name)
     research = _research_step(settings, corpus.files)
+    service = _service_step(settings, show_progress=show_progress)
     result = {
         "org": DEMO_ORG,
         "client": CLIENT_NAME,
@@ -104,7 +105,8 @@ def run_demo(
         "queries": queries,
         "answers": answers,
         "research": research,
-        "ok": all(q["ok"] for q in queries) and answers["ok"] and research["ok"],
+        "service": service,
+        "ok": all(q["ok"] for q in queries) and answers["ok"] and research["ok"] and service["ok"],
     }
     if console is not None:
         _print_report(console, result)
@@ -212,6 +214,111 @@ def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
         "review_url": _review_in_ui(settings) if pending else None,
         "ok": len(drafts) == 4 and hidden and shown,
     }
+
+
+def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
+    """``kbflow serve`` on a free loopback port: the demo agent, with a token of its own,
+    lists its collections, searches and gets an answer over HTTP; a call without a token is
+    refused; a command beside the service reaches the store through it. Then it stops."""
+    import datetime as dt
+    import socket
+
+    import httpx
+
+    from sinks.connect import open_registry, open_vector_store
+
+    with open_registry(settings) as registry:
+        expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        record, token = registry.create_token(
+            agent_id=DEMO_AGENT, expires_at=expires, created_by=DEMO_AM, name="demo"
+        )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    base = f"http://127.0.0.1:{port}"
+    log = settings.home / "demo" / "serve.log"
+    env = {**os.environ, "KBFLOW_HOME": str(settings.home.resolve())}
+    question = "What bikes does Larkspur sell and at what price?"
+    calls: list[dict[str, Any]] = []
+    shared = False
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        if show_progress:
+            print(f"starting kbflow serve on {base} (log: {log}) ...", file=sys.stderr)
+        ready = _wait_ready(base, proc)
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base, timeout=120) as client:
+            for method, path, body, headers, expect in (
+                ("GET", "/v1/agent/collections", None, auth, 200),
+                ("POST", "/v1/agent/search", {"query": question, "top_k": 3}, auth, 200),
+                ("POST", "/v1/agent/answer", {"question": question}, auth, 200),
+                ("POST", "/v1/agent/search", {"query": question}, {}, 401),
+            ):
+                started = time.perf_counter()
+                response = client.request(method, path, json=body, headers=headers)
+                took_ms = round((time.perf_counter() - started) * 1000, 1)
+                said = response.json()
+                calls.append(
+                    {
+                        "call": f"{method} {path}",
+                        "token": bool(headers),
+                        "status": response.status_code,
+                        "expected": expect,
+                        "ms": took_ms,
+                        "summary": _summary(path, said),
+                    }
+                )
+        with open_vector_store(settings) as store:  # a command beside the running service
+            shared = store.count(DEMO_ORG) > 0 and ready.get("shared") is True
+    except Exception as exc:  # reported as a failed check, with the service's log
+        calls.append({"call": "start", "status": None, "expected": 200, "error": str(exc)})
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        with open_registry(settings) as registry:
+            registry.revoke_token(record.id, actor=DEMO_AM)
+    ok = bool(calls) and all(c["status"] == c["expected"] for c in calls) and shared
+    search = next((c for c in calls if c["call"].endswith("search") and c["token"]), None)
+    ok = ok and search is not None and search["summary"].get("results", 0) > 0
+    return {"base_url": base, "log": str(log), "calls": calls, "store_shared": shared, "ok": ok}
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], wait_s: float = 180) -> dict[str, Any]:
+    import httpx
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kbflow serve exited with {proc.returncode}")
+        try:
+            ready: dict[str, Any] = httpx.get(f"{base}/readyz", timeout=2).json()
+            if ready.get("status") == "ready":
+                return ready
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"kbflow serve was not ready within {wait_s:g}s")
+
+
+def _summary(path: str, said: dict[str, Any]) -> dict[str, Any]:
+    """The gist of a response, for the report."""
+    if "detail" in said:
+        return {"detail": said["detail"]}
+    if path.endswith("collections"):
+        return {"collections": [c["name"] for c in said.get("collections", [])]}
+    if path.endswith("search"):
+        hits = said.get("results", [])
+        return {"results": len(hits), "degraded": said.get("degraded"),
+                "top": _file_of(hits[0]["uri"]) if hits else None}  # fmt: skip
+    return {"status": said.get("status"), "citations": len(said.get("citations", []))}
 
 
 def _review_in_ui(settings: Settings, wait_s: float = 180) -> str | None:
@@ -346,6 +453,20 @@ def _print_report(console: Console, r: dict[str, Any]) -> None:
         )
     console.print(
         "[dim]or from here: kbflow review list --org larkspur --as am@agency.example[/dim]"
+    )
+    svc = r["service"]
+    console.rule(f"[bold]the service: kbflow serve at {svc['base_url']} (then stopped)")
+    for c in svc["calls"]:
+        mark = "[green]✓[/green]" if c["status"] == c["expected"] else "[red]✗[/red]"
+        detail = c.get("summary") or {"error": c.get("error")}
+        console.print(
+            f"{mark} {c['call']:<28} {'token' if c.get('token') else 'no token':<9} "
+            f"{c['status']}  {c.get('ms', '')} ms  {detail}",
+            markup=False, highlight=False,
+        )  # fmt: skip
+    console.print(
+        f"a command beside the service reached the store through it: "
+        f"{'yes' if svc['store_shared'] else 'NO'}  [dim](log: {svc['log']})[/dim]"
     )
     verdict = "[green]all checks passed[/green]" if r["ok"] else "[red]some checks failed[/red]"
     console.rule(verdict)

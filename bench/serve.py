@@ -1,0 +1,326 @@
+"""Benchmark: warm search through ``kbflow serve`` over HTTP, beside in-process search.
+
+On SciFact as ingested (5,183 abstracts; ingested into ``--home`` first when it has none), with
+SciFact dev queries, in one run:
+
+1. in process, with the store owned by this process: ``search()`` (embedding, gated hybrid
+   query, registry re-check) and the ``search_knowledge_base`` tool that the HTTP route calls;
+2. ``kbflow serve`` started on the same home, ``POST /v1/agent/search`` with an agent token:
+   1 client in sequence, then 8 concurrent clients (threads, one connection each);
+3. the same two HTTP runs while ``kbflow ingest`` writes a second corpus (its Prefect flow
+   reaching the store through the service).
+
+For each: requests, median and p95 latency, throughput (requests/s of wall time), errors and
+degraded responses. Ratios within the run: HTTP p95 over in-process p95, and throughput at 8
+clients over 1 client (the targets: HTTP p95 <= 30 ms at 1 client; 8 clients >= 1.6x 1 client).
+
+Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N]``; saves
+bench/results/serve.json. Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
+ORG = "sci"
+AGENT = "bench-bot"
+CLIENTS = 8
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _figures(samples: list[float], wall_s: float, errors: int = 0, degraded: int = 0) -> dict:
+    ms = [s * 1000 for s in samples]
+    return {
+        "requests": len(ms),
+        "median_ms": round(statistics.median(ms), 2),
+        "p95_ms": round(_pct(ms, 0.95), 2),
+        "throughput_rps": round(len(ms) / wall_s, 1),
+        "errors": errors,
+        "degraded": degraded,
+    }
+
+
+def _kbflow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "kbflow.cli", *args], env=env, capture_output=True, text=True
+    )
+
+
+def _ensure_scifact(home: Path, corpus: Path) -> int:
+    """SciFact in ``home`` (ingested now if absent); returns its document count."""
+    from core.settings import Settings
+    from sinks.connect import open_registry
+
+    with open_registry(Settings(home=home)) as registry:
+        registry.ensure_org(ORG)
+        have = len(registry.current_documents(ORG))
+    if have < 5000:
+        print(f"ingesting SciFact into {home} (once; ~7 minutes on 2 cores) ...", flush=True)
+        done = _kbflow(home, "ingest", str(corpus), "--org", ORG, "--json")
+        if done.returncode != 0:
+            raise SystemExit(f"the SciFact ingest failed:\n{done.stderr[-3000:]}")
+        with open_registry(Settings(home=home)) as registry:
+            have = len(registry.current_documents(ORG))
+    return have
+
+
+def _agent_token(home: Path) -> str:
+    from core.errors import NotFound
+    from core.settings import Settings
+    from sinks.connect import open_registry
+
+    with open_registry(Settings(home=home)) as registry:
+        try:
+            registry.get_agent(AGENT)
+        except NotFound:
+            registry.create_agent(ORG, AGENT, "benchmark agent")
+            registry.set_allowed(AGENT, ["default"], allow=True)
+        _, secret = registry.create_token(agent_id=AGENT, expires_at=None, created_by="bench")
+    return secret
+
+
+def _in_process(home: Path, texts: list[str]) -> dict[str, Any]:
+    from core.models import Scope, SearchMode
+    from core.settings import Settings
+    from kbflow import tools
+    from kbflow.wiring import search_context
+
+    scope = Scope(org_id=ORG)
+    with search_context(Settings(home=home)) as ctx:
+        for t in texts[:10]:
+            ctx.search(t, scope, mode=SearchMode.HYBRID, top_k=10)  # warm
+
+        def timed(call: Callable[[str], Any]) -> dict[str, Any]:
+            samples = []
+            started = time.perf_counter()
+            for text in texts:
+                t = time.perf_counter()
+                call(text)
+                samples.append(time.perf_counter() - t)
+            return _figures(samples, time.perf_counter() - started)
+
+        search = timed(lambda q: ctx.search(q, scope, mode=SearchMode.HYBRID, top_k=10))
+        tool = timed(lambda q: tools.call_tool(ctx, "search_knowledge_base", AGENT, {"query": q}))
+    return {"search": search, "search_knowledge_base": tool}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_service(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import httpx
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        "KBFLOW_HOME": str(home),
+        "PYTHONPATH": str(REPO),
+        "KBFLOW_API_RATE_PER_MINUTE": "1000000",
+        "KBFLOW_API_RATE_BURST": "100000",
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"kbflow serve exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).json().get("status") == "ready":
+                return proc, base
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit("kbflow serve did not become ready")
+
+
+def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> dict[str, Any]:
+    """``total`` searches from ``clients`` concurrent clients (each its own connection)."""
+    import httpx
+
+    samples: list[float] = []
+    counts = {"errors": 0, "degraded": 0}
+    lock = threading.Lock()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def run(k: int) -> None:
+        mine = [texts[(k + i * clients) % len(texts)] for i in range(total // clients)]
+        with httpx.Client(headers=headers, timeout=60) as client:
+            for q in mine:
+                t = time.perf_counter()
+                try:
+                    r = client.post(f"{base}/v1/agent/search", json={"query": q})
+                    ok, degraded = (
+                        r.status_code == 200,
+                        r.status_code == 200 and r.json()["degraded"],
+                    )
+                except httpx.HTTPError:
+                    ok, degraded = False, False
+                took = time.perf_counter() - t
+                with lock:
+                    samples.append(took)
+                    counts["errors"] += not ok
+                    counts["degraded"] += bool(degraded)
+
+    for q in texts[:5]:  # warm this route and connection path
+        httpx.post(f"{base}/v1/agent/search", json={"query": q}, headers=headers, timeout=60)
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return _figures(samples, time.perf_counter() - started, **counts)
+
+
+def _second_corpus(path: Path, count: int) -> Path:
+    rng = random.Random(3)
+    words = [
+        "assay",
+        "cohort",
+        "lesion",
+        "protein",
+        "enzyme",
+        "dosage",
+        "trial",
+        "marker",
+        "tissue",
+        "signal",
+    ]
+    with path.open("w") as out:
+        for i in range(count):
+            text = " ".join(rng.choice(words) for _ in range(60))
+            out.write(json.dumps({"_id": f"extra-{i}", "title": f"Extra {i}", "text": text}) + "\n")
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--home", type=Path, default=None, help="data dir (default: a temp dir)")
+    parser.add_argument("--requests", type=int, default=400, help="HTTP searches per run")
+    parser.add_argument("--ingest-docs", type=int, default=600, help="documents of the ingest")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve.json")
+    args = parser.parse_args()
+
+    corpus = DATASETS / "scifact" / "corpus.jsonl.gz"
+    queries_path = DATASETS / "scifact" / "dev" / "queries.jsonl"
+    if not corpus.exists():
+        print(f"SciFact not found at {corpus}; set KBFLOW_DATASETS", file=sys.stderr)
+        return 2
+    home = (args.home or Path(tempfile.mkdtemp(prefix="kbflow-bench-serve-"))).resolve()
+    os.environ["KBFLOW_HOME"] = str(home)
+    rows = [json.loads(line) for line in queries_path.open(encoding="utf-8")]
+    random.Random(7).shuffle(rows)
+    texts = [r["text"] for r in rows]
+
+    result: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "documents": _ensure_scifact(home, corpus),
+        "queries": len(texts),
+    }
+    token = _agent_token(home)
+    print("in process ...", flush=True)
+    result["in_process"] = _in_process(home, texts[:200])
+
+    proc, base = _start_service(home, home / "bench-serve.log")
+    try:
+        print("HTTP, 1 client ...", flush=True)
+        one = _http(base, token, texts, 1, args.requests)
+        print("HTTP, 8 clients ...", flush=True)
+        eight = _http(base, token, texts, CLIENTS, args.requests)
+        result["http"] = {"clients_1": one, "clients_8": eight}
+
+        extra = _second_corpus(home / "bench-extra.jsonl", args.ingest_docs)
+        env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
+        log = (home / "bench-ingest.log").open("w")
+        ingest = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "ingest", str(extra), "--org", ORG,
+             "--collection", "extra", "--json"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        time.sleep(20)  # past the flow's start-up: into its embedding and writing
+        print("HTTP during an ingest, 1 client ...", flush=True)
+        one_ingest = _http(base, token, texts, 1, args.requests // 2)
+        print("HTTP during an ingest, 8 clients ...", flush=True)
+        eight_ingest = _http(base, token, texts, CLIENTS, args.requests // 2)
+        still_running = ingest.poll() is None
+        ingest_rc = ingest.wait()
+        log.close()
+        result["http_during_ingest"] = {
+            "clients_1": one_ingest,
+            "clients_8": eight_ingest,
+            "ingest_still_running_at_end": still_running,
+            "ingest_exit_code": ingest_rc,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    in_p95 = result["in_process"]["search_knowledge_base"]["p95_ms"]
+    result["ratios"] = {
+        "http_p95_over_in_process_p95": round(one["p95_ms"] / in_p95, 2),
+        "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
+        "during_ingest_throughput_8_over_1": round(
+            eight_ingest["throughput_rps"] / one_ingest["throughput_rps"], 2
+        ),
+        "during_ingest_p95_over_idle_p95": round(one_ingest["p95_ms"] / one["p95_ms"], 2),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    def row(name: str, f: dict[str, Any]) -> str:
+        return (
+            f"{name:<42} {f['requests']:>5} {f['median_ms']:>8.1f} {f['p95_ms']:>8.1f} "
+            f"{f['throughput_rps']:>8.1f} {f['errors']:>4} {f['degraded']:>4}"
+        )
+
+    print(f"{'':<42} {'n':>5} {'med ms':>8} {'p95 ms':>8} {'req/s':>8} {'err':>4} {'degr':>4}")
+    print(row("in process: search()", result["in_process"]["search"]))
+    print(row("in process: search_knowledge_base", result["in_process"]["search_knowledge_base"]))
+    print(row("HTTP, 1 client", one))
+    print(row("HTTP, 8 clients", eight))
+    print(row("HTTP during ingest, 1 client", one_ingest))
+    print(row("HTTP during ingest, 8 clients", eight_ingest))
+    print(json.dumps(result["ratios"], indent=2))
+    print(f"saved {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
