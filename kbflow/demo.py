@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from core.contracts import IngestRequest
@@ -458,12 +459,12 @@ def _print_report(console: Console, r: dict[str, Any]) -> None:
     console.rule(f"[bold]the service: kbflow serve at {svc['base_url']} (then stopped)")
     for c in svc["calls"]:
         mark = "[green]✓[/green]" if c["status"] == c["expected"] else "[red]✗[/red]"
-        detail = c.get("summary") or {"error": c.get("error")}
+        detail = escape(str(c.get("summary") or {"error": c.get("error")}))
         console.print(
             f"{mark} {c['call']:<28} {'token' if c.get('token') else 'no token':<9} "
             f"{c['status']}  {c.get('ms', '')} ms  {detail}",
-            markup=False, highlight=False,
-        )  # fmt: skip
+            highlight=False,
+        )
     console.print(
         f"a command beside the service reached the store through it: "
         f"{'yes' if svc['store_shared'] else 'NO'}  [dim](log: {svc['log']})[/dim]"

@@ -105,6 +105,10 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     assert report["ok"] is True
     assert report["draft"]["status"] == "pending_review" and report["draft"]["stored_chunks"] > 0
     assert sum(i["documents"] for i in report["ingest"]) == 6
+    service = report["service"]  # the demo also ran the service, called it, and stopped it
+    assert service["ok"] and service["store_shared"]
+    assert [c["status"] for c in service["calls"]] == [200, 200, 200, 401]
+    assert service["calls"][1]["summary"]["results"] > 0
 
     root = _kbflow("users", "add", "root", "--role", "superadmin", home=home)
     assert root.returncode == 0, root.stderr[-2000:]
