@@ -222,15 +222,20 @@ def export_schemas() -> list[dict[str, Any]]:
     return [tool.export() for tool in TOOLS.values()]
 
 
-def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
-    """Validate the arguments against the tool's input schema, call it, validate the result."""
+def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
+    """Refuse ``arguments`` that do not fit ``schema``, the input schema of tool ``name``.
+
+    Strict where JSON Schema is lax (``5.0`` and ``true`` are not integers), and text must be
+    UTF-8. Shared by `call_tool` and the other surfaces that publish a tool schema (the MCP
+    server's ``answer``), so every caller gets the same refusal.
+
+    Raises:
+        ToolError: naming the tool, the argument and what is wrong with it.
+    """
     import jsonschema
 
-    tool = TOOLS.get(name)
-    if tool is None:
-        raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
     try:
-        _strict_validator(tool.input_schema).validate(arguments)
+        _strict_validator(schema).validate(arguments)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
         raise ToolError(f"invalid arguments for {name}: {where}: {exc.message}") from None
@@ -241,6 +246,16 @@ def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> d
             f"invalid arguments for {name}: {where}: {value!r} is not valid Unicode text (it "
             "holds a lone surrogate, e.g. from bytes that are not UTF-8); send UTF-8 text."
         )
+
+
+def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
+    """Validate the arguments against the tool's input schema, call it, validate the result."""
+    import jsonschema
+
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
+    check_arguments(name, tool.input_schema, arguments)
     result = tool.func(ctx, agent_id, **arguments)
     jsonschema.validate(result, tool.output_schema)  # our own contract: a bug if it fails
     return result

@@ -36,6 +36,7 @@ QUERY_PATH = (
     "kbflow.api.auth",
     "kbflow.api.agent",
     "kbflow.api.admin",
+    "kbflow.api.mcp",
     "tasks.answer.turns",
     "tasks.answer.knowledge_search",
     "tasks.answer.cited_answer",

@@ -3,7 +3,8 @@ registry and vector store open, and answers agents over HTTP.
 
 Who calls is the bearer token's business, never the body's: an agent token fixes the agent,
 hence its org, audiences and readable collections (`tasks.query.scopes`). The agent routes are
-the same functions and JSON shapes as ``kbflow tools call`` and ``kbflow ask``/``answer``.
+the same functions and JSON shapes as ``kbflow tools call`` and ``kbflow ask``/``answer``, and
+the same tools are served over MCP at ``/mcp`` (`kbflow.api.mcp`).
 
 The query path imports no Prefect (tests/test_layers.py).
 """
@@ -24,12 +25,15 @@ from core.settings import Settings
 from kbflow.api import admin, agent, errors
 from kbflow.api.auth import Service, ServiceDep
 from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
+from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
 
 
 def create_app(settings: Settings) -> FastAPI:
     """The service, opening what it needs when it starts and closing it when it stops."""
+
+    mcp = McpEndpoint()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -47,7 +51,9 @@ def create_app(settings: Settings) -> FastAPI:
                 metrics,
                 steward,
             )
-            yield
+            # MCP requests are served inside this; it stops before the store closes.
+            async with mcp.run():
+                yield
 
     app = FastAPI(
         title="kbflow",
@@ -63,7 +69,10 @@ def create_app(settings: Settings) -> FastAPI:
         started = time.perf_counter()
         response: Response = await call_next(request)
         route = request.scope.get("route")
-        template = getattr(route, "path", "unmatched")
+        # FastAPI names the route of its own routes only; the MCP endpoint is a plain ASGI
+        # app, timed under its path (one fixed label, so no unbounded label values).
+        mounted = MCP_PATH if request.url.path == MCP_PATH else "unmatched"
+        template = getattr(route, "path", mounted)
         metrics.latency.labels(template, request.method, str(response.status_code)).observe(
             time.perf_counter() - started
         )
@@ -73,6 +82,10 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(agent.router)
     app.include_router(admin.router)
+    # The MCP server, behind the same token checks as the agent routes. A plain route to an
+    # ASGI app (Starlette's Route serves one as is; FastAPI's hint names request handlers only),
+    # not a mount: a mount would answer /mcp with a redirect to /mcp/.
+    app.add_route(MCP_PATH, mcp, include_in_schema=False)  # type: ignore[arg-type]
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

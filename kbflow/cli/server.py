@@ -64,6 +64,7 @@ def serve(
 
     from kbflow.api.app import create_app
 
-    console.print(f"kbflow API on http://{host}:{port} (docs: http://{host}:{port}/docs)")
+    base = f"http://{host}:{port}"
+    console.print(f"kbflow API on {base} (docs: {base}/docs, MCP: {base}/mcp)")
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
                 timeout_keep_alive=5)  # fmt: skip

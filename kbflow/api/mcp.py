@@ -1,0 +1,236 @@
+"""The agent tools over MCP: ``kbflow serve`` answers the Model Context Protocol at ``/mcp``.
+
+An MCP-capable agent runtime needs only the URL and an agent's bearer token. The tools are the
+agent routes' own: ``list_knowledge_collections``, ``search_knowledge_base`` and
+``research_knowledge_search`` go through `kbflow.tools.call_tool` (their published schemas,
+their checks), ``answer`` through `kbflow.answers.answer_question`; each runs in the service's
+store, for the agent the token names (a tool's arguments never name the caller).
+
+Transport: streamable HTTP, stateless, with JSON responses. Each POST stands alone (no session
+to keep, nothing to resume, no stream left open when uvicorn stops), and it is checked like any
+other request before the MCP SDK sees it: the token (401, 403 for a person's token) and its rate
+(429), answered by the app's own error handlers. A tool that refuses (bad arguments, a
+collection the agent may not read) answers a tool result with ``isError`` and kbflow's message,
+which the calling model can read and act on.
+
+The query path imports no Prefect (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+import kbflow
+from core.errors import KbflowError
+from kbflow import answers, tools
+from kbflow.api.agent import AnswerBody
+from kbflow.api.auth import Service, agent_of, caller_of, service_of
+from kbflow.tool_models import tool_schema
+from kbflow.wiring import SearchContext
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+"""Where `create_app` mounts the MCP endpoint: the URL an agent runtime is given."""
+
+CALLER_KEY = "kbflow.mcp.caller"
+"""Where the gate leaves the checked caller in the ASGI scope, for the tool handler to read."""
+
+INTERNAL_ERROR = "internal error: the server's log has the details"
+NOT_POST = (
+    "{method} /mcp: this MCP endpoint is stateless streamable HTTP and takes POST only "
+    "(no event stream to open, no session to end)"
+)
+
+ANSWER_DESCRIPTION = (
+    "Answer a question from the approved knowledge you may read, with a citation on every "
+    "claim, or refuse when that knowledge does not answer it. The answer is recorded."
+)
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """Who an MCP request acts for (from its token, nothing else) and the service it uses."""
+
+    service: Service
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """A tool as MCP publishes it, and how it runs in the service's store for an agent."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    read_only: bool
+    run: Callable[[SearchContext, str, dict[str, Any]], dict[str, Any]]
+
+    def listing(self) -> types.Tool:
+        return types.Tool(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
+            annotations=types.ToolAnnotations(read_only_hint=self.read_only),
+        )
+
+
+def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
+    """One of `kbflow.tools.TOOLS`, run by `call_tool` exactly as the HTTP routes and the CLI
+    run it."""
+    tool = tools.TOOLS[name]
+
+    def run(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return tools.call_tool(ctx, name, agent_id, arguments)
+
+    return McpTool(name, tool.description, tool.input_schema, tool.output_schema, read_only, run)
+
+
+def _answer(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    tools.check_arguments("answer", ANSWER_TOOL.input_schema, arguments)
+    return answers.answer_question(ctx, agent_id, arguments["question"])
+
+
+# ``answer``'s schema is the HTTP route's body (``POST /v1/agent/answer``); its result has none
+# published (a turn's output), so MCP gets none either.
+ANSWER_TOOL = McpTool(
+    "answer", ANSWER_DESCRIPTION, tool_schema(AnswerBody), None, read_only=False, run=_answer
+)
+
+MCP_TOOLS: dict[str, McpTool] = {
+    tool.name: tool
+    for tool in (
+        _kbflow_tool("list_knowledge_collections", read_only=True),
+        _kbflow_tool("search_knowledge_base", read_only=True),
+        # Not read-only: each research turn is recorded in the ledger.
+        _kbflow_tool("research_knowledge_search", read_only=False),
+        ANSWER_TOOL,
+    )
+}
+
+
+def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    """Run tool ``name`` for the caller (blocking: the store, the model): its JSON result, or
+    ``isError`` with kbflow's message when the tool refuses."""
+    tool = MCP_TOOLS.get(name)
+    try:
+        if tool is None:
+            raise tools.ToolError(f"unknown tool {name!r} — tools: {', '.join(MCP_TOOLS)}")
+        if tool.read_only:  # searches run side by side, as on the HTTP routes
+            result = tool.run(call.service.read(), call.agent_id, arguments)
+        else:
+            with call.service.use() as ctx:  # a ledger write: one at a time
+                result = tool.run(ctx, call.agent_id, arguments)
+    except KbflowError as exc:
+        return _refused(str(exc))
+    except Exception:
+        # As on every other route: logged here, never a traceback or a path to the caller.
+        log.exception("unexpected error in MCP tool %s", name)
+        return _refused(INTERNAL_ERROR)
+    if result.get("degraded"):
+        call.service.metrics.degraded.inc()
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(result, ensure_ascii=False))],
+        structured_content=result,
+    )
+
+
+def _refused(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+async def _list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=[tool.listing() for tool in MCP_TOOLS.values()])
+
+
+async def _call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    call = ctx.request.scope.get(CALLER_KEY) if isinstance(ctx.request, Request) else None
+    if not isinstance(call, AgentCall):
+        # Only reachable if the server is served without `McpEndpoint`'s gate in front.
+        log.error("MCP tool call without a checked caller: refused")
+        return _refused(INTERNAL_ERROR)
+    arguments = dict(params.arguments or {})
+    return await anyio.to_thread.run_sync(partial(run_tool, call, params.name, arguments))
+
+
+def _input_schema(name: str) -> dict[str, Any] | None:
+    tool = MCP_TOOLS.get(name)
+    return tool.input_schema if tool else None
+
+
+def mcp_server() -> Server[Any]:
+    """The MCP server: kbflow's agent tools, listed with their schemas, called by name."""
+    return Server(
+        "kbflow",
+        version=kbflow.__version__,
+        instructions=(
+            "Approved knowledge for this agent: call list_knowledge_collections first, then "
+            "search_knowledge_base; research_knowledge_search says yes / maybe / no with "
+            "citations; answer gives a cited answer or refuses."
+        ),
+        get_tool_input_schema=_input_schema,
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
+    )
+
+
+class McpEndpoint:
+    """The ASGI app mounted at ``/mcp``: every request's token checked, then the MCP server.
+
+    Enter `run` in the app's lifespan: the SDK's session manager serves requests only inside it.
+    """
+
+    def __init__(self) -> None:
+        # No Host/Origin checks (the SDK's DNS-rebinding guard): every request needs a bearer
+        # token a rebinding page does not have, and the REST routes beside it check none either.
+        self.sessions = StreamableHTTPSessionManager(
+            mcp_server(), json_response=True, stateless=True, security_settings=None
+        )
+
+    def run(self) -> AbstractAsyncContextManager[None]:
+        """The session manager's lifetime (its task group): the app's lifespan enters it."""
+        return self.sessions.run()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        if request.method != "POST":
+            # Stateless: no stream for a GET to open (it would hang there, and hold up the
+            # server's shutdown) and no session for a DELETE to end. The spec's answer is 405.
+            refused = JSONResponse(
+                {"detail": NOT_POST.format(method=request.method)},
+                status_code=405,
+                headers={"Allow": "POST"},
+            )
+            await refused(scope, receive, send)
+            return
+        # The registry is blocking I/O: off the event loop, as FastAPI runs a sync dependency.
+        # A refusal (Unauthorized, Forbidden, RateLimited) is raised to the app's handlers.
+        agent_id = await anyio.to_thread.run_sync(_agent_of_request, request)
+        scope[CALLER_KEY] = AgentCall(service_of(request), agent_id)
+        await self.sessions.handle_request(scope, receive, send)
+
+
+def _agent_of_request(request: Request) -> str:
+    """The agent the request's ``Authorization`` header names, after the same checks as the
+    agent routes: a valid agent token, within its rate."""
+    return agent_of(caller_of(request, request.headers.get("authorization")))
