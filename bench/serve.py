@@ -133,7 +133,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_service(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_service(
+    home: Path, log: Path, torch_threads: int | None
+) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = _free_port()
@@ -144,6 +146,8 @@ def _start_service(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]
         "KBFLOW_API_RATE_PER_MINUTE": "1000000",
         "KBFLOW_API_RATE_BURST": "100000",
     }
+    if torch_threads is not None:
+        env["KBFLOW_API_TORCH_THREADS"] = str(torch_threads)
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
@@ -231,6 +235,10 @@ def main() -> int:
     parser.add_argument("--home", type=Path, default=None, help="data dir (default: a temp dir)")
     parser.add_argument("--requests", type=int, default=400, help="HTTP searches per run")
     parser.add_argument("--ingest-docs", type=int, default=600, help="documents of the ingest")
+    parser.add_argument(
+        "--torch-threads", type=int, default=None,
+        help="KBFLOW_API_TORCH_THREADS for the service (default: the setting's default)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve.json")
     args = parser.parse_args()
 
@@ -258,7 +266,8 @@ def main() -> int:
     print("in process ...", flush=True)
     result["in_process"] = _in_process(home, texts[:200])
 
-    proc, base = _start_service(home, home / "bench-serve.log")
+    proc, base = _start_service(home, home / "bench-serve.log", args.torch_threads)
+    result["service_torch_threads"] = args.torch_threads
     try:
         print("HTTP, 1 client ...", flush=True)
         one = _http(base, token, texts, 1, args.requests)

@@ -180,6 +180,12 @@ class Settings(BaseSettings):
     api_max_body_mb: float = Field(
         1.0, gt=0, description="Largest JSON body `kbflow serve` reads; larger get 413."
     )
+    api_torch_threads: int = Field(
+        1,
+        ge=0,
+        description="CPU threads each query embedding in `kbflow serve` may use (0: one per "
+        "core). One lets concurrent requests each take a core.",
+    )
 
     @field_validator("chunk_overlap_words")
     @classmethod

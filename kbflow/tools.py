@@ -11,6 +11,8 @@ arguments and the result. The schemas come from the pydantic models in `kbflow.t
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -189,13 +191,33 @@ TOOLS: dict[str, Tool] = {
 def _strict_validator(schema: dict[str, Any]) -> Any:
     """A JSON Schema validator whose "integer" is an integer: JSON Schema lets 5.0 pass (and
     Python's True is an int), but a tool that slices by ``top_k`` must not get either."""
+    return _strict_validator_of(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _strict_validator_of(schema_json: str) -> Any:
+    """Built once per schema: building one (and checking the schema) costs milliseconds."""
     import jsonschema
 
+    schema = json.loads(schema_json)
     base = jsonschema.validators.validator_for(schema)
+    base.check_schema(schema)
     checker = base.TYPE_CHECKER.redefine(
         "integer", lambda _c, v: isinstance(v, int) and not isinstance(v, bool)
     ).redefine("number", lambda _c, v: isinstance(v, int | float) and not isinstance(v, bool))
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+@functools.lru_cache(maxsize=64)
+def _output_validator_of(schema_json: str) -> Any:
+    """The plain validator of an output schema, built (and the schema checked) once: checking
+    the schema on every call cost ~30 ms a search."""
+    import jsonschema
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def _first_unencodable(value: Any, where: str = "arguments") -> tuple[str, str] | None:
@@ -250,12 +272,11 @@ def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
 
 def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
     """Validate the arguments against the tool's input schema, call it, validate the result."""
-    import jsonschema
-
     tool = TOOLS.get(name)
     if tool is None:
         raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
     check_arguments(name, tool.input_schema, arguments)
     result = tool.func(ctx, agent_id, **arguments)
-    jsonschema.validate(result, tool.output_schema)  # our own contract: a bug if it fails
+    # our own contract: a bug if it fails
+    _output_validator_of(json.dumps(tool.output_schema, sort_keys=True)).validate(result)
     return result

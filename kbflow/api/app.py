@@ -42,6 +42,10 @@ def create_app(settings: Settings) -> FastAPI:
             steward = StoreSteward(settings, ctx)
             steward.start()
             stack.callback(steward.close)
+            if settings.api_torch_threads:
+                import torch  # loaded with the model anyway
+
+                torch.set_num_threads(settings.api_torch_threads)
             ctx.embedder.embed_query("warm up")  # load the model now, not on the first request
             app.state.service = Service(
                 settings,
