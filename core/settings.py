@@ -180,6 +180,12 @@ class Settings(BaseSettings):
     api_max_body_mb: float = Field(
         1.0, gt=0, description="Largest JSON body `kbflow serve` reads; larger get 413."
     )
+    api_max_upload_mb: float = Field(
+        25.0,
+        gt=0,
+        description="Largest file an upload to `kbflow serve` may carry (a document, or each "
+        "of a seed bundle's 20 files); larger get 413.",
+    )
 
     @field_validator("chunk_overlap_words")
     @classmethod
