@@ -21,7 +21,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import Settings
-from kbflow.api import admin, agent, errors
+from kbflow.api import admin, admin_jobs, agent, errors
 from kbflow.api.auth import Service, ServiceDep
 from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
 from kbflow.wiring import search_context
@@ -51,7 +51,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     metrics = Metrics()
     errors.install(app)
-    app.add_middleware(BodyLimit, max_bytes=int(settings.api_max_body_mb * 1024 * 1024))
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=int(settings.api_max_body_mb * 1024 * 1024),
+        uploads=admin_jobs.UPLOAD_PATHS,
+        upload_max_bytes=admin_jobs.upload_body_cap(settings),
+    )
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Any) -> Response:
@@ -68,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(agent.router)
     app.include_router(admin.router)
+    app.include_router(admin_jobs.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
