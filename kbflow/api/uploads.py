@@ -18,14 +18,17 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from python_multipart.multipart import MultipartCallbacks, MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import KbflowError, TooLarge, UnsupportedMediaType
 from tasks.ingest.upload_types import check_upload_bytes, stored_name, upload_kind
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks  # a TypedDict for type checkers
 
 MAX_NAME_BYTES = 200
 
