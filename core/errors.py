@@ -55,6 +55,16 @@ class Unauthorized(KbflowError, PermissionError):
     403: a known caller who may not do this)."""
 
 
+class TooLarge(KbflowError, ValueError):
+    """A request carries more than kbflow reads: a file past its size cap, or too many files
+    (HTTP 413); the message names the cap and the setting that raises it."""
+
+
+class UnsupportedMediaType(KbflowError, ValueError):
+    """An upload's declared type is not one kbflow ingests, or its name or bytes say it is
+    something else (HTTP 415); the message lists the accepted types."""
+
+
 class BudgetExceeded(KbflowError, RuntimeError):
     """A fetch or token budget was exhausted."""
 

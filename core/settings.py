@@ -186,6 +186,12 @@ class Settings(BaseSettings):
         description="CPU threads each query embedding in `kbflow serve` may use (0: one per "
         "core). One lets concurrent requests each take a core.",
     )
+    api_max_upload_mb: float = Field(
+        25.0,
+        gt=0,
+        description="Largest file an upload to `kbflow serve` may carry (a document, or each "
+        "of a seed bundle's 20 files); larger get 413.",
+    )
 
     @field_validator("chunk_overlap_words")
     @classmethod

@@ -35,6 +35,7 @@ def research(
     reviewer: str | None = None,
     review_timeout_s: int = 3600,
     offline: bool | None = None,
+    job_id: str | None = None,
 ) -> ResearchReport:
     """Draft the four KB documents for ``org`` and pause for their review.
 
@@ -44,6 +45,7 @@ def research(
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
     ``offline`` skips public context (default: the ``KBFLOW_RESEARCH_OFFLINE`` setting).
+    ``job_id`` names the registry job this run does (see `kbflow.jobs`).
 
     Returns:
         The report; but the run ends Failed (:func:`flows.review.failed_run`: a plain call
@@ -56,6 +58,8 @@ def research(
         org_id=org, client_name=client_name, model=model, budget_cap_tokens=budget_cap_tokens
     )
     with open_registry(settings) as registry:
+        if job_id is not None:
+            registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
         # Only the org's AM or a superadmin may start research (deployments included).
         authorize_decision(registry, reviewer, org, what="run research")
     public = not (settings.research_offline if offline is None else offline)

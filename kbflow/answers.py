@@ -158,8 +158,10 @@ def provenance(
     since: dt.datetime | None = None,
     stale_only: bool = False,
     ledger: Ledger | None = None,
+    org_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Answers that cited a document (or any), each with whether it needs revisiting.
+    """Answers that cited a document (or any), each with whether it needs revisiting;
+    ``org_id``: only answers given for that org (and a document of another org is unknown).
 
     An answer is stale when a document it cited is now rejected, superseded or withdrawn, or
     the cited
@@ -171,12 +173,15 @@ def provenance(
             document deleted after it was cited is still traced, its answers flagged stale).
     """
     ledger = ledger or Ledger(settings.home)
-    rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, since=since)
+    rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, org_id=org_id, since=since)
+    known = registry.get_documents([doc_id]) if doc_id else {}
+    if org_id is not None:
+        known = {k: d for k, d in known.items() if d.org_id == org_id}
     if (
         doc_id
         and not rows
-        and not registry.get_documents([doc_id])
-        and (since is None or not ledger.citations(doc_ids=[doc_id]))
+        and not known
+        and (since is None or not ledger.citations(doc_ids=[doc_id], org_id=org_id))
     ):
         raise NotFound(
             f"no document {doc_id!r}: the registry has no document with that id and no "

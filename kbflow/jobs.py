@@ -1,82 +1,50 @@
-"""Long ingests as jobs: audio, video and large files are ingested by a background process.
+"""The background job's process: ``python -m kbflow.jobs JOB_ID``.
 
-`submit_ingest_job` records a PROCESSING job in the registry and starts a detached
-``python -m kbflow.jobs JOB_ID`` process, then returns at once. That process runs the ``ingest``
-flow (a Prefect flow run, whose id it records on the job), and finishes the job COMPLETE, or
-FAILED with the reason. `refresh` notices a job whose process died without finishing.
+`kbflow.services.jobs` records a PROCESSING job and starts this process detached, then returns
+at once. The process does the job by its kind, and finishes it COMPLETE, or FAILED with the
+reason:
+
+- ``ingest``: the ``ingest`` flow over the job's files (long media, large files, uploads);
+- ``research``: `kbflow.services.research.run_research` (the ``research`` flow, with its review
+  pause as ``kbflow research`` has it); the report names the drafts' synthesis run.
+
+Either flow records its Prefect flow run id on the job when it starts. A job whose process died
+without finishing is noticed by `kbflow.services.jobs.refresh`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 
-from core.contracts import IngestReport, IngestRequest
+from core.contracts import IngestReport, IngestRequest, ResearchReport
 from core.models import JobStatus
 from core.settings import Settings, configure_environment
+from kbflow.services.jobs import (
+    INGEST_KIND,
+    RESEARCH_KIND,
+    refresh,
+    submit_ingest_job,
+    submit_research_job,
+)
 from sinks.registry import JobRecord, SqlRegistry
+
+__all__ = [
+    "INGEST_KIND",
+    "RESEARCH_KIND",
+    "main",
+    "refresh",
+    "run_job",
+    "submit_ingest_job",
+    "submit_research_job",
+]
 
 log = logging.getLogger(__name__)
 
-INGEST_KIND = "ingest"
-
-
-def submit_ingest_job(settings: Settings, paths: list[str], request: IngestRequest) -> JobRecord:
-    """Record a PROCESSING job and start its background process; returns immediately."""
-    settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-    registry = SqlRegistry.open(settings.registry_url)
-    try:
-        jobs = registry
-        job = jobs.create_job(
-            request.org, kind=INGEST_KIND, inputs=paths, params=request.job_params()
-        )
-        log_path = (settings.jobs_dir / f"{job.id}.log").resolve()
-        env = dict(os.environ, KBFLOW_HOME=str(settings.home.resolve()))
-        with log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kbflow.jobs", job.id],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=os.getcwd(),
-                start_new_session=True,  # outlives the command that started it
-            )
-        jobs.update_job_runner(job.id, pid=proc.pid, log_path=str(log_path))
-        return jobs.get_job(job.id)
-    finally:
-        registry.close()
-
-
-def refresh(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
-    """A PROCESSING job whose process is gone is marked FAILED, naming its log."""
-    if job.status is not JobStatus.PROCESSING or job.pid is None or _alive(job):
-        return job
-    jobs.finish_job(
-        job.id,
-        JobStatus.FAILED,
-        reason=(
-            f"the job's process (pid {job.pid}) exited without finishing — see its log "
-            f"{job.log_path or '(none)'}; re-run the ingest (finished files are skipped)"
-        ),
-    )
-    return jobs.get_job(job.id)
-
-
-def _alive(job: JobRecord) -> bool:
-    import psutil
-
-    try:
-        proc = psutil.Process(job.pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and job.id in " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
-
 
 def run_job(job_id: str, settings: Settings | None = None) -> JobRecord:
-    """Run a recorded ingest job to its end in this process (what the background process does)."""
+    """Run a recorded job to its end in this process (what the background process does)."""
     settings = settings or Settings()
     configure_environment(settings)
     registry = SqlRegistry.open(settings.registry_url)
@@ -84,20 +52,49 @@ def run_job(job_id: str, settings: Settings | None = None) -> JobRecord:
     try:
         job = jobs.get_job(job_id)
         jobs.update_job_runner(job.id, pid=os.getpid())
-        request = IngestRequest.model_validate(job.params)
-        from flows.ingest import ingest
-
         try:
-            report = ingest(paths=job.inputs, job_id=job.id, **request.flow_params())
+            if job.kind == RESEARCH_KIND:
+                final, reason, report = _research(settings, job)
+            else:
+                final, reason, report = _ingest(job)
         except Exception as exc:  # the job records any failure; nothing else would see it
             log.exception("job %s failed", job.id)
             jobs.finish_job(job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
             return jobs.get_job(job.id)
-        final, reason = _outcome(report)
-        jobs.finish_job(job.id, final, reason=reason, report=report.to_dict())
+        jobs.finish_job(job.id, final, reason=reason, report=report)
         return jobs.get_job(job.id)
     finally:
         registry.close()
+
+
+def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
+    params = dict(job.params)
+    actor = str(params.pop("actor", None) or "system")
+    request = IngestRequest.model_validate(params)
+    from flows.ingest import ingest
+
+    report = ingest(paths=job.inputs, job_id=job.id, actor=actor, **request.flow_params())
+    final, reason = _outcome(report)
+    return final, reason, report.to_dict()
+
+
+def _research(
+    settings: Settings, job: JobRecord
+) -> tuple[JobStatus, str | None, dict[str, object]]:
+    from kbflow.services.research import run_research
+
+    params = job.params
+    report = run_research(
+        settings,
+        job.org_id,
+        client_name=params["client_name"],
+        model=params.get("model"),
+        budget_tokens=int(params["budget_tokens"]),
+        reviewer=params.get("reviewer"),
+        review_timeout_s=None,  # as `kbflow research`: the review form with a Prefect server
+        job_id=job.id,
+    )
+    return *_research_outcome(report), report.to_dict()
 
 
 def _outcome(report: IngestReport) -> tuple[JobStatus, str | None]:
@@ -108,6 +105,16 @@ def _outcome(report: IngestReport) -> tuple[JobStatus, str | None]:
         return JobStatus.FAILED, reasons
     if skipped:
         return JobStatus.COMPLETE, f"{len(skipped)} file(s) failed: {reasons}"
+    return JobStatus.COMPLETE, None
+
+
+def _research_outcome(report: ResearchReport) -> tuple[JobStatus, str | None]:
+    """COMPLETE when the drafts were persisted (and reviewed, if the run paused for it);
+    FAILED when the budget stopped the run or its review failed (the drafts stay pending)."""
+    if report.budget_exceeded:
+        return JobStatus.FAILED, f"research budget exceeded: {report.budget_stop or 'stopped'}"
+    if report.review_failed:
+        return JobStatus.FAILED, f"review failed: {report.review_failed}"
     return JobStatus.COMPLETE, None
 
 

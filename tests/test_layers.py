@@ -37,6 +37,8 @@ QUERY_PATH = (
     "kbflow.api.agent",
     "kbflow.api.admin",
     "kbflow.api.mcp",
+    "kbflow.api.admin_jobs",
+    "kbflow.api.uploads",
     "tasks.answer.turns",
     "tasks.answer.knowledge_search",
     "tasks.answer.cited_answer",

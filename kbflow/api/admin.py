@@ -45,10 +45,24 @@ class EditBody(DecisionBody):
 
 
 @contextmanager
+def refusals_audited(
+    registry: SqlRegistry, user: str, attempted: str, *, org_id: str | None
+) -> Iterator[None]:
+    """A refused admin action leaves an audit row (``kb.access.denied``) saying who tried
+    what, on which org, and why not."""
+    try:
+        yield
+    except Forbidden as exc:
+        registry.record_denied(user, attempted, org_id=org_id, reason=str(exc))
+        raise
+
+
+@contextmanager
 def _refusals_audited(
     registry: SqlRegistry, user: str, attempted: str, doc_id: str
 ) -> Iterator[None]:
-    """A refused decision leaves an audit row saying who tried what, and why not."""
+    """A refused decision leaves an audit row saying who tried what on which document (in
+    the document's org), and why not."""
     try:
         yield
     except Forbidden as exc:

@@ -22,7 +22,7 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import Settings
-from kbflow.api import admin, agent, errors
+from kbflow.api import admin, admin_jobs, agent, errors
 from kbflow.api.auth import Service, ServiceDep
 from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
@@ -66,7 +66,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     metrics = Metrics()
     errors.install(app)
-    app.add_middleware(BodyLimit, max_bytes=int(settings.api_max_body_mb * 1024 * 1024))
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=int(settings.api_max_body_mb * 1024 * 1024),
+        uploads=admin_jobs.UPLOAD_PATHS,
+        upload_max_bytes=admin_jobs.upload_body_cap(settings),
+    )
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Any) -> Response:
@@ -90,6 +95,7 @@ def create_app(settings: Settings) -> FastAPI:
     # ASGI app (Starlette's Route serves one as is; FastAPI's hint names request handlers only),
     # not a mount: a mount would answer /mcp with a redirect to /mcp/.
     app.add_route(MCP_PATH, mcp, include_in_schema=False)  # type: ignore[arg-type]
+    app.include_router(admin_jobs.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -22,8 +22,10 @@ from core.errors import (
     ReviewConflict,
     StoreBusy,
     StoreError,
+    TooLarge,
     Unauthorized,
     UnsafeUrl,
+    UnsupportedMediaType,
 )
 from kbflow.api.limits import RateLimited
 
@@ -36,6 +38,8 @@ STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (Forbidden, 403),
     (NotFound, 404),
     (ReviewConflict, 409),
+    (TooLarge, 413),
+    (UnsupportedMediaType, 415),
     (BudgetExceeded, 429),
     (StoreBusy, 503),
     (StoreError, 503),
@@ -59,6 +63,8 @@ def install(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {}
         if isinstance(exc, RateLimited):
             headers["Retry-After"] = str(exc.retry_after_s)
+        if code == 413:  # the rest of the body is not read: the connection cannot be reused
+            headers["Connection"] = "close"
         return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

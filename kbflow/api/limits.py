@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.errors import KbflowError
+from core.errors import KbflowError, TooLarge
 
 
 class RateLimited(KbflowError, RuntimeError):
@@ -57,19 +58,41 @@ class BodyLimit:
 
     The body is read here, up to the cap, then handed on: a client that sends no
     Content-Length (chunked) is held to the same cap as one that declares a size.
+
+    The upload routes (paths matching ``uploads``, POST) are held to ``upload_max_bytes``
+    instead, and their bodies are not read here: the route streams each file to disk as it
+    arrives (`kbflow.api.uploads`), so a seed bundle of twenty 25 MB files is never held in
+    memory. A declared size over that cap is answered 413 at once; a body that grows past it
+    raises TooLarge (413) in the route reading it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        *,
+        uploads: re.Pattern[str] | None = None,
+        upload_max_bytes: int = 0,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.uploads = uploads
+        self.upload_max_bytes = upload_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if (
+            self.uploads is not None
+            and scope["method"] == "POST"
+            and self.uploads.fullmatch(scope["path"])
+        ):
+            await self._stream(scope, receive, send)
+            return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _too_large(send, self.max_bytes)
+            await _too_large(send, self.max_bytes, "KBFLOW_API_MAX_BODY_MB")
             return
         body = bytearray()
         while True:
@@ -78,7 +101,7 @@ class BodyLimit:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await _too_large(send, self.max_bytes)
+                await _too_large(send, self.max_bytes, "KBFLOW_API_MAX_BODY_MB")
                 return
             if not message.get("more_body", False):
                 break
@@ -93,11 +116,33 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
+    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An upload: counted as the route reads it, never buffered here."""
+        cap = self.upload_max_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            await _too_large(send, cap, "KBFLOW_API_MAX_UPLOAD_MB")
+            return
+        seen = 0
 
-async def _too_large(send: Send, max_bytes: int) -> None:
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > cap:
+                raise TooLarge(
+                    f"the upload is larger than this service reads ({cap} bytes in all); "
+                    "send fewer or smaller files, or raise KBFLOW_API_MAX_UPLOAD_MB"
+                )
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def _too_large(send: Send, max_bytes: int, setting: str) -> None:
     detail = (
         f"the request body is larger than this service reads ({max_bytes} bytes); send less, "
-        "or raise KBFLOW_API_MAX_BODY_MB"
+        f"or raise {setting}"
     )
     body = json.dumps({"detail": detail}).encode()
     await send(

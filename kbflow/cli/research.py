@@ -116,7 +116,7 @@ def research(
     ] = None,
     budget: Annotated[
         int, typer.Option("--budget", min=1, help="Token budget for the run.")
-    ] = 200_000,
+    ] = service.DEFAULT_BUDGET_TOKENS,
     actor: Annotated[
         str | None,
         typer.Option(

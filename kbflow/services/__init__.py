@@ -9,12 +9,14 @@ errors are `core.errors.KbflowError`s that name the bad value.
 | module | concern |
 |---|---|
 | `ingest` | plan an ingest, hand long media to jobs, run the flow; list and follow jobs |
+| `jobs` | background jobs (ingest, research): start one, read one, notice a dead one |
 | `search` | gated search as an agent or a person; the agent's tools |
 | `orgs` | orgs, account managers, users and roles |
 | `tokens` | API tokens: create (the secret once), list, revoke |
 | `catalog` | documents, collections, agents; vector store maintenance |
 | `review` | drafts, decisions, the review flow, the audit log, reconcile |
 | `research` | seed bundles and research runs |
+| `seeds` | seed bundles and who may run research (the part of `research` without Prefect) |
 | `answers` | answers, the knowledge search, replay, turns, provenance |
 | `evals` | eval runs, history, baselines, the golden set, the nightly deployment |
 | `orchestration` | whether a Prefect server is set; ``kbflow server`` |

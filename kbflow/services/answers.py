@@ -54,10 +54,16 @@ def turns(
 
 
 def provenance(
-    settings: Settings, *, doc: str | None, since: str | None, stale: bool
+    settings: Settings,
+    *,
+    doc: str | None,
+    since: str | None,
+    stale: bool,
+    org: str | None = None,
 ) -> list[dict[str, Any]]:
     """The recorded answers that cited ``doc`` (or, with ``stale``, any answer to revisit),
-    each flagged when its document was rejected, superseded, withdrawn or changed since.
+    each flagged when its document was rejected, superseded, withdrawn or changed since;
+    ``org``: only answers given for that org.
 
     Raises:
         KbflowError: neither ``doc`` nor ``stale``.
@@ -70,4 +76,11 @@ def provenance(
     if doc is None and not stale:
         raise KbflowError("say what to trace: --doc DOC_ID, or --stale for every answer to revisit")
     with open_registry(settings) as registry:
-        return trace(settings, registry, doc_id=doc, since=parse_since(since), stale_only=stale)
+        return trace(
+            settings,
+            registry,
+            doc_id=doc,
+            since=parse_since(since),
+            stale_only=stale,
+            org_id=org,
+        )

@@ -39,7 +39,7 @@ def run_ingest(
         NotFound: the org does not exist.
         IngestFailed: more than ``max_skip_ratio`` of the documents failed.
     """
-    from kbflow.jobs import submit_ingest_job
+    from kbflow.services.jobs import submit_ingest_job
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.discover import discover
     from tasks.ingest.extract import SUPPORTED_SUFFIXES, runs_long
@@ -94,17 +94,13 @@ def list_jobs(
     settings: Settings, *, org: str | None, status: JobStatus | None, limit: int
 ) -> list[JobRecord]:
     """Recent jobs, newest first; a job whose process died unfinished is marked FAILED."""
-    from kbflow.jobs import refresh
-    from sinks.connect import open_registry
+    from kbflow.services import jobs
 
-    with open_registry(settings) as registry:
-        return [refresh(registry, job) for job in registry.list_jobs(org, status, limit)]
+    return jobs.list_jobs(settings, org=org, status=status, limit=limit)
 
 
 def get_job(settings: Settings, job_id: str) -> JobRecord:
     """One job, refreshed like `list_jobs`; raises NotFound for an unknown id."""
-    from kbflow.jobs import refresh
-    from sinks.connect import open_registry
+    from kbflow.services import jobs
 
-    with open_registry(settings) as registry:
-        return refresh(registry, registry.get_job(job_id))
+    return jobs.get_job(settings, job_id)

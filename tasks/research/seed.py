@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -31,15 +31,25 @@ SEED_TAGS = (SourceTag.AM_FILE, SourceTag.AM_URL, SourceTag.AM_PROMPT)
 
 @dataclass(frozen=True)
 class SeedBundle:
+    """Files, URLs and prompts to seed. ``file_uris``, when given, names where each file came
+    from (an upload: ``upload:<org>/<name>``), one per file: the file is keyed and shown by it
+    instead of by the path it was stored at for the while it is read."""
+
     files: tuple[Path, ...] = ()
     urls: tuple[str, ...] = ()
     prompts: tuple[str, ...] = ()
+    file_uris: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Refuse a bundle that breaks a limit, before anything is stored."""
         if not (self.files or self.urls or self.prompts):
             raise ConfigError(
                 "the seed bundle is empty: give at least one --file, --url or --prompt."
+            )
+        if self.file_uris and len(self.file_uris) != len(self.files):
+            raise ConfigError(
+                f"file_uris names {len(self.file_uris)} file(s) for {len(self.files)} files: "
+                "give one URI per file, or none."
             )
         if len(self.files) > MAX_SEED_FILES:
             raise ConfigError(
@@ -72,8 +82,13 @@ class SeedBundle:
                 raise ConfigError("a seed prompt is empty. Nothing was stored.")
 
 
-def _file_key(path: Path) -> str:
-    return f"am_file:{path.resolve().as_uri()}"
+def _file_key(uri: str) -> str:
+    return f"am_file:{uri}"
+
+
+def _file_uris(bundle: SeedBundle) -> list[str]:
+    """Each file's URI: the one it came with, else its path's."""
+    return list(bundle.file_uris) or [p.resolve().as_uri() for p in bundle.files]
 
 
 def check_room(bundle: SeedBundle, registry: SqlRegistry, org_id: str) -> None:
@@ -81,7 +96,7 @@ def check_room(bundle: SeedBundle, registry: SqlRegistry, org_id: str) -> None:
     for the bundle as a whole (what earlier `seed` commands stored counts), not per command.
     Re-seeding a file already in the bundle takes no new room."""
     seeded = {d.source_key for d in list_seeds(registry, org_id) if d.source_tag == "am_file"}
-    adding = {_file_key(p) for p in bundle.files} - seeded
+    adding = {_file_key(uri) for uri in _file_uris(bundle)} - seeded
     if len(seeded) + len(adding) > MAX_SEED_FILES:
         raise ConfigError(
             f"org {org_id!r}'s seed bundle holds {len(seeded)} file(s); {len(adding)} more "
@@ -95,12 +110,12 @@ def bundle_sources(bundle: SeedBundle, org_id: str) -> dict[SourceTag, list[Sour
     """The bundle's inputs as sources, grouped by tag (stable keys: re-seeding is idempotent)."""
     files = [
         Source(
-            source_key=_file_key(p),
-            uri=p.resolve().as_uri(),
+            source_key=_file_key(uri),
+            uri=uri,
             content_hash=file_sha256(p),
             path=p.resolve(),
         )
-        for p in bundle.files
+        for p, uri in zip(bundle.files, _file_uris(bundle), strict=True)
     ]
     urls = [
         Source(
@@ -151,6 +166,11 @@ def seed_bundle(
         org_id, SEED_COLLECTION, "Account-manager inputs for research"
     )
     report = BatchReport()
+
+    def extract_keeping_uri(source: Source) -> ExtractedDocument:
+        # A file is shown by the URI it came with, not by where it was read from.
+        return replace(extract_file(source), uri=source.uri)
+
     for tag, sources in bundle_sources(bundle, org_id).items():
         if not sources:
             continue
@@ -171,7 +191,7 @@ def seed_bundle(
                 store=store,
                 registry=registry,
                 embedder=embedder,
-                extract_file=extract_file,
+                extract_file=extract_keeping_uri,
             )
         )
     return report
