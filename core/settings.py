@@ -186,6 +186,12 @@ class Settings(BaseSettings):
         description="CPU threads each query embedding in `kbflow serve` may use (0: one per "
         "core). One lets concurrent requests each take a core.",
     )
+    api_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Time `kbflow serve` waits for a JSON body to arrive, and for an upload's "
+        "next bytes; slower clients get 408.",
+    )
     api_max_upload_mb: float = Field(
         25.0,
         gt=0,

@@ -58,11 +58,15 @@ def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, A
 def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """``research_knowledge_search``: yes / maybe / no with a cited synthesis."""
     with service.use() as ctx:
-        return answers.ask(ctx, agent, body.queries)
+        result = answers.ask(ctx, agent, body.queries)
+    service.count_outcome("ask", result)
+    return result
 
 
 @router.post("/answer")
 def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """A cited answer from approved knowledge, or a refusal; recorded in the ledger."""
     with service.use() as ctx:
-        return answers.answer_question(ctx, agent, body.question)
+        result = answers.answer_question(ctx, agent, body.question)
+    service.count_outcome("answer", result)
+    return result

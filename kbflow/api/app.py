@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.models import JobStatus
 from core.settings import Settings
 from kbflow.api import admin, admin_jobs, agent, errors
 from kbflow.api.auth import Service, ServiceDep
@@ -28,6 +29,16 @@ from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
+from sinks.registry import JobRecord, SqlRegistry
+
+
+def finished_research(registry: SqlRegistry) -> list[JobRecord]:
+    """The research jobs that ended (their reports carry the tokens they spent)."""
+    return [
+        job
+        for job in registry.list_jobs(limit=100_000)
+        if job.kind == "research" and job.status is not JobStatus.PROCESSING
+    ]
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -42,6 +53,7 @@ def create_app(settings: Settings) -> FastAPI:
             steward = StoreSteward(settings, ctx)
             steward.start()
             stack.callback(steward.close)
+            metrics.watch_research(lambda: finished_research(ctx.registry))
             if settings.api_torch_threads:
                 import torch  # loaded with the model anyway
 
@@ -71,6 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_bytes=int(settings.api_max_body_mb * 1024 * 1024),
         uploads=admin_jobs.UPLOAD_PATHS,
         upload_max_bytes=admin_jobs.upload_body_cap(settings),
+        read_timeout_s=settings.api_read_timeout_s,
     )
 
     @app.middleware("http")
@@ -117,7 +130,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     def prometheus() -> PlainTextResponse:
-        """Prometheus metrics: request latency by route, refusals, degraded searches."""
+        """Prometheus metrics: request latency by route, refusals, degraded searches, agent
+        outcomes (answered / refused; yes / maybe / no), the research budget spent."""
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

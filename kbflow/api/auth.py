@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 
@@ -52,6 +52,11 @@ class Service:
         """The context, for a route that writes (one such route at a time)."""
         with self.lock:
             yield self.ctx
+
+    def count_outcome(self, route: str, result: dict[str, Any]) -> None:
+        """Count an answer (answered / refused) or a knowledge search (yes / maybe / no)."""
+        outcome = result.get("answer_status") or result.get("status") or "unknown"
+        self.metrics.outcomes.labels(route, str(outcome)).inc()
 
     def read(self) -> SearchContext:
         """The context, for a route that only reads (searches run side by side)."""

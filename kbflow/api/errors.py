@@ -27,7 +27,7 @@ from core.errors import (
     UnsafeUrl,
     UnsupportedMediaType,
 )
-from kbflow.api.limits import RateLimited
+from kbflow.api.limits import RateLimited, SlowClient
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (NotFound, 404),
     (ReviewConflict, 409),
     (TooLarge, 413),
+    (SlowClient, 408),
     (UnsupportedMediaType, 415),
     (BudgetExceeded, 429),
     (StoreBusy, 503),
@@ -63,7 +64,7 @@ def install(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {}
         if isinstance(exc, RateLimited):
             headers["Retry-After"] = str(exc.retry_after_s)
-        if code == 413:  # the rest of the body is not read: the connection cannot be reused
+        if code in (408, 413):  # the rest of the body is not read: the connection cannot be reused
             headers["Connection"] = "close"
         return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
 

@@ -5,17 +5,27 @@ the client may leave out), and Prometheus metrics of what the service did.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.errors import KbflowError, TooLarge
+
+
+class SlowClient(KbflowError, TimeoutError):
+    """A request's body did not arrive in time (HTTP 408): a slow or stalled client does not get
+    to hold a worker."""
 
 
 class RateLimited(KbflowError, RuntimeError):
@@ -73,11 +83,13 @@ class BodyLimit:
         *,
         uploads: re.Pattern[str] | None = None,
         upload_max_bytes: int = 0,
+        read_timeout_s: float = 30.0,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.uploads = uploads
         self.upload_max_bytes = upload_max_bytes
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,8 +107,13 @@ class BodyLimit:
             await _too_large(send, self.max_bytes, "KBFLOW_API_MAX_BODY_MB")
             return
         body = bytearray()
+        deadline = time.monotonic() + self.read_timeout_s
         while True:
-            message = await receive()
+            try:  # the whole body within the timeout: a trickle does not hold a worker
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except TimeoutError:
+                await _too_slow(send, self.read_timeout_s)
+                return
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
@@ -127,7 +144,13 @@ class BodyLimit:
 
         async def counted() -> Message:
             nonlocal seen
-            message = await receive()
+            try:  # an upload may take long, but may not stall
+                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            except TimeoutError:
+                raise SlowClient(
+                    f"the upload stalled: no data for {self.read_timeout_s:g}s "
+                    "(KBFLOW_API_READ_TIMEOUT_S); send it again"
+                ) from None
             seen += len(message.get("body", b""))
             if seen > cap:
                 raise TooLarge(
@@ -139,20 +162,32 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+async def _too_slow(send: Send, timeout_s: float) -> None:
+    detail = (
+        f"the request body did not arrive within {timeout_s:g}s (KBFLOW_API_READ_TIMEOUT_S); "
+        "send it again, all at once"
+    )
+    await _answer(send, 408, detail)
+
+
+async def _answer(send: Send, status: int, detail: str) -> None:
+    """A JSON error answered by the middleware itself; the connection is closed after it."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps({"detail": detail}).encode()})
+
+
 async def _too_large(send: Send, max_bytes: int, setting: str) -> None:
     detail = (
         f"the request body is larger than this service reads ({max_bytes} bytes); send less, "
         f"or raise {setting}"
     )
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await _answer(send, 413, detail)
 
 
 @dataclass
@@ -180,3 +215,46 @@ class Metrics:
             "Agent searches answered by the keyword fallback (the vector store unavailable).",
             registry=self.registry,
         )
+        self.outcomes = Counter(
+            "kbflow_agent_outcomes_total",
+            "Agent turns by what the gate and the evidence allowed: answers answered or refused "
+            "(no approved chunk supports one), knowledge searches yes / maybe / no.",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+
+    def watch_research(self, jobs: Callable[[], list[Any]]) -> None:
+        """Export the research budget spent, read at each scrape from the finished research
+        jobs that ``jobs`` lists (they run in their own processes, so the registry is where
+        their spend is known)."""
+        self.registry.register(_ResearchSpend(jobs))
+
+
+class _ResearchSpend(Collector):
+    """``kbflow_research_tokens_total`` and ``kbflow_research_runs_total{status}``."""
+
+    def __init__(self, jobs: Callable[[], list[Any]]) -> None:
+        self._jobs = jobs
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only
+
+    def collect(self) -> Iterator[Any]:
+        tokens = CounterMetricFamily(
+            "kbflow_research_tokens",
+            "LLM tokens spent by finished research runs (the research budget).",
+        )
+        runs = CounterMetricFamily(
+            "kbflow_research_runs", "Finished research runs, by outcome.", labels=["status"]
+        )
+        spent = 0
+        by_status: dict[str, int] = {}
+        for job in self._jobs():
+            status = getattr(job.status, "value", str(job.status))
+            by_status[status] = by_status.get(status, 0) + 1
+            spent += int((job.report or {}).get("consumed_tokens") or 0)
+        tokens.add_metric([], spent)
+        for status, count in sorted(by_status.items()):
+            runs.add_metric([status], count)
+        yield tokens
+        yield runs

@@ -145,6 +145,8 @@ def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.Cal
         return _refused(INTERNAL_ERROR)
     if result.get("degraded"):
         call.service.metrics.degraded.inc()
+    if name in ("answer", "research_knowledge_search"):
+        call.service.count_outcome("ask" if name != "answer" else "answer", result)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(result, ensure_ascii=False))],
         structured_content=result,

@@ -231,6 +231,10 @@ def test_the_agent_routes_answer_like_the_tools(served: dict[str, Any]) -> None:
     assert answered.status_code == 200, answered.text
     cited = {c["doc_id"] for c in answered.json().get("citations", [])}
     assert cited <= {served["docs"]["hr"]}
+    metrics = httpx.get(served["base"] + "/metrics").text  # each outcome counted
+    verdict, status = asked.json()["answer_status"], answered.json()["status"]
+    assert f'kbflow_agent_outcomes_total{{outcome="{verdict}",route="ask"}} 1.0' in metrics
+    assert f'kbflow_agent_outcomes_total{{outcome="{status}",route="answer"}} 1.0' in metrics
 
 
 @pytest.mark.parametrize(
@@ -336,7 +340,7 @@ def test_who_may_review_what(served: dict[str, Any]) -> None:
 
 
 LIMITED = {"KBFLOW_API_RATE_BURST": "3", "KBFLOW_API_RATE_PER_MINUTE": "6",
-           "KBFLOW_API_MAX_BODY_MB": "0.01"}  # fmt: skip
+           "KBFLOW_API_MAX_BODY_MB": "0.01", "KBFLOW_API_READ_TIMEOUT_S": "2"}  # fmt: skip
 
 
 @pytest.mark.parametrize("served", [LIMITED], indirect=True)
@@ -367,6 +371,24 @@ def test_limits_per_token_and_per_body(served: dict[str, Any]) -> None:
                  "Content-Type": "application/json"},
     )  # fmt: skip
     assert streamed.status_code == 413, streamed.text
+
+    # A client that declares a body and stalls is answered 408 and let go, while others are
+    # served meanwhile.
+    import socket
+
+    host, port = served["base"].removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as slow:
+        started = time.monotonic()
+        slow.sendall(
+            b"POST /v1/agent/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + served["tokens"]["off"].encode() + b"\r\n"
+            b"Content-Length: 100\r\n\r\n" + b'{"query": "sl'
+        )
+        assert _call(served, "GET", "/healthz").status_code == 200  # not held up meanwhile
+        answer = slow.recv(4096).decode()
+        waited = time.monotonic() - started
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert "KBFLOW_API_READ_TIMEOUT_S" in answer and 1.5 <= waited < 20, (answer, waited)
 
     metrics = httpx.get(served["base"] + "/metrics").text
     assert 'kbflow_http_refused_total{status="429"}' in metrics

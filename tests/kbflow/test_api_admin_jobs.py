@@ -258,6 +258,10 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
         _clean(_job_at(served, accepted))
     research = _finished(served, started)
     assert research["synthesis_run_id"], research
+    metrics = httpx.get(served["base"] + "/metrics").text  # the research budget, exported
+    assert 'kbflow_research_runs_total{status="COMPLETE"} 1.0' in metrics, metrics
+    spent = float(research["result"]["consumed_tokens"])
+    assert f"kbflow_research_tokens_total {spent}" in metrics, metrics
 
 
 @pytest.mark.parametrize("served", [FAST], indirect=True)
