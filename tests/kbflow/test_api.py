@@ -385,7 +385,10 @@ def test_limits_per_token_and_per_body(served: dict[str, Any]) -> None:
             b"Content-Length: 100\r\n\r\n" + b'{"query": "sl'
         )
         assert _call(served, "GET", "/healthz").status_code == 200  # not held up meanwhile
-        answer = slow.recv(4096).decode()
+        received = b""
+        while chunk := slow.recv(4096):  # the answer, then the service closes the connection
+            received += chunk
+        answer = received.decode()
         waited = time.monotonic() - started
     assert answer.startswith("HTTP/1.1 408"), answer
     assert "KBFLOW_API_READ_TIMEOUT_S" in answer and 1.5 <= waited < 20, (answer, waited)

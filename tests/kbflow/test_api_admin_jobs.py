@@ -190,6 +190,11 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     assert first.json()["files"] == ["leave.md"] and first.json()["finished_at"] is None
     assert first.json()["params"]["collection"] == "hr"
     _clean(first)
+    text = b"Acme sells e-bikes with a two-year warranty."
+    brief = [("files", ("brief.txt", text, "text/plain"))]
+    seeded = _call(served, "POST", "/v1/admin/orgs/acme/seed", "amy", files=brief,
+                   data={"prompts": ["Focus on the warranty terms."]})  # fmt: skip
+    assert seeded.status_code == 200, seeded.text  # something for the research run to read
     started = _call(served, "POST", "/v1/admin/orgs/acme/research", "amy",
                     json={"client_name": "Acme", "budget_tokens": 50_000})  # fmt: skip
     assert started.status_code == 202, started.text
@@ -254,7 +259,8 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     for accepted in (uploaded, started):
         job = _finished(served, accepted)
         assert job["finished_at"] is not None and job["flow_run_id"], job
-        assert job["status"] == "COMPLETE" and job["error"] is None and job["result"], job
+        assert job["status"] == "COMPLETE" and job["error"] is None, (job["kind"], job["error"])
+        assert job["result"], job
         _clean(_job_at(served, accepted))
     research = _finished(served, started)
     assert research["synthesis_run_id"], research
