@@ -5,10 +5,12 @@ SciFact dev queries, in one run:
 
 1. in process, with the store owned by this process: ``search()`` (embedding, gated hybrid
    query, registry re-check) and the ``search_knowledge_base`` tool that the HTTP route calls;
-2. ``kbflow serve`` started on the same home, ``POST /v1/agent/search`` with an agent token:
-   1 client in sequence, then 8 concurrent clients (threads, one connection each);
-3. the same two HTTP runs while ``kbflow ingest`` writes a second corpus (its Prefect flow
-   reaching the store through the service).
+2. ``kbflow serve`` started on the same home, once per ``--workers`` setting (default: 1, the
+   single process, and 2, two worker processes beside the store's owner):
+   ``POST /v1/agent/search`` with an agent token, 1 client in sequence, then 8 concurrent
+   clients (threads, one connection each);
+3. the same two HTTP runs while ``kbflow ingest`` writes a corpus new to this run (its Prefect
+   flow reaching the store through the service), measured from its first committed batch.
 
 For each: requests, median and p95 latency, throughput (requests/s of wall time), errors and
 degraded responses. Ratios within the run: HTTP p95 over in-process p95, and throughput at 8
@@ -134,7 +136,7 @@ def _free_port() -> int:
 
 
 def _start_service(
-    home: Path, log: Path, torch_threads: int | None
+    home: Path, log: Path, torch_threads: int | None, workers: int
 ) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
@@ -150,7 +152,8 @@ def _start_service(
         env["KBFLOW_API_TORCH_THREADS"] = str(torch_threads)
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port),
+             "--workers", str(workers)],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -207,25 +210,84 @@ def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> 
     return _figures(samples, time.perf_counter() - started, **counts)
 
 
-def _second_corpus(path: Path, count: int) -> Path:
-    rng = random.Random(3)
-    words = [
-        "assay",
-        "cohort",
-        "lesion",
-        "protein",
-        "enzyme",
-        "dosage",
-        "trial",
-        "marker",
-        "tissue",
-        "signal",
-    ]
+def _second_corpus(path: Path, count: int, nonce: str) -> Path:
+    """``count`` new documents (``nonce`` makes them new in every run, so the ingest really
+    embeds and writes them rather than skipping them as unchanged)."""
+    rng = random.Random(nonce)
+    words = ["assay", "cohort", "lesion", "protein", "enzyme"]
+    words += ["dosage", "trial", "marker", "tissue", "signal"]
     with path.open("w") as out:
         for i in range(count):
             text = " ".join(rng.choice(words) for _ in range(60))
-            out.write(json.dumps({"_id": f"extra-{i}", "title": f"Extra {i}", "text": text}) + "\n")
+            row = {"_id": f"extra-{nonce}-{i}", "title": f"Extra {nonce} {i}", "text": text}
+            out.write(json.dumps(row) + "\n")
     return path
+
+
+def _ingested(home: Path, prefix: str) -> int:
+    """Documents whose title starts with ``prefix`` that the ingest has committed."""
+    import sqlite3
+
+    with sqlite3.connect(home / "registry.db", timeout=30) as db:
+        (n,) = db.execute(
+            "SELECT count(*) FROM documents WHERE title LIKE ? AND parse_status = 'ingested'",
+            (prefix + "%",),
+        ).fetchone()
+    return int(n)
+
+
+def _configuration(
+    home: Path, token: str, texts: list[str], args: argparse.Namespace, workers: int
+) -> dict[str, Any]:
+    """One service configuration: idle at 1 and 8 clients, then the same during an ingest."""
+    threads = args.torch_threads
+    proc, base = _start_service(home, home / f"bench-serve-{workers}.log", threads, workers)
+    out: dict[str, Any] = {"workers": workers, "torch_threads": threads}
+    try:
+        print(f"[workers={workers}] HTTP, 1 client ...", flush=True)
+        one = _http(base, token, texts, 1, args.requests)
+        print(f"[workers={workers}] HTTP, 8 clients ...", flush=True)
+        eight = _http(base, token, texts, CLIENTS, args.requests)
+        out["idle"] = {"clients_1": one, "clients_8": eight}
+
+        nonce = f"{int(time.time())}w{workers}"
+        extra = _second_corpus(home / f"bench-extra-{nonce}.jsonl", args.ingest_docs, nonce)
+        env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
+        with (home / "bench-ingest.log").open("w") as log:
+            ingest = subprocess.Popen(
+                [sys.executable, "-m", "kbflow.cli", "ingest", str(extra), "--org", ORG,
+                 "--collection", "extra", "--json"],
+                env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 300
+        while _ingested(home, f"Extra {nonce} ") == 0:  # measure once it is writing
+            if ingest.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the ingest ended or stalled before writing anything")
+            time.sleep(0.5)
+        print(f"[workers={workers}] HTTP during an ingest, 1 client ...", flush=True)
+        one_i = _http(base, token, texts, 1, args.requests // 2)
+        print(f"[workers={workers}] HTTP during an ingest, 8 clients ...", flush=True)
+        eight_i = _http(base, token, texts, CLIENTS, args.requests // 2)
+        running = ingest.poll() is None
+        written = _ingested(home, f"Extra {nonce} ")
+        out["during_ingest"] = {
+            "clients_1": one_i,
+            "clients_8": eight_i,
+            "ingest_running_throughout": running,
+            "documents_written_by_then": written,
+            "ingest_exit_code": ingest.wait(),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    out["ratios"] = {
+        "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
+        "during_ingest_throughput_8_over_1": round(
+            eight_i["throughput_rps"] / one_i["throughput_rps"], 2
+        ),
+        "during_ingest_p95_over_idle_p95": round(one_i["p95_ms"] / one["p95_ms"], 2),
+    }
+    return out
 
 
 def main() -> int:
@@ -234,10 +296,14 @@ def main() -> int:
     )
     parser.add_argument("--home", type=Path, default=None, help="data dir (default: a temp dir)")
     parser.add_argument("--requests", type=int, default=400, help="HTTP searches per run")
-    parser.add_argument("--ingest-docs", type=int, default=600, help="documents of the ingest")
+    parser.add_argument("--ingest-docs", type=int, default=3000, help="documents of the ingest")
     parser.add_argument(
         "--torch-threads", type=int, default=None,
         help="KBFLOW_API_TORCH_THREADS for the service (default: the setting's default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
+        help="the kbflow serve --workers settings to measure, comma-separated (default 1,2)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve.json")
     args = parser.parse_args()
@@ -266,50 +332,13 @@ def main() -> int:
     print("in process ...", flush=True)
     result["in_process"] = _in_process(home, texts[:200])
 
-    proc, base = _start_service(home, home / "bench-serve.log", args.torch_threads)
-    result["service_torch_threads"] = args.torch_threads
-    try:
-        print("HTTP, 1 client ...", flush=True)
-        one = _http(base, token, texts, 1, args.requests)
-        print("HTTP, 8 clients ...", flush=True)
-        eight = _http(base, token, texts, CLIENTS, args.requests)
-        result["http"] = {"clients_1": one, "clients_8": eight}
-
-        extra = _second_corpus(home / "bench-extra.jsonl", args.ingest_docs)
-        env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
-        log = (home / "bench-ingest.log").open("w")
-        ingest = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "ingest", str(extra), "--org", ORG,
-             "--collection", "extra", "--json"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        time.sleep(20)  # past the flow's start-up: into its embedding and writing
-        print("HTTP during an ingest, 1 client ...", flush=True)
-        one_ingest = _http(base, token, texts, 1, args.requests // 2)
-        print("HTTP during an ingest, 8 clients ...", flush=True)
-        eight_ingest = _http(base, token, texts, CLIENTS, args.requests // 2)
-        still_running = ingest.poll() is None
-        ingest_rc = ingest.wait()
-        log.close()
-        result["http_during_ingest"] = {
-            "clients_1": one_ingest,
-            "clients_8": eight_ingest,
-            "ingest_still_running_at_end": still_running,
-            "ingest_exit_code": ingest_rc,
-        }
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
     in_p95 = result["in_process"]["search_knowledge_base"]["p95_ms"]
-    result["ratios"] = {
-        "http_p95_over_in_process_p95": round(one["p95_ms"] / in_p95, 2),
-        "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
-        "during_ingest_throughput_8_over_1": round(
-            eight_ingest["throughput_rps"] / one_ingest["throughput_rps"], 2
-        ),
-        "during_ingest_p95_over_idle_p95": round(one_ingest["p95_ms"] / one["p95_ms"], 2),
-    }
+    result["configurations"] = []
+    for workers in args.workers:
+        config = _configuration(home, token, texts, args, workers)
+        one = config["idle"]["clients_1"]
+        config["ratios"]["http_p95_over_in_process_p95"] = round(one["p95_ms"] / in_p95, 2)
+        result["configurations"].append(config)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
@@ -322,11 +351,13 @@ def main() -> int:
     print(f"{'':<42} {'n':>5} {'med ms':>8} {'p95 ms':>8} {'req/s':>8} {'err':>4} {'degr':>4}")
     print(row("in process: search()", result["in_process"]["search"]))
     print(row("in process: search_knowledge_base", result["in_process"]["search_knowledge_base"]))
-    print(row("HTTP, 1 client", one))
-    print(row("HTTP, 8 clients", eight))
-    print(row("HTTP during ingest, 1 client", one_ingest))
-    print(row("HTTP during ingest, 8 clients", eight_ingest))
-    print(json.dumps(result["ratios"], indent=2))
+    for config in result["configurations"]:
+        w = config["workers"]
+        print(row(f"HTTP, 1 client (workers={w})", config["idle"]["clients_1"]))
+        print(row(f"HTTP, 8 clients (workers={w})", config["idle"]["clients_8"]))
+        print(row(f"HTTP, 1 client, ingest running (w={w})", config["during_ingest"]["clients_1"]))
+        print(row(f"HTTP, 8 clients, ingest running (w={w})", config["during_ingest"]["clients_8"]))
+        print(f"  workers={w}: {json.dumps(config['ratios'])}")
     print(f"saved {args.out}")
     return 0
 

@@ -181,10 +181,10 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Largest JSON body `kbflow serve` reads; larger get 413."
     )
     api_torch_threads: int = Field(
-        1,
+        0,
         ge=0,
-        description="CPU threads each query embedding in `kbflow serve` may use (0: one per "
-        "core). One lets concurrent requests each take a core.",
+        description="CPU threads each query embedding in `kbflow serve` may use; 0: one per "
+        "core in a single process, one per worker with `--workers`.",
     )
     api_read_timeout_s: float = Field(
         30.0,

@@ -94,20 +94,21 @@ def store_opener(settings: Settings) -> Callable[[], AbstractContextManager[Vect
 
 @contextmanager
 def search_context(
-    settings: Settings, *, degrade: bool = False, share: bool = True
+    settings: Settings, *, degrade: bool = False, share: bool = True, own: bool = True
 ) -> Iterator[SearchContext]:
     """Registry, vector store and embedder for the duration of one command.
 
     With ``degrade``, a vector store that cannot be opened (busy, down, corrupt) does not fail
     the command: the context has no store, and `SearchContext.retrieve` falls back.
     ``share=False`` opens the embedded store only as its owner (``kbflow serve``), never
-    through another process that owns it (`sinks.connect.open_vector_store`).
+    through another process that owns it, and ``own=False`` only through its owner
+    (`sinks.connect.open_vector_store`).
     """
     with open_registry(settings) as registry, ExitStack() as stack:
         store: VectorStore | None = None
         error: str | None = None
         try:
-            store = stack.enter_context(open_vector_store(settings, share=share))
+            store = stack.enter_context(open_vector_store(settings, share=share, own=own))
         except Exception as exc:
             if not degrade:
                 raise

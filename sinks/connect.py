@@ -37,11 +37,14 @@ def open_registry(settings: Settings) -> Iterator[SqlRegistry]:
 
 
 @contextmanager
-def open_vector_store(settings: Settings, *, share: bool = True) -> Iterator[VectorStore]:
+def open_vector_store(
+    settings: Settings, *, share: bool = True, own: bool = True
+) -> Iterator[VectorStore]:
     """Open the configured store for the duration of a command, then flush and close it:
     a Qdrant server by ``KBFLOW_QDRANT_URL``, else the embedded Qdrant Edge shard — owned by
     this process, or (with ``share``, the default) reached through the process that owns it.
-    ``share=False`` is for the owner itself (``kbflow serve``)."""
+    ``share=False`` is for the owner itself (``kbflow serve``); ``own=False`` for a process
+    that must never own it (a worker of ``kbflow serve --workers``, whose parent owns it)."""
     store: VectorStore
     if settings.qdrant_url:
         from sinks.qdrant_server import QdrantServerStore
@@ -50,6 +53,8 @@ def open_vector_store(settings: Settings, *, share: bool = True) -> Iterator[Vec
         store = QdrantServerStore.connect(
             settings.qdrant_url, collection=settings.qdrant_collection, api_key=key
         )
+    elif not own:
+        store = connect_embedded(settings)
     elif share:
         store = open_embedded(settings)
     else:
@@ -85,6 +90,28 @@ def open_embedded(settings: Settings) -> VectorStore:
             return _FailoverStore(client, lambda: open_embedded(settings))
         if time.monotonic() >= deadline:  # raises StoreBusy naming the holder, or opens
             return QdrantEdgeStore.open(path, lock_timeout_s=0)
+        time.sleep(_POLL_S)
+
+
+def connect_embedded(settings: Settings) -> VectorStore:
+    """The embedded shard through the process that owns and serves it, never owned here.
+
+    Raises:
+        StoreError: no process serves it within ``KBFLOW_STORE_LOCK_TIMEOUT_S``.
+    """
+    from core.errors import StoreError
+    from sinks.shared_store import SharedStoreClient
+
+    deadline = time.monotonic() + settings.store_lock_timeout_s
+    while True:
+        client = SharedStoreClient.connect(settings.vectors_dir)
+        if client is not None:
+            return client
+        if time.monotonic() >= deadline:
+            raise StoreError(
+                f"no kbflow process serves the vector store at {settings.vectors_dir} (the "
+                "kbflow serve that owns it has not taken it yet, or has stopped)"
+            )
         time.sleep(_POLL_S)
 
 

@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.errors import StoreError
 from core.models import JobStatus
 from core.settings import Settings
 from kbflow.api import admin, admin_jobs, agent, errors
@@ -29,7 +31,9 @@ from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
+from sinks.connect import open_vector_store
 from sinks.registry import JobRecord, SqlRegistry
+from sinks.vectors import VectorStore
 
 
 def finished_research(registry: SqlRegistry) -> list[JobRecord]:
@@ -41,23 +45,30 @@ def finished_research(registry: SqlRegistry) -> list[JobRecord]:
     ]
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The service, opening what it needs when it starts and closing it when it stops."""
+def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
+    """The service, opening what it needs when it starts and closing it when it stops.
+
+    ``worker``: one of ``kbflow serve --workers N``'s processes, which reach the embedded store
+    through their parent (`serve_workers`) instead of owning it.
+    """
 
     mcp = McpEndpoint()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with ExitStack() as stack:
-            ctx = stack.enter_context(search_context(settings, degrade=True, share=False))
-            steward = StoreSteward(settings, ctx)
+            ctx = stack.enter_context(
+                search_context(settings, degrade=True, share=False, own=not worker)
+            )
+            steward = StoreSteward(settings, ctx, owner=not worker)
             steward.start()
             stack.callback(steward.close)
             metrics.watch_research(lambda: finished_research(ctx.registry))
-            if settings.api_torch_threads:
+            threads = settings.api_torch_threads or (1 if worker else 0)
+            if threads:  # workers: one core each, so concurrent requests use them all
                 import torch  # loaded with the model anyway
 
-                torch.set_num_threads(settings.api_torch_threads)
+                torch.set_num_threads(threads)
             ctx.embedder.embed_query("warm up")  # load the model now, not on the first request
             app.state.service = Service(
                 settings,
@@ -135,3 +146,56 @@ def create_app(settings: Settings) -> FastAPI:
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app of one ``kbflow serve --workers`` process (uvicorn's factory; settings from the
+    environment, which the parent set)."""
+    return create_app(Settings(), worker=True)
+
+
+@dataclass
+class _Held:
+    store: VectorStore | None = None
+    store_error: str | None = None
+
+
+def serve_workers(settings: Settings, host: str, port: int, workers: int) -> None:
+    """``kbflow serve --workers N``: this process owns the embedded store and serves it on its
+    socket; uvicorn runs N worker processes that answer HTTP, each reaching the store through
+    this one (so each has its own model and its own core, and none owns the shard).
+
+    Each worker keeps its own token buckets: a token's rate applies per worker.
+    """
+    import os
+    import socket
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ["KBFLOW_HOME"] = str(settings.home.resolve())  # the workers' settings
+    held = _Held()
+    with ExitStack() as stack:
+        if not settings.qdrant_url:
+            try:
+                held.store = stack.enter_context(open_vector_store(settings, share=False))
+            except StoreError as exc:  # held by a command: taken over when it lets go
+                held.store_error = str(exc)
+        steward = StoreSteward(settings, held)
+        steward.start()
+        stack.callback(steward.close)
+        config = uvicorn.Config(
+            "kbflow.api.app:worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+            timeout_keep_alive=5,
+        )
+        sock = config.bind_socket()
+        # The workers get this socket rebuilt from its descriptor, which hides that it is TCP
+        # from asyncio, so their connections would keep Nagle's algorithm on (a 40 ms stall on
+        # every response). Set on the listener, TCP_NODELAY is inherited by each connection.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        Multiprocess(config, sockets=[sock]).run()

@@ -54,6 +54,15 @@ def serve(
         str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="HTTP worker processes (each its own model and core); this process then owns "
+            "the embedded store and serves it to them.",
+        ),
+    ] = 1,
 ) -> None:
     """Serve agents over HTTP: the model stays warm, the registry and store stay open.
 
@@ -62,9 +71,12 @@ def serve(
     """
     import uvicorn
 
-    from kbflow.api.app import create_app
+    from kbflow.api.app import create_app, serve_workers
 
     base = f"http://{host}:{port}"
     console.print(f"kbflow API on {base} (docs: {base}/docs, MCP: {base}/mcp)")
+    if workers > 1:
+        serve_workers(settings, host, port, workers)
+        return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
                 timeout_keep_alive=5)  # fmt: skip

@@ -113,14 +113,16 @@ def served(
 
 
 @contextmanager
-def running_service(home: Path, log: Path, env: dict[str, str]) -> Iterator[str]:
-    """``kbflow serve`` on a free loopback port over the data in ``home``, until the block
-    ends; yields its base URL. Its output goes to ``log`` (a file, not a pipe)."""
+def running_service(
+    home: Path, log: Path, env: dict[str, str], args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """``kbflow serve [args]`` on a free loopback port over the data in ``home``, until the
+    block ends; yields its base URL. Its output goes to ``log`` (a file, not a pipe)."""
     port = free_port()
     environ = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO), **env}
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port), *args],
             cwd=REPO,
             env=environ,
             stdout=out,

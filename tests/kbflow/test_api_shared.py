@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import string
 import subprocess
 import sys
@@ -121,6 +122,30 @@ def test_commands_and_flows_share_the_store_with_the_running_service(
     # The service is gone: the next command owns the store itself and sees the same data.
     after = _kbflow(home, "search", f"{_word(2)} procedure", "--agent", "bot", "--json")
     assert after.returncode == 0 and _word(2) in after.stdout, after.stderr[-3000:]
+
+
+def test_workers_reach_the_store_through_the_parent_that_owns_it(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """``kbflow serve --workers 2``: the parent owns the store, both workers answer through it
+    (two worker processes started), and a command beside them still reaches it."""
+    home, token = world["home"], world["token"]
+    with running_service(home, tmp_path / "serve.log", {}, ("--workers", "2")) as base:
+        ingest = _kbflow(home, "ingest", str(_corpus(tmp_path / "w.jsonl", 0, 4)), "--org",
+                         "acme", "--json")  # fmt: skip
+        assert ingest.returncode == 0, ingest.stderr[-3000:]
+        for i in range(24):  # new connections spread over both workers
+            with httpx.Client() as client:
+                ready = client.get(f"{base}/readyz", timeout=10).json()
+                assert ready == {"status": "ready", "vector_store": "open", "shared": True}
+                found = _search(client, base, token, f"{_word(i % 4)} procedure")
+                assert found.status_code == 200 and not found.json()["degraded"]
+                assert _found(found, _word(i % 4))
+        log = (tmp_path / "serve.log").read_text()
+        workers = set(re.findall(r"Started server process \[(\d+)\]", log))
+        assert len(workers) == 2, log[-3000:]
+        tail = log.split("Application startup complete")[-1]
+        assert "Traceback" not in tail
 
 
 _HOLDER = textwrap.dedent(
