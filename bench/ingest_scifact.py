@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,21 +29,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.stats import latency  # noqa: E402  (after the path is set)
+
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _latency(samples: list[float]) -> dict[str, float]:
-    ms = [s * 1000 for s in samples]
-    return {
-        "n": len(ms),
-        "median_ms": round(statistics.median(ms), 3),
-        "p95_ms": round(_pct(ms, 0.95), 3),
-    }
 
 
 def main() -> int:
@@ -129,7 +116,7 @@ def main() -> int:
                 t = time.perf_counter()
                 ctx.vector_store.query(gate, dense=d, sparse=s, limit=10, prefetch_limit=100)
                 samples.append(time.perf_counter() - t)
-            return _latency(samples)
+            return latency(samples)
 
         def time_search() -> dict[str, float]:
             samples = []
@@ -137,7 +124,7 @@ def main() -> int:
                 t = time.perf_counter()
                 ctx.search(text, scope, mode=SearchMode.HYBRID, top_k=10)
                 samples.append(time.perf_counter() - t)
-            return _latency(samples)
+            return latency(samples)
 
         small = ctx.vector_store.count()
         result["query_small"] = {"points": small, "store": time_store(), "search": time_search()}

@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,24 +40,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.stats import latency  # noqa: E402  (after the path is set)
+
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
 ORG = "sci"
 AGENT = "bench-bot"
 CLIENTS = 8
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _figures(samples: list[float], wall_s: float, errors: int = 0, degraded: int = 0) -> dict:
-    ms = [s * 1000 for s in samples]
+    figures: dict[str, Any] = latency(samples, digits=2)
     return {
-        "requests": len(ms),
-        "median_ms": round(statistics.median(ms), 2),
-        "p95_ms": round(_pct(ms, 0.95), 2),
-        "throughput_rps": round(len(ms) / wall_s, 1),
+        "requests": figures.pop("n"),
+        **figures,
+        "throughput_rps": round(len(samples) / wall_s, 1),
         "errors": errors,
         "degraded": degraded,
     }

@@ -13,15 +13,13 @@ store (as its owner, or through a new one) and runs again — every store call i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from core.models import ChunkPoint, SparseVec, StoredHit
 from core.settings import Settings
-from sinks.gate import Gate
 from sinks.registry import SqlRegistry
-from sinks.vectors import VectorStore
+from sinks.vectors import DelegatingStore, VectorStore
 
 _POLL_S = 0.1
 
@@ -115,65 +113,22 @@ def connect_embedded(settings: Settings) -> VectorStore:
         time.sleep(_POLL_S)
 
 
-class _FailoverStore:
+class _FailoverStore(DelegatingStore):
     """A client of the store's owner that, when the owner goes away, reopens the store and runs
     the call again (safe: every store call is idempotent)."""
 
     def __init__(self, store: VectorStore, reopen: Callable[[], VectorStore]) -> None:
-        self._store = store
+        self.inner = store
         self._reopen = reopen
 
     def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         from sinks.shared_store import OwnerGone
 
         try:
-            return getattr(self._store, name)(*args, **kwargs)
+            return getattr(self.inner, name)(*args, **kwargs)
         except OwnerGone:
-            self._store.close()
-            self._store = self._reopen()
-            return getattr(self._store, name)(*args, **kwargs)
-
-    def upsert(self, points: Sequence[ChunkPoint]) -> None:
-        self._run("upsert", points)
-
-    def query(
-        self,
-        gate: Gate,
-        *,
-        dense: list[float] | None,
-        sparse: SparseVec | None,
-        limit: int,
-        prefetch_limit: int = 100,
-        rrf_k: int = 60,
-    ) -> list[StoredHit]:
-        hits: list[StoredHit] = self._run(
-            "query", gate, dense=dense, sparse=sparse, limit=limit,
-            prefetch_limit=prefetch_limit, rrf_k=rrf_k,
-        )  # fmt: skip
-        return hits
-
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
-        self._run("set_document_payload", doc_id, payload)
-
-    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
-        self._run("delete_stale_chunks", doc_id, keep_content_hash=keep_content_hash)
-
-    def delete_document(self, doc_id: str) -> None:
-        self._run("delete_document", doc_id)
-
-    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
-        hits: list[StoredHit] = self._run("inspect_document_chunks", doc_id)
-        return hits
-
-    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
-        hits: Iterator[StoredHit] = self._run("iter_payloads", fields)
-        return hits
-
-    def count(self, org_id: str | None = None) -> int:
-        return int(self._run("count", org_id))
-
-    def optimize(self) -> None:
-        self._run("optimize")
-
-    def close(self) -> None:
-        self._store.close()
+            if name == "close":
+                return None
+            self.inner.close()
+            self.inner = self._reopen()
+            return getattr(self.inner, name)(*args, **kwargs)

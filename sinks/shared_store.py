@@ -38,7 +38,7 @@ from typing import Any
 from core.errors import StoreError
 from core.models import ChunkPoint, Scope, SparseVec, StoredHit
 from sinks.gate import Gate, build_gate
-from sinks.vectors import VectorStore
+from sinks.vectors import DelegatingStore, VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,7 @@ class SharedStoreClient:
             self._drop()
 
 
-class LockedStore:
+class LockedStore(DelegatingStore):
     """A store every call of which holds ``lock``: the owner's threads (its HTTP requests, and
     the local processes it serves) take turns in the shard, one short call at a time."""
 
@@ -372,54 +372,9 @@ class LockedStore:
         self.inner = store
         self._lock = lock
 
-    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+    def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            self.inner.upsert(points)
-
-    def query(
-        self,
-        gate: Gate,
-        *,
-        dense: list[float] | None,
-        sparse: SparseVec | None,
-        limit: int,
-        prefetch_limit: int = 100,
-        rrf_k: int = 60,
-    ) -> list[StoredHit]:
-        with self._lock:
-            return self.inner.query(
-                gate, dense=dense, sparse=sparse, limit=limit,
-                prefetch_limit=prefetch_limit, rrf_k=rrf_k,
-            )  # fmt: skip
-
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
-        with self._lock:
-            self.inner.set_document_payload(doc_id, payload)
-
-    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
-        with self._lock:
-            self.inner.delete_stale_chunks(doc_id, keep_content_hash=keep_content_hash)
-
-    def delete_document(self, doc_id: str) -> None:
-        with self._lock:
-            self.inner.delete_document(doc_id)
-
-    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
-        with self._lock:
-            return self.inner.inspect_document_chunks(doc_id)
-
-    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
-        with self._lock:
-            return iter(list(self.inner.iter_payloads(fields)))
-
-    def count(self, org_id: str | None = None) -> int:
-        with self._lock:
-            return self.inner.count(org_id)
-
-    def optimize(self) -> None:
-        with self._lock:
-            self.inner.optimize()
-
-    def close(self) -> None:
-        with self._lock:
-            self.inner.close()
+            out = getattr(self.inner, name)(*args, **kwargs)
+            if name == "iter_payloads":  # read it all now, inside the lock
+                out = iter(list(out))
+            return out

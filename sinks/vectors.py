@@ -78,6 +78,62 @@ class VectorStore(Protocol):
         ...
 
 
+class DelegatingStore:
+    """A store that passes every call to another through :meth:`_run` — the one place a
+    wrapper adds what it adds (a lock, a retry). Subclasses set ``inner`` and override
+    ``_run``."""
+
+    inner: VectorStore
+
+    def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        self._run("upsert", points)
+
+    def query(
+        self,
+        gate: Gate,
+        *,
+        dense: list[float] | None,
+        sparse: SparseVec | None,
+        limit: int,
+        prefetch_limit: int = 100,
+        rrf_k: int = 60,
+    ) -> list[StoredHit]:
+        hits: list[StoredHit] = self._run(
+            "query", gate, dense=dense, sparse=sparse, limit=limit,
+            prefetch_limit=prefetch_limit, rrf_k=rrf_k,
+        )  # fmt: skip
+        return hits
+
+    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+        self._run("set_document_payload", doc_id, payload)
+
+    def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
+        self._run("delete_stale_chunks", doc_id, keep_content_hash=keep_content_hash)
+
+    def delete_document(self, doc_id: str) -> None:
+        self._run("delete_document", doc_id)
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        hits: list[StoredHit] = self._run("inspect_document_chunks", doc_id)
+        return hits
+
+    def iter_payloads(self, fields: Sequence[str]) -> Iterator[StoredHit]:
+        hits: Iterator[StoredHit] = self._run("iter_payloads", fields)
+        return hits
+
+    def count(self, org_id: str | None = None) -> int:
+        return int(self._run("count", org_id))
+
+    def optimize(self) -> None:
+        self._run("optimize")
+
+    def close(self) -> None:
+        self._run("close")
+
+
 def sort_hits(hits: list[StoredHit]) -> list[StoredHit]:
     """Order by score, then id, so tied scores rank the same on every backend."""
     return sorted(hits, key=lambda h: (-h.score, h.point_id))
