@@ -144,6 +144,7 @@ class QdrantEdgeStore:
         limit: int,
         prefetch_limit: int = 100,
         rrf_k: int = 60,
+        with_payload: bool = True,
     ) -> list[StoredHit]:
         import qdrant_edge as qe
 
@@ -157,19 +158,27 @@ class QdrantEdgeStore:
         if not legs:
             return []
         if len(legs) == 1:
-            request = qe.QueryRequest(limit=limit, query=legs[0], filter=flt, with_payload=True)
+            request = qe.QueryRequest(
+                limit=limit, query=legs[0], filter=flt, with_payload=with_payload
+            )
         else:
             request = qe.QueryRequest(
                 limit=limit,
                 prefetches=[qe.Prefetch(limit=prefetch_limit, query=q, filter=flt) for q in legs],
                 query=qe.Fusion.Rrf(k=rrf_k),  # type: ignore[arg-type]  # stub is wrong
                 filter=flt,
-                with_payload=True,
+                with_payload=with_payload,
             )
         points = self._shard.query(request)
         return sort_hits(
             [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
         )
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        records = self._shard.retrieve(list(point_ids), with_payload=True, with_vector=False)
+        return {str(r.id): dict(r.payload or {}) for r in records}
 
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
         import qdrant_edge as qe

@@ -101,6 +101,7 @@ class QdrantServerStore:
         limit: int,
         prefetch_limit: int = 100,
         rrf_k: int = 60,
+        with_payload: bool = True,
     ) -> list[StoredHit]:
         from qdrant_client import models as qm
 
@@ -120,7 +121,7 @@ class QdrantServerStore:
                 using=using,
                 query_filter=flt,
                 limit=limit,
-                with_payload=True,
+                with_payload=with_payload,
             )
         else:
             response = self._client.query_points(
@@ -131,7 +132,7 @@ class QdrantServerStore:
                 query=qm.RrfQuery(rrf=qm.Rrf(k=rrf_k)),
                 query_filter=flt,
                 limit=limit,
-                with_payload=True,
+                with_payload=with_payload,
             )
         return sort_hits(
             [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
@@ -160,6 +161,14 @@ class QdrantServerStore:
 
     def delete_document(self, doc_id: str) -> None:
         self._client.delete(self.collection, points_selector=self._doc_filter(doc_id), wait=True)
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        records = self._client.retrieve(
+            self.collection, ids=list(point_ids), with_payload=True, with_vectors=False
+        )
+        return {str(r.id): dict(r.payload or {}) for r in records}
 
     def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
         out: list[StoredHit] = []

@@ -9,7 +9,7 @@ after the user and the shard's path (:func:`socket_name`).
   client accepts only an owner of its own user id: another user can neither read the store nor
   pose as its owner. An abstract socket leaves no file behind when its process dies, so there is
   no stale socket to clean up or to be fooled by.
-- **What crosses it.** The ten `VectorStore` calls, as length-prefixed JSON frames: points with
+- **What crosses it.** The `VectorStore` calls, as length-prefixed JSON frames: points with
   their vectors, the caller's ``Scope`` (the owner rebuilds the gate with ``build_gate``, so the
   filter is the very one the caller would have applied), hits with their payloads. Nothing is
   pickled, and an unknown call is refused.
@@ -165,8 +165,11 @@ def _dispatch(store: VectorStore, op: str, a: dict[str, Any]) -> Any:
             limit=int(a["limit"]),
             prefetch_limit=int(a["prefetch_limit"]),
             rrf_k=int(a["rrf_k"]),
+            with_payload=bool(a.get("with_payload", True)),
         )
         return [_hit_to_wire(h) for h in hits]
+    if op == "payloads":
+        return store.payloads([str(i) for i in a["ids"]])
     if op == "set_document_payload":
         store.set_document_payload(str(a["doc_id"]), dict(a["payload"]))
         return None
@@ -321,6 +324,7 @@ class SharedStoreClient:
         limit: int,
         prefetch_limit: int = 100,
         rrf_k: int = 60,
+        with_payload: bool = True,
     ) -> list[StoredHit]:
         wire = self._call(
             "query",
@@ -331,9 +335,14 @@ class SharedStoreClient:
                 "limit": limit,
                 "prefetch_limit": prefetch_limit,
                 "rrf_k": rrf_k,
+                "with_payload": with_payload,
             },
         )
         return [_hit_from_wire(h) for h in wire]
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = self._call("payloads", {"ids": list(point_ids)})
+        return found
 
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
         self._call("set_document_payload", {"doc_id": doc_id, "payload": payload})

@@ -41,8 +41,16 @@ class VectorStore(Protocol):
         limit: int,
         prefetch_limit: int = 100,
         rrf_k: int = 60,
+        with_payload: bool = True,
     ) -> list[StoredHit]:
-        """Gated search: hybrid RRF when both vectors are given, else the one leg given."""
+        """Gated search: hybrid RRF when both vectors are given, else the one leg given.
+        ``with_payload=False``: ids and scores only (payloads empty), for fusing legs whose
+        few winners' payloads `payloads` then fetches."""
+        ...
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The payloads of these points (those that exist), by point id. Ungated: only for
+        ids a gated query just returned."""
         ...
 
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
@@ -100,12 +108,17 @@ class DelegatingStore:
         limit: int,
         prefetch_limit: int = 100,
         rrf_k: int = 60,
+        with_payload: bool = True,
     ) -> list[StoredHit]:
         hits: list[StoredHit] = self._run(
             "query", gate, dense=dense, sparse=sparse, limit=limit,
-            prefetch_limit=prefetch_limit, rrf_k=rrf_k,
+            prefetch_limit=prefetch_limit, rrf_k=rrf_k, with_payload=with_payload,
         )  # fmt: skip
         return hits
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = self._run("payloads", point_ids)
+        return found
 
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
         self._run("set_document_payload", doc_id, payload)

@@ -101,5 +101,17 @@ def test_edge_and_qdrant_client_return_the_same_documents(
                 for ha, hb in zip(a, b, strict=True):
                     assert ha.score == pytest.approx(hb.score, rel=1e-4, abs=1e-6)
                 assert all(gate.admits(h.payload) for h in a)
+                # Ids and scores only, then the winners' payloads: the same on both stores.
+                bare_a = edge_store.query(gate, limit=10, prefetch_limit=50, with_payload=False,
+                                          **kwargs)  # fmt: skip
+                bare_b = memory.query(gate, limit=10, prefetch_limit=50, with_payload=False,
+                                      **kwargs)  # fmt: skip
+                assert [h.point_id for h in bare_a] == [h.point_id for h in a]
+                assert [h.point_id for h in bare_b] == [h.point_id for h in b]
+                assert all(h.payload == {} for h in [*bare_a, *bare_b])
+                ids = [h.point_id for h in a]
+                assert edge_store.payloads(ids) == {h.point_id: h.payload for h in a}
+                assert memory.payloads(ids) == edge_store.payloads(ids)
+        assert edge_store.payloads([]) == {} and memory.payloads(["0" * 32]) == {}
     finally:
         memory.close()

@@ -146,6 +146,16 @@ def test_a_client_gets_what_the_owner_would_answer(tmp_path: Path) -> None:
                 assert client.query(gate, **kw) == direct
                 answered += bool(direct)
         assert answered >= 9  # most gates admit something: the comparison is not of nothing
+        direct = store.query(_gates()[0], dense=_point(8).dense, sparse=None, limit=50)
+        bare = client.query(
+            _gates()[0], dense=_point(8).dense, sparse=None, limit=50, with_payload=False
+        )
+        assert [h.point_id for h in bare] == [h.point_id for h in direct]
+        assert all(h.payload == {} for h in bare)
+        ids = [h.point_id for h in direct]
+        assert (
+            client.payloads(ids) == store.payloads(ids) == {h.point_id: h.payload for h in direct}
+        )
         hits = client.query(_gates()[0], dense=None, sparse=SparseVec([1000], [1.0]), limit=50)
         assert hits and all(h.payload["org_id"] == "acme" for h in hits)
         assert all(
