@@ -12,6 +12,9 @@ SciFact dev queries, in one run:
 3. the same two HTTP runs while ``kbflow ingest`` writes a corpus new to this run (its Prefect
    flow reaching the store through the service), measured from its first committed batch.
 
+Before them, one query at a time through each embedding backend (torch, onnx) in this process.
+The service embeds with KBFLOW_EMBEDDING_BACKEND (default onnx).
+
 For each: requests, median and p95 latency, throughput (requests/s of wall time), errors and
 degraded responses. Ratios within the run: HTTP p95 over in-process p95, and throughput at 8
 clients over 1 client (the targets: HTTP p95 <= 30 ms at 1 client; 8 clients >= 1.6x 1 client).
@@ -122,6 +125,27 @@ def _in_process(home: Path, texts: list[str]) -> dict[str, Any]:
         search = timed(lambda q: ctx.search(q, scope, mode=SearchMode.HYBRID, top_k=10))
         tool = timed(lambda q: tools.call_tool(ctx, "search_knowledge_base", AGENT, {"query": q}))
     return {"search": search, "search_knowledge_base": tool}
+
+
+def _query_embedding(texts: list[str]) -> dict[str, Any]:
+    """One query at a time through each embedding backend, alternating, in this process."""
+    from tasks.text.embed import MiniLMEmbedder
+
+    backends = {name: MiniLMEmbedder(backend=name) for name in ("torch", "onnx")}
+    samples: dict[str, list[float]] = {name: [] for name in backends}
+    for embedder in backends.values():
+        embedder.embed_documents(texts[:5])  # load and warm
+    for text in texts:
+        for name, embedder in backends.items():
+            t = time.perf_counter()
+            embedder.embed_documents([text])  # not embed_query: it remembers recent queries
+            samples[name].append(time.perf_counter() - t)
+    out: dict[str, Any] = {
+        name: {"backend_used": backends[name].backend_used, **latency(s, digits=2)}
+        for name, s in samples.items()
+    }
+    out["torch_p95_over_onnx_p95"] = round(out["torch"]["p95_ms"] / out["onnx"]["p95_ms"], 2)
+    return out
 
 
 def _free_port() -> int:
@@ -322,8 +346,11 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "documents": _ensure_scifact(home, corpus),
         "queries": len(texts),
+        "embedding_backend": os.environ.get("KBFLOW_EMBEDDING_BACKEND", "onnx"),
     }
     token = _agent_token(home)
+    print("query embedding, torch and onnx ...", flush=True)
+    result["query_embedding"] = _query_embedding(texts[:200])
     print("in process ...", flush=True)
     result["in_process"] = _in_process(home, texts[:200])
 
@@ -343,6 +370,13 @@ def main() -> int:
             f"{f['throughput_rps']:>8.1f} {f['errors']:>4} {f['degraded']:>4}"
         )
 
+    q = result["query_embedding"]
+    print(
+        f"query embedding, one at a time: torch median {q['torch']['median_ms']} / p95 "
+        f"{q['torch']['p95_ms']} ms; onnx {q['onnx']['median_ms']} / {q['onnx']['p95_ms']} ms "
+        f"(torch p95 / onnx p95 = {q['torch_p95_over_onnx_p95']}x); the service embeds with "
+        f"{result['embedding_backend']}"
+    )
     print(f"{'':<42} {'n':>5} {'med ms':>8} {'p95 ms':>8} {'req/s':>8} {'err':>4} {'degr':>4}")
     print(row("in process: search()", result["in_process"]["search"]))
     print(row("in process: search_knowledge_base", result["in_process"]["search_knowledge_base"]))

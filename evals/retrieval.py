@@ -40,7 +40,7 @@ from tasks.ingest.discover import Source, jsonl_sources
 from tasks.ingest.index import IngestTarget, index_batch, plan_ingest
 from tasks.query.rerank import Reranker, rerank_hits, reranker_from_settings
 from tasks.query.retrieve import RetrievalConfig, search
-from tasks.text.embed import CachedEmbedder, Embedder, get_embedder
+from tasks.text.embed import CachedEmbedder, Embedder, embedder_for
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def eval_settings(settings: Settings, dataset: BeirDataset) -> Settings:
 
 
 def cached_embedder(settings: Settings) -> CachedEmbedder:
-    inner = get_embedder(settings.embedding_model, settings.embed_batch_size)
+    inner = embedder_for(settings)
     return CachedEmbedder(inner, settings.home / "cache" / "embeddings.sqlite")
 
 

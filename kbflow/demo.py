@@ -161,7 +161,7 @@ def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
     from tasks.ingest.extract import file_to_document
     from tasks.research.seed import SeedBundle, seed_bundle
     from tasks.review import machine as review
-    from tasks.text.embed import get_embedder
+    from tasks.text.embed import embedder_for
 
     bundle = SeedBundle(
         files=tuple(
@@ -169,7 +169,7 @@ def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
         ),
         prompts=("Larkspur's agents answer customers about bikes, warranty and orders.",),
     )
-    embedder = get_embedder(settings.embedding_model, settings.embed_batch_size)
+    embedder = embedder_for(settings)
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         seed_bundle(
             bundle, DEMO_ORG, registry=registry, store=store, embedder=embedder,

@@ -19,7 +19,7 @@ from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.query.rerank import Reranker, reranker_from_settings
 from tasks.query.retrieve import RetrievalConfig, retrieve, search
-from tasks.text.embed import Embedder, get_embedder
+from tasks.text.embed import Embedder, embedder_for
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,6 @@ def search_context(
             settings=settings,
             registry=registry,
             store=store,
-            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            embedder=embedder_for(settings),
             store_error=error,
         )

@@ -34,6 +34,7 @@ from kbflow.wiring import search_context
 from sinks.connect import open_vector_store
 from sinks.registry import JobRecord, SqlRegistry
 from sinks.vectors import VectorStore
+from tasks.text.embed import MiniLMEmbedder
 
 
 def finished_research(registry: SqlRegistry) -> list[JobRecord]:
@@ -65,10 +66,9 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             stack.callback(steward.close)
             metrics.watch_research(lambda: finished_research(ctx.registry))
             threads = settings.api_torch_threads or (1 if worker else 0)
-            if threads:  # workers: one core each, so concurrent requests use them all
-                import torch  # loaded with the model anyway
-
-                torch.set_num_threads(threads)
+            if threads and isinstance(ctx.embedder, MiniLMEmbedder):
+                # workers: one core each, so concurrent requests use them all
+                ctx.embedder.limit_threads(threads)
             ctx.embedder.embed_query("warm up")  # load the model now, not on the first request
             app.state.service = Service(
                 settings,

@@ -77,7 +77,7 @@ def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | Non
     from kbflow.wiring import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import edit_and_approve
-    from tasks.text.embed import get_embedder
+    from tasks.text.embed import embedder_for
 
     with open_registry(settings) as registry:
         return edit_and_approve(
@@ -86,7 +86,7 @@ def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | Non
             text,
             registry=registry,
             open_store=store_opener(settings),
-            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            embedder=embedder_for(settings),
             max_words=settings.chunk_max_words,
             overlap_words=settings.chunk_overlap_words,
             note=note,

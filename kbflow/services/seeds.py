@@ -50,7 +50,7 @@ def seed(
     from tasks.ingest.isolate import isolated_extractor
     from tasks.research.seed import SeedBundle, seed_bundle
     from tasks.review.access import authorize_decision
-    from tasks.text.embed import get_embedder
+    from tasks.text.embed import embedder_for
 
     bundle = SeedBundle(tuple(files), tuple(urls), tuple(prompts), tuple(file_uris))
     with open_registry(settings) as registry:
@@ -63,7 +63,7 @@ def seed(
                 org,
                 registry=registry,
                 store=store,
-                embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+                embedder=embedder_for(settings),
                 extract_file=extract,
                 actor=user.id,
             )

@@ -42,7 +42,7 @@ from tasks.ingest.index import (
 )
 from tasks.ingest.isolate import isolated_extractor
 from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
-from tasks.text.embed import get_embedder
+from tasks.text.embed import embedder_for
 
 _RETRY: dict[str, Any] = {
     "retries": RETRIES,
@@ -137,7 +137,7 @@ def index_batch_task(
             target,
             store=store,
             registry=registry,
-            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            embedder=embedder_for(settings),
             extract_file=prefetched(extracted),
             max_words=settings.chunk_max_words,
             overlap_words=settings.chunk_overlap_words,

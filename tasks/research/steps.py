@@ -37,7 +37,7 @@ from tasks.research.run import (
 )
 from tasks.research.synthesize import resolve_model
 from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
-from tasks.text.embed import get_embedder
+from tasks.text.embed import embedder_for
 
 _RETRY: dict[str, Any] = {
     "retries": RETRIES,
@@ -76,9 +76,7 @@ def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
         model = resolve_model(gathered.request.model)
         synthesizer = AnthropicSynthesizer(key, model, max_retries=0)
     else:
-        synthesizer = ExtractiveSynthesizer(
-            get_embedder(settings.embedding_model, settings.embed_batch_size)
-        )
+        synthesizer = ExtractiveSynthesizer(embedder_for(settings))
     return synthesize_drafts(gathered, synthesizer)
 
 
@@ -92,6 +90,6 @@ def persist_task(
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         doc_ids, superseded = persist_drafts(
             drafts, corpus, org, run_id, registry=registry, store=store,
-            embedder=get_embedder(settings.embedding_model, settings.embed_batch_size),
+            embedder=embedder_for(settings),
         )  # fmt: skip
     return run_id, doc_ids, superseded

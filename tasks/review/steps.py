@@ -18,7 +18,7 @@ from tasks.review.decisions import Decision, Outcome, apply_decisions
 from tasks.review.inspection import draft_texts
 from tasks.review.inspection import pending_documents as pending
 from tasks.review.machine import held
-from tasks.text.embed import get_embedder
+from tasks.text.embed import embedder_for
 
 _RETRY: dict[str, Any] = {
     "retries": RETRIES,
@@ -56,7 +56,7 @@ def apply_decisions_task(
             reviewer,
             registry=registry,
             open_store=held(store),
-            embedder=lambda: get_embedder(settings.embedding_model, settings.embed_batch_size),
+            embedder=lambda: embedder_for(settings),
             max_words=settings.chunk_max_words,
             overlap_words=settings.chunk_overlap_words,
         )

