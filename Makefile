@@ -19,7 +19,7 @@ demo: install system-deps
 	$(BIN)/kbflow demo
 
 test: install system-deps browser-deps
-	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 test-all: install system-deps browser-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.stats import latency  # noqa: E402  (after the path is set)
+from kbflow.api.launch import launched  # noqa: E402
 
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
 ORG = "sci"
@@ -148,48 +148,6 @@ def _query_embedding(texts: list[str]) -> dict[str, Any]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_service(
-    home: Path, log: Path, torch_threads: int | None, workers: int
-) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    port = _free_port()
-    env = {
-        **os.environ,
-        "KBFLOW_HOME": str(home),
-        "PYTHONPATH": str(REPO),
-        "KBFLOW_API_RATE_PER_MINUTE": "1000000",
-        "KBFLOW_API_RATE_BURST": "100000",
-    }
-    if torch_threads is not None:
-        env["KBFLOW_API_TORCH_THREADS"] = str(torch_threads)
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port),
-             "--workers", str(workers)],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"kbflow serve exited:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).json().get("status") == "ready":
-                return proc, base
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise SystemExit("kbflow serve did not become ready")
-
-
 def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> dict[str, Any]:
     """``total`` searches from ``clients`` concurrent clients (each its own connection)."""
     import httpx
@@ -260,9 +218,13 @@ def _configuration(
 ) -> dict[str, Any]:
     """One service configuration: idle at 1 and 8 clients, then the same during an ingest."""
     threads = args.torch_threads
-    proc, base = _start_service(home, home / f"bench-serve-{workers}.log", threads, workers)
+    env = {"KBFLOW_API_RATE_PER_MINUTE": "1000000", "KBFLOW_API_RATE_BURST": "100000"}
+    if threads is not None:
+        env["KBFLOW_API_TORCH_THREADS"] = str(threads)
     out: dict[str, Any] = {"workers": workers, "torch_threads": threads}
-    try:
+    log = home / f"bench-serve-{workers}.log"
+    with launched(home, log, env=env, args=("--workers", str(workers))) as service:
+        base = service.base
         print(f"[workers={workers}] HTTP, 1 client ...", flush=True)
         one = _http(base, token, texts, 1, args.requests)
         print(f"[workers={workers}] HTTP, 8 clients ...", flush=True)
@@ -271,12 +233,12 @@ def _configuration(
 
         nonce = f"{int(time.time())}w{workers}"
         extra = _second_corpus(home / f"bench-extra-{nonce}.jsonl", args.ingest_docs, nonce)
-        env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
-        with (home / "bench-ingest.log").open("w") as log:
+        ingest_env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
+        with (home / "bench-ingest.log").open("w") as ingest_log:
             ingest = subprocess.Popen(
                 [sys.executable, "-m", "kbflow.cli", "ingest", str(extra), "--org", ORG,
                  "--collection", "extra", "--json"],
-                env=env, stdout=log, stderr=subprocess.STDOUT,
+                env=ingest_env, stdout=ingest_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + 300
         while _ingested(home, f"Extra {nonce} ") == 0:  # measure once it is writing
@@ -296,9 +258,6 @@ def _configuration(
             "documents_written_by_then": written,
             "ingest_exit_code": ingest.wait(),
         }
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
     out["ratios"] = {
         "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
         "during_ingest_throughput_8_over_1": round(

@@ -222,10 +222,8 @@ def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
     lists its collections, searches and gets an answer over HTTP; a call without a token is
     refused; a command beside the service reaches the store through it. Then it stops."""
     import datetime as dt
-    import socket
 
-    import httpx
-
+    from kbflow.api.launch import launched
     from sinks.connect import open_registry, open_vector_store
 
     with open_registry(settings) as registry:
@@ -233,57 +231,22 @@ def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
         record, token = registry.create_token(
             agent_id=DEMO_AGENT, expires_at=expires, created_by=DEMO_AM, name="demo"
         )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    base = f"http://127.0.0.1:{port}"
     log = settings.home / "demo" / "serve.log"
-    env = {**os.environ, "KBFLOW_HOME": str(settings.home.resolve())}
     question = "What bikes does Larkspur sell and at what price?"
     calls: list[dict[str, Any]] = []
     shared = False
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    base = ""
     try:
-        if show_progress:
-            print(f"starting kbflow serve on {base} (log: {log}) ...", file=sys.stderr)
-        ready = _wait_ready(base, proc)
-        auth = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=base, timeout=120) as client:
-            for method, path, body, headers, expect in (
-                ("GET", "/v1/agent/collections", None, auth, 200),
-                ("POST", "/v1/agent/search", {"query": question, "top_k": 3}, auth, 200),
-                ("POST", "/v1/agent/answer", {"question": question}, auth, 200),
-                ("POST", "/v1/agent/search", {"query": question}, {}, 401),
-            ):
-                started = time.perf_counter()
-                response = client.request(method, path, json=body, headers=headers)
-                took_ms = round((time.perf_counter() - started) * 1000, 1)
-                said = response.json()
-                calls.append(
-                    {
-                        "call": f"{method} {path}",
-                        "token": bool(headers),
-                        "status": response.status_code,
-                        "expected": expect,
-                        "ms": took_ms,
-                        "summary": _summary(path, said),
-                    }
-                )
-        with open_vector_store(settings) as store:  # a command beside the running service
-            shared = store.count(DEMO_ORG) > 0 and ready.get("shared") is True
+        with launched(settings.home, log) as service:
+            base = service.base
+            if show_progress:
+                print(f"kbflow serve is up on {base} (log: {log})", file=sys.stderr)
+            _service_calls(service.base, token, question, calls)
+            with open_vector_store(settings) as store:  # a command beside the running service
+                shared = store.count(DEMO_ORG) > 0 and service.ready.get("shared") is True
     except Exception as exc:  # reported as a failed check, with the service's log
         calls.append({"call": "start", "status": None, "expected": 200, "error": str(exc)})
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         with open_registry(settings) as registry:
             registry.revoke_token(record.id, actor=DEMO_AM)
     ok = bool(calls) and all(c["status"] == c["expected"] for c in calls) and shared
@@ -292,21 +255,32 @@ def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
     return {"base_url": base, "log": str(log), "calls": calls, "store_shared": shared, "ok": ok}
 
 
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], wait_s: float = 180) -> dict[str, Any]:
+def _service_calls(base: str, token: str, question: str, calls: list[dict[str, Any]]) -> None:
+    """The demo agent's calls over HTTP, each recorded with its status and gist."""
     import httpx
 
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"kbflow serve exited with {proc.returncode}")
-        try:
-            ready: dict[str, Any] = httpx.get(f"{base}/readyz", timeout=2).json()
-            if ready.get("status") == "ready":
-                return ready
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"kbflow serve was not ready within {wait_s:g}s")
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for method, path, body, headers, expect in (
+            ("GET", "/v1/agent/collections", None, auth, 200),
+            ("POST", "/v1/agent/search", {"query": question, "top_k": 3}, auth, 200),
+            ("POST", "/v1/agent/answer", {"question": question}, auth, 200),
+            ("POST", "/v1/agent/search", {"query": question}, {}, 401),
+        ):
+            started = time.perf_counter()
+            response = client.request(method, path, json=body, headers=headers)
+            took_ms = round((time.perf_counter() - started) * 1000, 1)
+            said = response.json()
+            calls.append(
+                {
+                    "call": f"{method} {path}",
+                    "token": bool(headers),
+                    "status": response.status_code,
+                    "expected": expect,
+                    "ms": took_ms,
+                    "summary": _summary(path, said),
+                }
+            )
 
 
 def _summary(path: str, said: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import pytest
 
 from core.models import DocStatus
 from core.settings import Settings, configure_environment
+from kbflow.api.launch import free_port  # noqa: F401  (tests import it from here)
 from sinks.registry import SqlRegistry
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
@@ -40,13 +41,6 @@ def require_binaries(*names: str) -> None:
     missing = [name for name in names if shutil.which(name) is None]
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)} (`make system-deps` installs them)")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_org(org: str) -> None:

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,26 +14,12 @@ import httpx
 import pytest
 
 from core.settings import Settings
-from tests.conftest import free_port, index_records
+from kbflow.api.launch import REPO, launched
+from tests.conftest import index_records
 
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "quarterly expense reimbursement rules"
 START_TIMEOUT_S = 180
 DRAFTS = 6
-
-
-def _wait_healthy(base: str, proc: subprocess.Popen[Any], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"kbflow serve exited {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"kbflow serve did not become ready:\n{log.read_text()}")
 
 
 @pytest.fixture
@@ -117,28 +100,9 @@ def running_service(
     home: Path, log: Path, env: dict[str, str], args: tuple[str, ...] = ()
 ) -> Iterator[str]:
     """``kbflow serve [args]`` on a free loopback port over the data in ``home``, until the
-    block ends; yields its base URL. Its output goes to ``log`` (a file, not a pipe)."""
-    port = free_port()
-    environ = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO), **env}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port), *args],
-            cwd=REPO,
-            env=environ,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(base, proc, log)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    block ends (ready or degraded); yields its base URL. Its output goes to ``log``."""
+    with launched(home, log, env=env, args=args, require_ready=False, wait_s=START_TIMEOUT_S) as s:
+        yield s.base
 
 
 def _superadmin() -> Any:
