@@ -12,13 +12,12 @@ The query path imports no Prefect (tests/test_layers.py).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -27,7 +26,7 @@ from core.models import JobStatus
 from core.settings import Settings
 from kbflow.api import admin, admin_jobs, agent, errors
 from kbflow.api.auth import Service, ServiceDep
-from kbflow.api.limits import BodyLimit, Metrics, TokenBuckets
+from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
@@ -97,22 +96,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
         read_timeout_s=settings.api_read_timeout_s,
     )
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        # FastAPI names the route of its own routes only; the MCP endpoint is a plain ASGI
-        # app, timed under its path (one fixed label, so no unbounded label values).
-        mounted = MCP_PATH if request.url.path == MCP_PATH else "unmatched"
-        template = getattr(route, "path", mounted)
-        metrics.latency.labels(template, request.method, str(response.status_code)).observe(
-            time.perf_counter() - started
-        )
-        if response.status_code in (401, 403, 413, 429):
-            metrics.refused.labels(str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(Measured, metrics=metrics, mounted=(MCP_PATH,))
     app.include_router(agent.router)
     app.include_router(admin.router)
     # The MCP server, behind the same token checks as the agent routes. A plain route to an

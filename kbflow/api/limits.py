@@ -63,6 +63,44 @@ class TokenBuckets:
             self._state[key] = (tokens - 1.0, now)
 
 
+class Measured:
+    """ASGI middleware: each request's latency by route template, method and status, and the
+    refusals (401, 403, 413, 429) by status. A plain ASGI wrapper: Starlette's
+    ``@app.middleware("http")`` costs a task and a stream per request."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, mounted: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.mounted = mounted  # paths of plain ASGI apps, timed under their path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # if the app fails before it answers
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            # FastAPI names the route of its own routes only; a plain ASGI app (the MCP
+            # endpoint) is timed under its fixed path, so no label takes unbounded values.
+            path = scope.get("path")
+            fallback = path if path in self.mounted else "unmatched"
+            template = getattr(scope.get("route"), "path", fallback)
+            self.metrics.latency.labels(template, scope["method"], str(status)).observe(
+                time.perf_counter() - started
+            )
+            if status in (401, 403, 413, 429):
+                self.metrics.refused.labels(str(status)).inc()
+
+
 class BodyLimit:
     """ASGI middleware: a body over ``max_bytes`` is answered 413 before a route sees it.
 
