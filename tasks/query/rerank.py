@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ import httpx
 
 from core.errors import ConfigError, KbflowError
 from core.models import SearchHit
+from tasks.text.offline_hf import quiet_offline_hf
 
 if TYPE_CHECKING:
     import cohere
@@ -289,13 +289,10 @@ class CrossEncoderReranker:
 @cache
 def _load_cross_encoder(path: str) -> Any:
     """Load a cross-encoder once per process, from local files only."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     started = time.perf_counter()
+    quiet_offline_hf()
     from sentence_transformers import CrossEncoder
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
     try:
         model = CrossEncoder(path, device="cpu", local_files_only=True)
     except Exception as exc:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from core.errors import ConfigError
 from core.settings import PACKAGED_MINILM, Settings
+from tasks.text.offline_hf import quiet_offline_hf
 
 log = logging.getLogger(__name__)
 
@@ -203,13 +204,10 @@ def _warn_fallback(model: str, reason: str) -> None:
 @cache
 def _load_sentence_transformer(path: str) -> Any:
     """Load a model once per process (models are shared by every embedder instance)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     started = time.perf_counter()
+    quiet_offline_hf()
     from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
     loaded = SentenceTransformer(path, device="cpu")
     log.info("loaded embedding model %s (torch) in %.1fs", path, time.perf_counter() - started)
     return loaded

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tasks.text.offline_hf import quiet_offline_hf
+
 log = logging.getLogger(__name__)
 
 BUILD_VERSION = 1  # bump when the export changes, so caches rebuild
@@ -138,15 +140,12 @@ def built_model(model_dir: Path) -> Path:
 def _build(model_dir: Path, target: Path) -> dict[str, Any]:
     started = time.perf_counter()
     log.info("building the ONNX form of %s once (about 10 s)", model_dir)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_offline_hf()
     import numpy as np
     import torch
     from onnxruntime.transformers import optimizer
     from sentence_transformers import SentenceTransformer
     from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
     config = AutoConfig.from_pretrained(str(model_dir))
     # eager attention exports as plain matmuls, which the optimizer fuses into one Attention op
