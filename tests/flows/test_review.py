@@ -63,7 +63,8 @@ CHILD = (
     "except RunFailed as exc:  # the run ended Failed; its report comes with the error\n"
     "    print('FAILED ' + str(exc))\n"
     "    report = exc.report\n"
-    "report['model_loaded'] = 'sentence_transformers' in sys.modules\n"
+    "loaders = ('onnxruntime', 'sentence_transformers')  # the embedder's two backends\n"
+    "report['model_loaded'] = any(name in sys.modules for name in loaders)\n"
     "print('REPORT ' + json.dumps(report))\n"
 )
 NOTICE = re.compile(r"waiting for (.+): flow run (\S+) \(([0-9a-f-]{36})\)\n +(\S+)\n +(.+)\n")
