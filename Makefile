@@ -12,6 +12,9 @@ TORCH_INDEX   ?=
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# The tests run on two pytest-xdist workers: many wait on servers and subprocesses, so two
+# overlap well on two cores (`make test TEST_WORKERS=1` runs them in one process).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-all install system-deps browser-deps screenshots lint typecheck bench eval lock clean
 
@@ -19,10 +22,10 @@ demo: install system-deps
 	$(BIN)/kbflow demo
 
 test: install system-deps browser-deps
-	$(BIN)/python -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 test-all: install system-deps browser-deps
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 install: $(STAMP)
 

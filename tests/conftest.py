@@ -29,8 +29,12 @@ from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
 
-# One data dir for the whole session's Prefect state, set before anything imports prefect.
-_SESSION_HOME = Path(os.environ.setdefault("KBFLOW_TEST_HOME", f"/tmp/kbflow-tests-{os.getpid()}"))
+# One data dir for the whole session's Prefect state, set before anything imports prefect. Under
+# pytest-xdist (`make test` runs two workers) each worker inherits the controller's and takes its
+# own beside it, so no worker's Prefect or dlt state, or its removal at the end, touches another's.
+_SESSION_BASE = os.environ.setdefault("KBFLOW_TEST_HOME", f"/tmp/kbflow-tests-{os.getpid()}")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_SESSION_HOME = Path(f"{_SESSION_BASE}-{_WORKER}" if _WORKER else _SESSION_BASE)
 configure_environment(Settings(home=_SESSION_HOME))
 
 
