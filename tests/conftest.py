@@ -6,9 +6,15 @@ package that ships it. Prefect's test harness starts once per session, only for 
 
 from __future__ import annotations
 
+import os
+
+# rich's consoles (kbflow/render.py) fix their width when first imported. Which test imports them
+# first depends on the order tests run in (pytest-xdist shares them out), so every test process
+# gets the same wide terminal before anything imports them: ids and table cells stay whole.
+os.environ["COLUMNS"] = "250"
+
 import datetime as dt
 import ipaddress
-import os
 import socket
 import subprocess
 import sys
