@@ -74,7 +74,7 @@ class MiniLMEmbedder:
 
     @property
     def backend_used(self) -> str:
-        """The backend that embeds (``onnx`` may have fell back to ``torch``); loads it."""
+        """The backend that embeds (``onnx`` may have fallen back to ``torch``); loads it."""
         return "onnx" if isinstance(self._load(), _OnnxRunner) else "torch"
 
     def limit_threads(self, threads: int) -> None:
@@ -145,12 +145,18 @@ class _OnnxRunner:
         self.limit_threads(threads)
 
     def limit_threads(self, threads: int) -> None:
-        from tasks.text.onnx_minilm import OnnxEncoder
-
-        self.encoder = OnnxEncoder(self.path, self.model_dir, threads)
+        self.encoder = _onnx_encoder(self.path, self.model_dir, threads)
 
     def encode(self, texts: list[str], batch_size: int) -> Any:
         return self.encoder.encode(texts, batch_size)
+
+
+@cache
+def _onnx_encoder(path: Path, model_dir: Path, threads: int) -> Any:
+    """One ONNX Runtime session per (graph, threads) per process, shared by every embedder."""
+    from tasks.text.onnx_minilm import OnnxEncoder
+
+    return OnnxEncoder(path, model_dir, threads)
 
 
 def _model_dir(model: str) -> str:
