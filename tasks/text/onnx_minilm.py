@@ -125,7 +125,8 @@ def built_model(model_dir: Path) -> Path:
         if model.is_file():
             return model
         if failed.is_file():
-            raise OnnxUnavailable(json.loads(failed.read_text()).get("reason", "an earlier build"))
+            reason = json.loads(failed.read_text()).get("reason", "an earlier build failed")
+            raise OnnxUnavailable(f"{reason} (delete {folder} to try the build again)")
         folder.mkdir(parents=True, exist_ok=True)
         try:
             report = _build(model_dir, model)
