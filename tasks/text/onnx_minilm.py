@@ -195,7 +195,7 @@ def _build(model_dir: Path, target: Path) -> dict[str, Any]:
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        got = np.vstack([OnnxEncoder(staged, model_dir).encode(list(_CHECK_TEXTS), 2)])
+        got = OnnxEncoder(staged, model_dir).encode(list(_CHECK_TEXTS), 2)
         difference = float(np.abs(expected - got).max())
         if not difference <= MAX_DIFFERENCE:
             raise OnnxUnavailable(
