@@ -51,6 +51,21 @@ class Settings(BaseSettings):
     )
     chunk_overlap_words: int = Field(30, ge=0, description="Words repeated between chunks.")
     ingest_batch_docs: int = Field(64, gt=0, description="Documents per ingest task run.")
+    task_runner: Literal["default", "dask"] = Field(
+        "default",
+        description="Where ingest extracts and embeds its batches: `default` (in the flow's own "
+        "process, one batch after another) or `dask` (mapped over a Dask cluster: a local one "
+        "with `dask_workers` workers, or the one at `dask_address`). Writes stay in the flow, "
+        "in batch order, either way.",
+    )
+    dask_address: str | None = Field(
+        None,
+        description="Scheduler address of an existing Dask cluster (`tcp://host:8786`) for "
+        "`task_runner=dask`; unset starts a local cluster for each ingest run.",
+    )
+    dask_workers: int = Field(
+        2, gt=0, description="Worker processes of the local Dask cluster (`task_runner=dask`)."
+    )
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are skipped.")
     max_skip_ratio: float = Field(
         0.5, ge=0, le=1, description="An ingest fails when more than this share of files fail."

@@ -1,10 +1,18 @@
 """The ``ingest`` flow: discover -> plan (content hash) -> per batch: extract, chunk, embed,
-check, upsert -> report."""
+check, upsert -> report.
+
+With ``KBFLOW_TASK_RUNNER=dask`` the batches are extracted and embedded on a Dask cluster
+(`flows.runners`) while the flow writes each one, in batch order, exactly as the default runner
+does: registry rows stay pending until their vectors are stored, whatever runs where.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -12,14 +20,17 @@ from core import progress
 from core.contracts import IngestReport, IngestRequest
 from core.models import DocStatus
 from core.settings import Settings
+from flows.runners import ComputeRunner, compute_runner
 from sinks.connect import open_registry
-from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget
+from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget, WorkItem
 from tasks.ingest.steps import (
+    Prepared,
     discover_task,
     extract_batch_task,
     extractors,
     index_batch_task,
     plan_task,
+    prepare_batch_task,
     repair_task,
 )
 
@@ -87,12 +98,19 @@ def ingest(
     if plan.shadowed:  # left by a crash of an older release: a re-run converges
         total.superseded += repair_task(plan, settings, actor)
     size = settings.ingest_batch_docs
-    with extractors():
-        for start in range(0, len(plan.work), size):
-            batch = plan.work[start : start + size]
-            extracted = extract_batch_task(batch, settings)
-            total.merge(index_batch_task(batch, target, extracted, settings))
-            progress.advance("index", len(batch))
+    batches = [plan.work[start : start + size] for start in range(0, len(plan.work), size)]
+    with compute_runner(settings if batches else None) as compute:
+        if compute is None:
+            with extractors():
+                for batch in batches:
+                    extracted = extract_batch_task(batch, settings)
+                    total.merge(index_batch_task(batch, target, extracted, settings))
+                    progress.advance("index", len(batch))
+        else:
+            logger.info("extracting and embedding %d batches on Dask", len(batches))
+            for batch, prepared in _prepared_in_order(compute, batches, settings):
+                total.merge(index_batch_task(batch, target, {}, settings, prepared=prepared))
+                progress.advance("index", len(batch))
     summary = IngestSummary.build(
         plan,
         total,
@@ -111,3 +129,31 @@ def ingest(
     )
     summary.raise_if_too_many_skipped(settings.max_skip_ratio)
     return summary.report()
+
+
+def _prepared_in_order(
+    compute: ComputeRunner, batches: list[list[WorkItem]], settings: Settings
+) -> Iterator[tuple[list[WorkItem], Prepared]]:
+    """Each batch with its extraction and vectors, computed on the runner's workers and
+    yielded in batch order. A few batches per worker are in flight at once: enough to keep
+    every worker busy while the flow writes, few enough that a large ingest is not held in
+    memory whole."""
+    window = 2 * compute.workers
+    pending: deque[tuple[list[WorkItem], Any]] = deque()
+    todo = iter(batches)
+    for batch in todo:
+        pending.append((batch, _submit(compute, batch, settings)))
+        if len(pending) >= window:
+            break
+    while pending:
+        batch, future = pending.popleft()
+        prepared = future.result()
+        nxt = next(todo, None)
+        if nxt is not None:
+            pending.append((nxt, _submit(compute, nxt, settings)))
+        yield batch, prepared
+
+
+def _submit(compute: ComputeRunner, batch: list[WorkItem], settings: Settings) -> Any:
+    params = {"items": batch, "settings": settings, "threads": compute.threads}
+    return compute.runner.submit(prepare_batch_task, params)

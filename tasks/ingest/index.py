@@ -193,11 +193,7 @@ def index_batch(
     docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
     for item in items:
         try:
-            extracted = (
-                record_to_document(item.source)
-                if item.source.record is not None
-                else extract_file(item.source)
-            )
+            extracted = _read(item, extract_file)
         except ExtractionError as exc:
             report.skipped.append((item.source.name, str(exc)))
             log.warning("skipped %s: %s", item.source.name, exc)
@@ -261,6 +257,37 @@ def index_batch(
         report.chunks += len(by_doc[doc.id])
         report.doc_ids.append(doc.id)
     return report
+
+
+def _read(item: WorkItem, extract_file: Callable[[Source], ExtractedDocument]) -> ExtractedDocument:
+    source = item.source
+    return record_to_document(source) if source.record is not None else extract_file(source)
+
+
+def batch_texts(
+    items: Sequence[WorkItem],
+    extract_file: Callable[[Source], ExtractedDocument],
+    *,
+    max_words: int = 180,
+    overlap_words: int = 30,
+) -> list[str]:
+    """The texts `index_batch` will embed for ``items``, in its order.
+
+    Chunking depends only on the extracted text and the word caps (not on the registry ids
+    the chunks get), so a worker that never opens the registry or the store (a Dask worker)
+    can embed a batch before the flow writes it.
+    """
+    texts: list[str] = []
+    for item in items:
+        try:
+            extracted = _read(item, extract_file)
+        except ExtractionError:
+            continue  # index_batch reports it
+        chunks = document_to_chunks(
+            "pending", extracted, max_words=max_words, overlap_words=overlap_words
+        )
+        texts.extend(c.embed_text for c in chunks)
+    return texts
 
 
 def _publish(

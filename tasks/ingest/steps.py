@@ -15,13 +15,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 
+from core.errors import ConfigError
 from core.models import ExtractedDocument
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
@@ -34,6 +38,7 @@ from tasks.ingest.index import (
     IngestPlan,
     IngestTarget,
     WorkItem,
+    batch_texts,
     extract_batch,
     index_batch,
     plan_ingest,
@@ -42,7 +47,7 @@ from tasks.ingest.index import (
 )
 from tasks.ingest.isolate import isolated_extractor
 from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
-from tasks.text.embed import embedder_for
+from tasks.text.embed import Embedder, PrecomputedEmbedder, embedder_for
 
 _RETRY: dict[str, Any] = {
     "retries": RETRIES,
@@ -50,6 +55,7 @@ _RETRY: dict[str, Any] = {
     "retry_condition_fn": retry_transient,
 }
 _open: dict[str, Callable[[Source], ExtractedDocument]] = {}
+_worker_lock = threading.Lock()
 _stack = ExitStack()
 
 
@@ -126,19 +132,95 @@ def extract_batch_task(items: list[WorkItem], settings: Settings) -> Extracted:
     return extract_batch(items, _extractor(settings))
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One batch extracted and embedded away from the flow (`prepare_batch_task`)."""
+
+    extracted: Extracted
+    vectors: dict[str, list[float]]  # by chunk text
+    model_id: str
+    embed_seconds: float
+
+
+@task(name="prepare-batch", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+def prepare_batch_task(items: list[WorkItem], settings: Settings, threads: int = 0) -> Prepared:
+    """Extract and embed one batch wherever the task runner puts it (a Dask worker).
+
+    It opens neither the registry nor the vector store: the flow writes the batch afterwards
+    (`index_batch_task` with the vectors), in batch order. See `prepare_batch`.
+    """
+    return prepare_batch(items, settings, threads)
+
+
+def prepare_batch(items: list[WorkItem], settings: Settings, threads: int = 0) -> Prepared:
+    """The batch's files as text and its chunks' vectors, by chunk text.
+
+    Files are extracted in the process's isolated extraction worker, started by its first
+    batch and kept for the next ones (a daemonic child: it ends with the Dask worker).
+    ``threads`` caps the embedder's CPU threads (0: every core).
+
+    A plain function, so a task runner that pickles the task (Dask) sends a reference to it
+    rather than its globals.
+    """
+    extracted: Extracted = {}
+    if any(item.source.record is None for item in items):
+        _may_start_extractors()
+        with _worker_lock:  # one extraction worker per process, used by one batch at a time
+            extracted = extract_batch(items, _extractor(settings))
+    texts = batch_texts(
+        items,
+        prefetched(extracted),
+        max_words=settings.chunk_max_words,
+        overlap_words=settings.chunk_overlap_words,
+    )
+    embedder = embedder_for(settings)
+    if threads:
+        embedder.limit_threads(threads)
+    started = time.perf_counter()
+    unique = list(dict.fromkeys(texts))
+    vectors = dict(zip(unique, embedder.embed_documents(unique), strict=True))
+    return Prepared(extracted, vectors, embedder.model_id, time.perf_counter() - started)
+
+
+def _may_start_extractors() -> None:
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        raise ConfigError(
+            "this Dask worker is a daemonic process, so it cannot start the isolated processes "
+            "that extract files: start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
+            "in their environment (kbflow's local cluster does this itself)"
+        )
+
+
 @task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600, **_RETRY)
 def index_batch_task(
-    items: list[WorkItem], target: IngestTarget, extracted: Extracted, settings: Settings
+    items: list[WorkItem],
+    target: IngestTarget,
+    extracted: Extracted,
+    settings: Settings,
+    prepared: Prepared | None = None,
 ) -> BatchReport:
-    """Chunk, embed, check and store one batch; make it servable in one registry commit."""
+    """Chunk, embed, check and store one batch; make it servable in one registry commit.
+
+    With ``prepared`` (the batch as a worker extracted and embedded it), nothing is embedded
+    here unless a text is missing from it.
+    """
+    embedder: Embedder = embedder_for(settings)
+    if prepared is not None:
+        extracted = prepared.extracted
+        embedder = PrecomputedEmbedder(embedder, prepared.vectors, prepared.model_id)
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        return index_batch(
+        report = index_batch(
             items,
             target,
             store=store,
             registry=registry,
-            embedder=embedder_for(settings),
+            embedder=embedder,
             extract_file=prefetched(extracted),
             max_words=settings.chunk_max_words,
             overlap_words=settings.chunk_overlap_words,
         )
+    if prepared is not None:
+        report.embed_seconds += prepared.embed_seconds
+    return report

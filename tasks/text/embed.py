@@ -234,6 +234,36 @@ def embedder_for(settings: Settings) -> MiniLMEmbedder:
     )
 
 
+class PrecomputedEmbedder:
+    """An `Embedder` that answers from vectors computed elsewhere (a Dask worker), by text.
+
+    A text it was not given is embedded by ``inner`` here, so a caller can never get a vector
+    for the wrong text; ``misses`` counts those.
+    """
+
+    def __init__(self, inner: Embedder, vectors: dict[str, list[float]], model_id: str) -> None:
+        if model_id != inner.model_id:
+            raise ValueError(
+                f"vectors from {model_id!r} cannot stand in for {inner.model_id!r}: the workers "
+                "and the flow must use the same embedding model"
+            )
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.vectors = dict(vectors)
+        self.misses = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            self.misses += len(missing)
+            self.vectors.update(zip(missing, self.inner.embed_documents(missing), strict=True))
+        return [self.vectors[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
 class CachedEmbedder:
     """An `Embedder` that remembers every vector by (model id, SHA-256 of the text).
 
