@@ -33,8 +33,9 @@ def kbflow_job(job_id: str) -> dict[str, Any]:
     :class:`~core.errors.RunFailed` holding the row), when the job is FAILED.
     """
     settings = Settings()
-    with open_registry(settings) as registry:  # also when started by hand, not by a submit
-        registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
+    with open_registry(settings) as registry:
+        if registry.get_job(job_id).flow_run_id is None:  # started by hand, not by a submit
+            registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
     job = run_job(job_id, settings, record_pid=False)
     if job.status is JobStatus.FAILED:
         message = f"job {job.id} ({job.kind}) failed: {job.reason or 'no reason recorded'}"
