@@ -114,6 +114,11 @@ class ReviewTimeout(KbflowError, RuntimeError):
     timeout ("Flow run failed due to timeout", logged without its type)."""
 
 
+class JobRunnerUnavailable(KbflowError, RuntimeError):
+    """Background jobs cannot be started: the ``prefect`` job runner has no Prefect server
+    (PREFECT_API_URL), the server has no job deployment, or it does not answer."""
+
+
 class RunFailed(KbflowError, RuntimeError):
     """A flow run ended Failed without doing its job (a refused reviewer, a research budget).
 

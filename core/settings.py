@@ -153,6 +153,17 @@ class Settings(BaseSettings):
     job_threshold_mb: float = Field(
         25.0, gt=0, description="Files over this size (and all audio/video) ingest as jobs."
     )
+    job_runner: Literal["process", "prefect"] = Field(
+        "process",
+        description="Who runs background jobs: `process` (a detached `python -m kbflow.jobs` "
+        "on this machine; no server needed) or `prefect` (a run of the `job_deployment` "
+        "deployment on a work pool, through the Prefect server at PREFECT_API_URL).",
+    )
+    job_deployment: str = Field(
+        "kbflow-job/kbflow-job",
+        description="The deployment (FLOW/DEPLOYMENT) a `prefect` job runner starts a run of "
+        "(prefect.yaml's `kbflow-job`).",
+    )
 
     anthropic_api_key: SecretStr | None = Field(
         None,

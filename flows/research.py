@@ -58,7 +58,7 @@ def research(
         org_id=org, client_name=client_name, model=model, budget_cap_tokens=budget_cap_tokens
     )
     with open_registry(settings) as registry:
-        if job_id is not None:
+        if job_id is not None and flow_run.parent_flow_run_id is None:  # else: the parent's
             registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
         # Only the org's AM or a superadmin may start research (deployments included).
         authorize_decision(registry, reviewer, org, what="run research")

@@ -1,15 +1,17 @@
-"""The background job's process: ``python -m kbflow.jobs JOB_ID``.
+"""The background job's run: ``python -m kbflow.jobs JOB_ID``, or the ``kbflow-job`` flow.
 
-`kbflow.services.jobs` records a PROCESSING job and starts this process detached, then returns
-at once. The process does the job by its kind, and finishes it COMPLETE, or FAILED with the
-reason:
+`kbflow.services.jobs` records a PROCESSING job and starts this process detached (the
+``process`` job runner), or a run of the ``kbflow-job`` deployment on a work pool
+(``prefect``: `kbflow.job_flow`, which calls `run_job` here), then returns at once. The run does
+the job by its kind, and finishes it COMPLETE, or FAILED with the reason:
 
 - ``ingest``: the ``ingest`` flow over the job's files (long media, large files, uploads);
 - ``research``: `kbflow.services.research.run_research` (the ``research`` flow, with its review
   pause as ``kbflow research`` has it); the report names the drafts' synthesis run.
 
-Either flow records its Prefect flow run id on the job when it starts. A job whose process died
-without finishing is noticed by `kbflow.services.jobs.refresh`.
+Either flow records its Prefect flow run id on the job when it starts, unless it runs as a
+subflow of ``kbflow-job``, whose run is the job's. A job whose process or flow run died without
+finishing is noticed by `kbflow.services.jobs.refresh`.
 """
 
 from __future__ import annotations
@@ -43,15 +45,24 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def run_job(job_id: str, settings: Settings | None = None) -> JobRecord:
-    """Run a recorded job to its end in this process (what the background process does)."""
+def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool = True) -> JobRecord:
+    """Run a recorded job to its end in this process (what the background process does).
+
+    A job that is no longer PROCESSING is returned as it is, not run again. ``record_pid``
+    False leaves the row without this process's pid (a worker's flow run: the job is watched
+    by its flow run, and this pid means nothing on the machine that reads the job).
+    """
     settings = settings or Settings()
     configure_environment(settings)
     registry = SqlRegistry.open(settings.registry_url)
     jobs = registry
     try:
         job = jobs.get_job(job_id)
-        jobs.update_job_runner(job.id, pid=os.getpid())
+        if job.status is not JobStatus.PROCESSING:
+            log.warning("job %s is already %s: not run again", job.id, job.status.value)
+            return job
+        if record_pid:
+            jobs.update_job_runner(job.id, pid=os.getpid())
         try:
             if job.kind == RESEARCH_KIND:
                 final, reason, report = _research(settings, job)

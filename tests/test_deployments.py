@@ -1,6 +1,9 @@
 """prefect.yaml as deployments/README.md runs it: a Prefect server, a process work pool,
 ``prefect deploy --all`` from the repo root, a worker; then the ``ingest`` and ``nightly-eval``
 deployments run on that worker and their effects show in the kbflow CLI (same KBFLOW_HOME).
+On the same server and worker, two background jobs submitted with ``KBFLOW_JOB_RUNNER=prefect``
+run as ``kbflow-job`` deployment runs: one completes, one (an unreadable file) fails, and the
+registry row and the Prefect state agree each time.
 
 Every process the test starts is stopped at the end, and psutil checks that none of them or
 their children survive.
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -23,6 +27,10 @@ import httpx
 import psutil
 import pytest
 
+from core.contracts import IngestRequest
+from core.models import JobStatus
+from core.settings import Settings
+from kbflow.services.jobs import get_job, submit_ingest_job
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -186,7 +194,7 @@ def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float
 
 
 def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
-    tmp_path: Path, processes: Processes
+    tmp_path: Path, processes: Processes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -202,6 +210,8 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
         PREFECT_WORKER_QUERY_SECONDS="1",
         DO_NOT_TRACK="1",
         KBFLOW_HOME=str(home),  # the worker's flow runs and the CLI below share it
+        # Three ingests run at once on the worker; each waits its turn for the embedded store.
+        KBFLOW_STORE_LOCK_TIMEOUT_S="300",
     )
     prefect = [sys.executable, "-m", "prefect"]
     kbflow = [sys.executable, "-m", "kbflow.cli"]
@@ -209,6 +219,11 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     doc.parent.mkdir()
     doc.write_text("# Leave policy\n\nEvery employee gets 25 days of paid annual leave a year.\n")
     beir = _beir_folder(tmp_path)
+    job_doc = tmp_path / "for-jobs" / "parking-policy.md"
+    job_doc.parent.mkdir()
+    job_doc.write_text("# Parking\n\nVisitors park in the north car park by the loading bay.\n")
+    broken = tmp_path / "for-jobs" / "broken.pdf"
+    broken.write_bytes(random.Random(7).randbytes(4096))  # matches no format: the job fails
 
     processes.start(
         "server",
@@ -232,15 +247,45 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
         "nightly-eval/nightly-eval",
         {"datasets": [str(beir)], "baseline_dir": str(tmp_path / "no-baselines")},
     )
-    states = _wait_final(api, [ingest_run, eval_run], processes)
+    # Background jobs as deployment runs: submitted here, as `kbflow ingest` or the HTTP
+    # upload would, with the prefect job runner pointed at this server.
+    monkeypatch.setenv("PREFECT_API_URL", api)
+    job_settings = Settings(home=home, job_runner="prefect")
+    good_job = submit_ingest_job(
+        job_settings, [str(job_doc)], IngestRequest(org=ORG, collection="jobs")
+    )
+    bad_job = submit_ingest_job(
+        job_settings, [str(broken)], IngestRequest(org=ORG, collection="jobs")
+    )
+    assert good_job.status is JobStatus.PROCESSING and good_job.pid is None
+    assert good_job.flow_run_id and bad_job.flow_run_id
+    job_runs = [good_job.flow_run_id, bad_job.flow_run_id]
+
+    states = _wait_final(api, [ingest_run, eval_run, *job_runs], processes)
 
     worker_log = processes.tail("worker")
     assert states[ingest_run]["type"] == "COMPLETED", f"{states[ingest_run]}\n{worker_log}"
     assert states[eval_run]["type"] == "COMPLETED", f"{states[eval_run]}\n{worker_log}"
     docs = json.loads(_run([*kbflow, "docs", "list", "--org", ORG, "--json"], env))
-    assert [(d["uri"].rsplit("/", 1)[-1], d["status"], d["parse_status"]) for d in docs] == [
-        ("leave-policy.md", "approved", "ingested")
+    assert sorted((d["uri"].rsplit("/", 1)[-1], d["status"], d["parse_status"]) for d in docs) == [
+        ("leave-policy.md", "approved", "ingested"),
+        ("parking-policy.md", "approved", "ingested"),
     ]
+
+    # The jobs: registry row and Prefect state agree, and the row still names the job's run
+    # (its ingest subflow did not write its own id over it).
+    good_state = states[good_job.flow_run_id]
+    assert good_state["type"] == "COMPLETED", f"{good_state}\n{worker_log}"
+    good = get_job(job_settings, good_job.id)
+    assert good.status is JobStatus.COMPLETE, good
+    assert good.flow_run_id == good_job.flow_run_id and good.pid is None
+    assert good.report is not None and good.report["documents"] == 1
+    bad_state = states[bad_job.flow_run_id]
+    bad = get_job(job_settings, bad_job.id)
+    assert bad.status is JobStatus.FAILED, bad
+    assert "broken.pdf" in (bad.reason or "") and "match no format" in (bad.reason or "")
+    assert bad_state["type"] == "FAILED", f"{bad_state}\n{worker_log}"
+    assert bad.reason in bad_state["message"], bad_state
     report = json.loads(_run([*kbflow, "eval", "report", "--json"], env))
     assert {r["dataset"] for r in report["runs"]} == {"tinybeir/test"}
     assert {r["mode"] for r in report["runs"]} >= {"keyword", "dense", "hybrid"}
@@ -248,3 +293,31 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     started = processes.family()
     assert len(started) >= 2
     assert processes.stop_all() == [], "processes survived their stop"
+
+
+@pytest.mark.parametrize("prefect_file", ["prefect.yaml", "deployments/prefect.k8s.yaml"])
+def test_each_prefect_file_names_flows_that_exist(prefect_file: str) -> None:
+    """Both prefect files parse, and each deployment's entrypoint is a flow of that name's
+    module. The Kubernetes one is checked only this far: no cluster runs it here."""
+    import importlib
+
+    import yaml
+    from prefect import Flow
+
+    spec = yaml.safe_load((REPO / prefect_file).read_text())
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert "kbflow-job" in deployments
+    flow_names = {}
+    for name, deployment in deployments.items():
+        path, _, func = deployment["entrypoint"].partition(":")
+        assert (REPO / path).is_file(), f"{name}: {path} does not exist"
+        found = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), func)
+        assert isinstance(found, Flow), f"{name}: {deployment['entrypoint']} is not a flow"
+        flow_names[name] = found.name
+    # The job runner's default deployment is this file's kbflow-job: FLOW/DEPLOYMENT.
+    assert f"{flow_names['kbflow-job']}/kbflow-job" == Settings().job_deployment
+    pools = {d["work_pool"]["name"] for d in deployments.values()}
+    assert pools == ({POOL} if prefect_file == "prefect.yaml" else {"kbflow-k8s"})
+    if prefect_file != "prefect.yaml":
+        env = deployments["kbflow-job"]["work_pool"]["job_variables"]["env"]
+        assert {"KBFLOW_DATABASE_URL", "KBFLOW_QDRANT_URL", "PREFECT_API_URL"} <= set(env)

@@ -1,0 +1,122 @@
+"""The three calls the `prefect` job runner makes to a Prefect server, over its REST API.
+
+Start a run of a deployment, and read a flow run's state: what
+``prefect.deployments.run_deployment(name, parameters=..., timeout=0)`` and
+``PrefectClient.read_flow_run`` do, spoken with httpx so that `kbflow serve`, which submits and
+reads jobs, never imports Prefect (tests/test_layers.py). The server is ``PREFECT_API_URL`` from
+the environment; ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (a server
+started with basic auth) authenticate as Prefect's own client does.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from core.errors import ConfigError, JobRunnerUnavailable
+
+TIMEOUT_S = 10.0
+FAILED_TYPES = frozenset({"FAILED", "CRASHED", "CANCELLED"})
+"""Final flow run states in which a job did not get done."""
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A flow run's state as the server has it: ``type`` (COMPLETED, CRASHED, …), its display
+    ``name`` and its ``message``."""
+
+    type: str
+    name: str
+    message: str | None
+
+
+def api_url() -> str:
+    """``PREFECT_API_URL``; raises JobRunnerUnavailable saying how to set one up when unset."""
+    url = os.environ.get("PREFECT_API_URL", "").strip()
+    if not url:
+        raise JobRunnerUnavailable(
+            "KBFLOW_JOB_RUNNER=prefect needs a Prefect server: PREFECT_API_URL is unset. Start "
+            "one (`kbflow server`), export PREFECT_API_URL=http://127.0.0.1:4200/api, deploy "
+            "the job flow (`prefect deploy --name kbflow-job`) and start a worker (`prefect "
+            "worker start --pool kbflow-process`) — or set KBFLOW_JOB_RUNNER=process."
+        )
+    return url.rstrip("/")
+
+
+def _client(url: str) -> httpx.Client:
+    headers: dict[str, str] = {}
+    if auth := os.environ.get("PREFECT_API_AUTH_STRING"):
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
+    elif key := os.environ.get("PREFECT_API_KEY"):
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT_S)
+
+
+def _checked(response: httpx.Response, what: str) -> Any:
+    if response.is_error:
+        raise JobRunnerUnavailable(
+            f"the Prefect server at {response.request.url.copy_with(path='/')} refused to "
+            f"{what}: HTTP {response.status_code} {response.text[:300]}"
+        )
+    return response.json()
+
+
+def deployment_id(url: str, name: str) -> str:
+    """The id of deployment ``name`` (FLOW/DEPLOYMENT); JobRunnerUnavailable when the server
+    has none (ConfigError when ``name`` is not FLOW/DEPLOYMENT)."""
+    flow_name, sep, deployment = name.partition("/")
+    if not (flow_name and sep and deployment):
+        raise ConfigError(
+            f"KBFLOW_JOB_DEPLOYMENT must be FLOW/DEPLOYMENT, e.g. kbflow-job/kbflow-job. "
+            f"Currently {name!r}."
+        )
+    try:
+        with _client(url) as client:
+            response = client.get(f"/deployments/name/{flow_name}/{deployment}")
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(
+            f"the Prefect server at {url} (PREFECT_API_URL) did not answer: {exc} — start it "
+            "(`kbflow server`) or fix PREFECT_API_URL"
+        ) from exc
+    if response.status_code == 404:
+        raise JobRunnerUnavailable(
+            f"the Prefect server at {url} has no deployment {name!r} to run background jobs "
+            "on: run `prefect deploy --name kbflow-job` from the kbflow repo and start a "
+            "worker (`prefect worker start --pool kbflow-process`), or set "
+            "KBFLOW_JOB_DEPLOYMENT to the deployment you made."
+        )
+    return str(_checked(response, f"read deployment {name!r}")["id"])
+
+
+def start_run(url: str, deployment: str, parameters: dict[str, Any], *, key: str) -> str:
+    """Schedule a run of ``deployment`` (an id) with ``parameters``; returns its flow run id.
+
+    ``key`` is the run's idempotency key: asking twice with one key gives the same run.
+    """
+    body = {"parameters": parameters, "idempotency_key": key}
+    try:
+        with _client(url) as client:
+            response = client.post(f"/deployments/{deployment}/create_flow_run", json=body)
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
+    return str(_checked(response, f"start a run of deployment {deployment}")["id"])
+
+
+def run_state(url: str, flow_run_id: str) -> RunState | None:
+    """The flow run's current state (None before it has one); JobRunnerUnavailable when the
+    server does not answer or does not know the run."""
+    try:
+        with _client(url) as client:
+            response = client.get(f"/flow_runs/{flow_run_id}")
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
+    state = _checked(response, f"read flow run {flow_run_id}").get("state")
+    if not state:
+        return None
+    return RunState(
+        type=state["type"], name=state.get("name") or state["type"], message=state.get("message")
+    )
