@@ -166,6 +166,7 @@ def test_points_only_the_destination_has_fail_the_check_until_replace(
     assert report["matched"] is True
 
 
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version")  # the unreachable URL
 def test_bad_requests_fail_clearly_and_lose_nothing(
     home_with_points: dict[str, int], settings: Settings, tmp_path: Path
 ) -> None:
