@@ -19,8 +19,8 @@ from typing import Any
 
 from core.errors import StoreBusy, StoreError
 from core.models import ChunkPoint, SparseVec, StoredHit
-from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_edge_filter
-from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
+from sinks.gate import Gate, to_edge_filter
+from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, sort_hits
 
 log = logging.getLogger(__name__)
 
@@ -94,25 +94,18 @@ class QdrantEdgeStore:
 
         have = set() if fresh else set(dict(self._shard.info().payload_schema or {}))
         made = False
-        if "org_id" not in have:
-            self._shard.update(
-                qe.UpdateOperation.create_field_index(
-                    "org_id", qe.KeywordIndexParams(is_tenant=True)
-                )
-            )
+        for index in PAYLOAD_INDEXES:
+            if index.field in have:
+                continue
+            schema: Any
+            if index.tenant:
+                schema = qe.KeywordIndexParams(is_tenant=True)
+            elif index.kind == "datetime":
+                schema = qe.PayloadSchemaType.Datetime
+            else:
+                schema = qe.PayloadSchemaType.Keyword
+            self._shard.update(qe.UpdateOperation.create_field_index(index.field, schema))
             made = True
-        for name in GATED_KEYWORD_FIELDS:
-            if name not in have and name != "org_id":
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword)
-                )
-                made = True
-        for name in GATED_DATETIME_FIELDS:
-            if name not in have:
-                self._shard.update(
-                    qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Datetime)
-                )
-                made = True
         if made:
             self._shard.flush()
 
@@ -234,14 +227,21 @@ class QdrantEdgeStore:
             if offset is None:
                 return
 
-    def export_points(self, batch: int = 1000) -> Iterator[ChunkPoint]:
-        """Every point with its vectors and payload (for copying a store, and benchmarks)."""
+    def export_points(self, org_id: str | None = None, batch: int = 1000) -> Iterator[ChunkPoint]:
+        """Every point (of one org, if given) with its vectors and payload (for copying a
+        store, and benchmarks)."""
         import qdrant_edge as qe
 
         offset = None
         while True:
             records, offset = self._shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=batch, with_payload=True, with_vector=True)
+                qe.ScrollRequest(
+                    offset=offset,
+                    limit=batch,
+                    filter=_org_filter(org_id),
+                    with_payload=True,
+                    with_vector=True,
+                )
             )
             for r in records:
                 vectors = r.vector or {}
@@ -257,13 +257,17 @@ class QdrantEdgeStore:
             if offset is None:
                 return
 
+    def delete_org(self, org_id: str) -> None:
+        """Remove every point of one org (a copy that replaces the org's points)."""
+        import qdrant_edge as qe
+
+        self._shard.update(qe.UpdateOperation.delete_points_by_filter(_org_filter(org_id)))
+        self._shard.flush()
+
     def count(self, org_id: str | None = None) -> int:
         import qdrant_edge as qe
 
-        flt = None
-        if org_id is not None:
-            flt = qe.Filter(must=[qe.FieldCondition(key="org_id", match=qe.MatchValue(org_id))])
-        return int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
+        return int(self._shard.count(qe.CountRequest(exact=True, filter=_org_filter(org_id))))
 
     def optimize(self) -> None:
         started = time.perf_counter()
@@ -287,6 +291,15 @@ def _doc_filter(doc_id: str) -> Any:
     import qdrant_edge as qe
 
     return qe.Filter(must=[qe.FieldCondition(key="doc_id", match=qe.MatchValue(doc_id))])
+
+
+def _org_filter(org_id: str | None) -> Any:
+    """Every point of one org (maintenance: counts and copies; never a gate), or None."""
+    import qdrant_edge as qe
+
+    if org_id is None:
+        return None
+    return qe.Filter(must=[qe.FieldCondition(key="org_id", match=qe.MatchValue(org_id))])
 
 
 def _edge_config() -> Any:

@@ -1,19 +1,23 @@
-"""Qdrant through qdrant-client: a Qdrant server by URL (at scale) or ``:memory:`` (tests).
+"""Qdrant through qdrant-client: a Qdrant server by URL (at scale), or qdrant-client's local
+mode in-process — ``:memory:`` or a folder as ``file:///path`` (tests, copies, benchmarks).
 
-Same collection layout and the same gate as the embedded Edge store, so congruence tests can run
-one query on both and compare.
+Same collection layout, the same payload indexes (`sinks.vectors.PAYLOAD_INDEXES`) and the same
+gate as the embedded Edge store, so congruence tests can run one query on both and compare.
+Local mode accepts payload indexes but ignores them (it filters in Python); they are still
+created there, so the code that creates them runs on every path.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.errors import StoreError
 from core.models import ChunkPoint, SparseVec, StoredHit
-from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate, to_qdrant_filter
-from sinks.vectors import DENSE, DENSE_DIM, SPARSE, sort_hits
+from sinks.gate import Gate, to_qdrant_filter
+from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, PayloadIndex, sort_hits
 
 log = logging.getLogger(__name__)
 
@@ -29,47 +33,56 @@ class QdrantServerStore:
     def connect(
         cls, url: str, *, collection: str = "kbflow_chunks", api_key: str | None = None
     ) -> QdrantServerStore:
-        """Connect to ``url`` (``:memory:`` for an in-process store) and ensure the collection."""
+        """Connect to ``url`` and ensure the collection and its payload indexes.
+
+        ``url`` is a Qdrant server (``http://host:6333``), ``:memory:`` (in-process, gone on
+        close) or ``file:///path`` (qdrant-client local mode persisted in that folder; one
+        process at a time).
+        """
         from qdrant_client import QdrantClient
 
+        local = local_path(url)
         try:
-            client = (
-                QdrantClient(location=":memory:")
-                if url == ":memory:"
-                else QdrantClient(url=url, api_key=api_key)
-            )
+            if url == ":memory:":
+                client = QdrantClient(location=":memory:")
+            elif local is not None:
+                client = QdrantClient(path=local)
+            else:
+                client = QdrantClient(url=url, api_key=api_key)
             store = cls(client, collection)
-            store._ensure_collection(payload_indexes=url != ":memory:")
+            store._ensure_collection()
         except StoreError:
             raise
         except Exception as exc:
             raise StoreError(
-                f"could not reach Qdrant at {url}: {exc}. Check KBFLOW_QDRANT_URL, or unset it to "
-                "use the embedded store."
+                f"could not reach Qdrant at {url}: {exc}. Check the URL (KBFLOW_QDRANT_URL), "
+                "or unset it to use the embedded store."
             ) from exc
         return store
 
-    def _ensure_collection(self, *, payload_indexes: bool = True) -> None:
+    def _ensure_collection(self) -> None:
+        """Create the collection if it is missing, then every payload index it lacks (a field
+        the gate started filtering on after the collection was made)."""
         from qdrant_client import models as qm
 
-        if self._client.collection_exists(self.collection):
-            return
-        self._client.create_collection(
-            self.collection,
-            vectors_config={DENSE: qm.VectorParams(size=DENSE_DIM, distance=qm.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-        )
-        if not payload_indexes:  # local mode filters in Python and ignores indexes
-            return
-        for name in GATED_KEYWORD_FIELDS:
-            schema: Any = qm.PayloadSchemaType.KEYWORD
-            if name == "org_id":
-                schema = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
-            self._client.create_payload_index(self.collection, name, field_schema=schema)
-        for name in GATED_DATETIME_FIELDS:
-            self._client.create_payload_index(
-                self.collection, name, field_schema=qm.PayloadSchemaType.DATETIME
+        if not self._client.collection_exists(self.collection):
+            self._client.create_collection(
+                self.collection,
+                vectors_config={
+                    DENSE: qm.VectorParams(size=DENSE_DIM, distance=qm.Distance.COSINE)
+                },
+                sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
             )
+        have = set(self._client.get_collection(self.collection).payload_schema or {})
+        with warnings.catch_warnings():
+            # Local mode warns that indexes have no effect there; the call is still made so
+            # the same code runs in tests as against a server.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            for index in PAYLOAD_INDEXES:
+                if index.field not in have:
+                    self._client.create_payload_index(
+                        self.collection, index.field, field_schema=_index_schema(index), wait=True
+                    )
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
         from qdrant_client import models as qm
@@ -197,14 +210,38 @@ class QdrantServerStore:
             if offset is None:
                 return
 
-    def count(self, org_id: str | None = None) -> int:
-        from qdrant_client import models as qm
-
-        flt = None
-        if org_id is not None:
-            flt = qm.Filter(
-                must=[qm.FieldCondition(key="org_id", match=qm.MatchValue(value=org_id))]
+    def export_points(self, org_id: str | None = None, batch: int = 1000) -> Iterator[ChunkPoint]:
+        """Every point (of one org, if given) with its vectors and payload, for copying."""
+        offset = None
+        while True:
+            records, offset = self._client.scroll(
+                self.collection,
+                scroll_filter=_org_filter(org_id),
+                limit=batch,
+                offset=offset,
+                with_payload=True,
+                with_vectors=True,
             )
+            for r in records:
+                vectors = r.vector if isinstance(r.vector, dict) else {}
+                sparse = vectors.get(SPARSE)
+                yield ChunkPoint(
+                    point_id=str(r.id),
+                    dense=[float(x) for x in vectors.get(DENSE) or []],
+                    sparse=SparseVec(list(sparse.indices), list(sparse.values))
+                    if sparse is not None
+                    else SparseVec([], []),
+                    payload=dict(r.payload or {}),
+                )
+            if offset is None:
+                return
+
+    def delete_org(self, org_id: str) -> None:
+        """Remove every point of one org (a copy that replaces the org's points)."""
+        self._client.delete(self.collection, points_selector=_org_filter(org_id), wait=True)
+
+    def count(self, org_id: str | None = None) -> int:
+        flt = _org_filter(org_id)
         return int(self._client.count(self.collection, count_filter=flt, exact=True).count)
 
     def optimize(self) -> None:
@@ -212,3 +249,30 @@ class QdrantServerStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def local_path(url: str) -> str | None:
+    """The folder of a ``file://`` URL (qdrant-client local mode), else None."""
+    if not url.startswith("file:"):
+        return None
+    path = url.removeprefix("file://") if url.startswith("file://") else url.removeprefix("file:")
+    return path or None
+
+
+def _org_filter(org_id: str | None) -> Any:
+    from qdrant_client import models as qm
+
+    if org_id is None:
+        return None
+    return qm.Filter(must=[qm.FieldCondition(key="org_id", match=qm.MatchValue(value=org_id))])
+
+
+def _index_schema(index: PayloadIndex) -> Any:
+    """The qdrant-client schema of one of `PAYLOAD_INDEXES`."""
+    from qdrant_client import models as qm
+
+    if index.tenant:
+        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+    if index.kind == "datetime":
+        return qm.PayloadSchemaType.DATETIME
+    return qm.PayloadSchemaType.KEYWORD

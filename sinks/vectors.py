@@ -9,15 +9,33 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from core.models import ChunkPoint, SparseVec, StoredHit
-from sinks.gate import Gate
+from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate
 
 DENSE = "dense"
 SPARSE = "bm25"
 DENSE_DIM = 384
 _POINT_NAMESPACE = uuid.UUID("6f1c7a52-5b8e-4b0e-9a53-2f8d0c1e7b11")
+
+
+@dataclass(frozen=True)
+class PayloadIndex:
+    """One payload index every store creates: a keyword or datetime index on ``field``;
+    ``tenant`` marks the org key, which Qdrant uses to keep each org's points together."""
+
+    field: str
+    kind: Literal["keyword", "datetime"]
+    tenant: bool = False
+
+
+PAYLOAD_INDEXES: tuple[PayloadIndex, ...] = (
+    *(PayloadIndex(f, "keyword", tenant=f == "org_id") for f in GATED_KEYWORD_FIELDS),
+    *(PayloadIndex(f, "datetime") for f in GATED_DATETIME_FIELDS),
+)
+"""The payload indexes of the Edge shard and of a Qdrant collection alike: every gated field."""
 
 
 def point_id_for(chunk_id: str) -> str:

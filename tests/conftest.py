@@ -14,6 +14,7 @@ import os
 os.environ["COLUMNS"] = "250"
 
 import datetime as dt
+import functools
 import ipaddress
 import socket
 import subprocess
@@ -71,8 +72,16 @@ def datasets_dir(*parts: str) -> Path:
 
 
 # What the tests themselves read: where the datasets are, the session's home, where the browser
-# test saves its screenshots (`make screenshots`), and which Chromium it drives.
-KEPT_ENV = ("KBFLOW_DATASETS", "KBFLOW_TEST_HOME", "KBFLOW_UI_SCREENSHOTS", "KBFLOW_CHROMIUM")
+# test saves its screenshots (`make screenshots`), which Chromium it drives, and the Qdrant
+# server the live store tests run against (tests/sinks/test_qdrant_live.py).
+KEPT_ENV = (
+    "KBFLOW_DATASETS",
+    "KBFLOW_TEST_HOME",
+    "KBFLOW_UI_SCREENSHOTS",
+    "KBFLOW_CHROMIUM",
+    "KBFLOW_TEST_QDRANT_URL",
+    "KBFLOW_TEST_QDRANT_API_KEY",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -90,6 +99,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """Refuse connections to anything but loopback (Prefect's test server lives there)."""
     real_connect = socket.socket.connect
+    allowed = _live_qdrant_addresses()
 
     def guarded(self: socket.socket, address: Any) -> Any:
         if self.family in (socket.AF_INET, socket.AF_INET6):
@@ -98,11 +108,26 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
                 loopback = ipaddress.ip_address(host).is_loopback
             except ValueError:
                 loopback = host == "localhost"
-            if not loopback:
+            if not loopback and host not in allowed:
                 raise OSError(f"network access blocked in tests: {address!r}")
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@functools.cache
+def _live_qdrant_addresses() -> frozenset[str]:
+    """The addresses of the Qdrant server in KBFLOW_TEST_QDRANT_URL: the one remote host the
+    live store tests may reach (none when it is unset)."""
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("KBFLOW_TEST_QDRANT_URL", "")).hostname
+    if not host:
+        return frozenset()
+    try:
+        return frozenset({host} | {str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return frozenset({host})
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from core import ids
 from core.models import DocStatus, SearchMode
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json, snippet
-from kbflow.render import console, err_console
-from kbflow.services import catalog
+from kbflow.render import console, err_console, stage_progress
+from kbflow.services import catalog, stores
 from kbflow.services import search as service
 
 commands = typer.Typer()
@@ -145,3 +145,93 @@ def store_optimize(settings: Settings) -> None:
     """Build the vector indexes (slow at scale: run it as maintenance, not during queries)."""
     count = catalog.optimize_store(settings)
     console.print(f"optimized: {count} points")
+
+
+@store_app.command("migrate")
+@command
+def store_migrate(
+    settings: Settings,
+    org: OrgOpt,
+    to_url: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="Copy to this Qdrant (http://host:6333, or file:///folder for qdrant-client "
+            "local mode). Omitted: the embedded store of KBFLOW_HOME.",
+        ),
+    ] = None,
+    from_url: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Copy from this Qdrant. Omitted: the embedded store of KBFLOW_HOME.",
+        ),
+    ] = None,
+    collection: Annotated[
+        str | None,
+        typer.Option(
+            help="Qdrant collection on the URL side(s) (default KBFLOW_QDRANT_COLLECTION)."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="API key of the Qdrant server(s) (default KBFLOW_QDRANT_API_KEY).",
+        ),
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Points per upsert.")] = 256,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Delete the org's points in the destination first, so its copy is exactly "
+            "the source's (without it, points only the destination has are kept and reported).",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy an org's points (vectors and payload, same ids) between the embedded store and a
+    Qdrant server, then check the counts per org and per status.
+
+    `--to URL` copies from the embedded store to the server; `--from URL` copies back into the
+    embedded store. Safe to re-run (upsert by point id). Exits 1 when the counts differ. Stop
+    `kbflow serve` first: the copy opens the embedded store as its owner.
+    """
+    with stage_progress(enabled=not as_json and err_console.is_terminal) as progress:
+        report = stores.migrate_org(
+            settings,
+            org,
+            to_url=to_url,
+            from_url=from_url,
+            collection=collection,
+            api_key=api_key,
+            batch=batch,
+            replace=replace,
+            progress=progress,
+        )
+    if as_json:
+        print_json(report)
+    else:
+        console.print(
+            f"copied {report.copied} points of org [bold]{escape(org)}[/bold] from "
+            f"{escape(report.source)} to {escape(report.destination)}"
+            + (f" (replaced {report.replaced})" if report.replaced else "")
+            + f" in {report.seconds:.1f}s"
+        )
+        table = Table(title="points per status")
+        for col in ("status", "source", "destination"):
+            table.add_column(col)
+        statuses = sorted(set(report.source_by_status) | set(report.destination_by_status))
+        for status in statuses:
+            table.add_row(
+                escape(status),
+                str(report.source_by_status.get(status, 0)),
+                str(report.destination_by_status.get(status, 0)),
+            )
+        table.add_row("all", str(report.source_count), str(report.destination_count))
+        console.print(table)
+    if not report.matched:
+        for problem in report.problems:
+            err_console.print(f"[red]error:[/red] {escape(problem)}", soft_wrap=True)
+        raise typer.Exit(1)

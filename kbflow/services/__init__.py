@@ -14,6 +14,7 @@ errors are `core.errors.KbflowError`s that name the bad value.
 | `orgs` | orgs, account managers, users and roles |
 | `tokens` | API tokens: create (the secret once), list, revoke |
 | `catalog` | documents, collections, agents; vector store maintenance |
+| `stores` | copy an org's points between the embedded store and a Qdrant server |
 | `review` | drafts, decisions, the review flow, the audit log, reconcile |
 | `research` | seed bundles and research runs |
 | `seeds` | seed bundles and who may run research (the part of `research` without Prefect) |
