@@ -178,6 +178,26 @@ def blank_database_url(path: Path) -> str:
     return url
 
 
+def warehouse_database_url() -> str:
+    """A PostgreSQL database for the eval warehouse and ledger, apart from the registry's (whose
+    tables every test empties), its ``evals`` and ``ledger`` schemas dropped; skips the test
+    when no KBFLOW_TEST_DATABASE_URL is set (`make test-postgres` sets one)."""
+    if not ON_POSTGRES:
+        pytest.skip("needs PostgreSQL: set KBFLOW_TEST_DATABASE_URL, or run `make test-postgres`")
+    from sqlalchemy import create_engine, text
+
+    url = _worker_database_url("warehouse")
+    _ensure_database(url)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA IF EXISTS evals CASCADE"))
+            conn.execute(text("DROP SCHEMA IF EXISTS ledger CASCADE"))
+    finally:
+        engine.dispose()
+    return url
+
+
 def sqlite_only(reason: str) -> None:
     """Skip the test in the PostgreSQL pass: what it checks exists only in SQLite."""
     if ON_POSTGRES:
