@@ -366,10 +366,14 @@ class Ledger:
         )
 
     def _busy(self, action: str) -> LedgerError:
+        why = (
+            "DuckDB allows one writer per file"
+            if self.destination.is_duckdb
+            else "one writer per kbflow home"
+        )
         return LedgerError(
-            f"could not {action}: another process is writing the ledger {self.path} "
-            f"(DuckDB allows one writer per file; waited {self.lock_wait_s:g} s) — retry when "
-            "it finishes"
+            f"could not {action}: another process is writing the ledger {self.where} "
+            f"({why}; waited {self.lock_wait_s:g} s) — retry when it finishes"
         )
 
 

@@ -28,6 +28,11 @@ from tests.kbflow.test_answers import QUESTION, answer_question
 from tests.sinks.test_ledger import ANSWERED, OTHER_ORG, REFUSED, T0
 from tests.tasks.answer.test_answer import index_handbook
 
+# dlt's own sqlalchemy merge job trips a SQLAlchemy deprecation warning; nothing of ours.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:implicitly coercing SELECT:sqlalchemy.exc.SAWarning"
+)
+
 
 @pytest.fixture
 def url() -> str:
