@@ -413,5 +413,14 @@ def _dlt_cause(exc: BaseException) -> str:
     traceback of its database error (``failed_message``), whose last line is the error."""
     traceback = getattr(exc, "failed_message", None)
     if isinstance(traceback, str) and traceback.strip():
-        return traceback.strip().splitlines()[-1]
+        lines = traceback.strip().splitlines()
+        # A SQLAlchemy error (dlt's sqlalchemy destination) ends in its SQL (maybe several
+        # lines), parameters and a link, after the server's DETAIL: the error is above them.
+        sql_at = next((i for i, line in enumerate(lines) if line.startswith("[SQL:")), None)
+        said = [
+            line
+            for line in lines[:sql_at]
+            if line.strip() and not line.startswith(("(Background on this error", "DETAIL:"))
+        ]
+        return (said or lines)[-1]
     return str(exc)

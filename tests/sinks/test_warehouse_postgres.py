@@ -7,6 +7,7 @@ The PostgreSQL tests run in the second pass (`make test-postgres`) and skip with
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from sinks.registry import SqlRegistry
 from tests.conftest import free_port, warehouse_database_url
 from tests.evals.test_warehouse import NEW, OLD, make_record
 from tests.kbflow.test_answers import QUESTION, answer_question
-from tests.sinks.test_ledger import ANSWERED, OTHER_ORG, REFUSED, T0
+from tests.sinks.test_ledger import ANSWERED, KEYS, OTHER_ORG, REFUSED, T0, make_turn
 from tests.tasks.answer.test_answer import index_handbook
 
 # dlt's own sqlalchemy merge job trips a SQLAlchemy deprecation warning; nothing of ours.
@@ -113,6 +114,70 @@ def test_turns_record_into_postgres_and_read_back_exactly(tmp_path: Path, url: s
     assert all(row["created_at"].utcoffset() == timedelta(0) for row in cited)
     assert count(url, "SELECT count(*) FROM ledger.ledger_turns") == 3
     assert not ledger_path(tmp_path / "home").exists()
+
+
+def execute(url: str, sql: str) -> list[tuple[Any, ...]]:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(sql))
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def half_written_turns(url: str) -> set[str]:
+    """Turns holding a row from a dlt load that never finished (not in ``_dlt_loads``)."""
+    return {
+        turn_id
+        for table in KEYS
+        for (turn_id,) in execute(
+            url,
+            f"SELECT turn_id FROM ledger.{table} WHERE _dlt_load_id NOT IN"
+            " (SELECT load_id FROM ledger._dlt_loads WHERE status = 0)",
+        )
+    }
+
+
+def test_a_load_that_fails_half_way_shows_nothing_of_the_turn_in_postgres(
+    tmp_path: Path, url: str
+) -> None:
+    """tests/sinks/test_ledger.py's half-way failure, on PostgreSQL: the reads skip the turn
+    and the next record deletes it, through the same destination the loads went to."""
+    ledger = Ledger(tmp_path / "home", url=url)
+    first = make_turn("turn-1", T0, cited=("doc-a",))
+    ledger.record(first)
+    execute(url, "CREATE UNIQUE INDEX one_per_doc ON ledger.ledger_citations (doc_id)")
+    new = make_turn("turn-2", T0 + timedelta(hours=1), cited=("doc-b", "doc-b"))
+    again = dataclasses.replace(first, outcome="refused", citations=first.citations * 2)
+
+    with pytest.raises(LedgerError, match=r"could not record turn 'turn-2'.*duplicate key"):
+        ledger.record(new)
+    with pytest.raises(LedgerError, match=r"could not record turn 'turn-1'"):
+        ledger.record(again)
+
+    half_written = half_written_turns(url)
+    assert half_written <= {"turn-1", "turn-2"}
+    with pytest.raises(NotFound, match="no turn 'turn-2'"):
+        ledger.get_turn("turn-2")
+    if "turn-1" in half_written:
+        with pytest.raises(NotFound, match=r"no turn 'turn-1' .* failed half-way: record it"):
+            ledger.get_turn("turn-1")
+        intact = []
+    else:
+        assert ledger.get_turn("turn-1") == first
+        intact = ["turn-1"]
+    assert [r["turn_id"] for r in ledger.turns()] == intact
+
+    execute(url, "DROP INDEX ledger.one_per_doc")
+    later = make_turn("turn-3", T0 + timedelta(hours=2))
+    ledger.record(later)
+    assert half_written_turns(url) == set()
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-3", *intact]
+    ledger.record(new)
+    ledger.record(again)
+    assert ledger.get_turn("turn-2") == new
+    assert ledger.get_turn("turn-1") == again
 
 
 @pytest.fixture
