@@ -26,6 +26,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         None, description="Registry URL (SQLAlchemy). Default: SQLite at <home>/registry.db."
     )
+    warehouse_url: str | None = Field(
+        None,
+        description="Database for the eval warehouse and the answer ledger (SQLAlchemy URL, "
+        "e.g. postgresql://user:password@host/kbflow; loaded through dlt). Unset: DuckDB files "
+        "under <home>/warehouse.",
+    )
     qdrant_url: str | None = Field(
         None, description="Qdrant server URL. Unset: embedded Qdrant Edge under <home>/vectors."
     )

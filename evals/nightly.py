@@ -30,7 +30,8 @@ def eval_dataset_task(folder: str, split: str | None, modes: str | None) -> Eval
 
 @task(name="record-eval", cache_policy=NO_CACHE)
 def record_eval_task(result: EvalResult) -> dict[str, int]:
-    return write_eval(result.record, home=Settings().home)
+    settings = Settings()
+    return write_eval(result.record, home=settings.home, url=settings.warehouse_url)
 
 
 @flow(name="nightly-eval")

@@ -1,6 +1,8 @@
 """Eval results in DuckDB, loaded through dlt, and their history over time.
 
-Every retrieval eval run is written to ``<home>/warehouse/kbflow.duckdb`` (dataset ``evals``):
+Every retrieval eval run is written to ``<home>/warehouse/kbflow.duckdb`` (dataset ``evals``),
+or to schema ``evals`` of the database at ``KBFLOW_WAREHOUSE_URL`` when that is set (reads go to
+the same place: ``sinks.warehouse.reading``):
 
 - ``eval_runs``: one row per (run, mode) with the mean of each metric;
 - ``eval_queries``: one row per (run, mode, query) with that query's metrics.
@@ -31,11 +33,12 @@ from typing import Any
 from core.errors import ConfigError, KbflowError
 from evals.metrics import METRICS
 from sinks.warehouse import (
+    Destination,
+    destination,
+    dlt_pipeline,
     drop_unfinished_loads,
-    duckdb_pipeline,
     is_lock_error,
-    read_only_connection,
-    table_exists,
+    reading,
     without_dlt_usage_tracking,
 )
 
@@ -112,8 +115,17 @@ def warehouse_path(home: Path) -> Path:
     return home / "warehouse" / "kbflow.duckdb"
 
 
+def warehouse_destination(home: Path, url: str | None = None) -> Destination:
+    """Where eval results live: ``warehouse_path(home)``, or the database at ``url``.
+
+    Raises:
+        ConfigError: ``url`` is not a database URL.
+    """
+    return destination(warehouse_path(home), url)
+
+
 def write_eval(
-    record: EvalRecord, *, home: Path, pipelines_dir: Path | None = None
+    record: EvalRecord, *, home: Path, pipelines_dir: Path | None = None, url: str | None = None
 ) -> dict[str, int]:
     """Load one eval run into the warehouse (idempotent per run id).
 
@@ -123,6 +135,7 @@ def write_eval(
         record: The run to store.
         home: kbflow's data directory; the warehouse is ``warehouse_path(home)``.
         pipelines_dir: Where dlt keeps the pipeline's own state. Default: ``<home>/dlt``.
+        url: A SQL database to load into instead (``KBFLOW_WAREHOUSE_URL``).
 
     Returns:
         Rows written per table: ``{"eval_runs": n, "eval_queries": m}``.
@@ -135,9 +148,10 @@ def write_eval(
     runs = _run_rows(record)
     queries = list(_query_rows(record))
     pipeline_home = pipelines_dir if pipelines_dir is not None else home / "dlt"
-    path = warehouse_path(home)
-    pipeline = duckdb_pipeline(
-        PIPELINE_NAME, database=path, dataset=DATASET_NAME, pipelines_dir=pipeline_home
+    target = warehouse_destination(home, url)
+    path = target.where
+    pipeline = dlt_pipeline(
+        PIPELINE_NAME, target=target, dataset=DATASET_NAME, pipelines_dir=pipeline_home
     )
     import dlt
     from dlt.pipeline.exceptions import PipelineStepFailed
@@ -181,7 +195,7 @@ def write_eval(
 
 
 def read_history(
-    home: Path, dataset: str | None = None, mode: str | None = None
+    home: Path, dataset: str | None = None, mode: str | None = None, *, url: str | None = None
 ) -> list[dict[str, Any]]:
     """Stored ``eval_runs`` rows, oldest first; ``[]`` when nothing has been written yet.
 
@@ -193,12 +207,15 @@ def read_history(
         home: kbflow's data directory.
         dataset: Only runs of this dataset.
         mode: Only rows of this retrieval mode.
+        url: The SQL database the runs were loaded into (``KBFLOW_WAREHOUSE_URL``).
 
     Raises:
-        WarehouseError: Another process is writing the warehouse.
+        WarehouseError: Another process is writing the warehouse, or its database cannot be
+            reached.
     """
-    path = warehouse_path(home)
-    if not path.exists():
+    target = warehouse_destination(home, url)
+    path = target.where
+    if not target.may_hold_data():
         return []
     filters = {"dataset": dataset, "mode": mode}
     where = [f"{column} = ?" for column, value in filters.items() if value is not None]
@@ -209,14 +226,14 @@ def read_history(
         + (f" WHERE {' AND '.join(where)}" if where else "")
         + " ORDER BY started_at, run_id, mode"
     )
-    with read_only_connection(
-        path,
+    with reading(
+        target,
         on_lock=lambda: _locked(path, "read eval history"),
-        on_error=lambda exc: WarehouseError(f"could not open the eval warehouse {path}: {exc}"),
+        on_error=lambda exc: _unreachable(target, exc),
     ) as con:
-        if not table_exists(con, DATASET_NAME, RUNS_TABLE):
+        if RUNS_TABLE not in con.tables(DATASET_NAME):
             return []
-        result = con.execute(sql, params).fetchall()
+        result = con.execute(sql, params)
     rows = [dict(zip(_HISTORY_COLUMNS, values, strict=True)) for values in result]
     for row in rows:
         row["started_at"] = row["started_at"].astimezone(UTC)
@@ -224,13 +241,15 @@ def read_history(
     return rows
 
 
-def latest(home: Path, dataset: str) -> dict[str, dict[str, float]] | None:
+def latest(
+    home: Path, dataset: str, *, url: str | None = None
+) -> dict[str, dict[str, float]] | None:
     """Means of the most recent run of ``dataset``: mode -> metric ("mrr@10", ...) -> value.
 
     Shaped like :attr:`EvalRecord.modes`, so a new run can be compared with it directly.
     Metrics the run did not record are left out. ``None`` when the dataset has no runs.
     """
-    rows = read_history(home, dataset=dataset)
+    rows = read_history(home, dataset=dataset, url=url)
     if not rows:
         return None
     newest = max(rows, key=lambda row: (row["started_at"], row["run_id"]))
@@ -345,7 +364,17 @@ def _metric_values(metrics: dict[str, float], where: str) -> dict[str, float | N
     return {column: metrics.get(metric) for metric, column in METRIC_COLUMNS.items()}
 
 
-def _locked(path: Path, action: str) -> WarehouseError:
+def _unreachable(target: Destination, exc: Exception) -> WarehouseError:
+    if target.is_duckdb:
+        return WarehouseError(f"could not open the eval warehouse {target.where}: {exc}")
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return WarehouseError(
+        f"could not reach the eval warehouse database {target.where}: {first} — check "
+        "KBFLOW_WAREHOUSE_URL and that the server is up"
+    )
+
+
+def _locked(path: Path | str, action: str) -> WarehouseError:
     return WarehouseError(
         f"could not {action}: another process is writing the eval warehouse {path} "
         "(DuckDB allows one writer per file) — wait for it to finish and retry"

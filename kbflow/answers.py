@@ -119,7 +119,7 @@ def _agent_turn(
         config=config,
         no_model_reason=why,
     )
-    (ledger or Ledger(ctx.settings.home)).record(turn)
+    (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
     return turn.output
 
 
@@ -133,7 +133,7 @@ def replay_turn(
 ) -> tuple[Replay, str | None]:
     """Re-run a recorded turn's synthesis with its recorded model; returns a note when
     ``prompt`` cannot apply (the offline model has no prompt)."""
-    turn = (ledger or Ledger(settings.home)).get_turn(turn_id)
+    turn = (ledger or Ledger(settings.home, url=settings.warehouse_url)).get_turn(turn_id)
     check_replayable(turn)
     recorded = turn.replay_input
     model: KnowledgeModel | None
@@ -172,7 +172,7 @@ def provenance(
         NotFound: ``doc_id`` is neither in the registry nor cited by any recorded answer (a
             document deleted after it was cited is still traced, its answers flagged stale).
     """
-    ledger = ledger or Ledger(settings.home)
+    ledger = ledger or Ledger(settings.home, url=settings.warehouse_url)
     rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, org_id=org_id, since=since)
     known = registry.get_documents([doc_id]) if doc_id else {}
     if org_id is not None:

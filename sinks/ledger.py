@@ -1,6 +1,8 @@
 """The answer ledger: every agent turn in DuckDB, loaded through dlt, and read back.
 
-Turns live in ``<home>/warehouse/kbflow_ledger.duckdb`` (dataset ``ledger``), a file of their
+Turns live in ``<home>/warehouse/kbflow_ledger.duckdb`` (dataset ``ledger``), or in schema
+``ledger`` of the database at ``KBFLOW_WAREHOUSE_URL`` when that is set (read back through the
+same destination: ``sinks.warehouse.reading``). The DuckDB file is one of their
 own so a nightly eval writing the eval warehouse never blocks answers. The file is not called
 ``ledger.duckdb``: DuckDB names the catalog after the file, and a catalog named like the dataset
 makes ``ledger.<table>`` ambiguous (dlt's second load into it fails). One turn is spread over
@@ -26,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.errors import ConfigError, LedgerError, NotFound
 from core.models import Turn
@@ -52,16 +54,15 @@ from sinks.ledger_rows import (
     turn_to_rows,
 )
 from sinks.warehouse import (
+    SqlReader,
+    destination,
+    dlt_pipeline,
     drop_unfinished_loads,
-    duckdb_pipeline,
     is_lock_error,
-    read_only_connection,
+    reading,
     retry_while_locked,
     without_dlt_usage_tracking,
 )
-
-if TYPE_CHECKING:
-    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -93,19 +94,27 @@ class Ledger:
         home: kbflow's data directory; the ledger is ``ledger_path(home)``.
         pipelines_dir: Where dlt keeps the pipeline's own state. Default: ``<home>/dlt``.
         lock_wait_s: How long a write or read waits for another process to release the file.
+        url: A SQL database to keep the ledger in instead of the DuckDB file (SQLAlchemy URL,
+            ``KBFLOW_WAREHOUSE_URL``); its tables go to schema ``ledger``.
 
     Raises:
-        ConfigError: ``lock_wait_s`` is negative.
+        ConfigError: ``lock_wait_s`` is negative, or ``url`` is not a database URL.
     """
 
     def __init__(
-        self, home: Path, *, pipelines_dir: Path | None = None, lock_wait_s: float = 10.0
+        self,
+        home: Path,
+        *,
+        pipelines_dir: Path | None = None,
+        lock_wait_s: float = 10.0,
+        url: str | None = None,
     ) -> None:
         if lock_wait_s < 0:
             raise ConfigError(
                 f"lock_wait_s must be 0 or more. Currently, the lock_wait_s is {lock_wait_s}"
             )
         self.path = ledger_path(home)
+        self.destination = destination(self.path, url)
         self.pipelines_dir = pipelines_dir if pipelines_dir is not None else home / "dlt"
         self.lock_wait_s = lock_wait_s
 
@@ -131,6 +140,7 @@ class Ledger:
         started = time.perf_counter()
         import duckdb
         from dlt.pipeline.exceptions import PipelineStepFailed
+        from sqlalchemy.exc import SQLAlchemyError
 
         try:
             with _one_writer(self.path.with_name(self.path.name + ".lock"), self.lock_wait_s):
@@ -139,7 +149,7 @@ class Ledger:
                 )
         except BlockingIOError as exc:
             raise self._busy(f"record turn {turn.turn_id!r}") from exc
-        except (PipelineStepFailed, duckdb.Error) as exc:
+        except (PipelineStepFailed, duckdb.Error, SQLAlchemyError) as exc:
             if is_lock_error(exc):
                 raise self._busy(f"record turn {turn.turn_id!r}") from exc
             cause = (
@@ -148,14 +158,14 @@ class Ledger:
                 else str(exc)
             )
             raise LedgerError(
-                f"could not record turn {turn.turn_id!r} in the ledger {self.path}: {cause} — "
+                f"could not record turn {turn.turn_id!r} in the ledger {self.where}: {cause} — "
                 "fix the cause and record the turn again; recording the same turn id replaces "
                 "its rows"
             ) from exc
         log.info(
             "recorded turn %s in %s: %s in %.2f s",
             turn.turn_id,
-            self.path,
+            self.where,
             {table: len(rows) for table, rows in tables.items()},
             time.perf_counter() - started,
         )
@@ -167,9 +177,9 @@ class Ledger:
             NotFound: No turn with this id, its last record failed half-way, or no ledger yet.
             LedgerError: Another process held the ledger for longer than ``lock_wait_s``.
         """
-        if not self.path.exists():
+        if not self.destination.may_hold_data():
             raise NotFound(
-                f"no turn {turn_id!r} in the ledger {self.path} — there is no ledger yet: "
+                f"no turn {turn_id!r} in the ledger {self.where} — there is no ledger yet: "
                 "nothing has been recorded under this home"
             )
         with self._reading() as con:
@@ -177,7 +187,7 @@ class Ledger:
             found = finished_rows(con, tables, TURNS_TABLE, "turn_id = ?", [turn_id])
             if not found:
                 raise NotFound(
-                    f"no turn {turn_id!r} in the ledger {self.path} — "
+                    f"no turn {turn_id!r} in the ledger {self.where} — "
                     + (
                         "its last record failed half-way: record it again"
                         if is_unfinished(con, tables, turn_id)
@@ -223,7 +233,7 @@ class Ledger:
                 f"{doc_ids!r} — pass [{doc_ids!r}]"
             )
         wanted_docs = None if doc_ids is None else list(doc_ids)
-        if wanted_docs == [] or not self.path.exists():
+        if wanted_docs == [] or not self.destination.may_hold_data():
             return []
         where = ["c._dlt_load_id = t._dlt_load_id"]
         params: list[Any] = []
@@ -249,7 +259,7 @@ class Ledger:
                 f" JOIN {DATASET_NAME}.{TURNS_TABLE} t ON t.turn_id = c.turn_id"
                 f" WHERE {' AND '.join(where)} ORDER BY c.created_at DESC, c.turn_id, c.seq",
                 params,
-            ).fetchall()
+            )
         rows = [dict(zip(names, values, strict=True)) for values in result]
         for row in rows:
             row["created_at"] = row["created_at"].astimezone(UTC)
@@ -274,7 +284,7 @@ class Ledger:
         """
         if limit <= 0:
             raise ConfigError(f"limit must be greater than 0. Currently, the limit is {limit}")
-        if not self.path.exists():
+        if not self.destination.may_hold_data():
             return []
         where: list[str] = []
         params: list[Any] = []
@@ -294,7 +304,7 @@ class Ledger:
                 f"SELECT {columns} FROM {DATASET_NAME}.{TURNS_TABLE}"
                 f" WHERE {' AND '.join(where)} ORDER BY created_at DESC, turn_id LIMIT ?",
                 [*params, limit],
-            ).fetchall()
+            )
         rows = [dict(zip(_SUMMARY_COLUMNS, values, strict=True)) for values in result]
         for row in rows:
             row["created_at"] = row["created_at"].astimezone(UTC)
@@ -308,9 +318,9 @@ class Ledger:
         """
         import dlt
 
-        pipeline = duckdb_pipeline(
+        pipeline = dlt_pipeline(
             PIPELINE_NAME,
-            database=self.path,
+            target=self.destination,
             dataset=DATASET_NAME,
             pipelines_dir=self.pipelines_dir,
         )
@@ -329,24 +339,41 @@ class Ledger:
         ]
         with without_dlt_usage_tracking(pipeline):
             drop_unfinished_loads(pipeline, "ledger")
-            delete_unfinished_turns(self.path)
+            delete_unfinished_turns(self.destination, self._unreachable)
             pipeline.run(resources)
 
+    @property
+    def where(self) -> str:
+        """The DuckDB file, or the database URL without its password."""
+        return self.destination.where
+
     @contextmanager
-    def _reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        with read_only_connection(
-            self.path,
+    def _reading(self) -> Iterator[SqlReader]:
+        with reading(
+            self.destination,
             on_lock=lambda: self._busy("read the ledger"),
-            on_error=lambda exc: LedgerError(f"could not open the ledger {self.path}: {exc}"),
+            on_error=self._unreachable,
             wait_s=self.lock_wait_s,
         ) as con:
             yield con
 
-    def _busy(self, action: str) -> LedgerError:
+    def _unreachable(self, exc: Exception) -> LedgerError:
+        if self.destination.is_duckdb:
+            return LedgerError(f"could not open the ledger {self.where}: {exc}")
         return LedgerError(
-            f"could not {action}: another process is writing the ledger {self.path} "
-            f"(DuckDB allows one writer per file; waited {self.lock_wait_s:g} s) — retry when "
-            "it finishes"
+            f"could not reach the ledger database {self.where}: {_first_line(exc)} — check "
+            "KBFLOW_WAREHOUSE_URL and that the server is up"
+        )
+
+    def _busy(self, action: str) -> LedgerError:
+        why = (
+            "DuckDB allows one writer per file"
+            if self.destination.is_duckdb
+            else "one writer per kbflow home"
+        )
+        return LedgerError(
+            f"could not {action}: another process is writing the ledger {self.where} "
+            f"({why}; waited {self.lock_wait_s:g} s) — retry when it finishes"
         )
 
 
@@ -377,10 +404,23 @@ def _one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
         os.close(fd)
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _dlt_cause(exc: BaseException) -> str:
     """What went wrong, in one line where dlt allows: a failed load job carries the whole
     traceback of its database error (``failed_message``), whose last line is the error."""
     traceback = getattr(exc, "failed_message", None)
     if isinstance(traceback, str) and traceback.strip():
-        return traceback.strip().splitlines()[-1]
+        lines = traceback.strip().splitlines()
+        # A SQLAlchemy error (dlt's sqlalchemy destination) ends in its SQL (maybe several
+        # lines), parameters and a link, after the server's DETAIL: the error is above them.
+        sql_at = next((i for i, line in enumerate(lines) if line.startswith("[SQL:")), None)
+        said = [
+            line
+            for line in lines[:sql_at]
+            if line.strip() and not line.startswith(("(Background on this error", "DETAIL:"))
+        ]
+        return (said or lines)[-1]
     return str(exc)

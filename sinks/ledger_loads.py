@@ -10,26 +10,20 @@ deletes such turns outright: they read as not found until recorded again.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from sinks.ledger_rows import DATASET_NAME, TABLES, TURNS_TABLE
-
-if TYPE_CHECKING:
-    import duckdb
+from sinks.warehouse import Destination, SqlReader, writing
 
 log = logging.getLogger(__name__)
 
 _LOADS_TABLE = "_dlt_loads"  # dlt's record of finished loads
 
 
-def ledger_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+def ledger_tables(con: SqlReader) -> set[str]:
     """The tables of the ledger dataset (dlt creates a table only once rows arrive for it)."""
-    found = con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
-        [DATASET_NAME],
-    ).fetchall()
-    return {name for (name,) in found}
+    return con.tables(DATASET_NAME)
 
 
 def readable(tables: set[str]) -> bool:
@@ -50,18 +44,19 @@ def unfinished_turns(tables: set[str]) -> str:
     )
 
 
-def is_unfinished(con: duckdb.DuckDBPyConnection, tables: set[str], turn_id: str) -> bool:
+def is_unfinished(con: SqlReader, tables: set[str], turn_id: str) -> bool:
     """Whether ``turn_id`` holds a row from a load dlt did not finish."""
     if _LOADS_TABLE not in tables or not tables & TABLES.keys():
         return False
     found = con.execute(
-        f"SELECT count(*) FROM ({unfinished_turns(tables)}) WHERE turn_id = ?", [turn_id]
-    ).fetchone()
-    return bool(found and found[0])
+        f"SELECT count(*) FROM ({unfinished_turns(tables)}) AS unfinished WHERE turn_id = ?",
+        [turn_id],
+    )
+    return bool(found and found[0][0])
 
 
 def finished_rows(
-    con: duckdb.DuckDBPyConnection,
+    con: SqlReader,
     tables: set[str],
     table: str,
     where: str,
@@ -77,38 +72,36 @@ def finished_rows(
         f"SELECT {columns} FROM {DATASET_NAME}.{table} WHERE {where}"
         f" AND turn_id NOT IN ({unfinished_turns(tables)}) ORDER BY {order}",
         params,
-    ).fetchall()
+    )
     return [dict(zip(names, values, strict=True)) for values in result]
 
 
-def delete_unfinished_turns(path: Path) -> None:
-    """Delete every row of the turns failed loads left half-written.
+def delete_unfinished_turns(
+    target: Destination, on_error: Callable[[Exception], Exception]
+) -> None:
+    """Delete every row of the turns failed loads left half-written, in one transaction.
 
     Such a turn cannot be repaired (its earlier version may be partly replaced), only recorded
     again. Runs under the writer lock, so no other load is in progress.
     """
-    if not path.exists():
+    if not target.may_hold_data():
         return
-    import duckdb
-
-    with duckdb.connect(str(path)) as con:
+    turn_ids: list[str] = []
+    with writing(target, on_error=on_error) as con:
         tables = ledger_tables(con)
         present = [table for table in TABLES if table in tables]
         if _LOADS_TABLE not in tables or not present:
             return
         # Listed first: deleting table by table would shrink the set half-way through.
-        turn_ids = [turn_id for (turn_id,) in con.execute(unfinished_turns(tables)).fetchall()]
+        turn_ids = [turn_id for (turn_id,) in con.execute(unfinished_turns(tables))]
         if not turn_ids:
             return
-        con.execute("BEGIN TRANSACTION")
+        marks = ", ".join("?" * len(turn_ids))
         for table in present:
-            con.execute(
-                f"DELETE FROM {DATASET_NAME}.{table} WHERE list_contains(?, turn_id)", [turn_ids]
-            )
-        con.execute("COMMIT")
+            con.execute(f"DELETE FROM {DATASET_NAME}.{table} WHERE turn_id IN ({marks})", turn_ids)
     log.warning(
         "deleted %d turn(s) a failed record left half-written in %s: %s",
         len(turn_ids),
-        path,
+        target.where,
         turn_ids[:10],
     )

@@ -1,9 +1,15 @@
-"""dlt into DuckDB, shared by the stores that keep their tables in a DuckDB file.
+"""dlt into DuckDB or a SQL database, shared by the eval warehouse and the answer ledger.
 
 The eval warehouse (``evals/warehouse.py``) and the answer ledger (``sinks/ledger.py``) both load
-rows through dlt and read them back with plain SQL. What they share lives here: a dlt pipeline
-that stays offline and keeps its state under kbflow's home, the test for DuckDB's "another
-process holds this file" error, a bounded retry on that error, and read-only connections.
+rows through dlt and read them back with plain SQL. Where they live is a :class:`Destination`:
+a DuckDB file under kbflow's home by default, or any SQL database SQLAlchemy reaches
+(``KBFLOW_WAREHOUSE_URL``, e.g. PostgreSQL), loaded through dlt's ``sqlalchemy`` destination.
+Every read and every repair goes through :func:`reading` / :func:`writing`, which open the same
+place the loads went to, so a store never reads one place after writing another.
+
+What they share lives here: a dlt pipeline that stays offline and keeps its state under
+kbflow's home, the test for DuckDB's "another process holds this file" error, a bounded retry
+on that error, and read-only connections. The lock handling applies to DuckDB files only.
 
 DuckDB allows ONE writer process per file, and a writer also shuts readers out (a read-only
 connection holds a shared lock that shuts writers out in turn).
@@ -17,14 +23,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from core.errors import ConfigError
 
 if TYPE_CHECKING:
     import duckdb
     from dlt import Pipeline
+    from sqlalchemy import Connection, Engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -197,3 +207,207 @@ def drop_unfinished_loads(pipeline: Any, what: str) -> None:
         pipeline.pipelines_dir,
     )
     pipeline.abort_packages()
+
+
+# --- one place to load into and read from: a DuckDB file or a SQL database ---------------------
+
+# SQLAlchemy's default PostgreSQL driver (psycopg2) is not installed; psycopg 3 is.
+_DEFAULT_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a store's tables live: the DuckDB file ``path``, or the database at ``url``.
+
+    Build it with :func:`destination`.
+    """
+
+    path: Path
+    url: str | None = None
+
+    @property
+    def is_duckdb(self) -> bool:
+        return self.url is None
+
+    @property
+    def where(self) -> str:
+        """The file, or the URL without its password, for messages and logs."""
+        if self.url is None:
+            return str(self.path)
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def may_hold_data(self) -> bool:
+        """False only when nothing can have been loaded yet: a DuckDB file that is not there."""
+        return self.url is not None or self.path.exists()
+
+
+def destination(path: Path, url: str | None) -> Destination:
+    """The DuckDB file ``path`` when ``url`` is unset, else the SQL database at ``url``.
+
+    Args:
+        path: The DuckDB file used when no URL is set.
+        url: A SQLAlchemy URL (``KBFLOW_WAREHOUSE_URL``); ``postgresql://`` uses psycopg.
+
+    Raises:
+        ConfigError: ``url`` is not a SQLAlchemy URL, or names a database SQLAlchemy has no
+            dialect for.
+    """
+    if not url:
+        return Destination(path)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+        if parsed.drivername in _DEFAULT_DRIVERS:
+            parsed = parsed.set(drivername=_DEFAULT_DRIVERS[parsed.drivername])
+        parsed.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise ConfigError(
+            f"KBFLOW_WAREHOUSE_URL must be a SQLAlchemy database URL. Currently {url!r} ({exc}) "
+            "— use e.g. postgresql://user:password@host:5432/kbflow, or unset it for the DuckDB "
+            "files under KBFLOW_HOME"
+        ) from exc
+    return Destination(path, parsed.render_as_string(hide_password=False))
+
+
+def dlt_pipeline(name: str, *, target: Destination, dataset: str, pipelines_dir: Path) -> Pipeline:
+    """A dlt pipeline that loads into ``target`` (see :func:`duckdb_pipeline` for the rest)."""
+    if target.url is None:
+        return duckdb_pipeline(
+            name, database=target.path, dataset=dataset, pipelines_dir=pipelines_dir
+        )
+    pipelines_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["RUNTIME__DLTHUB_TELEMETRY"] = "false"
+    import dlt
+
+    return dlt.pipeline(
+        pipeline_name=name,
+        destination=dlt.destinations.sqlalchemy(credentials=target.url),
+        dataset_name=dataset,
+        pipelines_dir=str(pipelines_dir),
+    )
+
+
+class SqlReader(Protocol):
+    """An open connection to a destination, the same for DuckDB and a SQL database.
+
+    SQL uses ``?`` placeholders whatever the database's own style is.
+    """
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def tables(self, schema: str) -> set[str]: ...
+
+
+class _DuckDbReader:
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.con.execute(sql, list(params)).fetchall()
+
+    def tables(self, schema: str) -> set[str]:
+        return _tables(self, schema)
+
+
+class _SqlAlchemyReader:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.qmark = conn.dialect.paramstyle == "qmark"
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if not self.qmark:  # psycopg and most others: %s (our SQL holds no literal % or ?)
+            sql = sql.replace("?", "%s")
+        result = self.conn.exec_driver_sql(sql, tuple(params))
+        return [tuple(row) for row in result] if result.returns_rows else []
+
+    def tables(self, schema: str) -> set[str]:
+        return _tables(self, schema)
+
+
+def _tables(reader: SqlReader, schema: str) -> set[str]:
+    found = reader.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [schema]
+    )
+    return {name for (name,) in found}
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def _engine(url: str) -> Engine:
+    """One engine (and connection pool) per URL per process."""
+    if url not in _ENGINES:
+        from sqlalchemy import create_engine
+
+        _ENGINES[url] = create_engine(url, pool_pre_ping=True)
+    return _ENGINES[url]
+
+
+@contextmanager
+def reading(
+    target: Destination,
+    *,
+    on_lock: Callable[[], Exception],
+    on_error: Callable[[Exception], Exception],
+    wait_s: float = 0.0,
+) -> Iterator[SqlReader]:
+    """A connection for reading ``target``: read-only on a DuckDB file (waiting up to
+    ``wait_s`` for another process's lock), a pooled SQLAlchemy connection on a database.
+
+    Args:
+        target: Where the store lives; a DuckDB file must exist.
+        on_lock: Builds the error to raise when another process holds the DuckDB file.
+        on_error: Builds the error to raise when the file or database cannot be opened.
+        wait_s: How long to retry while the DuckDB file is locked.
+    """
+    if target.url is None:
+        with read_only_connection(
+            target.path, on_lock=on_lock, on_error=on_error, wait_s=wait_s
+        ) as con:
+            yield _DuckDbReader(con)
+        return
+    with _server_connection(target, on_error, begin=False) as conn:
+        yield _SqlAlchemyReader(conn)
+
+
+@contextmanager
+def writing(
+    target: Destination, *, on_error: Callable[[Exception], Exception]
+) -> Iterator[SqlReader]:
+    """A read-write connection to ``target`` whose statements commit together at the end."""
+    if target.url is None:
+        import duckdb
+
+        with duckdb.connect(str(target.path)) as con:
+            con.execute("BEGIN TRANSACTION")
+            yield _DuckDbReader(con)
+            con.execute("COMMIT")
+        return
+    with _server_connection(target, on_error, begin=True) as conn:
+        yield _SqlAlchemyReader(conn)
+
+
+@contextmanager
+def _server_connection(
+    target: Destination, on_error: Callable[[Exception], Exception], *, begin: bool
+) -> Iterator[Connection]:
+    from sqlalchemy.exc import OperationalError
+
+    assert target.url is not None
+    engine = _engine(target.url)
+    try:
+        conn = engine.connect()
+    except OperationalError as exc:
+        raise on_error(exc) from exc
+    try:
+        if begin:
+            with conn.begin():
+                yield conn
+        else:
+            yield conn
+    finally:
+        conn.close()

@@ -74,6 +74,8 @@ def datasets_dir(*parts: str) -> Path:
 # What the tests themselves read: where the datasets are, the session's home, where the browser
 # test saves its screenshots (`make screenshots`), which Chromium it drives, and the Qdrant
 # server the live store tests run against (tests/sinks/test_qdrant_live.py).
+# KBFLOW_TEST_DATABASE_URL is the PostgreSQL server of the second pass (`make test-postgres`),
+# KBFLOW_TEST_GATE_EXAMPLES how many examples the gate property test runs there.
 KEPT_ENV = (
     "KBFLOW_DATASETS",
     "KBFLOW_TEST_HOME",
@@ -81,18 +83,143 @@ KEPT_ENV = (
     "KBFLOW_CHROMIUM",
     "KBFLOW_TEST_QDRANT_URL",
     "KBFLOW_TEST_QDRANT_API_KEY",
+    "KBFLOW_TEST_DATABASE_URL",
+    "KBFLOW_TEST_GATE_EXAMPLES",
 )
+
+# --- the registry on PostgreSQL (the second pass) --------------------------------------------
+# With KBFLOW_TEST_DATABASE_URL set, each pytest-xdist worker takes its own database on that
+# server (`kbflow_test_gw0`, …; the plain name when serial), created and migrated once per
+# session; every test starts from empty tables (one TRUNCATE), not from a new database.
+
+TEST_DATABASE_URL = os.environ.get("KBFLOW_TEST_DATABASE_URL")
+ON_POSTGRES = bool(TEST_DATABASE_URL)
+_pg_ready: dict[str, Any] = {}  # database URL -> a session-long engine on it, once migrated
+
+
+def _worker_database_url(suffix: str = "") -> str:
+    from sqlalchemy.engine import make_url
+
+    assert TEST_DATABASE_URL
+    url = make_url(TEST_DATABASE_URL)
+    name = "_".join(part for part in (url.database or "kbflow_test", _WORKER, suffix) if part)
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def _ensure_database(url: str) -> None:
+    """CREATE DATABASE ``url``'s database on its server when missing (from the postgres db)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = make_url(url).database
+    admin = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+            ).first()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+
+
+def _empty_registry(url: str) -> None:
+    """Migrate ``url`` once per session, then empty every registry table in one statement."""
+    from sqlalchemy import create_engine, text
+
+    if url not in _pg_ready:
+        _ensure_database(url)
+        SqlRegistry.open(url).close()
+        _pg_ready[url] = create_engine(url, connect_args={"options": "-c lock_timeout=30000"})
+    with _pg_ready[url].begin() as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                text(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                    "AND tablename <> 'alembic_version'"
+                )
+            )
+        ]
+        if tables:
+            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+
+
+def registry_url(path: Path, name: str = "") -> str:
+    """An empty, migrated registry for a test that opens one by hand.
+
+    SQLite at ``path`` normally; in the PostgreSQL pass the worker's database (``name`` picks a
+    second one, for a test that needs two registries), its tables emptied now.
+    """
+    if not ON_POSTGRES:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    url = _worker_database_url(name)
+    _empty_registry(url)
+    return url
+
+
+def blank_database_url(path: Path) -> str:
+    """A database with no tables at all, for migration tests that start below head.
+
+    SQLite at ``path`` normally; in the PostgreSQL pass the worker's `_migrations` database,
+    its ``public`` schema dropped and created again.
+    """
+    if not ON_POSTGRES:
+        return f"sqlite:///{path}"
+    from sqlalchemy import create_engine, text
+
+    url = _worker_database_url("migrations")
+    _ensure_database(url)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
+    finally:
+        engine.dispose()
+    return url
+
+
+def warehouse_database_url() -> str:
+    """A PostgreSQL database for the eval warehouse and ledger, apart from the registry's (whose
+    tables every test empties), its ``evals`` and ``ledger`` schemas dropped; skips the test
+    when no KBFLOW_TEST_DATABASE_URL is set (`make test-postgres` sets one)."""
+    if not ON_POSTGRES:
+        pytest.skip("needs PostgreSQL: set KBFLOW_TEST_DATABASE_URL, or run `make test-postgres`")
+    from sqlalchemy import create_engine, text
+
+    url = _worker_database_url("warehouse")
+    _ensure_database(url)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA IF EXISTS evals CASCADE"))
+            conn.execute(text("DROP SCHEMA IF EXISTS ledger CASCADE"))
+    finally:
+        engine.dispose()
+    return url
+
+
+def sqlite_only(reason: str) -> None:
+    """Skip the test in the PostgreSQL pass: what it checks exists only in SQLite."""
+    if ON_POSTGRES:
+        pytest.skip(f"SQLite only: {reason}")
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Each test gets its own KBFLOW_HOME and none of the caller's KBFLOW_* or API keys."""
+    """Each test gets its own KBFLOW_HOME and none of the caller's KBFLOW_* or API keys; in the
+    PostgreSQL pass, KBFLOW_DATABASE_URL is the worker's database, its tables emptied."""
     for key in list(os.environ):
         if key.startswith("KBFLOW_") and key not in KEPT_ENV:
             monkeypatch.delenv(key)
     for key in ("ANTHROPIC_API_KEY", "COHERE_API_KEY"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("KBFLOW_HOME", str(tmp_path / "home"))
+    if ON_POSTGRES:
+        monkeypatch.setenv("KBFLOW_DATABASE_URL", registry_url(tmp_path / "unused"))
 
 
 @pytest.fixture(autouse=True)

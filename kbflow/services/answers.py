@@ -50,7 +50,8 @@ def turns(
     from kbflow.answers import parse_since
     from sinks.ledger import Ledger
 
-    return Ledger(settings.home).turns(org_id=org, since=parse_since(since), limit=limit)
+    ledger = Ledger(settings.home, url=settings.warehouse_url)
+    return ledger.turns(org_id=org, since=parse_since(since), limit=limit)
 
 
 def provenance(

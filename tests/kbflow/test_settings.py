@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_defaults_and_derived_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KBFLOW_HOME", str(tmp_path / "h"))
+    monkeypatch.delenv("KBFLOW_DATABASE_URL", raising=False)  # set in the PostgreSQL pass
     s = Settings()
     assert s.home == tmp_path / "h"
     assert s.registry_url == f"sqlite:///{(tmp_path / 'h' / 'registry.db').resolve()}"

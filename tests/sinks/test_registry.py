@@ -18,6 +18,7 @@ from sinks.gate import build_gate
 from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry
 from sinks.registry.base import configure_sqlite
 from sinks.registry.schema import CollectionRow
+from tests.conftest import blank_database_url, sqlite_only
 
 ORG = "acme"
 
@@ -54,6 +55,7 @@ def actions(registry: SqlRegistry, doc_id: str, org: str = ORG) -> list[str]:
 
 
 def test_sqlite_runs_in_wal_with_busy_timeout_and_foreign_keys(registry: SqlRegistry) -> None:
+    sqlite_only("WAL, busy_timeout and foreign_keys are SQLite PRAGMAs")
     with registry.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 15000
@@ -342,9 +344,28 @@ def test_two_processes_race_and_each_document_is_decided_once(
 # --- the legacy status migration ---------------------------------------------------------------
 
 
+def _blank_engine(path: Path) -> Any:
+    """An engine on an empty database (SQLite at ``path``, or PostgreSQL in that pass)."""
+    engine = create_engine(blank_database_url(path))
+    if engine.dialect.name == "sqlite":
+        configure_sqlite(engine)
+    return engine
+
+
+def _advance_id_sequence(conn: Any, table: str) -> None:
+    """Rows inserted with explicit ids leave PostgreSQL's sequence behind (SQLite takes max+1);
+    an app-made registry never has that gap, so close it as the app would have."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"(SELECT max(id) FROM {table}))"
+            )
+        )
+
+
 def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite:///{tmp_path / 'legacy.db'}")
-    configure_sqlite(engine)
+    engine = _blank_engine(tmp_path / "legacy.db")
     registry = SqlRegistry(engine)
     try:
         registry.migrate("0001")
@@ -371,6 +392,7 @@ def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
                 ),
                 {"now": now},
             )
+            _advance_id_sequence(conn, "collections")
             for doc_id, status in legacy.items():
                 conn.execute(
                     text(
@@ -461,8 +483,7 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
     the document's collection is NOT NULL."""
     from sqlalchemy.exc import IntegrityError
 
-    engine = create_engine(f"sqlite:///{tmp_path / 'earlier.db'}")
-    configure_sqlite(engine)
+    engine = _blank_engine(tmp_path / "earlier.db")
     registry = SqlRegistry(engine)
     try:
         registry.migrate("0005")
@@ -480,6 +501,7 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
                 ),
                 {"now": now},
             )
+            _advance_id_sequence(conn, "collections")
             for n in range(5):
                 conn.execute(
                     text(

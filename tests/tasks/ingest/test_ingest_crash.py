@@ -150,6 +150,8 @@ def memo_embedder(embedder: Any) -> MemoEmbedder:
 def v1_template(tmp_path_factory: pytest.TempPathFactory, memo_embedder: MemoEmbedder) -> Path:
     """A data dir with every source ingested as v1 (copied for each scenario)."""
     home = tmp_path_factory.mktemp("v1")
+    # SQLite by nature: each scenario copies this whole data dir (registry file and vectors
+    # together) as its starting state, which a server database cannot be copied with.
     registry = SqlRegistry.open(f"sqlite:///{home / 'registry.db'}")
     store = QdrantEdgeStore.open(home / "vectors", lock_timeout_s=1)
     try:

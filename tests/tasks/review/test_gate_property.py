@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -47,7 +48,7 @@ from tasks.query.retrieve import search
 from tasks.query.scopes import agent_scope
 from tasks.review import machine as review
 from tasks.review.collections import move_collection
-from tests.conftest import index_records
+from tests.conftest import index_records, registry_url
 
 ORGS = ("acme", "globex")
 AMS = {"acme": "am-acme", "globex": "am-globex"}
@@ -108,7 +109,8 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
         def __init__(self) -> None:
             super().__init__()
             self.dir = Path(tempfile.mkdtemp(prefix="kbflow-gate-"))
-            self.registry = SqlRegistry.open(f"sqlite:///{self.dir / 'registry.db'}")
+            # Each example starts from an empty registry (the PostgreSQL pass empties its db).
+            self.registry = SqlRegistry.open(registry_url(self.dir / "registry.db"))
             self.store = QdrantEdgeStore.open(self.dir / "vectors")
             for org in ORGS:
                 self.registry.ensure_org(org, am_user_id=AMS[org])
@@ -297,12 +299,17 @@ def _run(embedder: Any, examples: int, steps: int) -> None:
 
 
 def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
-    _run(embedder, examples=100, steps=25)
-    assert CHECKS["steps"] >= 2000, CHECKS
+    # The PostgreSQL pass runs the same machine on fewer examples (KBFLOW_TEST_GATE_EXAMPLES,
+    # set by `make test-postgres`): the gate's SQL is what it checks there, in a tight budget.
+    examples = int(os.environ.get("KBFLOW_TEST_GATE_EXAMPLES", "100"))
+    _run(embedder, examples=examples, steps=25)
+    assert CHECKS["steps"] >= 20 * examples, CHECKS
     # Not vacuous: agents searched, found chunks, and collections with documents were moved.
-    assert CHECKS["agent_checks"] >= 500 and CHECKS["agent_results"] > 0, CHECKS
+    assert CHECKS["agent_checks"] >= 5 * examples and CHECKS["agent_results"] > 0, CHECKS
     assert CHECKS["moves"] > 0, CHECKS
-    assert CHECKS["answers"] >= 100 and CHECKS["answer_citations"] > 0, CHECKS
+    assert CHECKS["answers"] >= examples, CHECKS
+    if examples >= 100:  # a few examples (the PostgreSQL pass) may cite nothing; 100 always do
+        assert CHECKS["answer_citations"] > 0, CHECKS
 
 
 @pytest.mark.slow

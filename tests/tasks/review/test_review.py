@@ -3,6 +3,7 @@ fail-safe vector ordering under injected crashes, reconcile, and the inspection 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from sinks.registry import SqlRegistry
 from tasks.query.retrieve import search
 from tasks.review import decisions, inspection
 from tasks.review import machine as review
-from tests.conftest import index_records
+from tests.conftest import index_records, registry_url
 
 ORG, OTHER = "acme", "globex"
 AM, OTHER_AM, ADMIN, EXPERT, ENGINEER = "am@agency", "am2@agency", "root", "ex@acme", "eng"
@@ -251,11 +252,14 @@ def test_crash_after_the_approval_commit_never_serves_two_versions(ctx: dict[str
         assert new in ids and old not in ids
 
 
-def test_reconcile_removes_orphans_and_respects_dry_run(ctx: dict[str, Any]) -> None:
+def test_reconcile_removes_orphans_and_respects_dry_run(
+    ctx: dict[str, Any], tmp_path: Path
+) -> None:
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.APPROVED)
     store.set_document_payload(doc_id, {"status": "rejected"})  # drift: hidden by mistake
-    other = SqlRegistry.open(f"sqlite:///{registry.engine.url.database}.other")
+    # A second registry (another database on PostgreSQL) that the store's orphan came from.
+    other = SqlRegistry.open(registry_url(tmp_path / "other.db", name="other"))
     try:
         orphan = index_records(
             [{"key": "o", "title": "o", "text": TEXT}], store=store, registry=other,

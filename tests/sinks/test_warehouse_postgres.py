@@ -1,0 +1,225 @@
+"""The eval warehouse and the answer ledger in PostgreSQL (``KBFLOW_WAREHOUSE_URL``): loaded by
+dlt, read back through the same destination, never from a DuckDB file that is not there.
+
+The PostgreSQL tests run in the second pass (`make test-postgres`) and skip without
+``KBFLOW_TEST_DATABASE_URL``; the bad-URL tests need no server and run everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from core.errors import ConfigError, LedgerError, NotFound
+from core.settings import Settings
+from evals.warehouse import WarehouseError, latest, read_history, warehouse_path, write_eval
+from kbflow.answers import replay_turn
+from kbflow.wiring import SearchContext
+from sinks.ledger import Ledger, ledger_path
+from sinks.registry import SqlRegistry
+from tests.conftest import free_port, warehouse_database_url
+from tests.evals.test_warehouse import NEW, OLD, make_record
+from tests.kbflow.test_answers import QUESTION, answer_question
+from tests.sinks.test_ledger import ANSWERED, KEYS, OTHER_ORG, REFUSED, T0, make_turn
+from tests.tasks.answer.test_answer import index_handbook
+
+# dlt's own sqlalchemy merge job trips a SQLAlchemy deprecation warning; nothing of ours.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:implicitly coercing SELECT:sqlalchemy.exc.SAWarning"
+)
+
+
+@pytest.fixture
+def url() -> str:
+    return warehouse_database_url()
+
+
+def count(url: str, sql: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(sql)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+# --- the eval warehouse ----------------------------------------------------------------------
+
+
+def test_eval_runs_load_into_postgres_and_read_back(tmp_path: Path, url: str) -> None:
+    home = tmp_path / "home"
+    assert read_history(home, url=url) == []  # a fresh database: no tables yet, no error
+    for record in (NEW, OLD):  # out of time order: the read sorts
+        assert write_eval(record, home=home, url=url) == {"eval_runs": 2, "eval_queries": 6}
+
+    rows = read_history(home, url=url)
+
+    assert [(r["run_id"], r["mode"]) for r in rows] == [
+        ("run-old", "dense"),
+        ("run-old", "keyword"),
+        ("run-new", "dense"),
+        ("run-new", "keyword"),
+    ]
+    assert rows[2]["started_at"] == NEW.started_at and rows[2]["started_at"].utcoffset() == (
+        timedelta(0)
+    )
+    assert rows[0]["settings"] == OLD.settings and rows[0]["commit"] is None
+    assert rows[3]["mrr_at_10"] == pytest.approx(NEW.modes["keyword"]["mrr@10"])
+    assert [r["run_id"] for r in read_history(home, mode="keyword", url=url)] == [
+        "run-old",
+        "run-new",
+    ]
+    assert latest(home, "scifact-mini", url=url) == NEW.modes  # doubles, bit for bit
+    assert not warehouse_path(home).exists()  # nothing went to (or came from) DuckDB
+    assert read_history(home) == []  # ... which is a different, empty warehouse
+
+
+def test_writing_a_run_again_replaces_its_rows_in_postgres(tmp_path: Path, url: str) -> None:
+    # The URL as a user writes it: plain postgresql://, which kbflow runs on psycopg.
+    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    home = tmp_path / "home"
+    write_eval(make_record("run-1", T0, base=0.2), home=home, url=plain)
+    write_eval(make_record("run-1", T0, base=0.6), home=home, url=plain)
+    rows = read_history(home, url=plain)
+    assert len(rows) == 2
+    assert sorted(r["mrr_at_10"] for r in rows) == pytest.approx([0.61, 0.71])
+    assert count(url, "SELECT count(*) FROM evals.eval_queries") == 6
+
+
+# --- the answer ledger -----------------------------------------------------------------------
+
+
+def test_turns_record_into_postgres_and_read_back_exactly(tmp_path: Path, url: str) -> None:
+    ledger = Ledger(tmp_path / "home", url=url)
+    with pytest.raises(NotFound):
+        ledger.get_turn(ANSWERED.turn_id)
+    assert ledger.turns() == [] and ledger.citations() == []
+    for turn in (REFUSED, OTHER_ORG, ANSWERED, ANSWERED):  # the last one again: replaces
+        ledger.record(turn)
+
+    assert ledger.get_turn(ANSWERED.turn_id) == ANSWERED
+    assert ledger.get_turn(REFUSED.turn_id) == REFUSED
+    assert [t["turn_id"] for t in ledger.turns()] == [
+        t.turn_id for t in sorted((ANSWERED, REFUSED, OTHER_ORG), key=lambda t: t.created_at)
+    ][::-1]
+    assert [t["turn_id"] for t in ledger.turns(org_id="globex")] == [OTHER_ORG.turn_id]
+    cited = ledger.citations(doc_ids=["doc-b"], org_id="acme")
+    assert {row["turn_id"] for row in cited} == {ANSWERED.turn_id, REFUSED.turn_id}
+    assert all(row["created_at"].utcoffset() == timedelta(0) for row in cited)
+    assert count(url, "SELECT count(*) FROM ledger.ledger_turns") == 3
+    assert not ledger_path(tmp_path / "home").exists()
+
+
+def execute(url: str, sql: str) -> list[tuple[Any, ...]]:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(sql))
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def half_written_turns(url: str) -> set[str]:
+    """Turns holding a row from a dlt load that never finished (not in ``_dlt_loads``)."""
+    return {
+        turn_id
+        for table in KEYS
+        for (turn_id,) in execute(
+            url,
+            f"SELECT turn_id FROM ledger.{table} WHERE _dlt_load_id NOT IN"
+            " (SELECT load_id FROM ledger._dlt_loads WHERE status = 0)",
+        )
+    }
+
+
+def test_a_load_that_fails_half_way_shows_nothing_of_the_turn_in_postgres(
+    tmp_path: Path, url: str
+) -> None:
+    """tests/sinks/test_ledger.py's half-way failure, on PostgreSQL: the reads skip the turn
+    and the next record deletes it, through the same destination the loads went to."""
+    ledger = Ledger(tmp_path / "home", url=url)
+    first = make_turn("turn-1", T0, cited=("doc-a",))
+    ledger.record(first)
+    execute(url, "CREATE UNIQUE INDEX one_per_doc ON ledger.ledger_citations (doc_id)")
+    new = make_turn("turn-2", T0 + timedelta(hours=1), cited=("doc-b", "doc-b"))
+    again = dataclasses.replace(first, outcome="refused", citations=first.citations * 2)
+
+    with pytest.raises(LedgerError, match=r"could not record turn 'turn-2'.*duplicate key"):
+        ledger.record(new)
+    with pytest.raises(LedgerError, match=r"could not record turn 'turn-1'"):
+        ledger.record(again)
+
+    half_written = half_written_turns(url)
+    assert half_written <= {"turn-1", "turn-2"}
+    with pytest.raises(NotFound, match="no turn 'turn-2'"):
+        ledger.get_turn("turn-2")
+    if "turn-1" in half_written:
+        with pytest.raises(NotFound, match=r"no turn 'turn-1' .* failed half-way: record it"):
+            ledger.get_turn("turn-1")
+        intact = []
+    else:
+        assert ledger.get_turn("turn-1") == first
+        intact = ["turn-1"]
+    assert [r["turn_id"] for r in ledger.turns()] == intact
+
+    execute(url, "DROP INDEX ledger.one_per_doc")
+    later = make_turn("turn-3", T0 + timedelta(hours=2))
+    ledger.record(later)
+    assert half_written_turns(url) == set()
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-3", *intact]
+    ledger.record(new)
+    ledger.record(again)
+    assert ledger.get_turn("turn-2") == new
+    assert ledger.get_turn("turn-1") == again
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, url: str, registry: SqlRegistry, edge_store: Any, embedder: Any
+) -> dict[str, Any]:
+    index_handbook(registry, edge_store, embedder)
+    registry.create_agent("acme", "helper")
+    settings = Settings(home=tmp_path / "home", warehouse_url=url)
+    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    return {"ctx": ctx, "settings": settings}
+
+
+def test_answers_are_recorded_in_postgres_and_replay_from_it(world: dict[str, Any]) -> None:
+    settings: Settings = world["settings"]
+    out = answer_question(world["ctx"], "helper", QUESTION)
+    assert out["status"] == "answered"
+
+    result, note = replay_turn(settings, out["turn_id"])
+
+    assert result.identical and note is None
+    assert Ledger(settings.home, url=settings.warehouse_url).get_turn(out["turn_id"]).output == out
+    assert not ledger_path(settings.home).exists()
+
+
+# --- bad URLs: a clear error, never an empty answer from the wrong place -----------------------
+
+
+def test_an_unreachable_warehouse_database_is_a_clear_error(tmp_path: Path) -> None:
+    down = f"postgresql://kbflow@127.0.0.1:{free_port()}/kbflow"  # nothing listens there
+    with pytest.raises(WarehouseError, match=r"could not reach .*KBFLOW_WAREHOUSE_URL"):
+        read_history(tmp_path, url=down)
+    ledger = Ledger(tmp_path, url=down, lock_wait_s=0)
+    with pytest.raises(LedgerError, match=r"could not reach the ledger database .*127\.0\.0\.1"):
+        ledger.turns()
+    with pytest.raises(LedgerError, match="KBFLOW_WAREHOUSE_URL"):
+        ledger.record(ANSWERED)
+
+
+@pytest.mark.parametrize("bad", ["not a url", "http://example.com/kbflow"])
+def test_a_warehouse_url_of_the_wrong_form_says_what_to_use(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"KBFLOW_WAREHOUSE_URL must be .*postgresql://"):
+        read_history(tmp_path, url=bad)
+    with pytest.raises(ConfigError, match="KBFLOW_WAREHOUSE_URL"):
+        Ledger(tmp_path, url=bad)
