@@ -20,7 +20,7 @@ from typing import Any
 from core.errors import StoreBusy, StoreError
 from core.models import ChunkPoint, SparseVec, StoredHit
 from sinks.gate import Gate, to_edge_filter
-from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, sort_hits
+from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, sort_hits, stored_point
 
 log = logging.getLogger(__name__)
 
@@ -244,16 +244,7 @@ class QdrantEdgeStore:
                 )
             )
             for r in records:
-                vectors = r.vector or {}
-                sparse = vectors.get(SPARSE)
-                yield ChunkPoint(
-                    point_id=str(r.id),
-                    dense=list(vectors.get(DENSE) or []),
-                    sparse=SparseVec(list(sparse.indices), list(sparse.values))
-                    if sparse is not None
-                    else SparseVec([], []),
-                    payload=dict(r.payload or {}),
-                )
+                yield stored_point(r.id, r.vector, r.payload)
             if offset is None:
                 return
 

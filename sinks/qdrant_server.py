@@ -17,7 +17,15 @@ from typing import Any
 from core.errors import StoreError
 from core.models import ChunkPoint, SparseVec, StoredHit
 from sinks.gate import Gate, to_qdrant_filter
-from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, PayloadIndex, sort_hits
+from sinks.vectors import (
+    DENSE,
+    DENSE_DIM,
+    PAYLOAD_INDEXES,
+    SPARSE,
+    PayloadIndex,
+    sort_hits,
+    stored_point,
+)
 
 log = logging.getLogger(__name__)
 
@@ -223,16 +231,7 @@ class QdrantServerStore:
                 with_vectors=True,
             )
             for r in records:
-                vectors = r.vector if isinstance(r.vector, dict) else {}
-                sparse = vectors.get(SPARSE)
-                yield ChunkPoint(
-                    point_id=str(r.id),
-                    dense=[float(x) for x in vectors.get(DENSE) or []],
-                    sparse=SparseVec(list(sparse.indices), list(sparse.values))
-                    if sparse is not None
-                    else SparseVec([], []),
-                    payload=dict(r.payload or {}),
-                )
+                yield stored_point(r.id, r.vector, r.payload)
             if offset is None:
                 return
 

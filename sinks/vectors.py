@@ -168,3 +168,17 @@ class DelegatingStore:
 def sort_hits(hits: list[StoredHit]) -> list[StoredHit]:
     """Order by score, then id, so tied scores rank the same on every backend."""
     return sorted(hits, key=lambda h: (-h.score, h.point_id))
+
+
+def stored_point(point_id: Any, vectors: Any, payload: Any) -> ChunkPoint:
+    """A point read back from either store (a record's id, named vectors and payload)."""
+    named = vectors if isinstance(vectors, dict) else {}
+    sparse = named.get(SPARSE)
+    return ChunkPoint(
+        point_id=str(point_id),
+        dense=[float(x) for x in named.get(DENSE) or []],
+        sparse=SparseVec(list(sparse.indices), list(sparse.values))
+        if sparse is not None
+        else SparseVec([], []),
+        payload=dict(payload or {}),
+    )

@@ -168,18 +168,8 @@ def blank_database_url(path: Path) -> str:
     """
     if not ON_POSTGRES:
         return f"sqlite:///{path}"
-    from sqlalchemy import create_engine, text
-
     url = _worker_database_url("migrations")
-    _ensure_database(url)
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA public CASCADE"))
-            conn.execute(text("CREATE SCHEMA public"))
-    finally:
-        engine.dispose()
-    return url
+    return _reset(url, "DROP SCHEMA public CASCADE", "CREATE SCHEMA public")
 
 
 def warehouse_database_url() -> str:
@@ -188,15 +178,22 @@ def warehouse_database_url() -> str:
     when no KBFLOW_TEST_DATABASE_URL is set (`make test-postgres` sets one)."""
     if not ON_POSTGRES:
         pytest.skip("needs PostgreSQL: set KBFLOW_TEST_DATABASE_URL, or run `make test-postgres`")
+    url = _worker_database_url("warehouse")
+    return _reset(
+        url, "DROP SCHEMA IF EXISTS evals CASCADE", "DROP SCHEMA IF EXISTS ledger CASCADE"
+    )
+
+
+def _reset(url: str, *statements: str) -> str:
+    """``url``'s database, created if missing, after running ``statements`` in it."""
     from sqlalchemy import create_engine, text
 
-    url = _worker_database_url("warehouse")
     _ensure_database(url)
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA IF EXISTS evals CASCADE"))
-            conn.execute(text("DROP SCHEMA IF EXISTS ledger CASCADE"))
+            for statement in statements:
+                conn.execute(text(statement))
     finally:
         engine.dispose()
     return url
