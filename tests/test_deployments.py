@@ -290,6 +290,12 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     assert {r["dataset"] for r in report["runs"]} == {"tinybeir/test"}
     assert {r["mode"] for r in report["runs"]} >= {"keyword", "dense", "hybrid"}
 
+    # Every run is final, so the worker's flow-run processes end by themselves (after their own
+    # teardown: flushing logs and events to the server) before anything is stopped; one that
+    # never did would be a leak. Then stopping the server and the worker leaves nothing behind.
+    worker = psutil.Process(processes.started["worker"].pid)
+    runs_left = _still_running(worker.children(recursive=True), 120)
+    assert runs_left == [], f"flow-run processes outlived their runs: {runs_left}"
     started = processes.family()
     assert len(started) >= 2
     assert processes.stop_all() == [], "processes survived their stop"
