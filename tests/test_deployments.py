@@ -71,14 +71,20 @@ class Processes:
                 pass
         return found
 
-    def stop_all(self) -> list[psutil.Process]:
+    def stop_all(self) -> list[str]:
         """SIGINT the worker (it ignores SIGTERM for ~10 s), SIGTERM the rest; SIGKILL what is
-        left after 30 s. Returns what was still running before the SIGKILL."""
+        left after 60 s (a server and a worker that ran four flows can take over 30 s to wind
+        down on two busy cores). Returns what was still running before the SIGKILL, each as
+        its pid and command line."""
         family = self.family()
+        names = {}
+        for member in family:
+            with contextlib.suppress(psutil.Error):
+                names[member.pid] = " ".join(member.cmdline())[:200]
         for name, proc in self.started.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT if name == "worker" else signal.SIGTERM)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         for proc in self.started.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -90,7 +96,7 @@ class Processes:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
-        return survivors
+        return [f"{p.pid}: {names.get(p.pid, '?')}" for p in survivors]
 
 
 def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
