@@ -12,6 +12,7 @@ import datetime as dt
 import time
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -139,13 +140,10 @@ def _prepared_in_order(
     yielded in batch order. A few batches per worker are in flight at once: enough to keep
     every worker busy while the flow writes, few enough that a large ingest is not held in
     memory whole."""
-    window = 2 * compute.workers
-    pending: deque[tuple[list[WorkItem], Any]] = deque()
     todo = iter(batches)
-    for batch in todo:
-        pending.append((batch, _submit(compute, batch, settings)))
-        if len(pending) >= window:
-            break
+    pending: deque[tuple[list[WorkItem], Any]] = deque(
+        (batch, _submit(compute, batch, settings)) for batch in islice(todo, 2 * compute.workers)
+    )
     while pending:
         batch, future = pending.popleft()
         prepared = future.result()
