@@ -49,7 +49,8 @@ class MiniLMEmbedder:
             Runtime (`tasks.text.onnx_minilm`; the same vectors to ~1e-7, a query in about a
             third of the time, and no torch import); ``torch`` runs sentence-transformers. If
             the ONNX graph cannot be built here, ``onnx`` falls back to ``torch`` and logs why.
-        threads: CPU threads per forward pass; 0 lets the runtime use every core.
+        threads: CPU threads per call; 0: every core. On ``onnx`` a call of several
+            batches runs them side by side, one per thread (`OnnxEncoder`).
         precision: ``fp32``, or ``int8`` for the ``onnx`` backend's quantised graph (built
             once from the fp32 one and checked against it: cosine >= 0.99 on every check
             text). int8 vectors differ slightly from fp32 ones, so they have their own

