@@ -10,7 +10,9 @@ min-max normalised per query), so refusal needs a signal on a fixed scale. Suppo
   ``log((N + 1) / (df + 0.5))`` over the org's chunks, so a question's rare, specific terms
   (an entity, a product name) weigh most. A term also counts when a chunk word extends its
   stem or the other way round ("weigh" / "weight"); the word after "how" ("how much",
-  "how long") is left out, since the answer states a quantity, not that word.
+  "how long") is left out, since the answer states a quantity, not that word; and in a question,
+  a word that asks for a kind of value ("price", "phone", "weigh") counts when the chunk holds
+  a value of that kind ("14.50 EUR", "+32 9 …", "9.4 kg"; `tasks.text.values`).
 
 Measured on SciFact dev (bench/refusal_calibration.py, docs/ANSWERS.md): cosine alone separates
 answerable from unanswerable claims with ROC AUC ≈ 0.65; coverage alone ≈ 0.70; the sum ≈ 0.71,
@@ -32,6 +34,7 @@ from sinks.registry import SqlRegistry
 from tasks.query.fallback import shared_fallback
 from tasks.text.embed import Embedder
 from tasks.text.sparse import analyze, words
+from tasks.text.values import asks_for_value, holds_value_for, is_question
 
 COSINE_WEIGHT = 0.5
 _MIN_PREFIX = 4  # shorter stems are too ambiguous to match as prefixes
@@ -61,7 +64,9 @@ def query_terms(query: str) -> list[str]:
 
     "how much / many / long / quickly …": that word asks for a quantity or manner, and the
     answer states the quantity ("9.4 kg", "48 hours"), not the word. It is found among the
-    analyser's own `words`, so it is the same term the query's analysis holds.
+    analyser's own `words`, so it is the same term the query's analysis holds. A word that
+    asks for a kind of value ("how heavy") stays: `coverage` counts it when the text holds a
+    mass.
     """
     said = words(query)
     asked = {
@@ -69,6 +74,7 @@ def query_terms(query: str) -> list[str]:
         for before, word in itertools.pairwise(said)
         if before == "how" and word.isalpha()
         for term in analyze(word)
+        if not asks_for_value(term)  # "how heavy": a mass answers it (`coverage`)
     }
     return [t for t in dict.fromkeys(analyze(query)) if t not in asked]
 
@@ -83,7 +89,15 @@ def coverage(query: str, text: str, stats: TermStats) -> float:
     if total <= 0:
         return 0.0
     present = set(analyze(text))
-    return sum(w for t, w in zip(terms, weights, strict=True) if _holds(t, present)) / total
+    asked = is_question(query)
+    return (
+        sum(
+            w
+            for t, w in zip(terms, weights, strict=True)
+            if _holds(t, present) or (asked and holds_value_for(t, text))
+        )
+        / total
+    )
 
 
 def _holds(term: str, present: set[str]) -> bool:
