@@ -58,7 +58,7 @@ class TermStats:
         return cls(n, df)
 
 
-def query_terms(query: str) -> list[str]:
+def query_terms(query: str, *, value_words: bool = True) -> list[str]:
     """The query's distinct BM25 terms (`analyze`, the keyword legs' analyser), in order, less
     the word after "how".
 
@@ -69,19 +69,24 @@ def query_terms(query: str) -> list[str]:
     mass.
     """
     said = words(query)
+    values = value_words and is_question(query)
     asked = {
         term
         for before, word in itertools.pairwise(said)
         if before == "how" and word.isalpha()
         for term in analyze(word)
-        if not asks_for_value(term)  # "how heavy": a mass answers it (`coverage`)
+        if not (values and asks_for_value(term))  # "how heavy": a mass answers it
     }
     return [t for t in dict.fromkeys(analyze(query)) if t not in asked]
 
 
-def coverage(query: str, text: str, stats: TermStats) -> float:
-    """The IDF-weighted share of the query's distinct terms that ``text`` contains (0..1)."""
-    terms = query_terms(query)
+def coverage(query: str, text: str, stats: TermStats, *, value_words: bool = True) -> float:
+    """The IDF-weighted share of the query's distinct terms that ``text`` contains (0..1).
+
+    With ``value_words`` (the default), a question's words that ask for a kind of value count
+    when ``text`` holds such a value; off, every term is matched as a word (for comparison).
+    """
+    terms = query_terms(query, value_words=value_words)
     if not terms:
         return 0.0
     weights = [max(stats.idf(t), 0.0) for t in terms]
@@ -89,7 +94,7 @@ def coverage(query: str, text: str, stats: TermStats) -> float:
     if total <= 0:
         return 0.0
     present = set(analyze(text))
-    asked = is_question(query)
+    asked = value_words and is_question(query)
     return (
         sum(
             w
@@ -118,6 +123,8 @@ def support_scores(
     hits: Sequence[SearchHit],
     embedder: Embedder,
     stats: TermStats,
+    *,
+    value_words: bool = True,
 ) -> list[float]:
     """The support of each hit for the query (see the module docstring), in hit order.
 
@@ -127,6 +134,7 @@ def support_scores(
         hits: the gated hits; a hit's raw dense cosine is used when retrieval kept it.
         embedder: embeds the hits that carry no dense score (fallback, RRF, keyword-only).
         stats: term statistics of the corpus the hits come from.
+        value_words: see `coverage`.
     """
     dense_key = SearchMode.DENSE.value
     missing = [i for i, h in enumerate(hits) if dense_key not in h.scores]
@@ -135,7 +143,7 @@ def support_scores(
     out: list[float] = []
     for i, hit in enumerate(hits):
         cosine = cosines[i] if i in cosines else float(hit.scores[dense_key])
-        cover = coverage(query, _embedded_text(hit), stats)
+        cover = coverage(query, _embedded_text(hit), stats, value_words=value_words)
         out.append(COSINE_WEIGHT * cosine + (1 - COSINE_WEIGHT) * cover)
     return out
 
