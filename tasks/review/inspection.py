@@ -97,8 +97,9 @@ def chunks_to_markdown(
     that changes (level = depth in the path), then the section's chunks joined without the
     words each repeats from the last.
 
-    What the chunker dropped stays lost: heading levels skipped in the source, and line breaks
-    inside a paragraph (a list's items run on in one line).
+    Chunks keep their line breaks and blank lines, so lists, tables and quotes come back as
+    Markdown (`join_chunks`); what the chunker dropped stays lost: heading levels skipped in the
+    source, runs of spaces inside a line.
     """
     blocks: list[str] = []
     previous: tuple[str, ...] = ()
