@@ -28,6 +28,7 @@ def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusE
                 title=doc.title,
                 text=text[:MAX_ENTRY_CHARS],
                 source=doc.source_tag or "am_file",
+                uri=doc.uri,
             )
         )
     return entries

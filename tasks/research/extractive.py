@@ -13,7 +13,6 @@ from core.errors import ConfigError, SynthesisFailed
 from core.models import DraftDocument, ResearchCorpus, SynthesisResult
 from tasks.research.synthesize import (
     BRAND_VOICE,
-    CITE_OPEN,
     COMPLIANCE,
     CONTACTS,
     DOC_TITLES,
@@ -22,6 +21,7 @@ from tasks.research.synthesize import (
     render_document,
     validate_drafts,
 )
+from tasks.text.citations import CITE_OPEN
 from tasks.text.embed import Embedder
 from tasks.text.sentences import split_sentences
 

@@ -12,6 +12,7 @@ from sinks.vectors import VectorStore
 from tasks.review.access import authorize_inspection
 from tasks.review.machine import StoreOpener, held
 from tasks.text.chunk import join_chunks
+from tasks.text.citations import render_footer
 
 
 @dataclass(frozen=True)
@@ -73,21 +74,25 @@ def inspect_draft(
 
 
 def draft_markdown(doc: DocRecord, store: VectorStore, max_overlap_words: int = 64) -> str:
-    """A document's current text as Markdown, rebuilt from its stored chunks (any status).
+    """A document's current text as Markdown, rebuilt from its stored chunks (any status),
+    then its Citations footer (kept with the document, not chunked) when it has one.
 
-    For the review form, which shows it and prefills the ``edit`` field with it. Only chunks of
-    the registry's content count (an edit that lost its race may have left others). The caller
-    decides who sees it: unlike :func:`inspect_draft` nothing is authorised here.
+    For the review form, which shows it and prefills the ``edit`` field with it (so an edit
+    keeps the footer). Only chunks of the registry's content count (an edit that lost its race
+    may have left others). The caller decides who sees it: unlike :func:`inspect_draft`
+    nothing is authorised here.
     """
     hits = store.inspect_document_chunks(doc.id)
     current = [h for h in hits if h.payload.get("content_hash") in (None, doc.content_hash)]
-    return chunks_to_markdown(
+    text = chunks_to_markdown(
         [
             (tuple(h.payload.get("heading_path") or ()), str(h.payload.get("text", "")))
             for h in current
         ],
         max_overlap_words=max_overlap_words,
     )
+    footer = render_footer(doc.citations)
+    return f"{text}\n{footer}" if text and footer else text or footer
 
 
 def chunks_to_markdown(
