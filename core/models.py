@@ -256,7 +256,12 @@ class SourceRef:
 
 @dataclass
 class SearchHit:
-    """One search result, ready for an agent or the CLI."""
+    """One search result, ready for an agent or the CLI.
+
+    ``sources`` resolves the citation tags in ``text`` (``[doc:<id>]``, ``[url:…]``,
+    ``[search:…]``) from the hit's own document's citations; a tag it cannot resolve is left
+    out.
+    """
 
     doc_id: str
     chunk_id: str
@@ -268,6 +273,7 @@ class SearchHit:
     collection: str
     scores: dict[str, float] = field(default_factory=dict)
     location: Location | None = None
+    sources: list[SourceRef] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -281,6 +287,7 @@ class SearchHit:
             "score": self.score,
             "scores": self.scores,
             "text": self.text,
+            "sources": [s.to_dict() for s in self.sources],
         }
 
 
