@@ -11,7 +11,7 @@ from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.review.access import authorize_inspection
 from tasks.review.machine import StoreOpener, held
-from tasks.text.chunk import join_chunks
+from tasks.text.chunk import chunks_to_markdown
 from tasks.text.citations import render_footer
 
 
@@ -93,45 +93,6 @@ def draft_markdown(doc: DocRecord, store: VectorStore, max_overlap_words: int = 
     )
     footer = render_footer(doc.citations)
     return f"{text}\n{footer}" if text and footer else text or footer
-
-
-def chunks_to_markdown(
-    chunks: Sequence[tuple[Sequence[str], str]], max_overlap_words: int = 64
-) -> str:
-    """Markdown from ``(heading_path, text)`` chunks in order: a heading line for each level
-    that changes (level = depth in the path), then the section's chunks joined without the
-    words each repeats from the last.
-
-    Chunks keep their line breaks and blank lines, so lists, tables and quotes come back as
-    Markdown (`join_chunks`); what the chunker dropped stays lost: heading levels skipped in the
-    source, runs of spaces inside a line.
-    """
-    blocks: list[str] = []
-    previous: tuple[str, ...] = ()
-    group: list[str] = []
-
-    def flush() -> None:
-        text = join_chunks(group, max_overlap_words=max_overlap_words)
-        if text:
-            blocks.append(text)
-        group.clear()
-
-    for path, text in chunks:
-        heading = tuple(path)
-        if heading != previous or not group:
-            flush()
-            same = 0
-            while same < min(len(heading), len(previous)) and heading[same] == previous[same]:
-                same += 1
-            if heading != previous:
-                blocks.extend(
-                    f"{'#' * min(level + 1, 6)} {heading[level]}"
-                    for level in range(same, len(heading))
-                )
-            previous = heading
-        group.append(text)
-    flush()
-    return "\n\n".join(blocks) + "\n" if blocks else ""
 
 
 def draft_texts(

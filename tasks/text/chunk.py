@@ -290,3 +290,42 @@ def _ends_with_table(text: str, head: str) -> bool:
         end = start - 1
     want = [" ".join(line.split()) for line in head.strip().split("\n")]
     return rows[::-1][: len(want)] == want
+
+
+def chunks_to_markdown(
+    chunks: Sequence[tuple[Sequence[str], str]], max_overlap_words: int = 64
+) -> str:
+    """Markdown from ``(heading_path, text)`` chunks in order: a heading line for each level
+    that changes (level = depth in the path), then the section's chunks joined without the
+    words each repeats from the last.
+
+    Chunks keep their line breaks and blank lines, so lists, tables and quotes come back as
+    Markdown (`join_chunks`); what the chunker dropped stays lost: heading levels skipped in the
+    source, runs of spaces inside a line.
+    """
+    blocks: list[str] = []
+    previous: tuple[str, ...] = ()
+    group: list[str] = []
+
+    def flush() -> None:
+        text = join_chunks(group, max_overlap_words=max_overlap_words)
+        if text:
+            blocks.append(text)
+        group.clear()
+
+    for path, text in chunks:
+        heading = tuple(path)
+        if heading != previous or not group:
+            flush()
+            same = 0
+            while same < min(len(heading), len(previous)) and heading[same] == previous[same]:
+                same += 1
+            if heading != previous:
+                blocks.extend(
+                    f"{'#' * min(level + 1, 6)} {heading[level]}"
+                    for level in range(same, len(heading))
+                )
+            previous = heading
+        group.append(text)
+    flush()
+    return "\n\n".join(blocks) + "\n" if blocks else ""
