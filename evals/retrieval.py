@@ -60,12 +60,14 @@ def _slug(name: str) -> str:
 
 def index_fingerprint(settings: Settings) -> str:
     """What the stored index depends on: a change to any of these needs a fresh index."""
+    from tasks.text.chunk import CHUNKER_VERSION
     from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     parts = (
         settings.embedding_model,
         settings.chunk_max_words,
         settings.chunk_overlap_words,
+        CHUNKER_VERSION,
         BM25_K1,
         BM25_B,
         BM25_AVG_LEN,

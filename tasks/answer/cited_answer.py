@@ -20,9 +20,11 @@ from tasks.answer.turns import (
     AnswerConfig,
     Policy,
     RetrieveFn,
+    citation_sources,
     new_turn_id,
     retrieve_and_score,
     scrubbed_turn,
+    served_citation,
     verify_citations,
 )
 from tasks.query.retrieve import require_text
@@ -160,6 +162,7 @@ def answer(
         )
         return refuse(MODEL_FAILED, why, considered, replay_input)
     citations = list({cid: valid[cid] for claim in kept for cid in claim.chunk_ids}.values())
+    sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
     output = {
         "turn_id": turn_id,
         "kind": "answer",
@@ -168,10 +171,13 @@ def answer(
         "status": "answered",
         "answer": render_answer(kept, citations),
         "claims": [
-            {"text": c.text, "citations": [valid[cid].to_dict() for cid in c.chunk_ids]}
+            {
+                "text": c.text,
+                "citations": [served_citation(valid[cid], sources) for cid in c.chunk_ids],
+            }
             for c in kept
         ],
-        "citations": [c.to_dict() for c in citations],
+        "citations": [served_citation(c, sources) for c in citations],
         "refusal": None,
         "threshold": config.threshold,
         **facts,

@@ -13,7 +13,7 @@ shares (scrubbing, citation checks) is in `tasks.answer.turns`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
@@ -34,9 +34,11 @@ from tasks.answer.knowledge import Candidate, KnowledgeDoc, KnowledgeModel, Synt
 from tasks.answer.turns import (
     AnswerConfig,
     RetrieveFn,
+    citation_sources,
     new_turn_id,
     retrieve_and_score,
     scrubbed_turn,
+    served_citation,
     verify_citations,
 )
 from tasks.query.retrieve import require_text
@@ -93,6 +95,7 @@ def knowledge_search(
         citations: Sequence[Citation] = (),
         miss: tuple[MissReason, str] | None = None,
         replay_input: dict[str, Any] | None = None,
+        sources: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> Turn:
         output = {
             "turn_id": turn_id,
@@ -102,7 +105,7 @@ def knowledge_search(
             "answer_status": status.value,
             "steering": status.steering,
             "synthesis": synthesis.text if synthesis else "",
-            "citations": [c.to_dict() for c in citations],
+            "citations": [served_citation(c, sources or {}) for c in citations],
             "miss": {"reason": miss[0].value, "detail": miss[1]} if miss else None,
             **state,
             "model": model.model_id if model else None,
@@ -208,7 +211,9 @@ def knowledge_search(
     said_no = None
     if synthesis.status is AnswerStatus.NO:
         said_no = (MissReason.NOT_RELEVANT, "the chosen documents do not answer the queries")
-    return finish(synthesis.status, synthesis, citations, said_no, replay_input)
+    texts = {cid: text for d in docs for cid, text in d.chunks}
+    sources = citation_sources(registry, citations, texts)
+    return finish(synthesis.status, synthesis, citations, said_no, replay_input, sources)
 
 
 def _has_servable_documents(registry: SqlRegistry, scope: Scope) -> bool:

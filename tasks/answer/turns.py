@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +38,7 @@ from core.models import (
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import TermStats, support_scores
+from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
 from tasks.text.pii import scrub, scrub_payload
 
@@ -165,6 +166,31 @@ def verify_citations(
             continue
         out[cid] = Citation(chunk_id=cid, doc_id=doc.id, uri=doc.uri, title=doc.title)
     return out
+
+
+def citation_sources(
+    registry: SqlRegistry, citations: Iterable[Citation], texts: Mapping[str, str]
+) -> dict[str, list[dict[str, Any]]]:
+    """For each (already verified) citation, by chunk id: the sources that the citation tags
+    in its chunk's text (``texts``) stand for, from its document's own Citations footer
+    (`tasks.text.citations.cited_sources`: a tag's id is never looked up)."""
+    cited = list(citations)
+    docs = registry.get_documents(c.doc_id for c in cited)
+    return {
+        c.chunk_id: [
+            s.to_dict() for s in cited_sources(texts.get(c.chunk_id, ""), docs[c.doc_id].citations)
+        ]
+        if c.doc_id in docs
+        else []
+        for c in cited
+    }
+
+
+def served_citation(
+    citation: Citation, sources: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """A citation as a turn's output gives it: its fields and the sources its chunk cites."""
+    return citation.to_dict() | {"sources": sources.get(citation.chunk_id, [])}
 
 
 def scrubbed_turn(

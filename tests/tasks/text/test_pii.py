@@ -480,3 +480,27 @@ def test_a_planted_sample_is_found_between_words(
     kind, sample = planted
     text = f"{before} {sample} {after}"
     assert scrub(text) == f"{before} {PLACEHOLDERS[kind]} {after}"
+
+
+# --- chunks keep their line breaks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "scrubbed"),
+    [
+        ("Call +31 30\n555 0142 today", "Call [PHONE] today"),
+        ("card 4111 1111\n  1111 1111 on file", "card [CARD] on file"),
+        ("IBAN NL91 ABNA\n0417 1643 00, thanks", "IBAN [IBAN], thanks"),
+        ("Room 12\n020 7946 0958", "Room 12\n[PHONE]"),
+    ],
+)
+def test_a_number_cut_by_a_line_break_is_still_scrubbed(text: str, scrubbed: str) -> None:
+    assert scrub(text) == scrubbed
+    assert scrub(scrubbed) == scrubbed
+
+
+def test_list_items_table_rows_and_paragraphs_are_not_bridged() -> None:
+    table = "| Ana | +31 30 555 0142 |\n| Bo | 020 7946 0958 |"
+    assert scrub(table) == "| Ana | [PHONE] |\n| Bo | [PHONE] |"
+    assert scrub("- floor 12\n- 555 0142") == "- floor 12\n- 555 0142"
+    assert scrub("Built in 2024\n\n555 0142 units") == "Built in 2024\n\n555 0142 units"
