@@ -20,7 +20,7 @@ from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer
 from tasks.answer.knowledge import (
-    EXTRACTIVE_MODEL_ID,
+    EXTRACTIVE_MODEL_IDS,
     ClaudeKnowledgeModel,
     ExtractiveKnowledgeModel,
     KnowledgeModel,
@@ -137,8 +137,8 @@ def replay_turn(
     check_replayable(turn)
     recorded = turn.replay_input
     model: KnowledgeModel | None
-    if recorded["model"] == EXTRACTIVE_MODEL_ID:
-        model = ExtractiveKnowledgeModel(float(recorded["threshold"]))
+    if recorded["model"] in EXTRACTIVE_MODEL_IDS:
+        model = ExtractiveKnowledgeModel(float(recorded["threshold"]), str(recorded["model"]))
     else:
         model, why = knowledge_model(settings, client=client, model_id=str(recorded["model"]))
         if model is None:
