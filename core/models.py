@@ -607,3 +607,7 @@ class Turn:
     citations: tuple[Citation, ...] = ()
     policy_id: str | None = None
     policy_version: str | None = None
+    # The output as the asking agent receives it, when it differs from ``output`` (contact
+    # data that approved documents hold, restored: `tasks.text.pii.Pseudonyms`). Never
+    # recorded: the ledger keeps ``output``.
+    delivered: dict[str, Any] | None = None

@@ -39,7 +39,11 @@ STALE_STATUSES = (
 
 
 def answer_config(settings: Settings) -> AnswerConfig:
-    return AnswerConfig(threshold=settings.answer_min_confidence, top_k=settings.answer_top_k)
+    return AnswerConfig(
+        threshold=settings.answer_min_confidence,
+        top_k=settings.answer_top_k,
+        reveal_contacts=settings.agent_contact_data == "reveal",
+    )
 
 
 def knowledge_model(
@@ -120,7 +124,7 @@ def _agent_turn(
         no_model_reason=why,
     )
     (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
-    return turn.output
+    return turn.delivered if turn.delivered is not None else turn.output
 
 
 def replay_turn(

@@ -279,19 +279,64 @@ def scrub_payload(value: Any) -> Any:
     Returns:
         A scrubbed copy.
     """
+    return map_strings(value, scrub)
+
+
+def map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` with ``change`` applied to every string inside it (see `scrub_payload`)."""
     if isinstance(value, str):
-        scrubbed = scrub(value)
-        return value if scrubbed == value else scrubbed
+        changed = change(value)
+        return value if changed == value else changed
     if isinstance(value, dict):
-        return {key: scrub_payload(item) for key, item in value.items()}
+        return {key: map_strings(item, change) for key, item in value.items()}
     if isinstance(value, list):
-        return [scrub_payload(item) for item in value]
+        return [map_strings(item, change) for item in value]
     if isinstance(value, tuple):
-        return tuple(scrub_payload(item) for item in value)
+        return tuple(map_strings(item, change) for item in value)
     if isinstance(value, set | frozenset):
-        items = {scrub_payload(item) for item in value}
+        items = {map_strings(item, change) for item in value}
         return frozenset(items) if isinstance(value, frozenset) else items
     return value
+
+
+CONTACT_KINDS: frozenset[str] = frozenset({"email", "phone"})
+_NUMBERED = re.compile(r"\[(EMAIL|PHONE)_(\d+)\]")
+
+
+class Pseudonyms:
+    """Contact data masked for a model and restored for the org's own agent (one turn).
+
+    `mask` scrubs a text as `scrub` does, except that each e-mail address and phone number
+    becomes a numbered placeholder (``[EMAIL_1]``, ``[PHONE_2]``; the same value keeps its
+    number), so what a model writes from the masked text can be given back with the values
+    restored (`restore`). Only values this instance masked are restored: a numbered
+    placeholder that arrived from elsewhere stays a placeholder. The numbered placeholders
+    hold no personal data, so what is recorded or leaves the org may carry them.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._values: dict[str, str] = {}
+
+    def mask(self, text: str) -> str:
+        parts: list[str] = []
+        position = 0
+        for finding in find_pii(text):
+            if finding.kind not in CONTACT_KINDS:
+                continue
+            value = text[finding.start : finding.end]
+            token = self._tokens.get((finding.kind, value))
+            if token is None:
+                token = f"[{finding.kind.upper()}_{len(self._tokens) + 1}]"
+                self._tokens[(finding.kind, value)] = token
+                self._values[token] = value
+            parts += [text[position : finding.start], token]
+            position = finding.end
+        parts.append(text[position:])
+        return scrub("".join(parts))
+
+    def restore(self, text: str) -> str:
+        return _NUMBERED.sub(lambda m: self._values.get(m.group(0), m.group(0)), text)
 
 
 _LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
