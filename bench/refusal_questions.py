@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.refusal_calibration import auc  # noqa: E402
+from bench.stats import save_results  # noqa: E402
 
 
 def _kbflow(home: Path, *args: str) -> dict[str, Any]:
@@ -164,10 +165,7 @@ def main() -> int:
         **{c: _summary([r for r in rows if r["corpus"] == c], threshold) for c in corpora},
         "rows": rows,
     }
-    results = REPO / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "refusal_questions.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=2))
+    save_results("refusal_questions", out, unprinted="rows")
     return 0
 
 

@@ -115,13 +115,22 @@ def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> N
     assert ADDRESS not in json.dumps(asked)
 
 
+def _claude_answer(ctx: SearchContext, question: str, claim: str) -> tuple[Any, Recorder, Any]:
+    """Answer ``question`` with Claude on a scripted transport that states ``claim``, citing
+    the chunk the offline answer cites first; returns the output, the recorder and the reply."""
+    probe = answer_question(ctx, "helper", question)
+    reply = {"claims": [{"text": claim, "chunk_ids": [probe["citations"][0]["chunk_id"]]}]}
+    recorder = Recorder(message(json.dumps(reply)))
+    return (
+        answer_question(ctx, "helper", question, client=anthropic_client(recorder)),
+        recorder,
+        reply,
+    )
+
+
 def test_claude_sees_a_placeholder_and_the_agent_gets_the_address(world: Any) -> None:
     ctx: SearchContext = world["ctx"]
-    probe = answer_question(ctx, "helper", CONTACT_QUESTION)
-    chunk_id = probe["citations"][0]["chunk_id"]
-    reply = {"claims": [{"text": "Write to [EMAIL_1].", "chunk_ids": [chunk_id]}]}
-    recorder = Recorder(message(json.dumps(reply)))
-    out = answer_question(ctx, "helper", CONTACT_QUESTION, client=anthropic_client(recorder))
+    out, recorder, _ = _claude_answer(ctx, CONTACT_QUESTION, "Write to [EMAIL_1].")
     sent = json.dumps(recorder.bodies[0])
     assert ADDRESS not in sent and "[EMAIL_1]" in sent  # nothing personal left the org
     assert out["claims"][0]["text"] == f"Write to {ADDRESS}."
@@ -151,12 +160,7 @@ def test_ask_is_recorded_and_replays(world: Any) -> None:
 
 
 def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(world: Any) -> None:
-    ctx: SearchContext = world["ctx"]
-    probe = answer_question(ctx, "helper", QUESTION)
-    chunk_id = probe["citations"][0]["chunk_id"]
-    reply = {"claims": [{"text": "Within 30 days.", "chunk_ids": [chunk_id]}]}
-    recorder = Recorder(message(json.dumps(reply)))
-    out = answer_question(ctx, "helper", QUESTION, client=anthropic_client(recorder))
+    out, recorder, reply = _claude_answer(world["ctx"], QUESTION, "Within 30 days.")
     assert out["model"] == "claude-haiku-4-5" and out["status"] == "answered"
     turn = Ledger(world["settings"].home).get_turn(out["turn_id"])
     assert turn.llm_calls[0].input_tokens == 1000
