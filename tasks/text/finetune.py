@@ -46,6 +46,7 @@ from tasks.text.offline_hf import quiet_offline_hf
 log = logging.getLogger(__name__)
 
 MANIFEST = "kbflow-model.json"
+PROMOTED = "promoted.json"  # in the models folder: the model that won its held-out evaluation
 ID_PREFIX = "minilm-ft-"
 FORMAT_VERSION = 1  # bump when training changes in a way the parameters do not show
 # Files that make a model what it is: its weights, architecture, tokenizer and pooling.
@@ -339,13 +340,15 @@ def _train(
         return max(0.0, (steps - step) / max(1, steps - warmup))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    # sentence-transformers 6 renamed `tokenize` to `preprocess` (the old name warns)
+    preprocess = getattr(model, "preprocess", None) or model.tokenize
     losses: list[float] = []
     model.train()
     for batch in schedule:
         chosen = [pairs[i] for i in batch]
         columns = [[p.query for p in chosen], [p.positive for p in chosen]]
         columns += [[p.negatives[n] for p in chosen] for n in range(len(chosen[0].negatives))]
-        features = [model.tokenize(column) for column in columns]
+        features = [preprocess(column) for column in columns]
         loss = loss_fn(features, torch.empty(0))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -401,6 +404,37 @@ def record_evaluation(model_dir: Path, evaluation: dict[str, Any]) -> dict[str, 
     manifest["evaluation"] = {**manifest.get("evaluation", {}), **evaluation}
     _write_json(model_dir / MANIFEST, manifest)
     return manifest
+
+
+def promote(models_dir: Path, model: FinetunedModel, evidence: dict[str, Any]) -> Path:
+    """Record ``model`` as the promoted one (``<models_dir>/promoted.json``) with the
+    ``evidence`` that it won; returns the file. Nothing re-indexes here: using the model is
+    the promotion step's next job (the index fingerprint includes the model)."""
+    record = {
+        "model_id": model.model_id,
+        "path": str(model.path),
+        "base": model.manifest.get("base", {}),
+        "promoted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "evidence": evidence,
+    }
+    path = models_dir / PROMOTED
+    _write_json(path, record)
+    log.info("promoted %s: %s", model.model_id, evidence.get("reason", ""))
+    return path
+
+
+def promoted_model(models_dir: Path) -> dict[str, Any] | None:
+    """The promotion record, or None when no model has been promoted."""
+    path = models_dir / PROMOTED
+    if not path.is_file():
+        return None
+    try:
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{path} is not readable JSON ({exc}) — delete it and promote again"
+        ) from exc
+    return record
 
 
 def list_models(models_dir: Path) -> list[dict[str, Any]]:
