@@ -18,8 +18,10 @@ has no BM25 leg and no gate, so it is for iterating; `kbflow eval run` is the re
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import ConfigError
@@ -27,13 +29,25 @@ from evals.beir import BeirDataset
 from evals.metrics import Qrels, Run, evaluate
 from tasks.ingest.discover import jsonl_sources, record_to_document
 from tasks.text.chunk import document_to_chunks
-from tasks.text.embed import Embedder
-from tasks.text.finetune import QuerySplit, RelevancePair
+from tasks.text.embed import CachedEmbedder, Embedder, MiniLMEmbedder
+from tasks.text.finetune import (
+    FinetunedModel,
+    FinetuneParams,
+    QuerySplit,
+    RelevancePair,
+    finetune_embedder,
+    promote,
+    record_evaluation,
+    split_by_position,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from core.settings import Settings
+
 DOC_DEPTH = 100  # documents ranked per query (Recall@100), as evals.retrieval
+MINE_DEPTH = 200  # passages ranked per training query to mine hard negatives from
 
 Positives = Literal["best", "all"]
 NegativesFrom = Literal["none", "bm25", "dense"]
@@ -106,9 +120,7 @@ def document_run(
     return {qid: [docs[j] for j in row] for qid, row in zip(query_ids, top, strict=True)}
 
 
-def bm25_rankings(
-    passages: Passages, queries: Sequence[str], depth: int
-) -> np.ndarray:  # pragma: no cover - exercised by the bench
+def bm25_rankings(passages: Passages, queries: Sequence[str], depth: int) -> np.ndarray:
     """BM25 passage rankings (bm25s over kbflow's own analyser), best first."""
     import bm25s
     import numpy as np
@@ -226,3 +238,212 @@ def per_query_means(
         out[name] = {m: sum(rows[q][m] for q in ids) / len(ids) for m in sorted(metrics)}
         out[name]["queries"] = len(ids)
     return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a fine-tuned model replaces its base, and the held-out figures that decided."""
+
+    promote: bool
+    reason: str
+    metric: str
+    base: float
+    candidate: float
+
+
+def promotion_decision(
+    base: Mapping[str, Mapping[str, Any]],
+    candidate: Mapping[str, Mapping[str, Any]],
+    *,
+    metric: str = "ndcg@10",
+    min_gain: float = 0.0,
+) -> Decision:
+    """Promote only when the candidate beats the base on the HELD-OUT half by more than
+    ``min_gain``; the training half is not consulted (a model always looks good on the queries
+    it learned)."""
+    before, after = float(base["held_out"][metric]), float(candidate["held_out"][metric])
+    gain = after - before
+    if gain > min_gain:
+        return Decision(True, f"held-out {metric} {before:.4f} -> {after:.4f} (+{gain:.4f})",
+                        metric, before, after)  # fmt: skip
+    return Decision(
+        False,
+        f"held-out {metric} {before:.4f} -> {after:.4f} ({gain:+.4f}); it must gain more than "
+        f"{min_gain:.4f} to be promoted",
+        metric,
+        before,
+        after,
+    )
+
+
+class AdaptationData:
+    """A BEIR dataset made ready to adapt the embedder: its queries split by position, its
+    corpus as the index embeds it, and each model's vectors (cached on disk by model and text,
+    in the same cache file as the eval's, so the eval of a model embedded here is free).
+
+    Args:
+        dataset: The benchmark.
+        max_words: Chunk word cap (the index's `Settings.chunk_max_words`).
+        overlap_words: Chunk overlap (`Settings.chunk_overlap_words`).
+        cache_path: The embedding cache (``<KBFLOW_HOME>/cache/embeddings.sqlite``).
+        threads: CPU threads per embedding call.
+        backend: ``onnx`` or ``torch`` (`tasks.text.embed.MiniLMEmbedder`).
+    """
+
+    def __init__(
+        self,
+        dataset: BeirDataset,
+        *,
+        max_words: int,
+        overlap_words: int,
+        cache_path: Path,
+        threads: int = 2,
+        backend: str = "onnx",
+    ) -> None:
+        self.dataset = dataset
+        self.passages = corpus_passages(dataset, max_words=max_words, overlap_words=overlap_words)
+        self.qids = list(dataset.queries)
+        self.split = split_by_position(self.qids)
+        self.cache_path = cache_path
+        self.threads = threads
+        self.backend = backend
+        self.embed_seconds: dict[str, float] = {}
+        self.computed: dict[str, int] = {}
+        self._row = {q: n for n, q in enumerate(self.qids)}
+        self._vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def vectors(self, model: str) -> tuple[np.ndarray, np.ndarray]:
+        """(query vectors in `qids` order, passage vectors) of ``model``."""
+        if model not in self._vectors:
+            inner = MiniLMEmbedder(model, batch_size=64, backend=self.backend, threads=self.threads)
+            cached = CachedEmbedder(inner, self.cache_path)
+            started = time.perf_counter()
+            try:
+                queries = embed_texts(cached, [self.dataset.queries[q] for q in self.qids])
+                passages = embed_texts(cached, self.passages.texts)
+            finally:
+                cached.close()
+            self.embed_seconds[model] = round(time.perf_counter() - started, 1)
+            self.computed[model] = cached.misses
+            self._vectors[model] = (queries, passages)
+        return self._vectors[model]
+
+    def scores(self, model: str, qids: Sequence[str]) -> np.ndarray:
+        """Cosine similarity of each query of ``qids`` with every passage."""
+        queries, passages = self.vectors(model)
+        result: np.ndarray = queries[[self._row[q] for q in qids]] @ passages.T
+        return result
+
+    def dense_halves(self, model: str, split: QuerySplit) -> dict[str, dict[str, Any]]:
+        """Brute-force dense metrics of ``model`` on each half of ``split`` (and both)."""
+        qids = list(split.train + split.held_out)
+        run = document_run(qids, self.scores(model, qids), self.passages)
+        return scores_by_half(run, {q: self.dataset.qrels[q] for q in qids}, split)
+
+    def pairs(
+        self,
+        split: QuerySplit,
+        *,
+        base: str,
+        positives: Positives = "best",
+        negatives: NegativesFrom = "none",
+        seed: int = 0,
+    ) -> list[RelevancePair]:
+        """Training pairs from ``split.train`` (`training_pairs`); positives are chosen, and
+        dense negatives mined, with ``base``."""
+        train = list(split.train)
+        ranking = dict(zip(train, passage_rankings(self.scores(base, train)).tolist(), strict=True))
+        mined: dict[str, list[int]] | None = None
+        if negatives == "dense":
+            mined = {q: r[:MINE_DEPTH] for q, r in ranking.items()}
+        elif negatives == "bm25":
+            texts = [self.dataset.queries[q] for q in train]
+            hits = bm25_rankings(self.passages, texts, MINE_DEPTH)
+            mined = dict(zip(train, hits.tolist(), strict=True))
+        return training_pairs(
+            self.dataset, split, self.passages, ranking=ranking, positives=positives,
+            negatives=mined, seed=seed,
+        )  # fmt: skip
+
+
+def open_adaptation(
+    settings: Settings, dataset_dir: Path, split: str | None = None, threads: int = 2
+) -> AdaptationData:
+    """A BEIR folder made ready with the index's chunking, backend and embedding cache."""
+    from evals.beir import load_beir
+
+    return AdaptationData(
+        load_beir(dataset_dir, split),
+        max_words=settings.chunk_max_words,
+        overlap_words=settings.chunk_overlap_words,
+        cache_path=settings.home / "cache" / "embeddings.sqlite",
+        threads=threads,
+        backend=settings.embedding_backend,
+    )
+
+
+def train_candidate(
+    settings: Settings,
+    dataset_dir: Path,
+    split: str | None = None,
+    *,
+    base: str,
+    params: FinetuneParams,
+    negatives: NegativesFrom = "none",
+    threads: int = 2,
+) -> FinetunedModel:
+    """Fine-tune ``base`` on the training half (even positions) of a BEIR folder's queries,
+    into ``settings.models_dir`` (a model already trained from the same inputs is reused)."""
+    data = open_adaptation(settings, dataset_dir, split, threads)
+    pairs = data.pairs(data.split, base=base, negatives=negatives, seed=params.seed)
+    source = {
+        "dataset": data.dataset.name,
+        "split": "even query positions",
+        "queries": len(data.split.train),
+        "positives": "best",
+        "negatives": negatives,
+    }
+    return finetune_embedder(
+        pairs, models_dir=settings.models_dir, base=base, params=params, source=source,
+        threads=threads,
+    )  # fmt: skip
+
+
+def score_model(
+    settings: Settings, dataset_dir: Path, model: str, split: str | None = None, threads: int = 2
+) -> dict[str, dict[str, Any]]:
+    """Brute-force dense metrics of ``model`` on each half of a BEIR folder's queries."""
+    data = open_adaptation(settings, dataset_dir, split, threads)
+    return data.dense_halves(model, data.split)
+
+
+def decide_and_promote(
+    models_dir: Path,
+    candidate: FinetunedModel,
+    base_scores: Mapping[str, Mapping[str, Any]],
+    candidate_scores: Mapping[str, Mapping[str, Any]],
+    *,
+    min_gain: float = 0.0,
+) -> dict[str, Any]:
+    """Record both models' scores in the candidate's manifest; promote it only if it wins on
+    the held-out half (`promotion_decision`). Returns the report."""
+    decision = promotion_decision(base_scores, candidate_scores, min_gain=min_gain)
+    evidence = {
+        "reason": decision.reason,
+        "metric": decision.metric,
+        "min_gain": min_gain,
+        "dense_bruteforce": {"base": base_scores, "finetuned": candidate_scores},
+    }
+    record_evaluation(candidate.path, {"dense_bruteforce": evidence["dense_bruteforce"]})
+    promoted = promote(models_dir, candidate, evidence) if decision.promote else None
+    return {
+        "model_id": candidate.model_id,
+        "path": str(candidate.path),
+        "promoted": decision.promote,
+        "reason": decision.reason,
+        "promoted_file": str(promoted) if promoted else None,
+        "held_out": {"base": base_scores["held_out"], "finetuned": candidate_scores["held_out"]},
+        "train": {"base": base_scores["train"], "finetuned": candidate_scores["train"]},
+        "pairs": candidate.manifest["data"]["pairs"],
+        "train_seconds": candidate.manifest["training"]["seconds"],
+    }
