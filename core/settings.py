@@ -275,8 +275,13 @@ class Settings(BaseSettings):
         return self.home / "vectors"
 
     @property
+    def models_dir(self) -> Path:
+        """Fine-tuned embedding models (one folder per model id) and ``promoted.json``."""
+        return self.home / "models"
+
+    @property
     def whisper_dir(self) -> Path:
-        return self.home / "models" / "whisper"
+        return self.models_dir / "whisper"
 
     @property
     def jobs_dir(self) -> Path:
