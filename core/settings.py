@@ -52,6 +52,14 @@ class Settings(BaseSettings):
         "`torch` (sentence-transformers). `onnx` falls back to `torch` if the graph cannot be "
         "built.",
     )
+    embedding_precision: Literal["fp32", "int8"] = Field(
+        "fp32",
+        description="Weights of the `onnx` backend's graph: `fp32`, or `int8` (dynamic "
+        "quantisation of the fp32 graph, built once per machine and checked before use: "
+        "cosine >= 0.99 to the fp32 vector on every check text; faster on the CPU, vectors "
+        "slightly different, so a model id of their own). `int8` falls back to `fp32` if its "
+        "graph fails the check; `torch` always runs fp32.",
+    )
     chunk_max_words: int = Field(
         180, gt=10, description="Word cap per chunk (keeps MiniLM under its 256-token window)."
     )
@@ -267,8 +275,13 @@ class Settings(BaseSettings):
         return self.home / "vectors"
 
     @property
+    def models_dir(self) -> Path:
+        """Fine-tuned embedding models (one folder per model id) and ``promoted.json``."""
+        return self.home / "models"
+
+    @property
     def whisper_dir(self) -> Path:
-        return self.home / "models" / "whisper"
+        return self.models_dir / "whisper"
 
     @property
     def jobs_dir(self) -> Path:

@@ -59,12 +59,16 @@ def _slug(name: str) -> str:
 
 
 def index_fingerprint(settings: Settings) -> str:
-    """What the stored index depends on: a change to any of these needs a fresh index."""
+    """What the stored index depends on: a change to any of these needs a fresh index.
+
+    The embedding part is the embedder's model id, so an int8 index never serves an fp32
+    eval (or the reverse); for fp32 it is the model setting itself, as before.
+    """
     from tasks.text.chunk import CHUNKER_VERSION
     from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     parts = (
-        settings.embedding_model,
+        embedder_for(settings).model_id,
         settings.chunk_max_words,
         settings.chunk_overlap_words,
         CHUNKER_VERSION,
@@ -302,6 +306,7 @@ def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict
 
     return {
         "embedding_model": settings.embedding_model,
+        "embedding_id": embedder_for(settings).model_id,  # the int8 form's id when it ran
         "chunk_max_words": settings.chunk_max_words,
         "chunk_overlap_words": settings.chunk_overlap_words,
         "fusion": settings.fusion,

