@@ -34,7 +34,7 @@ from sinks.registry import SqlRegistry
 from tasks.query.fallback import shared_fallback
 from tasks.text.embed import Embedder
 from tasks.text.sparse import analyze, words
-from tasks.text.values import asks_for_value, holds_value_for, is_question
+from tasks.text.values import asks_for_value, holds_value_for, is_question, value_kind
 
 COSINE_WEIGHT = 0.5
 _MIN_PREFIX = 4  # shorter stems are too ambiguous to match as prefixes
@@ -89,20 +89,27 @@ def coverage(query: str, text: str, stats: TermStats, *, value_words: bool = Tru
     terms = query_terms(query, value_words=value_words)
     if not terms:
         return 0.0
-    weights = [max(stats.idf(t), 0.0) for t in terms]
-    total = sum(weights)
+    asked = value_words and is_question(query)
+    # In a question, the words that ask for one kind of value ("phone number", "cost … price")
+    # are one ask: weighed once (their heaviest), covered by the word or by one such value.
+    asks: dict[object, tuple[float, list[str]]] = {}
+    for term in terms:
+        weight = max(stats.idf(term), 0.0)
+        kind = value_kind(term) if asked else None
+        key: object = term if kind is None else ("value", kind)
+        best, members = asks.get(key, (0.0, []))
+        asks[key] = (max(best, weight), [*members, term])
+    total = sum(weight for weight, _ in asks.values())
     if total <= 0:
         return 0.0
     present = set(analyze(text))
-    asked = value_words and is_question(query)
-    return (
-        sum(
-            w
-            for t, w in zip(terms, weights, strict=True)
-            if _holds(t, present) or (asked and holds_value_for(t, text))
-        )
-        / total
+    covered = sum(
+        weight
+        for weight, members in asks.values()
+        if any(_holds(t, present) for t in members)
+        or (asked and any(holds_value_for(t, text) for t in members))
     )
+    return covered / total
 
 
 def _holds(term: str, present: set[str]) -> bool:

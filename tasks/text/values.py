@@ -132,6 +132,13 @@ def asks_for_value(term: str) -> bool:
     return term in _checks()
 
 
+def value_kind(term: str) -> int | None:
+    """An opaque key for the kind of value ``term`` asks for: "cost" and "price" share one
+    (an amount), so a question that says both asks for one value. None for a topic word."""
+    check = _checks().get(term)
+    return None if check is None else id(check)
+
+
 def holds_value_for(term: str, text: str) -> bool:
     """``text`` holds a value of the kind ``term`` asks for (False when it asks for none)."""
     check = _checks().get(term)
