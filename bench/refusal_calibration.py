@@ -21,7 +21,6 @@ Run after ``kbflow eval run --dataset ../shared/datasets/scifact`` with the same
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -141,10 +140,9 @@ def main() -> int:
         "at_answer_90pct": {"odd_held_out": rates(*odd, floor), "all": rates(ans, unans, floor)},
         "curve_all": [rates(ans, unans, t) for t in grid[::4]],
     }
-    results = REPO / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "refusal_calibration.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if k != "curve_all"}, indent=2))
+    from bench.stats import save_results
+
+    save_results("refusal_calibration", out, unprinted="curve_all")
     return 0
 
 

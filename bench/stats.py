@@ -1,8 +1,13 @@
-"""Latency figures the benchmarks share: a percentile, and median / p95 of samples in ms."""
+"""What the benchmarks share: a percentile, median / p95 of samples in ms, and saving results."""
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -19,3 +24,13 @@ def latency(samples_s: list[float], digits: int = 3) -> dict[str, float]:
         "median_ms": round(statistics.median(ms), digits),
         "p95_ms": round(pct(ms, 0.95), digits),
     }
+
+
+def save_results(name: str, out: dict[str, Any], *, unprinted: str | None = None) -> Path:
+    """Write ``out`` to ``bench/results/<name>.json`` and print it, less the key ``unprinted``
+    (a long per-query list)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k != unprinted}, indent=2))
+    return path

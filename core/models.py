@@ -221,9 +221,47 @@ class StoredHit:
     legs: dict[str, float] = field(default_factory=dict)  # raw per-leg scores after fusion
 
 
+@dataclass(frozen=True)
+class SourceRef:
+    """A source that a document cites with a tag in its text, as its Citations footer (or the
+    research corpus) names it.
+
+    Attributes:
+        cite_id: the tag without its brackets: ``doc:<id>`` (an account manager's input),
+            ``url:<url>`` (a fetched page) or ``search:<query>`` (a web search).
+        title: the source's title, as the citing document's footer gives it.
+        uri: where the source is, when known (the research corpus's URI of the input, or the
+            page's URL); None otherwise.
+    """
+
+    cite_id: str
+    title: str
+    uri: str | None = None
+
+    @property
+    def tag(self) -> str:
+        """The tag as it stands in the text: ``[doc:<id>]``."""
+        return f"[{self.cite_id}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "title": self.title, "uri": self.uri}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SourceRef:
+        tag = str(d["tag"])
+        cite_id = tag[1:-1] if tag.startswith("[") and tag.endswith("]") else tag
+        uri = d.get("uri")
+        return cls(cite_id=cite_id, title=str(d.get("title") or ""), uri=str(uri) if uri else None)
+
+
 @dataclass
 class SearchHit:
-    """One search result, ready for an agent or the CLI."""
+    """One search result, ready for an agent or the CLI.
+
+    ``sources`` resolves the citation tags in ``text`` (``[doc:<id>]``, ``[url:…]``,
+    ``[search:…]``) from the hit's own document's citations; a tag it cannot resolve is left
+    out.
+    """
 
     doc_id: str
     chunk_id: str
@@ -235,6 +273,7 @@ class SearchHit:
     collection: str
     scores: dict[str, float] = field(default_factory=dict)
     location: Location | None = None
+    sources: list[SourceRef] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -248,6 +287,7 @@ class SearchHit:
             "score": self.score,
             "scores": self.scores,
             "text": self.text,
+            "sources": [s.to_dict() for s in self.sources],
         }
 
 
@@ -327,12 +367,15 @@ class CorpusEntry:
         text: the input's text (already extracted and bounded).
         source: ``am_file``, ``am_url``, ``am_prompt``, ``public_homepage``, ``public_x`` or
             ``public_search``.
+        uri: where the input is (the seed document's URI, the page's URL, the search's URL);
+            kept with the drafts that cite it. Empty when unknown.
     """
 
     cite_id: str
     title: str
     text: str
     source: str
+    uri: str = ""
 
     @property
     def citation(self) -> str:
@@ -564,3 +607,7 @@ class Turn:
     citations: tuple[Citation, ...] = ()
     policy_id: str | None = None
     policy_version: str | None = None
+    # The output as the asking agent receives it, when it differs from ``output`` (contact
+    # data that approved documents hold, restored: `tasks.text.pii.Pseudonyms`). Never
+    # recorded: the ledger keeps ``output``.
+    delivered: dict[str, Any] | None = None

@@ -192,6 +192,13 @@ class Settings(BaseSettings):
     answer_llm: str = Field(
         "claude-haiku-4-5", description="Claude model id for answers, triage and synthesis."
     )
+    agent_contact_data: Literal["reveal", "scrub"] = Field(
+        "reveal",
+        description="What an org's own agents get of the e-mail addresses and phone numbers "
+        "that approved documents hold, in answers and knowledge searches: `reveal` (default: "
+        "the key-contacts document is useful) or `scrub` (placeholders such as [EMAIL]). "
+        "What leaves the org is scrubbed either way: the model provider, the ledger, logs.",
+    )
     answer_min_confidence: float = Field(
         0.59,
         ge=-1.0,
@@ -268,8 +275,13 @@ class Settings(BaseSettings):
         return self.home / "vectors"
 
     @property
+    def models_dir(self) -> Path:
+        """Fine-tuned embedding models (one folder per model id) and ``promoted.json``."""
+        return self.home / "models"
+
+    @property
     def whisper_dir(self) -> Path:
-        return self.home / "models" / "whisper"
+        return self.models_dir / "whisper"
 
     @property
     def jobs_dir(self) -> Path:

@@ -64,12 +64,14 @@ def index_fingerprint(settings: Settings) -> str:
     The embedding part is the embedder's model id, so an int8 index never serves an fp32
     eval (or the reverse); for fp32 it is the model setting itself, as before.
     """
+    from tasks.text.chunk import CHUNKER_VERSION
     from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     parts = (
         embedder_for(settings).model_id,
         settings.chunk_max_words,
         settings.chunk_overlap_words,
+        CHUNKER_VERSION,
         BM25_K1,
         BM25_B,
         BM25_AVG_LEN,

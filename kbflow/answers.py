@@ -20,7 +20,7 @@ from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer
 from tasks.answer.knowledge import (
-    EXTRACTIVE_MODEL_ID,
+    EXTRACTIVE_MODEL_IDS,
     ClaudeKnowledgeModel,
     ExtractiveKnowledgeModel,
     KnowledgeModel,
@@ -39,7 +39,11 @@ STALE_STATUSES = (
 
 
 def answer_config(settings: Settings) -> AnswerConfig:
-    return AnswerConfig(threshold=settings.answer_min_confidence, top_k=settings.answer_top_k)
+    return AnswerConfig(
+        threshold=settings.answer_min_confidence,
+        top_k=settings.answer_top_k,
+        reveal_contacts=settings.agent_contact_data == "reveal",
+    )
 
 
 def knowledge_model(
@@ -120,7 +124,7 @@ def _agent_turn(
         no_model_reason=why,
     )
     (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
-    return turn.output
+    return turn.delivered if turn.delivered is not None else turn.output
 
 
 def replay_turn(
@@ -137,8 +141,8 @@ def replay_turn(
     check_replayable(turn)
     recorded = turn.replay_input
     model: KnowledgeModel | None
-    if recorded["model"] == EXTRACTIVE_MODEL_ID:
-        model = ExtractiveKnowledgeModel(float(recorded["threshold"]))
+    if recorded["model"] in EXTRACTIVE_MODEL_IDS:
+        model = ExtractiveKnowledgeModel(float(recorded["threshold"]), str(recorded["model"]))
     else:
         model, why = knowledge_model(settings, client=client, model_id=str(recorded["model"]))
         if model is None:

@@ -65,6 +65,15 @@ class SearchInput(BaseModel):
     top_k: int = Field(DEFAULT_TOP_K, ge=1, le=MAX_TOP_K)
 
 
+class SourceOut(BaseModel):
+    """A source that a citation tag in the text stands for (``[doc:<id>]``, ``[url:…]``,
+    ``[search:…]``), as the cited document's Citations footer names it."""
+
+    tag: str = Field(description="The tag as it stands in the text, brackets included.")
+    title: str
+    uri: str | None = Field(description="Where the source is, when known.")
+
+
 class SearchHitOut(BaseModel):
     """One cited passage. Other keys are let through: the schema never forbade them."""
 
@@ -78,6 +87,10 @@ class SearchHitOut(BaseModel):
     location: dict[str, Any] | None = None
     text: str
     score: float
+    sources: list[SourceOut] = Field(
+        default_factory=list,
+        description="What the citation tags in the text stand for (may be left out).",
+    )
 
 
 class SearchOutput(BaseModel):
@@ -112,6 +125,10 @@ class CitationOut(BaseModel):
     uri: str
     title: str = Field(default_factory=str)
     quote: str = Field(default_factory=str)
+    sources: list[SourceOut] = Field(
+        default_factory=list,
+        description="What the citation tags in the cited chunk stand for (may be left out).",
+    )
 
 
 class MissOut(BaseModel):

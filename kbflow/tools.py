@@ -109,6 +109,7 @@ def search_knowledge_base(
                 "location": h.location.to_payload() if h.location else None,
                 "text": h.text,
                 "score": h.score,
+                "sources": [src.to_dict() for src in h.sources],
             }
             for h in result.hits
         ],

@@ -253,6 +253,7 @@ def rows_to_turn(
             _record(LlmCall, row, messages=tuple(json.loads(row["messages"]))) for row in llm_calls
         ),
         citations=tuple(_record(Citation, row) for row in citations),
+        delivered=None,  # what the agent received is never recorded
     )
 
 

@@ -301,8 +301,12 @@ def index_records(
     status: DocStatus | None = DocStatus.APPROVED,
     audience: str | None = None,
     effective_date: dt.date | None = None,
+    source_tag: str | None = None,
+    cite_uris: dict[str, str] | None = None,
 ) -> list[str]:
-    """Index ``{"key", "title", "text"}`` records as documents; returns their doc ids."""
+    """Index ``{"key", "title", "text"}`` records as documents; returns their doc ids. A record
+    with ``"markdown": True`` is read as Markdown (sections at headings, a Citations footer
+    kept as metadata with ``cite_uris``), as drafts are."""
     registry.ensure_org(org)
     coll = registry.ensure_collection(org, collection)
     target = IngestTarget(
@@ -312,6 +316,7 @@ def index_records(
         status=status,
         audience=audience,
         effective_date=effective_date,
+        source_tag=source_tag,
     )
     current = registry.current_documents(org)
     items = [
@@ -322,14 +327,16 @@ def index_records(
                 content_hash=str(hash((r["title"], r["text"]))),
                 path=Path(r["key"]),
                 record=(r["title"], r["text"]),
+                markdown=bool(r.get("markdown")),
             ),
             previous=current.get(f"test://{org}/{r['key']}"),
         )
         for r in records
     ]
     report = index_batch(
-        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_files
-    )
+        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_files,
+        cite_uris=cite_uris,
+    )  # fmt: skip
     assert not report.skipped, report.skipped
     return report.doc_ids
 

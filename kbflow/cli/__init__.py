@@ -11,6 +11,7 @@
 | `catalog` | ``collections …``, ``agents …``, ``tools schema/call`` |
 | `answers` | ``ask``, ``answer``, ``replay``, ``turns``, ``provenance`` |
 | `evals` | ``eval run/report/baseline/golden``, ``serve-schedules`` |
+| `models` | ``models finetune/list`` (fine-tuned embedding models) |
 | `server` | ``server``, ``demo`` |
 
 A command parses its arguments, calls a service (`kbflow.services`) and renders the result;
@@ -31,6 +32,7 @@ from kbflow.cli import (
     catalog,
     evals,
     ingest,
+    models,
     orgs,
     research,
     review,
@@ -80,6 +82,7 @@ app.add_typer(review.review_app, name="review")
 app.add_typer(research.seed_app, name="seed")
 app.add_typer(ingest.jobs_app, name="jobs")
 app.add_typer(evals.eval_app, name="eval")
+app.add_typer(models.models_app, name="models")
 app.add_typer(catalog.collections_app, name="collections")
 app.add_typer(catalog.agents_app, name="agents")
 app.add_typer(catalog.tools_app, name="tools")

@@ -11,9 +11,18 @@ from rich.markup import escape
 
 from core.errors import KbflowError
 from core.settings import Settings
-from kbflow.cli.common import AgentOpt, JsonOpt, command, print_json, snippet
+from kbflow.cli.common import (
+    AgentOpt,
+    JsonOpt,
+    command,
+    print_json,
+    snippet,
+    source_lines,
+    sources_in,
+)
 from kbflow.render import console, err_console
 from kbflow.services import answers as service
+from tasks.text.citations import with_titles
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
@@ -42,10 +51,13 @@ def ask(
                   f"[dim]turn {out['turn_id']}[/dim]")  # fmt: skip
     if out["miss"]:
         console.print(f"[dim]miss: {out['miss']['reason']}: {escape(out['miss']['detail'])}[/dim]")
+    sources = sources_in(*(c.get("sources", []) for c in out["citations"]))
     if out["synthesis"]:
-        console.print(out["synthesis"], markup=False)
+        console.print(with_titles(out["synthesis"], sources), markup=False)
     for c in out["citations"]:
         console.print(f"  [dim]{escape(c['chunk_id'])} · {escape(c['uri'])}[/dim]")
+    for line in source_lines(sources):
+        console.print(f"  [dim]cites[/dim] {line}")
     console.print(f"[italic]{escape(out['steering'])}[/italic]")
 
 
@@ -72,7 +84,11 @@ def answer(
         console.print(f"[dim]{escape(r['reason'])} · policy {r['policy_id']} v"
                       f"{r['policy_version']} · turn {out['turn_id']}[/dim]")  # fmt: skip
         return
-    console.print(out["answer"], markup=False)
+    # A draft's citation tags read as their sources' titles; the sources follow.
+    sources = sources_in(*(c.get("sources", []) for c in out["citations"]))
+    console.print(with_titles(out["answer"], sources), markup=False)
+    for line in source_lines(sources):
+        console.print(f"[dim]cites[/dim] {line}")
     console.print(f"[dim]turn {out['turn_id']} · {out['model']}[/dim]")
 
 

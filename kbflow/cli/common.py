@@ -21,7 +21,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar, overload
 
@@ -31,6 +31,7 @@ from rich.markup import escape
 from core import ids
 from core.contracts import Report
 from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
+from core.models import SourceRef
 from core.settings import Settings, configure_environment
 from kbflow.render import err_console
 
@@ -141,6 +142,25 @@ def snippet(text: str, width: int = 240) -> str:
     """``text`` on one line, cut to ``width`` characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def sources_in(*groups: Iterable[dict[str, Any]]) -> list[SourceRef]:
+    """The distinct sources of JSON ``sources`` lists (``{"tag", "title", "uri"}``), in order."""
+    found: dict[str, SourceRef] = {}
+    for group in groups:
+        for item in group:
+            ref = SourceRef.from_dict(item)
+            found.setdefault(ref.cite_id, ref)
+    return list(found.values())
+
+
+def source_lines(sources: Iterable[SourceRef]) -> list[str]:
+    """One line per source for people (rich markup escaped): its title, then where it is."""
+    return [
+        f"[dim]{escape(s.tag)}[/dim] {escape(s.title)}"
+        + (f" [dim]· {escape(s.uri)}[/dim]" if s.uri else "")
+        for s in sources
+    ]
 
 
 OrgOpt = Annotated[

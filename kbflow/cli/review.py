@@ -21,7 +21,16 @@ from core.contracts import Report
 from core.errors import ConfigError
 from core.models import DocStatus
 from core.settings import Settings
-from kbflow.cli.common import ActorOpt, JsonOpt, MaybeOrgOpt, NoteOpt, OrgOpt, command, print_json
+from kbflow.cli.common import (
+    ActorOpt,
+    JsonOpt,
+    MaybeOrgOpt,
+    NoteOpt,
+    OrgOpt,
+    command,
+    print_json,
+    source_lines,
+)
 from kbflow.render import console, err_console
 from kbflow.services import review as service
 
@@ -127,6 +136,10 @@ def review_show(
     for index, text in enumerate(view.chunks, start=1):
         console.rule(f"chunk {index}/{len(view.chunks)}", style="dim")
         console.print(text, markup=False, highlight=False)
+    if d.citations:  # its Citations footer: kept with the document, never a chunk
+        console.rule(f"citations ({len(d.citations)})", style="dim")
+        for line in source_lines(d.citations):
+            console.print(line, highlight=False)
 
 
 def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> None:

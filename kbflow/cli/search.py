@@ -12,10 +12,19 @@ from rich.table import Table
 from core import ids
 from core.models import DocStatus, SearchMode
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json, snippet
+from kbflow.cli.common import (
+    JsonOpt,
+    OrgOpt,
+    checked,
+    command,
+    print_json,
+    snippet,
+    source_lines,
+)
 from kbflow.render import console, err_console, stage_progress
 from kbflow.services import catalog, stores
 from kbflow.services import search as service
+from tasks.text.citations import with_titles
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
@@ -101,7 +110,10 @@ def search(
         )
         if where:
             console.print(f"   [cyan]{escape(where)}[/cyan]")
-        console.print(f"   {snippet(hit.text)}", markup=False)
+        # A citation tag reads as its source's title; the sources follow, with where they are.
+        console.print(f"   {snippet(with_titles(hit.text, hit.sources))}", markup=False)
+        for line in source_lines(hit.sources):
+            console.print(f"   [dim]cites[/dim] {line}")
 
 
 @docs_app.command("list")

@@ -28,7 +28,7 @@ from sinks.registry.audit import AuditMixin
 from sinks.registry.base import RegistryBase
 from sinks.registry.catalog import AgentRecord, CatalogMixin, CollectionRecord
 from sinks.registry.chunks import ChunksMixin
-from sinks.registry.documents import DocumentsMixin
+from sinks.registry.documents import DocumentsMixin, citations_column
 from sinks.registry.jobs import JobRecord, JobsMixin
 from sinks.registry.people import PeopleMixin
 from sinks.registry.records import (
@@ -53,6 +53,7 @@ __all__ = [
     "SqlRegistry",
     "TokenRecord",
     "UserRecord",
+    "citations_column",
     "collection_ancestry",
     "normalize_collection_path",
 ]

@@ -18,6 +18,7 @@ from core.models import (
     AuditAction,
     DocStatus,
     ParseStatus,
+    SourceRef,
 )
 from sinks.registry.audit import audit_after
 from sinks.registry.base import RegistryBase
@@ -54,8 +55,12 @@ class DocumentsMixin(RegistryBase):
         audience: str | None = None,
         effective_date: dt.date | None = None,
         actor: str = SYSTEM_ACTOR,
+        citations: Sequence[SourceRef] = (),
     ) -> DocRecord:
-        """Insert a document with ``parse_status=pending`` (not served until marked ingested)."""
+        """Insert a document with ``parse_status=pending`` (not served until marked ingested).
+
+        ``citations``: the sources its text cites (its Citations footer, which is not chunked).
+        """
         doc_id = uuid.uuid4().hex
         with self.session() as s, s.begin():
             s.add(
@@ -75,6 +80,7 @@ class DocumentsMixin(RegistryBase):
                     effective_date=effective_date,
                     parse_status=ParseStatus.PENDING.value,
                     chunk_count=0,
+                    citations=citations_column(citations),
                 )
             )
             s.add(
@@ -381,6 +387,11 @@ class DocumentsMixin(RegistryBase):
             if limit:
                 stmt = stmt.limit(limit)
             return [record_of(row, path) for row, path in s.execute(stmt)]
+
+
+def citations_column(citations: Sequence[SourceRef]) -> list[dict[str, Any]] | None:
+    """What the ``citations`` column holds for ``citations``: their dicts, or NULL for none."""
+    return [c.to_dict() for c in citations] or None
 
 
 def _live(table: Any) -> Any:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import ids
-from core.models import Chunk, Location, Role
+from core.models import Chunk, Location, Role, SourceRef
 from sinks.registry.schema import ChunkRow, DocumentRow
 
 SYSTEM_ACTOR = "system"
@@ -42,6 +42,8 @@ class DocRecord:
     rejected_at: dt.datetime | None = None
     edited_by: str | None = None
     edited_at: dt.datetime | None = None
+    citations: tuple[SourceRef, ...] = ()
+    """The sources its text cites, from its Citations footer (never served as chunks)."""
 
     def gate_record(self) -> dict[str, Any]:
         """The fields the gate checks, shaped like a vector payload."""
@@ -60,6 +62,7 @@ class DocRecord:
         for key, value in out.items():
             if isinstance(value, dt.date):
                 out[key] = value.isoformat()
+        out["citations"] = [c.to_dict() for c in self.citations]
         return out
 
 
@@ -125,4 +128,5 @@ def record_of(row: DocumentRow, collection_path: str) -> DocRecord:
         rejected_at=row.rejected_at,
         edited_by=row.edited_by,
         edited_at=row.edited_at,
+        citations=tuple(SourceRef.from_dict(c) for c in row.citations or ()),
     )

@@ -85,6 +85,9 @@ class DocumentRow(Base):
     rejected_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     edited_by: Mapped[str | None] = mapped_column(String(120), nullable=True)
     edited_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The sources the text cites ([doc:…], [url:…], [search:…] tags), from its Citations footer:
+    # ``[{"tag", "title", "uri"}]``, or NULL when it has none (migration 0009).
+    citations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow

@@ -20,9 +20,12 @@ from tasks.answer.turns import (
     AnswerConfig,
     Policy,
     RetrieveFn,
+    citation_sources,
+    model_text,
     new_turn_id,
     retrieve_and_score,
     scrubbed_turn,
+    served_citation,
     verify_citations,
 )
 from tasks.query.retrieve import require_text
@@ -67,6 +70,7 @@ def answer(
     if not question:
         raise ConfigError("The question is empty. Ask something.")
     turn_id = new_turn_id()
+    clean, pseudonyms = model_text(config)
     retrievals: list[RetrievalCall] = []
     calls: list[LlmCall] = []
     facts: dict[str, Any] = {"best_confidence": None, "degraded": False}
@@ -101,7 +105,7 @@ def answer(
                              agent_id=agent_id, question=question, outcome="refused",
                              output=output, replay_input=replay_input or {},
                              retrievals=retrievals, calls=calls, citations=(),
-                             policy=policy)  # fmt: skip
+                             policy=policy, pseudonyms=pseudonyms)  # fmt: skip
 
     if scope is None:
         return refuse(NO_KNOWLEDGE, f"the knowledge base is switched off for {agent_id}")
@@ -118,7 +122,7 @@ def answer(
         {"chunk_id": h.chunk_id, "uri": h.uri, "confidence": round(c, 4)} for h, c in scored[:3]
     ]
     evidence = [
-        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, scrub(h.text), round(c, 6))
+        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, clean(h.text), round(c, 6))
         for h, c in scored
         if c >= config.threshold
     ][: config.max_evidence]
@@ -160,6 +164,7 @@ def answer(
         )
         return refuse(MODEL_FAILED, why, considered, replay_input)
     citations = list({cid: valid[cid] for claim in kept for cid in claim.chunk_ids}.values())
+    sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
     output = {
         "turn_id": turn_id,
         "kind": "answer",
@@ -168,10 +173,13 @@ def answer(
         "status": "answered",
         "answer": render_answer(kept, citations),
         "claims": [
-            {"text": c.text, "citations": [valid[cid].to_dict() for cid in c.chunk_ids]}
+            {
+                "text": c.text,
+                "citations": [served_citation(valid[cid], sources) for cid in c.chunk_ids],
+            }
             for c in kept
         ],
-        "citations": [c.to_dict() for c in citations],
+        "citations": [served_citation(c, sources) for c in citations],
         "refusal": None,
         "threshold": config.threshold,
         **facts,
@@ -180,7 +188,7 @@ def answer(
     return scrubbed_turn(turn_id=turn_id, kind="answer", scope_org=org_id, agent_id=agent_id,
                          question=question, outcome="answered", output=output,
                          replay_input=replay_input, retrievals=retrievals, calls=calls,
-                         citations=citations)  # fmt: skip
+                         citations=citations, pseudonyms=pseudonyms)  # fmt: skip
 
 
 def render_answer(claims: Sequence[Claim], citations: Sequence[Citation]) -> str:

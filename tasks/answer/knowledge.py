@@ -27,9 +27,14 @@ from core.errors import LlmReplyInvalid
 from core.models import AnswerStatus, LlmCall
 from tasks.llm import ChatModel, complete_json
 from tasks.text.sentences import split_sentences
+from tasks.text.sparse import analyze
+from tasks.text.values import holds_value_for, is_question
 
-EXTRACTIVE_MODEL_ID = "extractive-v1"
-EXTRACTIVE_PROMPT_VERSION = "extractive-v1"  # the offline model has no prompt: its rules
+EXTRACTIVE_MODEL_ID = "extractive-v2"
+EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
+# Every version a recorded turn may name; each replays byte-identically. v2 adds value words
+# (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
+EXTRACTIVE_MODEL_IDS = ("extractive-v1", EXTRACTIVE_MODEL_ID)
 CLAUDE_PROMPT_VERSION = "knowledge-v1"
 MAX_CLAIMS = 3  # sentences an extractive answer quotes
 SENTENCES_PER_QUERY = 2  # sentences an extractive synthesis quotes per query
@@ -173,8 +178,8 @@ def content_terms(text: str) -> list[str]:
 
     Deliberately not the BM25 analyser (`tasks.text.sparse.analyze`): this is no retrieval
     path but the offline model's sentence choice, and recorded answers are replayed under the
-    same model id (``extractive-v1``) and must come out byte-identical. Changing these terms
-    means a new model id.
+    model id they were recorded with (``extractive-v1``, ``extractive-v2``) and must come out
+    byte-identical. Changing these terms means a new model id.
     """
     return [t for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
 
@@ -188,9 +193,15 @@ def _sentences(text: str) -> list[str]:
 
 
 class _Overlap:
-    """IDF-weighted share of a query's terms that a sentence contains (IDF over the pool)."""
+    """IDF-weighted share of a query's terms that a sentence contains (IDF over the pool).
 
-    def __init__(self, pool: Sequence[str]) -> None:
+    With ``value_words`` (extractive-v2), a question's word that asks for a kind of value
+    ("price") counts in a sentence that states such a value ("14.50 EUR").
+    """
+
+    def __init__(self, pool: Sequence[str], *, value_words: bool = False) -> None:
+        self._pool = list(pool)
+        self._value_words = value_words
         self._terms = [set(content_terms(s)) for s in pool]
         df: dict[str, int] = {}
         for terms in self._terms:
@@ -200,13 +211,22 @@ class _Overlap:
         self._idf = {t: math.log(1 + n / d) for t, d in df.items()}
         self._unseen = math.log(1 + n)
 
-    def score(self, query: str, index: int) -> float:
+    def score(self, query: str, index: int, span: int = 1) -> float:
+        """The share for the sentences ``index`` .. ``index + span - 1`` taken together."""
         terms = set(content_terms(query))
         if not terms:
             return 0.0
         weights = {t: self._idf.get(t, self._unseen) for t in terms}
-        hit = sum(w for t, w in weights.items() if t in self._terms[index])
+        present = set().union(*self._terms[index : index + span])
+        text = " ".join(self._pool[index : index + span])
+        asks = self._value_words and is_question(query)
+        hit = sum(w for t, w in weights.items() if t in present or (asks and _holds_value(t, text)))
         return hit / sum(weights.values())
+
+
+def _holds_value(word: str, sentence: str) -> bool:
+    """``sentence`` states a value of the kind ``word`` asks for ("price": an amount)."""
+    return any(holds_value_for(term, sentence) for term in analyze(word))
 
 
 def _quote(sentence: str) -> str:
@@ -222,11 +242,15 @@ class ExtractiveKnowledgeModel:
             ``KBFLOW_ANSWER_MIN_CONFIDENCE``); it decides triage and yes / maybe / no.
     """
 
-    model_id = EXTRACTIVE_MODEL_ID
-    prompt_version = EXTRACTIVE_PROMPT_VERSION
-
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, model_id: str = EXTRACTIVE_MODEL_ID) -> None:
+        if model_id not in EXTRACTIVE_MODEL_IDS:
+            raise ValueError(
+                f"unknown offline model {model_id!r}: one of {', '.join(EXTRACTIVE_MODEL_IDS)}"
+            )
         self.threshold = threshold
+        self.model_id = model_id
+        self.prompt_version = model_id
+        self._value_words = model_id != "extractive-v1"
 
     def _record(self, purpose: str, payload: dict[str, Any], reply: str) -> LlmCall:
         return LlmCall(
@@ -263,7 +287,7 @@ class ExtractiveKnowledgeModel:
         pool: list[tuple[str, str]] = [
             (cid, s) for d in docs for cid, text in d.chunks for s in _sentences(text)
         ]
-        overlap = _Overlap([s for _, s in pool])
+        overlap = _Overlap([s for _, s in pool], value_words=self._value_words)
         lines: list[str] = []
         cited: dict[str, str] = {}
         supported = 0
@@ -306,16 +330,24 @@ class ExtractiveKnowledgeModel:
     ) -> list[Claim]:
         per_chunk = [[s for s in _sentences(e.text)] for e in evidence]
         flat = [s for sentences in per_chunk for s in sentences]
-        overlap = _Overlap(flat)
+        overlap = _Overlap(flat, value_words=self._value_words)
         best: list[tuple[float, int, str]] = []  # (score, evidence rank, sentence)
         position = 0
+        # v2 also weighs each pair of neighbouring sentences, so a value stated in the sentence
+        # after the one that names the subject ("Arctic Breakfast: …. 14.50 EUR per guest.")
+        # is quoted with it; a pair wins only when it covers more than either sentence.
+        spans = (1, 2) if self._value_words else (1,)
         for rank, sentences in enumerate(per_chunk):
-            scored = [(overlap.score(question, position + j), -j) for j in range(len(sentences))]
+            scored = [
+                (overlap.score(question, position + j, n), -n, -j)
+                for n in spans
+                for j in range(len(sentences) - n + 1)
+            ]
             position += len(sentences)
             if not sentences:
                 continue
-            score, neg_j = max(scored)
-            best.append((score, rank, sentences[-neg_j]))
+            score, neg_n, neg_j = max(scored)
+            best.append((score, rank, " ".join(sentences[-neg_j : -neg_j - neg_n])))
         # Best-supported first; a chunk that shares no word with the question still passed the
         # calibrated threshold, so it may be quoted, after any that do share words.
         best.sort(key=lambda b: (-b[0], b[1]))

@@ -13,7 +13,7 @@ shares (scrubbing, citation checks) is in `tasks.answer.turns`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
@@ -34,9 +34,12 @@ from tasks.answer.knowledge import Candidate, KnowledgeDoc, KnowledgeModel, Synt
 from tasks.answer.turns import (
     AnswerConfig,
     RetrieveFn,
+    citation_sources,
+    model_text,
     new_turn_id,
     retrieve_and_score,
     scrubbed_turn,
+    served_citation,
     verify_citations,
 )
 from tasks.query.retrieve import require_text
@@ -83,6 +86,7 @@ def knowledge_search(
         )
     model_queries = [scrub(q) for q in queries]
     turn_id = new_turn_id()
+    clean, pseudonyms = model_text(config)
     retrievals: list[RetrievalCall] = []
     calls: list[LlmCall] = []
     state: dict[str, Any] = {"candidates": 0, "chosen": [], "triage": None, "degraded": False}
@@ -93,6 +97,7 @@ def knowledge_search(
         citations: Sequence[Citation] = (),
         miss: tuple[MissReason, str] | None = None,
         replay_input: dict[str, Any] | None = None,
+        sources: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> Turn:
         output = {
             "turn_id": turn_id,
@@ -102,7 +107,7 @@ def knowledge_search(
             "answer_status": status.value,
             "steering": status.steering,
             "synthesis": synthesis.text if synthesis else "",
-            "citations": [c.to_dict() for c in citations],
+            "citations": [served_citation(c, sources or {}) for c in citations],
             "miss": {"reason": miss[0].value, "detail": miss[1]} if miss else None,
             **state,
             "model": model.model_id if model else None,
@@ -110,7 +115,8 @@ def knowledge_search(
         return scrubbed_turn(turn_id=turn_id, kind="ask", scope_org=org_id, agent_id=agent_id,
                              question="\n".join(queries), outcome=status.value, output=output,
                              replay_input=replay_input or {}, retrievals=retrievals,
-                             calls=calls, citations=citations)  # fmt: skip
+                             calls=calls, citations=citations,
+                             pseudonyms=pseudonyms)  # fmt: skip
 
     def miss(reason: MissReason, detail: str) -> Turn:
         log.info("knowledge search miss: %s", reason.value)
@@ -153,7 +159,7 @@ def knowledge_search(
         Candidate(
             doc_id=doc_id,
             title=entry["hit"].title,
-            description=_describe(entry["hit"]),
+            description=_describe(entry["hit"], clean),
             support=entry["conf"],
         )
         for doc_id, entry in ordered
@@ -181,7 +187,10 @@ def knowledge_search(
 
     # 4. Rebuild the chosen documents within the text budget.
     docs = rebuild_documents(
-        registry, [(c.doc_id, found[c.doc_id]) for c in chosen], budget=TEXT_BUDGET_CHARS
+        registry,
+        [(c.doc_id, found[c.doc_id]) for c in chosen],
+        budget=TEXT_BUDGET_CHARS,
+        clean=clean,
     )
     replay_input = {
         "kind": "ask",
@@ -208,7 +217,9 @@ def knowledge_search(
     said_no = None
     if synthesis.status is AnswerStatus.NO:
         said_no = (MissReason.NOT_RELEVANT, "the chosen documents do not answer the queries")
-    return finish(synthesis.status, synthesis, citations, said_no, replay_input)
+    texts = {cid: text for d in docs for cid, text in d.chunks}
+    sources = citation_sources(registry, citations, texts)
+    return finish(synthesis.status, synthesis, citations, said_no, replay_input, sources)
 
 
 def _has_servable_documents(registry: SqlRegistry, scope: Scope) -> bool:
@@ -217,8 +228,8 @@ def _has_servable_documents(registry: SqlRegistry, scope: Scope) -> bool:
     return any(gate.admits(d.gate_record()) for d in docs)
 
 
-def _describe(hit: SearchHit) -> str:
-    flat = " ".join(scrub(hit.text).split())
+def _describe(hit: SearchHit, clean: Callable[[str], str] = scrub) -> str:
+    flat = " ".join(clean(hit.text).split())
     return flat if len(flat) <= DESCRIPTION_CHARS else flat[: DESCRIPTION_CHARS - 1] + "…"
 
 
@@ -235,7 +246,11 @@ def _checked(
 
 
 def rebuild_documents(
-    registry: SqlRegistry, chosen: Sequence[tuple[str, dict[str, Any]]], *, budget: int
+    registry: SqlRegistry,
+    chosen: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    budget: int,
+    clean: Callable[[str], str] = scrub,
 ) -> list[KnowledgeDoc]:
     """Each chosen document's current chunks, scrubbed, sharing ``budget`` characters.
 
@@ -243,7 +258,7 @@ def rebuild_documents(
     longer ones; a document cut short records how many characters the budget left out.
     """
     chunks = registry.document_chunks(doc_id for doc_id, _ in chosen)
-    texts = {d: [(c.chunk_id, scrub(c.text)) for c in chunks.get(d, [])] for d, _ in chosen}
+    texts = {d: [(c.chunk_id, clean(c.text)) for c in chunks.get(d, [])] for d, _ in chosen}
     sizes = {d: sum(len(t) for _, t in texts[d]) for d, _ in chosen}
     allowance: dict[str, int] = {}
     remaining, pending = budget, sorted(sizes, key=lambda d: sizes[d])

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,8 +38,9 @@ from core.models import (
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import TermStats, support_scores
+from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
-from tasks.text.pii import scrub, scrub_payload
+from tasks.text.pii import Pseudonyms, map_strings, scrub, scrub_payload
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,16 @@ class AnswerConfig:
         top_k: chunks retrieved per query.
         max_evidence: evidence chunks an answer may use.
         mode: the retrieval mode.
+        reveal_contacts: give the asking agent the e-mail addresses and phone numbers that its
+            evidence holds (``KBFLOW_AGENT_CONTACT_DATA=reveal``); models, the ledger and
+            logs see placeholders either way.
     """
 
     threshold: float
     top_k: int = 8
     max_evidence: int = 5
     mode: SearchMode = SearchMode.HYBRID
+    reveal_contacts: bool = False
 
     def __post_init__(self) -> None:
         if not -1.0 <= self.threshold <= 1.0:
@@ -167,6 +172,43 @@ def verify_citations(
     return out
 
 
+def citation_sources(
+    registry: SqlRegistry, citations: Iterable[Citation], texts: Mapping[str, str]
+) -> dict[str, list[dict[str, Any]]]:
+    """For each (already verified) citation, by chunk id: the sources that the citation tags
+    in its chunk's text (``texts``) stand for, from its document's own Citations footer
+    (`tasks.text.citations.cited_sources`: a tag's id is never looked up)."""
+    cited = list(citations)
+    docs = registry.get_documents(c.doc_id for c in cited)
+    return {
+        c.chunk_id: [
+            s.to_dict() for s in cited_sources(texts.get(c.chunk_id, ""), docs[c.doc_id].citations)
+        ]
+        if c.doc_id in docs
+        else []
+        for c in cited
+    }
+
+
+def served_citation(
+    citation: Citation, sources: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """A citation as a turn's output gives it: its fields and the sources its chunk cites."""
+    return citation.to_dict() | {"sources": sources.get(citation.chunk_id, [])}
+
+
+def model_text(config: AnswerConfig) -> tuple[Callable[[str], str], Pseudonyms | None]:
+    """How knowledge text is cleaned before a model sees it, and the pseudonyms to restore.
+
+    Always scrubbed (`scrub`); with ``reveal_contacts``, contact data gets numbered
+    placeholders that `scrubbed_turn` restores in what the agent receives.
+    """
+    if not config.reveal_contacts:
+        return scrub, None
+    pseudonyms = Pseudonyms()
+    return pseudonyms.mask, pseudonyms
+
+
 def scrubbed_turn(
     *,
     turn_id: str,
@@ -181,8 +223,13 @@ def scrubbed_turn(
     calls: Sequence[LlmCall],
     citations: Sequence[Citation],
     policy: Policy | None = None,
+    pseudonyms: Pseudonyms | None = None,
 ) -> Turn:
-    """The `Turn` the ledger records, question, output, replay input and calls scrubbed."""
+    """The `Turn` the ledger records, question, output, replay input and calls scrubbed; with
+    ``pseudonyms``, ``delivered`` holds the output with the contact data they masked restored,
+    for the asking agent only (the ledger keeps the numbered placeholders, which is what the
+    model saw, so a replay sends the same text)."""
+    recorded = scrub_payload(output)
     return Turn(
         turn_id=turn_id,
         kind=kind,
@@ -191,13 +238,14 @@ def scrubbed_turn(
         created_at=dt.datetime.now(dt.UTC),
         question=scrub(question),
         outcome=outcome,
-        output=scrub_payload(output),
+        output=recorded,
         replay_input=scrub_payload(replay_input),
         retrievals=tuple(scrub_retrieval_call(r) for r in retrievals),
         llm_calls=tuple(scrub_llm_call(c) for c in calls),
         citations=tuple(citations),
         policy_id=policy.id if policy else None,
         policy_version=policy.version if policy else None,
+        delivered=map_strings(recorded, pseudonyms.restore) if pseudonyms else None,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from core.models import (
     DocStatus,
     ExtractedDocument,
     ParseStatus,
+    SourceRef,
 )
 from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
@@ -38,6 +39,7 @@ from tasks.review.machine import (
     settle_versions,
 )
 from tasks.text.chunk import document_to_chunks
+from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.points import chunk_to_point
 
@@ -183,23 +185,26 @@ def index_batch(
     extract_file: Callable[[Source], ExtractedDocument],
     max_words: int = 180,
     overlap_words: int = 30,
+    cite_uris: Mapping[str, str] | None = None,
 ) -> BatchReport:
     """Extract, chunk, embed, check and store one batch of documents.
 
     A document that fails (unreadable file, failed data check) is skipped with its reason in
-    the report; the rest of the batch is stored.
+    the report; the rest of the batch is stored. A document's Citations footer is not chunked:
+    its entries are kept with the document (``cite_uris``: the URIs of the cited ids, as the
+    research corpus knows them).
     """
     report = BatchReport()
     docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
     for item in items:
         try:
-            extracted = _read(item, extract_file)
+            extracted, citations = _read(item, extract_file, cite_uris)
         except ExtractionError as exc:
             report.skipped.append((item.source.name, str(exc)))
             log.warning("skipped %s: %s", item.source.name, exc)
             continue
         report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
-        doc = _register(item, extracted, target, registry)
+        doc = _register(item, extracted, target, registry, citations)
         if not extracted.sections and extracted.meta.get("empty_reason"):
             # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it;
             # it still retires what the source used to say.
@@ -259,9 +264,15 @@ def index_batch(
     return report
 
 
-def _read(item: WorkItem, extract_file: Callable[[Source], ExtractedDocument]) -> ExtractedDocument:
+def _read(
+    item: WorkItem,
+    extract_file: Callable[[Source], ExtractedDocument],
+    cite_uris: Mapping[str, str] | None = None,
+) -> tuple[ExtractedDocument, tuple[SourceRef, ...]]:
+    """The source's document without its Citations footer, and the footer's entries."""
     source = item.source
-    return record_to_document(source) if source.record is not None else extract_file(source)
+    extracted = record_to_document(source) if source.record is not None else extract_file(source)
+    return split_citation_footer(extracted, cite_uris)
 
 
 def batch_texts(
@@ -280,7 +291,7 @@ def batch_texts(
     texts: list[str] = []
     for item in items:
         try:
-            extracted = _read(item, extract_file)
+            extracted, _ = _read(item, extract_file)
         except ExtractionError:
             continue  # index_batch reports it
         chunks = document_to_chunks(
@@ -345,7 +356,11 @@ def _mentions(chunk_ids: list[Any], doc_id: str) -> bool:
 
 
 def _register(
-    item: WorkItem, extracted: ExtractedDocument, target: IngestTarget, registry: SqlRegistry
+    item: WorkItem,
+    extracted: ExtractedDocument,
+    target: IngestTarget,
+    registry: SqlRegistry,
+    citations: Sequence[SourceRef] = (),
 ) -> DocRecord:
     if item.resume and item.previous is not None:
         return item.previous
@@ -363,6 +378,7 @@ def _register(
         audience=target.audience,
         effective_date=target.effective_date,
         actor=target.actor,
+        citations=citations,
     )
     faults.point("ingest.after_register")
     return doc

@@ -25,6 +25,7 @@ from typing import Any
 from core.models import Chunk, SearchHit
 from sinks.gate import Gate
 from sinks.registry import DocRecord, SqlRegistry
+from tasks.text.citations import cited_sources
 from tasks.text.sparse import analyze
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ def _hit(doc: DocRecord, chunk: Chunk, score: float) -> SearchHit:
         collection=path,
         scores={FALLBACK_SCORE: score},
         location=chunk.location,
+        sources=cited_sources(chunk.text, doc.citations),
     )
 
 

@@ -23,6 +23,7 @@ from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.query.fallback import KeywordFallback, shared_fallback
 from tasks.query.rerank import Reranker, rerank_hits
+from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
 from tasks.text.sparse import query_sparse_vector
 
@@ -111,7 +112,10 @@ def search(
                 hit.payload.get("doc_id"),
             )
             continue
-        hits.append(_to_search_hit(hit, mode))
+        found = _to_search_hit(hit, mode)
+        # Citation tags resolve from the hit's own (admitted) document, never by their ids.
+        found.sources = cited_sources(found.text, doc.citations)
+        hits.append(found)
         if len(hits) == top_k:
             break
     log.debug("search mode=%s hits=%d in %.1f ms", mode, len(hits), _ms(started))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from core.models import CorpusEntry, ResearchCorpus
 from sinks.registry import DocRecord
 from sinks.vectors import VectorStore
-from tasks.text.chunk import join_chunks
+from tasks.text.chunk import chunks_to_markdown
 
 MAX_ENTRY_CHARS = 12_000
 
@@ -16,18 +16,27 @@ MAX_ENTRY_CHARS = 12_000
 def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusEntry]:
     """One entry per seed document, cited as ``doc:<id>``, text read from its stored chunks.
 
-    Reads through the store's inspection path (seeds are not served to agents).
+    Reads through the store's inspection path (seeds are not served to agents). The text is the
+    document's Markdown rebuilt from its chunks: headings, lists and tables included, each
+    section's chunks joined on their own (so a table never runs into the next sheet's).
     """
     entries = []
     for doc in seeds:
         chunks = store.inspect_document_chunks(doc.id)
-        text = join_chunks([str(c.payload.get("text", "")) for c in chunks])
+        text = chunks_to_markdown(
+            [
+                (tuple(c.payload.get("heading_path") or ()), str(c.payload.get("text", "")))
+                for c in chunks
+                if c.payload.get("content_hash") in (None, doc.content_hash)
+            ]
+        )
         entries.append(
             CorpusEntry(
                 cite_id=f"doc:{doc.id}",
                 title=doc.title,
                 text=text[:MAX_ENTRY_CHARS],
                 source=doc.source_tag or "am_file",
+                uri=doc.uri,
             )
         )
     return entries

@@ -13,7 +13,6 @@ from core.errors import ConfigError, SynthesisFailed
 from core.models import DraftDocument, ResearchCorpus, SynthesisResult
 from tasks.research.synthesize import (
     BRAND_VOICE,
-    CITE_OPEN,
     COMPLIANCE,
     CONTACTS,
     DOC_TITLES,
@@ -22,8 +21,9 @@ from tasks.research.synthesize import (
     render_document,
     validate_drafts,
 )
+from tasks.text.citations import CITE_OPEN
 from tasks.text.embed import Embedder
-from tasks.text.sentences import split_sentences
+from tasks.text.sentences import MarkdownTable, split_sentences, split_tables
 
 log = logging.getLogger(__name__)
 
@@ -180,13 +180,37 @@ _MAX_CONTACT_LINES = 30
 
 @dataclass(frozen=True)
 class _Sentence:
+    """A corpus sentence, or a row of one of its tables (``header`` and ``cells`` set)."""
+
     text: str
     cite_id: str
     source: str
+    header: tuple[str, ...] = ()
+    cells: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
         return f"- {self.text} [{self.cite_id}]"
+
+    @property
+    def table(self) -> tuple[str, tuple[str, ...]] | None:
+        """Which table the row belongs to (entry and header), or None for a sentence."""
+        return (self.cite_id, self.header) if self.header else None
+
+
+def _table_lines(rows: Sequence[_Sentence]) -> list[str]:
+    """Rows of one table as Markdown, a line per row with its citation in a Source column;
+    the header and separator rows lead the first row's line, so that dropping rows to fit a
+    budget never leaves a table without rows."""
+    width = max(len(rows[0].header), *(len(r.cells) for r in rows))
+    header = [*rows[0].header, *[""] * (width - len(rows[0].header)), "Source"]
+    head = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+    lines = []
+    for row in rows:
+        cells = [*row.cells, *[""] * (width - len(row.cells)), f"[{row.cite_id}]"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines[0] = head + lines[0]
+    return lines
 
 
 def _clean(sentence: str) -> str:
@@ -199,21 +223,35 @@ def _clean(sentence: str) -> str:
 
 
 def _corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[_Sentence]:
-    """Distinct, informative sentences of the corpus, each with its entry's citation id."""
+    """Distinct, informative sentences of the corpus, each with its entry's citation id; a
+    table's rows come as sentences that keep their cells and the table's header."""
     seen: set[str] = set()
     out: list[_Sentence] = []
     for entry in corpus.entries:
-        for raw in split_sentences(entry.text):
-            text = _clean(raw)
-            key = text.casefold()
-            contact = _EMAIL.search(text) or _PHONE.search(text)
-            if key in seen or (len(re.findall(r"\w+", text)) < 4 and not contact):
-                continue
-            seen.add(key)
-            out.append(_Sentence(text, entry.cite_id, entry.source))
-            if len(out) >= limit:
-                log.warning("corpus has more than %d sentences; the rest are not used", limit)
-                return out
+        for part in split_tables(entry.text):
+            if isinstance(part, MarkdownTable):
+                header = tuple(_clean(c) for c in part.header)
+                found = []
+                for row in part.rows:
+                    cells = tuple(_clean(c) for c in row)
+                    text = " | ".join(c for c in cells if c)
+                    found.append(_Sentence(text, entry.cite_id, entry.source, header, cells))
+            else:
+                found = [
+                    _Sentence(_clean(raw), entry.cite_id, entry.source)
+                    for raw in split_sentences(part)
+                ]
+            for sentence in found:
+                text = sentence.text
+                key = text.casefold()
+                contact = _EMAIL.search(text) or _PHONE.search(text)
+                if key in seen or (len(re.findall(r"\w+", text)) < 4 and not contact):
+                    continue
+                seen.add(key)
+                out.append(sentence)
+                if len(out) >= limit:
+                    log.warning("corpus has more than %d sentences; the rest are not used", limit)
+                    return out
     return out
 
 
@@ -333,7 +371,25 @@ class _Plan:
         return sorted(pool, key=lambda i: (-self.scores[purpose][i], i))
 
     def lines(self, indices: Sequence[int], limit: int = _MAX_LINES) -> list[str]:
-        return [self.sentences[i].line for i in indices[:limit]]
+        """A list item per sentence; the rows of one table (wherever the first one ranks)
+        as a Markdown table with their citations in a Source column, set off by blank lines."""
+        out: list[str] = []
+        chosen = [self.sentences[i] for i in indices[:limit]]
+        tables: dict[tuple[str, tuple[str, ...]], list[_Sentence]] = {}
+        for sentence in chosen:
+            if sentence.table is not None:
+                tables.setdefault(sentence.table, []).append(sentence)
+        for sentence in chosen:
+            if sentence.table is None:
+                out.append(sentence.line)
+            elif sentence.table in tables:
+                if out:
+                    out.append("")
+                out.extend(_table_lines(tables.pop(sentence.table)))
+                out.append("")
+        while out and not out[-1]:
+            out.pop()
+        return out
 
     def nothing_found(self, what: str, purpose: str) -> list[str]:
         """One explicit, cited line saying the corpus lacks ``what``."""
@@ -362,6 +418,8 @@ class _Plan:
             if len(longest) <= 1:
                 break
             longest.pop()
+            while longest and not longest[-1]:
+                longest.pop()  # the blank line after a table that is gone
         return fitted
 
     # the four documents

@@ -125,7 +125,7 @@ def gather_public_context(
             return
         text = html_to_text(result.text)[:MAX_BLOCK_CHARS]
         if text:
-            _add(ctx, budget, CorpusEntry(f"url:{url}", title, text, source))
+            _add(ctx, budget, CorpusEntry(f"url:{url}", title, text, source, uri=url))
 
     if homepage:
         page(homepage, f"{client_name} homepage", "public_homepage")

@@ -276,9 +276,12 @@ def persist_drafts(
         synthesis_run_id=run_id,
         actor="research",
     )
+    # The drafts' Citations footers are kept with them, with the URIs the corpus knows.
+    uris = {e.cite_id: e.uri for e in corpus.entries if e.uri}
     report = index_batch(
-        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_file
-    )
+        items, target, store=store, registry=registry, embedder=embedder, extract_file=_no_file,
+        cite_uris=uris,
+    )  # fmt: skip
     superseded = 0
     for item in items:
         prev = item.previous

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from core.errors import SynthesisInvalid
 from core.models import KB_FILENAMES, DraftDocument, ResearchCorpus, SynthesisResult
+from tasks.text.citations import FOOTER, cite_ids_in
 from tasks.text.sentences import HEADING, LIST_ITEM
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,6 @@ DEFAULT_MODEL = "claude-haiku-4-5"
 MODEL_ENV = "KB_RESEARCH_MODEL"
 
 
-FOOTER = "---\n## Citations\n"
-
-
 _FOOTER_RE = re.compile(r"(?:^|\n)---\n## Citations[ \t]*(?:\n|$)")
 
 
@@ -39,10 +37,6 @@ DOC_TITLES: dict[str, str] = {
     COMPLIANCE: "Compliance notes",
     CONTACTS: "Key contacts",
 }
-
-
-# An opening of a citation; the id runs to the closing bracket (see _citations_in).
-CITE_OPEN = re.compile(r"\[(?:doc|url|search):")
 
 
 def estimate_tokens(text: str) -> int:
@@ -71,22 +65,8 @@ class Synthesizer(Protocol):
 
 
 def _citations_in(text: str, known: frozenset[str]) -> list[str]:
-    """Every cited id in ``text``, in order.
-
-    Ids may themselves contain brackets (URLs, search queries), so at each opening the longest
-    known id followed by ``]`` wins; an unknown id runs to the next ``]``.
-    """
-    found: list[str] = []
-    for match in CITE_OPEN.finditer(text):
-        start = match.start() + 1
-        rest = text[start:]
-        hits = [cid for cid in known if rest.startswith(cid + "]")]
-        if hits:
-            found.append(max(hits, key=len))
-        else:
-            end = rest.find("]")
-            found.append(rest if end < 0 else rest[:end])
-    return found
+    """Every cited id in ``text``, in order (`tasks.text.citations.cite_ids_in`)."""
+    return cite_ids_in(text, known)
 
 
 def short(text: str, limit: int = 80) -> str:

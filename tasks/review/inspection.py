@@ -11,7 +11,8 @@ from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.review.access import authorize_inspection
 from tasks.review.machine import StoreOpener, held
-from tasks.text.chunk import join_chunks
+from tasks.text.chunk import chunks_to_markdown
+from tasks.text.citations import render_footer
 
 
 @dataclass(frozen=True)
@@ -73,59 +74,25 @@ def inspect_draft(
 
 
 def draft_markdown(doc: DocRecord, store: VectorStore, max_overlap_words: int = 64) -> str:
-    """A document's current text as Markdown, rebuilt from its stored chunks (any status).
+    """A document's current text as Markdown, rebuilt from its stored chunks (any status),
+    then its Citations footer (kept with the document, not chunked) when it has one.
 
-    For the review form, which shows it and prefills the ``edit`` field with it. Only chunks of
-    the registry's content count (an edit that lost its race may have left others). The caller
-    decides who sees it: unlike :func:`inspect_draft` nothing is authorised here.
+    For the review form, which shows it and prefills the ``edit`` field with it (so an edit
+    keeps the footer). Only chunks of the registry's content count (an edit that lost its race
+    may have left others). The caller decides who sees it: unlike :func:`inspect_draft`
+    nothing is authorised here.
     """
     hits = store.inspect_document_chunks(doc.id)
     current = [h for h in hits if h.payload.get("content_hash") in (None, doc.content_hash)]
-    return chunks_to_markdown(
+    text = chunks_to_markdown(
         [
             (tuple(h.payload.get("heading_path") or ()), str(h.payload.get("text", "")))
             for h in current
         ],
         max_overlap_words=max_overlap_words,
     )
-
-
-def chunks_to_markdown(
-    chunks: Sequence[tuple[Sequence[str], str]], max_overlap_words: int = 64
-) -> str:
-    """Markdown from ``(heading_path, text)`` chunks in order: a heading line for each level
-    that changes (level = depth in the path), then the section's chunks joined without the
-    words each repeats from the last.
-
-    What the chunker dropped stays lost: heading levels skipped in the source, and line breaks
-    inside a paragraph (a list's items run on in one line).
-    """
-    blocks: list[str] = []
-    previous: tuple[str, ...] = ()
-    group: list[str] = []
-
-    def flush() -> None:
-        text = join_chunks(group, max_overlap_words=max_overlap_words)
-        if text:
-            blocks.append(text)
-        group.clear()
-
-    for path, text in chunks:
-        heading = tuple(path)
-        if heading != previous or not group:
-            flush()
-            same = 0
-            while same < min(len(heading), len(previous)) and heading[same] == previous[same]:
-                same += 1
-            if heading != previous:
-                blocks.extend(
-                    f"{'#' * min(level + 1, 6)} {heading[level]}"
-                    for level in range(same, len(heading))
-                )
-            previous = heading
-        group.append(text)
-    flush()
-    return "\n\n".join(blocks) + "\n" if blocks else ""
+    footer = render_footer(doc.citations)
+    return f"{text}\n{footer}" if text and footer else text or footer
 
 
 def draft_texts(

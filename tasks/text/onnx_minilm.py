@@ -57,6 +57,7 @@ _FINGERPRINT_FILES = (
     "tokenizer.json",
     "modules.json",
     "sentence_bert_config.json",
+    "tokenizer_config.json",  # sentence-transformers 6 keeps the window here
     "1_Pooling/config.json",
 )
 _CHECK_TEXTS = (
@@ -98,21 +99,31 @@ def cache_root() -> Path:
 
 
 def _mean_pooled(model_dir: Path) -> int:
-    """The model's max sequence length if it is a mean-pooled, normalised encoder; else raise."""
+    """The model's max sequence length if it is a mean-pooled, normalised encoder; else raise.
+
+    Reads both folder formats: sentence-transformers before 6 writes
+    ``pooling_mode_mean_tokens`` and ``max_seq_length`` (``sentence_bert_config.json``); 6
+    writes ``"pooling_mode": "mean"`` and keeps the window as the tokenizer's
+    ``model_max_length`` (``tokenizer_config.json``), which is what a model fine-tuned here
+    has.
+    """
     try:
         modules = json.loads((model_dir / "modules.json").read_text())
         kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
         pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
         window = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        tokenizer_path = model_dir / "tokenizer_config.json"
+        tokenizer = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else {}
     except (OSError, ValueError, AttributeError) as exc:
         raise OnnxUnavailable(f"{model_dir} is not a sentence-transformers folder: {exc}") from exc
-    if kinds != ["Transformer", "Pooling", "Normalize"] or not pooling.get(
-        "pooling_mode_mean_tokens"
-    ):
+    mean = pooling.get("pooling_mode_mean_tokens") or pooling.get("pooling_mode") == "mean"
+    if kinds != ["Transformer", "Pooling", "Normalize"] or not mean:
         raise OnnxUnavailable(
             f"{model_dir} is not a mean-pooled, normalised encoder (modules {kinds})"
         )
-    return int(window.get("max_seq_length") or 256)
+    if "max_seq_length" in window:
+        return int(window["max_seq_length"] or 256)
+    return int(tokenizer.get("model_max_length") or 256)
 
 
 def _fingerprint(model_dir: Path) -> str:

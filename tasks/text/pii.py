@@ -47,6 +47,10 @@ is tried, so ``+44 20 7946 0958 8.8.8.8`` is a phone and an address, not one 15-
 `scrub` repeats until nothing is found, so it is idempotent even where a placeholder frees a
 neighbour that an adjacent digit had shielded.
 
+A number or address that a single line break cuts in two (a hard-wrapped line: chunks keep
+their line breaks) is scrubbed as if the break were a space; blank lines, list items and table
+rows are never bridged (`_wrapped`).
+
 Known trade-offs: an international number swallows a directly following short number
 (``+1 555 123 4567 2 times``); a trunk-prefixed number right after another number and a space
 (``room 12 020 7946 0958``) is not matched, because that is how thousands are grouped
@@ -247,7 +251,7 @@ def scrub_with_report(text: str) -> ScrubReport:
         The scrubbed text and the number of replacements per kind.
     """
     counts = dict.fromkeys(KINDS, 0)
-    while findings := find_pii(text):
+    while findings := _findings(text):
         parts: list[str] = []
         position = 0
         for finding in findings:
@@ -275,19 +279,112 @@ def scrub_payload(value: Any) -> Any:
     Returns:
         A scrubbed copy.
     """
+    return map_strings(value, scrub)
+
+
+def map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` with ``change`` applied to every string inside it (see `scrub_payload`)."""
     if isinstance(value, str):
-        scrubbed = scrub(value)
-        return value if scrubbed == value else scrubbed
+        changed = change(value)
+        return value if changed == value else changed
     if isinstance(value, dict):
-        return {key: scrub_payload(item) for key, item in value.items()}
+        return {key: map_strings(item, change) for key, item in value.items()}
     if isinstance(value, list):
-        return [scrub_payload(item) for item in value]
+        return [map_strings(item, change) for item in value]
     if isinstance(value, tuple):
-        return tuple(scrub_payload(item) for item in value)
+        return tuple(map_strings(item, change) for item in value)
     if isinstance(value, set | frozenset):
-        items = {scrub_payload(item) for item in value}
+        items = {map_strings(item, change) for item in value}
         return frozenset(items) if isinstance(value, frozenset) else items
     return value
+
+
+CONTACT_KINDS: frozenset[str] = frozenset({"email", "phone"})
+_NUMBERED = re.compile(r"\[(EMAIL|PHONE)_(\d+)\]")
+
+
+class Pseudonyms:
+    """Contact data masked for a model and restored for the org's own agent (one turn).
+
+    `mask` scrubs a text as `scrub` does, except that each e-mail address and phone number
+    becomes a numbered placeholder (``[EMAIL_1]``, ``[PHONE_2]``; the same value keeps its
+    number), so what a model writes from the masked text can be given back with the values
+    restored (`restore`). Only values this instance masked are restored: a numbered
+    placeholder that arrived from elsewhere stays a placeholder. The numbered placeholders
+    hold no personal data, so what is recorded or leaves the org may carry them.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._values: dict[str, str] = {}
+
+    def mask(self, text: str) -> str:
+        parts: list[str] = []
+        position = 0
+        for finding in find_pii(text):
+            if finding.kind not in CONTACT_KINDS:
+                continue
+            value = text[finding.start : finding.end]
+            token = self._tokens.get((finding.kind, value))
+            if token is None:
+                token = f"[{finding.kind.upper()}_{len(self._tokens) + 1}]"
+                self._tokens[(finding.kind, value)] = token
+                self._values[token] = value
+            parts += [text[position : finding.start], token]
+            position = finding.end
+        parts.append(text[position:])
+        return scrub("".join(parts))
+
+    def restore(self, text: str) -> str:
+        return _NUMBERED.sub(lambda m: self._values.get(m.group(0), m.group(0)), text)
+
+
+_LINE_BREAK = re.compile(r"[ \t]*\n[ \t]*")
+
+
+def _findings(text: str) -> list[Finding]:
+    """`find_pii`'s findings and those across a line break (`_wrapped`), the longest winning
+    where they overlap, in order of position."""
+    found = find_pii(text)
+    wrapped = _wrapped(text)
+    if not wrapped:
+        return found
+    chosen: list[Finding] = []
+    for f in sorted([*wrapped, *found], key=lambda f: (f.start - f.end, f.start)):
+        if all(f.end <= c.start or c.end <= f.start for c in chosen):
+            chosen.append(f)
+    return sorted(chosen, key=lambda f: f.start)
+
+
+def _wrapped(text: str) -> list[Finding]:
+    """Findings that one line break cuts in two (``+31 30\\n555 0142``), as spans of ``text``.
+
+    Chunks keep their line breaks, and a hard-wrapped line can break a number or an address
+    wherever a space could stand: each single line break (with the blank space around it) is
+    read as one space, and what is found across one is scrubbed. Blank lines (paragraphs) and
+    list or table lines are not bridged: a marker or a ``|`` stands between them.
+    """
+    if "\n" not in text:
+        return []
+    flat: list[str] = []
+    origin: list[int] = []  # each character of ``flat``: its offset in ``text``
+    position = 0
+    for match in _LINE_BREAK.finditer(text):
+        if text.count("\n", match.start(), match.end()) != 1:
+            continue
+        flat.append(text[position : match.start()])
+        origin.extend(range(position, match.start()))
+        flat.append(" ")
+        origin.append(match.start())
+        position = match.end()
+    flat.append(text[position:])
+    origin.extend(range(position, len(text)))
+    origin.append(len(text))
+    return [
+        Finding(f.kind, origin[f.start], origin[f.end - 1] + 1)
+        for f in find_pii("".join(flat))
+        if "\n" in text[origin[f.start] : origin[f.end - 1] + 1]
+    ]
 
 
 # --- the finders: each yields (kind, start, end, valid); invalid spans make their span inert ---

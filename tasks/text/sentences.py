@@ -4,6 +4,7 @@ answer model cites."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
@@ -11,6 +12,52 @@ _ABBREVIATIONS = frozenset(
     "e.g i.e mr mrs ms dr prof inc ltd co corp st vs etc no approx dept jr sr".split()  # noqa: SIM905
 )
 _SENTENCE_END = re.compile(r"[.!?][\"')\]”’]*\s+(?=[\"'(\[“‘]?[A-Z0-9])")
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
+
+
+@dataclass(frozen=True)
+class MarkdownTable:
+    """A Markdown table: its header cells and its rows' cells (separator row left out)."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def table_cells(line: str) -> tuple[str, ...]:
+    """The cells of a table row (``| a | b |`` -> ``("a", "b")``), blank space trimmed."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") else inner
+    return tuple(" ".join(cell.split()) for cell in inner.split("|"))
+
+
+def split_tables(text: str) -> list[str | MarkdownTable]:
+    """``text`` as its Markdown tables and the text between them, in order.
+
+    A table is a run of lines that start with ``|`` whose second line is a separator row
+    (``|---|---|``); other runs of ``|`` lines stay text.
+    """
+    out: list[str | MarkdownTable] = []
+    lines = text.splitlines()
+    plain: list[str] = []
+    i = 0
+    while i < len(lines):
+        end = i
+        while end < len(lines) and lines[end].strip().startswith("|"):
+            end += 1
+        if end - i >= 2 and _TABLE_RULE.match(" ".join(lines[i + 1].split())):
+            if plain:
+                out.append("\n".join(plain))
+                plain = []
+            rows = tuple(table_cells(line) for line in lines[i + 2 : end])
+            out.append(MarkdownTable(table_cells(lines[i]), rows))
+            i = end
+            continue
+        plain.extend(lines[i : max(end, i + 1)])
+        i = max(end, i + 1)
+    if plain:
+        out.append("\n".join(plain))
+    return out
 
 
 def markdown_blocks(text: str) -> list[str]:

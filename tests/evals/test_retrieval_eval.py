@@ -77,3 +77,14 @@ def test_modes_are_parsed_with_a_clear_error() -> None:
     assert parse_modes("keyword, hybrid+rerank") == (SearchMode.KEYWORD, SearchMode.HYBRID_RERANK)
     with pytest.raises(ConfigError, match="unknown mode 'bm25'"):
         parse_modes("bm25")
+
+
+def test_a_chunker_change_gives_the_eval_a_fresh_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tasks.text.chunk
+    from evals.retrieval import index_fingerprint
+
+    settings = Settings()
+    before = index_fingerprint(settings)
+    assert index_fingerprint(settings) == before  # stable while nothing changes
+    monkeypatch.setattr(tasks.text.chunk, "CHUNKER_VERSION", tasks.text.chunk.CHUNKER_VERSION + 1)
+    assert index_fingerprint(settings) != before

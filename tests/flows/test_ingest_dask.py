@@ -77,9 +77,12 @@ def _stored(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dic
         for query in QUERIES:
             for mode in SearchMode:
                 hits = ctx.search(query, Scope(org_id="larkspur"), mode=mode)
-                results[f"{mode.value}:{query}"] = [
-                    (h.uri, h.text, round(h.score, 5)) for h in hits
-                ]
+                # Equal scores have no order of their own (the engine breaks ties by point
+                # id, and ids differ between two homes), so ties are compared as a set.
+                results[f"{mode.value}:{query}"] = sorted(
+                    ((round(h.score, 5), h.uri, h.text) for h in hits),
+                    key=lambda hit: (-hit[0], hit[1], hit[2]),
+                )
     return rows, results
 
 

@@ -4,6 +4,7 @@ dlt → DuckDB ledger. Every citation printed is checked against the registry.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
     ledger = Ledger(settings.home)
     turn = ledger.get_turn(out["turn_id"])
     assert turn.output == out and turn.agent_id == "helper" and turn.org_id == "acme"
-    assert turn.llm_calls[0].model == "extractive-v1"
+    assert turn.llm_calls[0].model == "extractive-v2"
     result, note = replay_turn(settings, out["turn_id"])
     assert result.identical and note is None
     # The ledger rows hold no PII from the knowledge (the expense policy has an e-mail).
@@ -70,7 +71,74 @@ def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
         assert hits.fetchall()
     finally:
         con.close()
-    assert "finance.team@acme-corp.com" not in dump and "[EMAIL]" in dump
+    assert "finance.team@acme-corp.com" not in dump and re.search(r"\[EMAIL(_\d+)?\]", dump)
+
+
+CONTACT_QUESTION = "Where do questions about expense reports go?"
+ADDRESS = "finance.team@acme-corp.com"
+
+
+def _ledger_dump(settings: Settings, turn_id: str) -> str:
+    turn = Ledger(settings.home).get_turn(turn_id)
+    return json.dumps(
+        [turn.output, turn.replay_input, turn.question, [vars(c) for c in turn.llm_calls]],
+        default=str,
+    )
+
+
+def test_the_org_s_own_agent_gets_the_contact_data_its_approved_documents_hold(
+    world: Any,
+) -> None:
+    """KBFLOW_AGENT_CONTACT_DATA=reveal (the default): the answer holds the address the
+    expense policy gives; the ledger and the model's input hold a numbered placeholder."""
+    assert world["settings"].agent_contact_data == "reveal"
+    out = answer_question(world["ctx"], "helper", CONTACT_QUESTION)
+    assert out["status"] == "answered", out["refusal"]
+    assert ADDRESS in out["answer"]
+    assert any(ADDRESS in claim["text"] for claim in out["claims"])
+    dump = _ledger_dump(world["settings"], out["turn_id"])
+    assert ADDRESS not in dump and "[EMAIL_1]" in dump
+    result, _ = replay_turn(world["settings"], out["turn_id"])
+    assert result.identical
+
+
+def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> None:
+    ctx: SearchContext = world["ctx"]
+    scrubbed = SearchContext(
+        settings=ctx.settings.model_copy(update={"agent_contact_data": "scrub"}),
+        registry=ctx.registry, store=ctx.store, embedder=ctx.embedder,
+    )  # fmt: skip
+    out = answer_question(scrubbed, "helper", CONTACT_QUESTION)
+    assert out["status"] == "answered"
+    assert ADDRESS not in json.dumps(out) and "[EMAIL]" in out["answer"]
+    asked = ask(scrubbed, "helper", ["where questions about expense reports go"])
+    assert ADDRESS not in json.dumps(asked)
+
+
+def _claude_answer(ctx: SearchContext, question: str, claim: str) -> tuple[Any, Recorder, Any]:
+    """Answer ``question`` with Claude on a scripted transport that states ``claim``, citing
+    the chunk the offline answer cites first; returns the output, the recorder and the reply."""
+    probe = answer_question(ctx, "helper", question)
+    reply = {"claims": [{"text": claim, "chunk_ids": [probe["citations"][0]["chunk_id"]]}]}
+    recorder = Recorder(message(json.dumps(reply)))
+    return (
+        answer_question(ctx, "helper", question, client=anthropic_client(recorder)),
+        recorder,
+        reply,
+    )
+
+
+def test_claude_sees_a_placeholder_and_the_agent_gets_the_address(world: Any) -> None:
+    ctx: SearchContext = world["ctx"]
+    out, recorder, _ = _claude_answer(ctx, CONTACT_QUESTION, "Write to [EMAIL_1].")
+    sent = json.dumps(recorder.bodies[0])
+    assert ADDRESS not in sent and "[EMAIL_1]" in sent  # nothing personal left the org
+    assert out["claims"][0]["text"] == f"Write to {ADDRESS}."
+    assert ADDRESS not in _ledger_dump(world["settings"], out["turn_id"])
+    # knowledge search: the synthesis the agent gets names the address too
+    asked = ask(ctx, "helper", ["where questions about expense reports go"])
+    assert asked["answer_status"] == "yes" and ADDRESS in asked["synthesis"]
+    assert ADDRESS not in _ledger_dump(world["settings"], asked["turn_id"])
 
 
 def test_refusals_are_recorded_with_their_policy(world: Any) -> None:
@@ -92,12 +160,7 @@ def test_ask_is_recorded_and_replays(world: Any) -> None:
 
 
 def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(world: Any) -> None:
-    ctx: SearchContext = world["ctx"]
-    probe = answer_question(ctx, "helper", QUESTION)
-    chunk_id = probe["citations"][0]["chunk_id"]
-    reply = {"claims": [{"text": "Within 30 days.", "chunk_ids": [chunk_id]}]}
-    recorder = Recorder(message(json.dumps(reply)))
-    out = answer_question(ctx, "helper", QUESTION, client=anthropic_client(recorder))
+    out, recorder, reply = _claude_answer(world["ctx"], QUESTION, "Within 30 days.")
     assert out["model"] == "claude-haiku-4-5" and out["status"] == "answered"
     turn = Ledger(world["settings"].home).get_turn(out["turn_id"])
     assert turn.llm_calls[0].input_tokens == 1000

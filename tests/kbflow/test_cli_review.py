@@ -435,3 +435,62 @@ assert flow.exit_code == 1 and "PREFECT_API_URL is not set" in flow.output, flow
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+CONTACTS_DRAFT = """# Key contacts
+
+## People
+
+Who to call:
+
+- Ana Diaz, CEO [doc:seed7]
+- Bo Berg, head of sales [doc:seed7]
+
+| name | role |
+|---|---|
+| Ana Diaz | CEO |
+| Bo Berg | Sales |
+
+---
+## Citations
+- [doc:seed7] Team sheet.xlsx
+"""
+
+
+def test_review_show_keeps_lists_and_tables_on_their_lines_and_lists_citations(
+    seeded: Seeded, embedder: Any
+) -> None:
+    registry = SqlRegistry.open(seeded.settings.registry_url)
+    try:
+        with open_vector_store(seeded.settings) as store:
+            [doc] = index_records(
+                [{"key": "contacts", "title": "Key contacts", "text": CONTACTS_DRAFT,
+                  "markdown": True}],
+                store=store, registry=registry, embedder=embedder,
+                status=DocStatus.PENDING_REVIEW, cite_uris={"doc:seed7": "upload:acme/team.xlsx"},
+            )  # fmt: skip
+    finally:
+        registry.close()
+
+    shown = data("review", "show", doc, "--as", "eve")
+    [chunk] = shown["chunks"]
+    assert "Who to call:\n\n- Ana Diaz, CEO [doc:seed7]\n- Bo Berg, head of sales" in chunk
+    assert "| name | role |\n|---|---|\n| Ana Diaz | CEO |\n| Bo Berg | Sales |" in chunk
+    assert "Citations" not in chunk and "Team sheet.xlsx" not in chunk  # metadata, not a chunk
+    assert shown["document"]["citations"] == [
+        {"tag": "[doc:seed7]", "title": "Team sheet.xlsx", "uri": "upload:acme/team.xlsx"}
+    ]
+    page = ok("review", "show", doc, "--as", "eve")
+    lines = [line.strip() for line in page.output.splitlines()]
+    assert (
+        "- Ana Diaz, CEO [doc:seed7]" in lines and "- Bo Berg, head of sales [doc:seed7]" in lines
+    )
+    assert "| Ana Diaz | CEO |" in lines and "| Bo Berg | Sales |" in lines
+    assert "[doc:seed7] Team sheet.xlsx · upload:acme/team.xlsx" in lines
+
+    ok("review", "approve", doc, "--as", "amy")
+    [hit] = [h for h in hits("Ana Diaz CEO Bo Berg sales", "keyword") if h["doc_id"] == doc]
+    assert hit["sources"] == shown["document"]["citations"]
+    listing = flat(ok("search", "Ana Diaz CEO", "--org", "acme", "--as", "ed"))
+    assert "Ana Diaz, CEO [Team sheet.xlsx]" in listing  # the title, not the bare id
+    assert "cites [doc:seed7] Team sheet.xlsx · upload:acme/team.xlsx" in listing

@@ -321,3 +321,32 @@ def test_losing_its_last_collection_never_widens_an_agent(
     agent = registry.get_agent("sales-bot")
     assert agent.allowed_collection_ids == () and not agent.knowledge_base_enabled
     assert _search(world, "sales-bot", top_k=50)["results"] == []
+
+
+def test_search_results_say_what_their_citation_tags_stand_for(
+    world: dict[str, Any], edge_store: Any, embedder: Any
+) -> None:
+    draft = (
+        "# Expense sources\n\n- Receipts over 25 EUR are required [doc:seed1]\n"
+        f"- {TOPIC} are on the intranet [url:https://acme.example/expenses]\n\n"
+        "---\n## Citations\n- [doc:seed1] Finance handbook\n"
+        "- [url:https://acme.example/expenses] Expenses page\n"
+    )
+    doc = index_records(
+        [{"key": "cited", "title": "Expense sources", "text": draft, "markdown": True}],
+        collection="default", store=edge_store, registry=world["registry"], embedder=embedder,
+        cite_uris={"doc:seed1": "upload:acme/finance.pdf"},
+    )[0]  # fmt: skip
+    agent = _agent(world, "cite-bot", [])
+    found = _search(world, agent, top_k=20)  # call_tool checks the result against the schema
+    [hit] = [r for r in found["results"] if r["doc_id"] == doc]
+    assert hit["sources"] == [
+        {"tag": "[doc:seed1]", "title": "Finance handbook", "uri": "upload:acme/finance.pdf"},
+        {
+            "tag": "[url:https://acme.example/expenses]",
+            "title": "Expenses page",
+            "uri": "https://acme.example/expenses",
+        },
+    ]
+    assert "\n- " in hit["text"] and "Citations" not in hit["text"]
+    assert all(r["sources"] == [] for r in found["results"] if r["doc_id"] != doc)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from core.errors import ConfigError, NotFound, ReviewConflict
-from core.models import AuditAction, DocStatus, ParseStatus, Scope
+from core.models import AuditAction, DocStatus, ParseStatus, Scope, SourceRef
 from core.settings import Settings
 from sinks.gate import build_gate
 from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry
@@ -477,6 +477,18 @@ def test_current_documents_returns_the_newest_version(registry: SqlRegistry) -> 
 # --- the Default collection migration (0006) ---------------------------------------------------
 
 
+def _document_rows(engine: Any) -> dict[str, tuple[Any, ...]]:
+    """Every document row's columns of migration 0005, by id, read without the models."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, org_id, collection_id, source_key, title, uri, content_hash, version, "
+                "status, parse_status, chunk_count, approved_by, edited_by FROM documents"
+            )
+        )
+        return {row[0]: tuple(row) for row in rows}
+
+
 def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) -> None:
     """A registry file made by the earlier migrations (up to 0005), with documents and chunks,
     upgraded to head: every org gets Default, every document keeps its row and collection, and
@@ -519,12 +531,12 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
                     ),
                     {"c": f"doc{n}:0", "d": f"doc{n}"},
                 )
-        before = {d.id: d.to_dict() for d in registry.list_documents("acme")}
+        before = _document_rows(engine)  # raw rows: the models know columns added later
 
         registry.migrate("head")
 
-        after = {d.id: d.to_dict() for d in registry.list_documents("acme")}
-        assert after == before
+        assert _document_rows(engine) == before
+        assert {d.id for d in registry.list_documents("acme")} == set(before)
         catalog = registry
         for org in ("acme", "globex"):
             default = catalog.get_collection(org, "default")
@@ -541,5 +553,58 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
                 ),
                 {"n": now},
             )
+    finally:
+        registry.close()
+
+
+# --- document citations (0009) -------------------------------------------------------------------
+
+
+def test_documents_gain_citations_and_older_rows_have_none(tmp_path: Path) -> None:
+    """A registry made up to 0008 with a document, upgraded: the row has no citations (NULL,
+    read as none); a new document keeps its citations, read back in order."""
+    engine = _blank_engine(tmp_path / "before-citations.db")
+    registry = SqlRegistry(engine)
+    try:
+        registry.migrate("0008")
+        now = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO orgs (id, name, created_at) VALUES ('acme', 'Acme', :now)"),
+                {"now": now},
+            )
+        coll = registry.ensure_collection("acme", "kb")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO documents (id, org_id, collection_id, source_key, title, uri, "
+                    "content_hash, version, status, parse_status, chunk_count, created_at, "
+                    "updated_at) VALUES ('old', 'acme', :c, 'old', 'Old', 'u', 'h', 1, "
+                    "'approved', 'ingested', 1, :now, :now)"
+                ),
+                {"c": coll.id, "now": now},
+            )
+
+        registry.migrate("head")
+
+        assert registry.get_document("old").citations == ()
+        assert registry.get_document("old").to_dict()["citations"] == []
+        refs = (
+            SourceRef("doc:3f2a", "Brand brief.pdf", "upload:acme/brief.pdf"),
+            SourceRef(
+                "url:https://acme.example/a[1]", "Acme homepage", "https://acme.example/a[1]"
+            ),
+            SourceRef("search:acme tone", "Web search: acme tone"),
+        )
+        made = registry.create_document(
+            org_id="acme", collection_id=coll.id, source_key="draft", title="Draft", uri="kb://d",
+            content_hash="h2", citations=refs,
+        )  # fmt: skip
+        assert registry.get_document(made.id).citations == refs
+        assert registry.get_document(made.id).to_dict()["citations"][1] == {
+            "tag": "[url:https://acme.example/a[1]]",
+            "title": "Acme homepage",
+            "uri": "https://acme.example/a[1]",
+        }
     finally:
         registry.close()

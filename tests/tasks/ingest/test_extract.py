@@ -455,3 +455,22 @@ def test_missing_layout_models_are_a_config_error_not_a_corrupt_file(tmp_path: P
 
     assert str(models) in str(info.value)
     assert "leave artifacts_path unset" in str(info.value)
+
+
+def test_a_markdown_files_citations_footer_is_kept_apart_from_its_chunks(tmp_path: Path) -> None:
+    from tasks.text.citations import split_citation_footer
+
+    source = tmp_path / "key-contacts.md"
+    source.write_text(
+        "# Key contacts\n\n## People\n\n- Ana Diaz, CEO [doc:3f2a]\n"
+        "- Support page [url:https://acme.example/a]\n\n---\n## Citations\n"
+        "- [doc:3f2a] Team sheet.xlsx\n- [url:https://acme.example/a] Acme page\n",
+        encoding="utf-8",
+    )
+    document, refs = split_citation_footer(file_to_document(source))
+    assert [(r.cite_id, r.title, r.uri) for r in refs] == [
+        ("doc:3f2a", "Team sheet.xlsx", None),
+        ("url:https://acme.example/a", "Acme page", "https://acme.example/a"),
+    ]
+    [chunk] = document_to_chunks("d", document)
+    assert chunk.text == "- Ana Diaz, CEO [doc:3f2a]\n- Support page [url:https://acme.example/a]"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from core.models import CorpusEntry
+from core.models import CorpusEntry, StoredHit
 from sinks.registry import DocRecord
-from tasks.research.corpus import build_corpus, homepage_of
+from tasks.research.corpus import build_corpus, homepage_of, seed_entries
 from tasks.text.chunk import join_chunks
+from tasks.text.sentences import MarkdownTable, split_tables
 
 
 def _doc(doc_id: str, tag: str, uri: str, minute: int) -> DocRecord:
@@ -51,3 +52,39 @@ def test_build_corpus_keeps_the_first_entry_per_citation() -> None:
         ],
     )
     assert [e.text for e in corpus.entries] == ["first", "page"]
+
+
+class _Chunks:
+    """A store that holds one document's chunk payloads (the inspection path only)."""
+
+    def __init__(self, payloads: list[dict[str, Any]]) -> None:
+        self.payloads = payloads
+
+    def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
+        return [StoredHit(f"{doc_id}:{i}", 0.0, p) for i, p in enumerate(self.payloads)]
+
+
+def test_a_seed_reads_as_markdown_and_its_tables_never_run_together() -> None:
+    """Two sheets' tables: joined as one run of words, the second's leading "|" read as the
+    first's trailing "|" repeated (an overlap) and the header row ran into the last row."""
+    doc = _doc("s1", "am_file", "upload:o/book.xlsx", 0)
+    store = _Chunks(
+        [
+            {
+                "heading_path": ["Sales"],
+                "text": "| q | n |\n|---|---|\n| Q1 | 3 |",
+                "chunk_index": 0,
+            },
+            {"heading_path": ["Staff"], "text": "| name | role |\n|---|---|\n| Ada | Mechanic |"},
+        ]
+    )
+    [entry] = seed_entries([doc], store)  # type: ignore[arg-type]
+    assert entry.text == (
+        "# Sales\n\n| q | n |\n|---|---|\n| Q1 | 3 |\n\n"
+        "# Staff\n\n| name | role |\n|---|---|\n| Ada | Mechanic |\n"
+    )
+    assert [p.header for p in split_tables(entry.text) if isinstance(p, MarkdownTable)] == [
+        ("q", "n"),
+        ("name", "role"),
+    ]
+    assert (entry.cite_id, entry.uri) == ("doc:s1", "upload:o/book.xlsx")

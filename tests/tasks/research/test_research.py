@@ -156,3 +156,50 @@ def test_a_capped_run_reports_which_cap_stopped_it(world: dict[str, Any]) -> Non
 
     done = _run(world, "lark").to_dict()
     assert done["budget"]["exceeded"] is None and done["budget_stop"] is None
+
+
+CONTACTS_CSV = (
+    "Name,Role,Email,Phone\n"
+    "Wout Peeters,Store manager,wout.peeters@larkspur-cycles.example,+32 9 555 0301\n"
+    "Noor Vermeulen,Warranty lead,noor.vermeulen@larkspur-cycles.example,+32 9 555 0302\n"
+    "Lies Claes,Head of sales,lies.claes@larkspur-cycles.example,+32 9 555 0303\n"
+)
+
+
+def test_offline_drafts_keep_a_seed_table_and_keep_their_footer_as_metadata(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    registry, store = world["registry"], world["store"]
+    sheet = tmp_path / "contacts.csv"
+    sheet.write_text(CONTACTS_CSV)
+    registry.ensure_org("lark3", "Larkspur Cycles")
+    seed_bundle(
+        SeedBundle(files=(sheet,), urls=("https://larkspur.example/",)), "lark3",
+        registry=registry, store=store, embedder=world["embedder"],
+        extract_file=lambda s: file_to_document(s.path),
+    )  # fmt: skip
+    seeds = {d.source_tag: d for d in registry.list_documents("lark3")}
+    csv_seed = seeds["am_file"]
+
+    outcome = _run(world, "lark3")
+
+    contacts = next(d for d in outcome.response.documents if d.filename == KB_FILENAMES[3])
+    lines = contacts.content.splitlines()  # the seed's table, a row a line, cited per row
+    header = lines.index("| Name | Role | Email | Phone | Source |")
+    assert lines[header + 1] == "|---|---|---|---|---|"
+    assert lines[header + 2 : header + 5] == [
+        f"| {name} | {role} | {mail} | {phone} | [doc:{csv_seed.id}] |"
+        for name, role, mail, phone in (r.split(",") for r in CONTACTS_CSV.splitlines()[1:])
+    ]
+    # The footer is metadata: no chunk holds it, the registry keeps each entry with its URI.
+    by_name = {d.title: d for d in _drafts(world, "lark3")}
+    stored = by_name[contacts.title]
+    chunks = registry.document_chunks([stored.id])[stored.id]
+    assert chunks and all("Citations" not in c.heading_path for c in chunks)
+    footer = contacts.content.split("\n---\n## Citations\n")[1].strip().splitlines()
+    assert footer and not [line for line in footer for c in chunks if line in c.text]
+    assert "| Wout Peeters | Store manager |" in " ".join(c.text for c in chunks)
+    refs = {r.cite_id: r for r in stored.citations}
+    assert refs[f"doc:{csv_seed.id}"].title == csv_seed.title
+    assert refs[f"doc:{csv_seed.id}"].uri == csv_seed.uri
+    assert {r.cite_id for r in stored.citations} <= {f"doc:{d.id}" for d in seeds.values()}

@@ -359,6 +359,63 @@ def test_extractive_contacts_has_every_email_and_the_escalation_path(
     assert "on-call engineer at +1 503 555 0199. [doc:ct03]" in escalation
 
 
+TEAM_SHEET = """# Team sheet
+
+Who to call at GreenLeaf:
+
+| Name | Role | Email | Phone |
+|---|---|---|---|
+| Priya Natarajan | Head of Support | priya@greenleaf.example | +1 503 555 0150 |
+| Tom Becker | Installation Lead | tom@greenleaf.example | +1 503 555 0151 |
+| Ana Ruiz | Billing Manager | ana@greenleaf.example | +1 503 555 0152 |
+
+Field crews:
+- North crew lead: Jon Park, jon.park@greenleaf.example
+- South crew lead: Eva Li, eva.li@greenleaf.example
+"""
+
+
+def test_extractive_contacts_keep_a_seed_table_and_list_on_their_lines(
+    extractive: ExtractiveSynthesizer,
+) -> None:
+    corpus = make_corpus(CorpusEntry("doc:tb04", "Team sheet", TEAM_SHEET, "am_file"))
+    docs = {
+        d.filename: d.content
+        for d in extractive.synthesize(corpus, max_output_tokens=4000).documents
+    }
+    contacts = docs[CONTACTS]
+    assert (
+        "| Name | Role | Email | Phone | Source |\n|---|---|---|---|---|\n"
+        "| Priya Natarajan | Head of Support | priya@greenleaf.example | +1 503 555 0150 "
+        "| [doc:tb04] |\n"
+        "| Tom Becker | Installation Lead | tom@greenleaf.example | +1 503 555 0151 "
+        "| [doc:tb04] |\n"
+        "| Ana Ruiz | Billing Manager | ana@greenleaf.example | +1 503 555 0152 | [doc:tb04] |\n"
+    ) in contacts
+    lines = contacts.splitlines()
+    assert "- North crew lead: Jon Park, jon.park@greenleaf.example [doc:tb04]" in lines
+    assert "- South crew lead: Eva Li, eva.li@greenleaf.example [doc:tb04]" in lines
+
+
+def test_extractive_drops_table_rows_to_fit_but_never_leaves_a_bare_header(
+    extractive: ExtractiveSynthesizer,
+) -> None:
+    rows = "\n".join(
+        f"| Person {n} Smith | Store manager | person{n}@greenleaf.example | +1 503 555 01{n:02d} |"
+        for n in range(12)
+    )
+    sheet = "| Name | Role | Email | Phone |\n|---|---|---|---|\n" + rows
+    corpus = make_corpus(CorpusEntry("doc:tb05", "Store managers", sheet, "am_file"))
+    small = extractive.synthesize(corpus, max_output_tokens=60).documents
+    validate_drafts(small, corpus)
+    contacts = next(d.content for d in small if d.filename == CONTACTS)
+    body = contacts.split("\n---\n## Citations")[0].splitlines()
+    kept = [line for line in body if line.startswith("| Person ")]
+    assert 1 <= len(kept) < 12  # rows were dropped to fit the budget, not the whole table
+    head = body.index("| Name | Role | Email | Phone | Source |")
+    assert body[head + 1] == "|---|---|---|---|---|" and body[head + 2] == kept[0]
+
+
 def test_extractive_compliance_only_echoes_corpus_risk_sentences(
     extracted: dict[str, str],
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from core import faults
 from core.errors import ConfigError, Forbidden, ReviewConflict
-from core.models import AuditAction, DocStatus, Role, Scope, SearchMode
+from core.models import AuditAction, DocStatus, Role, Scope, SearchMode, SourceRef
 from sinks.registry import SqlRegistry
 from tasks.query.retrieve import search
 from tasks.review import decisions, inspection
@@ -401,6 +401,49 @@ def test_draft_markdown_rebuilds_headings_and_joins_overlapping_chunks(
     doc = registry.get_document(doc_id)
     assert doc.chunk_count > 3  # the long section spans several chunks that overlap
     assert inspection.draft_markdown(doc, store) == GUIDE
+
+
+CITED = (
+    "# Contacts\n\n## People\n\n- Ana Diaz, CEO [doc:seed7]\n- Bo Berg, sales [doc:seed7]\n\n"
+    "| name | role |\n|---|---|\n| Ana Diaz | CEO |\n| Bo Berg | Sales |\n\n"
+    "---\n## Citations\n- [doc:seed7] Team sheet.xlsx\n"
+)
+
+
+def test_the_form_shows_lists_tables_and_the_footer_and_an_edit_keeps_the_sources(
+    ctx: dict[str, Any],
+) -> None:
+    registry, store = ctx["registry"], ctx["store"]
+    [doc_id] = index_records(
+        [{"key": "c", "title": "Contacts", "text": CITED, "markdown": True}],
+        status=DocStatus.PENDING_REVIEW, cite_uris={"doc:seed7": "upload:acme/team.xlsx"},
+        **ctx,
+    )  # fmt: skip
+    doc = registry.get_document(doc_id)
+    assert doc.citations == (SourceRef("doc:seed7", "Team sheet.xlsx", "upload:acme/team.xlsx"),)
+    shown = inspection.draft_markdown(doc, store)
+    assert shown == CITED  # lines, the table and the footer (from the registry) all come back
+    assert decisions.same_content(shown, CITED)
+
+    # The reviewer edits a line and keeps the footer: the source keeps its URI.
+    edited = shown.replace("Bo Berg, sales", "Bo Berg, head of sales")
+    review.edit_and_approve(doc_id, AM, edited, registry=registry, open_store=review.held(store),
+                            embedder=ctx["embedder"])  # fmt: skip
+    doc = registry.get_document(doc_id)
+    assert doc.citations == (SourceRef("doc:seed7", "Team sheet.xlsx", "upload:acme/team.xlsx"),)
+    texts = [h.payload["text"] for h in store.inspect_document_chunks(doc_id)
+             if h.payload["content_hash"] == doc.content_hash]  # fmt: skip
+    assert texts and not [t for t in texts if "Citations" in t or "Team sheet" in t]
+    assert inspection.draft_markdown(doc, store) == edited
+
+    # An edit of the approved document without the footer: the new version cites nothing.
+    bare = edited.split("\n---\n")[0].rstrip() + "\n"
+    opener = review.held(store)
+    newer = review.edit_and_approve(
+        doc_id, AM, bare, registry=registry, open_store=opener, embedder=ctx["embedder"]
+    )
+    assert newer.id != doc_id and newer.citations == ()
+    assert inspection.draft_markdown(newer, store) == bare
 
 
 def test_draft_markdown_ignores_chunks_of_other_content(

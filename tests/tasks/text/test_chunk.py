@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from core.errors import ConfigError
 from core.models import ExtractedDocument, Section
-from tasks.text.chunk import document_to_chunks, section_to_texts
+from tasks.text.chunk import _render, _tokens, document_to_chunks, join_chunks, section_to_texts
 
 PROPERTY = hsettings(max_examples=250, derandomize=True, database=None, deadline=None)
 
@@ -86,25 +86,94 @@ def test_empty_sections_give_no_chunks() -> None:
 def test_paragraphs_that_fit_are_packed_whole() -> None:
     paras = [words(6, "a"), words(6, "b"), words(6, "c")]
     texts = section_to_texts(Section((), "\n\n".join(paras)), max_words=13, overlap_words=0)
-    assert texts == [paras[0] + " " + paras[1], paras[2]]
+    assert texts == [paras[0] + "\n\n" + paras[1], paras[2]]
 
 
 def test_overlap_repeats_the_tail_of_the_previous_chunk() -> None:
     paras = [words(8, "a"), words(8, "b"), words(8, "c")]
     texts = section_to_texts(Section((), "\n\n".join(paras)), max_words=12, overlap_words=3)
-    assert texts == [paras[0], "a5 a6 a7 " + paras[1], "b5 b6 b7 " + paras[2]]
+    assert texts == [paras[0], "a5 a6 a7\n\n" + paras[1], "b5 b6 b7\n\n" + paras[2]]
 
 
 def test_overlap_shrinks_so_a_full_piece_fits() -> None:
     text = words(5, "a") + "\n\n" + words(9, "b")
     texts = section_to_texts(Section((), text), max_words=10, overlap_words=4)
-    assert texts == [words(5, "a"), "a4 " + words(9, "b")]
+    assert texts == [words(5, "a"), "a4\n\n" + words(9, "b")]
 
 
 def test_long_paragraphs_split_at_sentences_then_words() -> None:
     text = "One two three. Four five six seven eight nine ten eleven twelve. End."
     texts = section_to_texts(Section((), text), max_words=5, overlap_words=0)
     assert texts == ["One two three.", "Four five six seven eight", "nine ten eleven twelve. End."]
+
+
+# --- structure: lists, tables and quotes keep their Markdown ----------------------------------
+
+
+def test_a_chunk_keeps_line_breaks_blank_lines_and_indentation() -> None:
+    text = (
+        "Intro   paragraph\there.\n\n- item one\n- item two\n  - nested item\n\n"
+        "| name | role |\n|---|---|\n| Ana | CEO |\n\n> a quoted line\n> and another\r\n"
+    )
+    [chunk] = section_to_texts(Section(("H",), text), max_words=180, overlap_words=30)
+    assert chunk == (
+        "Intro paragraph here.\n\n- item one\n- item two\n  - nested item\n\n"
+        "| name | role |\n|---|---|\n| Ana | CEO |\n\n> a quoted line\n> and another"
+    )
+
+
+def test_a_long_list_is_cut_between_items_with_overlap_and_cap() -> None:
+    items = [f"- item {i} has four words" for i in range(30)]
+    text = "A list follows:\n" + "\n".join(items)
+    texts = section_to_texts(Section((), text), max_words=24, overlap_words=6)
+    assert len(texts) > 4
+    assert all(len(t.split()) <= 24 for t in texts)
+    for previous, chunk in itertools.pairwise(texts):
+        assert chunk.split()[:6] == previous.split()[-6:]  # the overlap words, as before
+        # after its overlap, a chunk holds whole items, each on its own line
+        fresh_lines = chunk.split("\n")[1:]
+        assert fresh_lines and all(line in items for line in fresh_lines), chunk
+    assert texts[0].startswith("A list follows:\n- item 0 has four words\n- item 1")
+    assert join_chunks(texts) == text
+
+
+def test_a_long_prose_paragraph_still_splits_at_sentences() -> None:
+    text = "One two three.\nFour five six seven eight\nnine ten eleven twelve. End."
+    texts = section_to_texts(Section((), text), max_words=5, overlap_words=0)
+    # a hard-wrapped line is not a list: cuts fall at sentence ends, line breaks stay put
+    assert texts == ["One two three.", "Four five six seven eight", "nine ten eleven twelve. End."]
+    texts = section_to_texts(Section((), text), max_words=9, overlap_words=0)
+    assert texts == ["One two three.", "Four five six seven eight\nnine ten eleven twelve.", "End."]
+
+
+def test_table_parts_keep_one_row_per_line_and_rebuild_the_table() -> None:
+    rows = [f"| person {i} | role {i} | mail{i}@x.example |" for i in range(20)]
+    table = "| name | role | email |\n|---|---|---|\n" + "\n".join(rows)
+    text = "Some prose before it.\n\n" + table
+    texts = section_to_texts(Section(("contacts",), text), max_words=40, overlap_words=10)
+    assert len(texts) > 3
+    for part in texts[1:]:
+        lines = part.split("\n")
+        assert lines[:2] == ["| name | role | email |", "|---|---|---|"]
+        assert all(line in rows for line in lines[2:])
+    assert join_chunks(texts) == text  # the repeated header is dropped when rebuilding
+
+
+def test_a_table_row_longer_than_a_chunk_continues_on_its_own_line() -> None:
+    long_row = "| " + " ".join(f"w{i}" for i in range(30)) + " |"
+    table = "| a | b |\n|---|---|\n| x | y |\n" + long_row
+    texts = section_to_texts(Section((), table), max_words=20, overlap_words=5)
+    assert all(len(t.split()) <= 20 for t in texts)
+    assert all(t.startswith("| a | b |\n|---|---|\n") for t in texts)
+    assert all(len(t.split("\n")) >= 3 for t in texts)  # the cut row never sits on the rule
+
+
+def test_join_chunks_rebuilds_chunks_of_old_single_line_texts_as_before() -> None:
+    assert join_chunks(["a b c d", "c d e f"]) == "a b c d e f"
+    assert join_chunks(["Ends here.", "Next part"]) == "Ends here.\n\nNext part"
+    assert join_chunks(["cut in the", "middle of a sentence"]) == (
+        "cut in the middle of a sentence"
+    )
 
 
 @pytest.mark.parametrize(
@@ -158,8 +227,8 @@ def test_chunks_cover_the_section_exactly_with_bounded_overlap(
     position = {w: i for i, w in enumerate(all_words)}
     assert len(position) == len(all_words)  # the generator's promise: every word is distinct
 
-    chunks = [t.split() for t in section_to_texts(Section((), text), max_words=max_words,
-                                                  overlap_words=overlap)]  # fmt: skip
+    texts = section_to_texts(Section((), text), max_words=max_words, overlap_words=overlap)
+    chunks = [t.split() for t in texts]
     if not all_words:
         assert chunks == []
         return
@@ -188,6 +257,9 @@ def test_chunks_cover_the_section_exactly_with_bounded_overlap(
         assert chunk[:shared] == prev[len(prev) - shared :]
         rebuilt.extend(chunk[shared:])
     assert rebuilt == all_words
+    if all(prev_end - start > 0 for (_, prev_end), (start, _) in itertools.pairwise(spans)):
+        # chunks that overlap rebuild the section's text, its line breaks and blank lines too
+        assert join_chunks(texts) == _render(_tokens(text))
 
     # A paragraph that fits under the cap is never split between chunks.
     for para in paragraphs:
@@ -267,7 +339,8 @@ def test_a_long_table_repeats_its_header_in_every_part() -> None:
     table = "| name | role | email | phone |\n|---|---|---|---|\n" + rows
     texts = section_to_texts(Section(("contacts",), table), max_words=80, overlap_words=10)
     assert len(texts) > 3 and all(len(t.split()) <= 80 for t in texts)
-    assert all(t.startswith("| name | role | email | phone | |---|---|---|---|") for t in texts)
+    head = "| name | role | email | phone |\n|---|---|---|---|\n| person "
+    assert all(t.startswith(head) for t in texts)
     # Every row is in exactly one part, whole (no overlap words carried between parts).
     for i in range(40):
         row = f"| person {i} | role {i} | mail{i}@x.example | +31 30 555 01{i:02d} |"
@@ -275,8 +348,10 @@ def test_a_long_table_repeats_its_header_in_every_part() -> None:
 
 
 def test_text_that_only_looks_like_a_table_is_split_as_prose() -> None:
-    from tasks.text.chunk import _table_parts
+    from tasks.text.chunk import _render, _table_parts, _tokens
 
-    assert _table_parts(" ".join(["| not a table row"] * 40), 50) is None  # no rule line
-    assert _table_parts("| a |\n| b |\n| c |", 50) is None  # no separator row
-    assert _table_parts("| a |\n|---|\n| c |", 50) == [["|", "a", "|", "|---|", "|", "c", "|"]]
+    assert _table_parts(_tokens(" ".join(["| not a table row"] * 40)), 50) is None  # no rule
+    assert _table_parts(_tokens("| a |\n| b |\n| c |"), 50) is None  # no separator row
+    parts = _table_parts(_tokens("| a |\n|---|\n| c |"), 50)
+    assert parts is not None
+    assert [_render(p) for p in parts] == ["| a |\n|---|\n| c |"]

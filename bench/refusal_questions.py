@@ -1,0 +1,173 @@
+"""Refusal on real questions: the question-form set over the demo corpus and real-docs.
+
+Each corpus's sources (`evals.questions.sources_for`: the demo client's approved documents; the
+real-docs files that hold text) are ingested into their own org in a fresh ``KBFLOW_HOME``
+through ``kbflow ingest``. Every question of `evals/questions/questions.jsonl` then goes
+through what `kbflow answer` runs: gated hybrid retrieval of the top ``KBFLOW_ANSWER_TOP_K``
+chunks, their support (`tasks.answer.confidence.support_scores`), and the cited answer of the
+offline extractive model (`tasks.answer.cited_answer.answer`).
+
+Reported, per corpus and over all, and on the questions at even and at odd positions:
+- ROC AUC of the best support (answerable above unanswerable), with the value-word rule of
+  `tasks.text.values` and without it (the signal before it), measured in the same run;
+- at the configured threshold (``KBFLOW_ANSWER_MIN_CONFIDENCE``): the answerable questions
+  answered, the unanswerable ones refused, and the answered questions whose answer text holds
+  the expected fact.
+
+Usage: ``.venv/bin/python bench/refusal_questions.py [--home DIR]`` (a temporary home by
+default). Needs ``../shared/datasets`` for the real-docs half (skipped without it).
+Saves bench/results/refusal_questions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.refusal_calibration import auc  # noqa: E402
+from bench.stats import save_results  # noqa: E402
+
+
+def _kbflow(home: Path, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "KBFLOW_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "kbflow.cli", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(
+            f"kbflow {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}"
+        )
+    out: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
+    return out
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _summary(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    ans = [r for r in rows if r["answerable"]]
+    unans = [r for r in rows if not r["answerable"]]
+    if not ans or not unans:
+        return {"questions": len(rows)}
+    answered = [r for r in ans if r["status"] == "answered"]
+    return {
+        "questions": len(rows),
+        "answerable": len(ans),
+        "unanswerable": len(unans),
+        "roc_auc": round(auc([r["support"] for r in ans], [r["support"] for r in unans]), 4),
+        "roc_auc_without_value_words": round(
+            auc([r["support_plain"] for r in ans], [r["support_plain"] for r in unans]), 4
+        ),
+        "answerable_answered": round(len(answered) / len(ans), 4),
+        "answerable_answered_without_value_words": round(
+            sum(r["support_plain"] >= threshold for r in ans) / len(ans), 4
+        ),
+        "unanswerable_refused": round(sum(r["status"] == "refused" for r in unans) / len(unans), 4),
+        "answered_with_expected_fact": round(
+            sum(r["has_fact"] for r in answered) / len(answered), 4
+        )
+        if answered
+        else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, help="KBFLOW_HOME to use (default: a temp dir)")
+    args = parser.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="kbflow-refusal-q-"))
+    os.environ["KBFLOW_HOME"] = str(home)
+
+    from core.settings import Settings, configure_environment
+
+    settings = Settings()
+    configure_environment(settings)
+    from core.models import Scope
+    from evals.questions import datasets_folder, load_questions, sources_for
+    from kbflow.answers import answer_config, knowledge_model
+    from kbflow.wiring import search_context
+    from tasks.answer.cited_answer import answer
+    from tasks.answer.confidence import TermStats, support_scores
+
+    corpora = ["demo"] + (["real-docs"] if (datasets_folder() / "real-docs").is_dir() else [])
+    started = time.perf_counter()
+    for corpus in corpora:
+        org = f"q-{corpus}"
+        folder = home / "sources" / corpus
+        if not folder.is_dir():
+            staged = home / "staging" / corpus
+            files = sources_for(corpus, demo_folder=staged)  # type: ignore[arg-type]
+            folder.mkdir(parents=True)
+            for path in files:
+                shutil.copy2(path, folder / path.name)
+            _kbflow(home, "orgs", "create", org)
+            report = _kbflow(home, "ingest", str(folder), "--org", org)
+            print(f"{corpus}: ingested {report.get('documents')} documents", file=sys.stderr)
+    ingest_s = time.perf_counter() - started
+
+    config = answer_config(settings)
+    model, why = knowledge_model(settings.model_copy(update={"answer_model": "extractive"}))
+    rows: list[dict[str, Any]] = []
+    with search_context(settings) as ctx:
+        for corpus in corpora:
+            org = f"q-{corpus}"
+            scope = Scope(org_id=org)
+            stats = TermStats.of_org(org, ctx.registry)
+            for q in load_questions(corpus):  # type: ignore[arg-type]
+                hits = ctx.retrieve(q.text, scope, mode=config.mode, top_k=config.top_k).hits
+                vector = ctx.embedder.embed_query(q.text)
+                new = support_scores(q.text, vector, hits, ctx.embedder, stats)
+                old = support_scores(q.text, vector, hits, ctx.embedder, stats, value_words=False)
+                turn = answer(
+                    q.text, scope, org_id=org, agent_id="bench", registry=ctx.registry,
+                    retrieve_fn=lambda t, s, k: ctx.retrieve(t, s, mode=config.mode, top_k=k),
+                    embedder=ctx.embedder, model=model, config=config, no_model_reason=why,
+                )  # fmt: skip
+                rows.append(
+                    {
+                        "id": q.id,
+                        "corpus": corpus,
+                        "kind": q.kind,
+                        "answerable": q.answerable,
+                        "support": round(max(new, default=0.0), 4),
+                        "support_plain": round(max(old, default=0.0), 4),
+                        "status": turn.output["status"],
+                        "has_fact": bool(q.answer)
+                        and _normal(q.answer or "") in _normal(turn.output["answer"]),
+                    }
+                )
+    threshold = config.threshold
+    out: dict[str, Any] = {
+        "threshold": threshold,
+        "top_k": config.top_k,
+        "ingest_s": round(ingest_s, 1),
+        "seconds": round(time.perf_counter() - started, 1),
+        "all": _summary(rows, threshold),
+        "even": _summary(rows[0::2], threshold),
+        "odd": _summary(rows[1::2], threshold),
+        **{c: _summary([r for r in rows if r["corpus"] == c], threshold) for c in corpora},
+        "rows": rows,
+    }
+    save_results("refusal_questions", out, unprinted="rows")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

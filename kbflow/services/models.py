@@ -1,0 +1,51 @@
+"""Fine-tuned embedding models: train, score and promote one (`kbflow models finetune`), and
+list them (`kbflow models list`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from evals.adapt import NegativesFrom
+
+
+def finetune(
+    settings: Settings,
+    dataset: Path,
+    *,
+    split: str | None = None,
+    epochs: int = 3,
+    negatives: NegativesFrom = "none",
+    seed: int = 0,
+    min_gain: float = 0.0,
+) -> dict[str, Any]:
+    """Run the ``finetune-embedder`` flow on a BEIR folder; returns its report (model id,
+    folder, held-out and training-half scores of base and candidate, promoted or why not)."""
+    from flows.finetune import finetune_embedder_flow
+    from tasks.text.finetune import FinetuneParams
+
+    params = FinetuneParams(epochs=epochs, seed=seed)
+    report: dict[str, Any] = finetune_embedder_flow(
+        dataset=str(dataset.resolve()),
+        split=split,
+        params=params,
+        negatives=negatives,
+        min_gain=min_gain,
+    )
+    return report
+
+
+def list_models(settings: Settings) -> dict[str, Any]:
+    """The fine-tuned models under ``<home>/models`` (manifests, oldest first) and the
+    promotion record (None when nothing is promoted)."""
+    from tasks.text.finetune import list_models as manifests
+    from tasks.text.finetune import promoted_model
+
+    return {
+        "models": manifests(settings.models_dir),
+        "promoted": promoted_model(settings.models_dir),
+        "configured": settings.embedding_model,
+    }
