@@ -44,7 +44,13 @@ class Settings(BaseSettings):
         PACKAGED_MINILM,
         description="Sentence-transformers model: a local path, or the packaged MiniLM.",
     )
-    embed_batch_size: int = Field(64, gt=0, description="Texts per embedding batch.")
+    embed_batch_size: int = Field(
+        64,
+        gt=0,
+        description="Texts per embedding batch, at most. The `onnx` backend also caps a batch "
+        "at 1,024 padded tokens (texts of similar length together) and runs a call's batches "
+        "side by side, one per core.",
+    )
     embedding_backend: Literal["onnx", "torch"] = Field(
         "onnx",
         description="How the embedding model runs: `onnx` (ONNX Runtime on a graph built once "
