@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 CORPUS_FILES: tuple[str, ...] = ("corpus.jsonl", "corpus.jsonl.gz")
 SPLITS_TO_TRY: tuple[str | None, ...] = ("test", "dev", None)
 """The order `load_beir` tries when no split is named; ``None`` is the unsplit layout."""
+UNANSWERABLE_FILE = "unanswerable.jsonl"
+"""Questions nothing in the corpus answers, one ``{"_id", "text"}`` object per line."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class BeirDataset:
     """Query id -> text: only queries with at least one relevant judgement (grade > 0)."""
     qrels: Qrels
     """Query id -> {doc id: grade}, for exactly the queries of `queries`."""
+    unanswerable: dict[str, str] = field(default_factory=dict)
+    """Query id -> text of questions nothing in the corpus answers, from the folder's
+    ``unanswerable.jsonl`` (a kbflow extension BEIR readers ignore; absent: none). The refusal
+    metric scores them (`evals.refusal`); retrieval metrics never see them."""
 
     def corpus(self) -> Iterator[CorpusDoc]:
         """Stream the corpus, one document at a time, in file order.
@@ -138,8 +144,21 @@ def load_beir(folder: Path, split: str | None = None) -> BeirDataset:
         )
     name = folder.name + (f"/{found}" if found is not None else "")
     logger.info("loaded %s: %d queries, corpus %s", name, len(kept_queries), corpus_path.name)
+    unanswerable_path = folder / UNANSWERABLE_FILE
+    unanswerable = _read_queries(unanswerable_path) if unanswerable_path.is_file() else {}
+    clash = sorted(set(unanswerable) & set(queries))
+    if clash:
+        raise ConfigError(
+            f"{unanswerable_path} reuses query ids of {queries_path.name}: {clash[:5]} — give "
+            "each unanswerable question an id of its own"
+        )
     return BeirDataset(
-        name=name, folder=folder, corpus_path=corpus_path, queries=kept_queries, qrels=kept_qrels
+        name=name,
+        folder=folder,
+        corpus_path=corpus_path,
+        queries=kept_queries,
+        qrels=kept_qrels,
+        unanswerable=unanswerable,
     )
 
 

@@ -34,6 +34,30 @@ def record_eval_task(result: EvalResult) -> dict[str, int]:
     return write_eval(result.record, home=settings.home, url=settings.warehouse_url)
 
 
+@task(name="write-question-set", cache_policy=NO_CACHE)
+def question_set_task(corpus: str) -> str | None:
+    """Write one corpus's question set (`evals.questions`) as a BEIR folder under
+    ``<home>/evals/question-sets``; None when its documents are not on this machine."""
+    from typing import cast
+
+    from evals.questions import Corpus, datasets_folder, write_question_set
+
+    if corpus == "real-docs" and not (datasets_folder() / "real-docs").is_dir():
+        get_run_logger().warning(
+            "question set %s skipped: no %s (set KBFLOW_DATASETS)",
+            corpus,
+            datasets_folder() / "real-docs",
+        )
+        return None
+    folder = Settings().home / "evals" / "question-sets" / question_set_name(corpus)
+    return str(write_question_set(folder, corpus=cast(Corpus, corpus)))
+
+
+def question_set_name(corpus: str) -> str:
+    """The folder, and so the dataset name, of a corpus's question set: ``questions-<corpus>``."""
+    return f"questions-{corpus}"
+
+
 @flow(name="nightly-eval")
 def nightly_eval(
     datasets: list[str],
@@ -41,16 +65,25 @@ def nightly_eval(
     modes: str | None = None,
     baseline_dir: str | None = None,
     tolerance: float | None = None,
+    question_sets: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate retrieval on each BEIR folder, record it, then compare with the baselines.
 
-    Every dataset is evaluated and recorded before any alarm is raised, so one regression
-    does not hide another dataset's figures. A dataset without a baseline is recorded only.
+    ``question_sets`` (``demo``, ``real-docs``) adds kbflow's own question sets
+    (`evals.questions`): written afresh each run, evaluated like any BEIR folder, their
+    near-misses scored by the refusal metric. Every dataset is evaluated and recorded before any
+    alarm is raised, so one regression does not hide another dataset's figures. A dataset
+    without a baseline is recorded only.
     """
     logger = get_run_logger()
     summaries: dict[str, Any] = {}
     problems: list[str] = []
-    for folder in datasets:
+    folders = list(datasets)
+    for corpus in question_sets or ():
+        written = question_set_task(corpus)
+        if written is not None:
+            folders.append(written)
+    for folder in folders:
         result = eval_dataset_task(folder, split, modes)
         record_eval_task(result)
         summary = result.summary()

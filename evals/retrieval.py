@@ -23,7 +23,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from core.models import ExtractedDocument, Scope, SearchMode
 from core.settings import Settings
 from evals.beir import BeirDataset
 from evals.metrics import Run, Scores, evaluate
+from evals.refusal import RefusalSupports, refusal_supports
 from evals.warehouse import EvalRecord
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
@@ -237,9 +238,12 @@ class EvalResult:
     scores: dict[str, Scores]
     index: dict[str, int]
     notes: list[str]
+    refusal: dict[str, float] = field(default_factory=dict)
+    """`evals.refusal.REFUSAL_METRICS` at the configured threshold; empty without hybrid."""
 
     def summary(self) -> dict[str, Any]:
-        """The command's JSON: ``{"dataset", "modes": {mode: {metric: value}}, ...}``."""
+        """The command's JSON: ``{"dataset", "modes": {mode: {metric: value}}, "refusal":
+        {metric: value}, ...}`` (``refusal`` is empty when hybrid did not run)."""
         return {
             "dataset": self.record.dataset,
             "run_id": self.record.run_id,
@@ -247,6 +251,7 @@ class EvalResult:
             "modes": {
                 m: {k: round(v, 4) for k, v in s.mean.items()} for m, s in self.scores.items()
             },
+            "refusal": {k: round(v, 4) for k, v in self.refusal.items()},
             "seconds": round(self.record.seconds, 1),
             "index": self.index,
             "settings": self.record.settings,
@@ -281,6 +286,11 @@ def run_eval(
             dataset, settings, modes, embedder=embedder, config=config, reranker=reranker,
             progress=progress,
         )  # fmt: skip
+        refusal = (
+            refusal_of(dataset, settings, embedder=embedder, config=config)
+            if SearchMode.HYBRID in modes
+            else None
+        )
         index["embeddings_computed"] = embedder.misses
         index["embeddings_cached"] = embedder.hits
     finally:
@@ -288,17 +298,50 @@ def run_eval(
     scores = {mode.value: evaluate(r.run, dataset.qrels) for mode, r in runs.items()}
     for r in runs.values():
         notes.extend(r.notes)
+    means: dict[str, dict[str, float]] = {m: dict(s.mean) for m, s in scores.items()}
+    per_query: dict[str, dict[str, dict[str, float]]] = {m: s.per_query for m, s in scores.items()}
+    refusal_metrics: dict[str, float] = {}
+    if refusal is not None:
+        # stored beside hybrid's retrieval metrics: the answer path retrieves in hybrid mode
+        refusal_metrics = refusal.metrics(settings.answer_min_confidence)
+        hybrid = SearchMode.HYBRID.value
+        means[hybrid] = {**means[hybrid], **refusal_metrics}
+        for qid, supports in refusal.per_query().items():
+            if qid in per_query[hybrid]:  # judged queries; near-misses have no retrieval row
+                per_query[hybrid][qid] = {**per_query[hybrid][qid], **supports}
     record = EvalRecord(
         run_id=uuid.uuid4().hex[:12],
         dataset=dataset.name,
         started_at=started_at,
         commit=_git_commit(),
         settings=_eval_settings_record(settings, reranker),
-        modes={m: dict(s.mean) for m, s in scores.items()},
-        per_query={m: s.per_query for m, s in scores.items()},
+        modes=means,
+        per_query=per_query,
         seconds=time.perf_counter() - started,
     )
-    return EvalResult(record, scores, index, notes)
+    return EvalResult(record, scores, index, notes, refusal_metrics)
+
+
+def refusal_of(
+    dataset: BeirDataset, settings: Settings, *, embedder: Embedder, config: RetrievalConfig
+) -> RefusalSupports:
+    """The answer path's support over the eval index, answerable and not (`evals.refusal`)."""
+    home = eval_settings(settings, dataset)
+    registry = SqlRegistry.open(home.registry_url)
+    try:
+        ids = corpus_ids(registry)
+        relevant = {
+            qid: {doc for doc, grade in judged.items() if grade > 0}
+            for qid, judged in dataset.qrels.items()
+        }
+        with open_vector_store(home) as store:
+            return refusal_supports(
+                dataset.queries, relevant, dataset.unanswerable, org_id=EVAL_ORG, store=store,
+                registry=registry, embedder=embedder, config=config, corpus_ids=ids,
+                top_k=settings.answer_top_k,
+            )  # fmt: skip
+    finally:
+        registry.close()
 
 
 def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from core.errors import ConfigError, KbflowError
 from evals.metrics import METRICS
+from evals.refusal import REFUSAL_METRICS, SUPPORT_METRICS
 from sinks.warehouse import (
     Destination,
     destination,
@@ -51,10 +52,18 @@ QUERIES_TABLE = "eval_queries"
 
 # Metric name as the eval reports it -> column name (SQL identifiers cannot hold "@").
 METRIC_COLUMNS: dict[str, str] = {m: m.replace("@", "_at_") for m in METRICS}
+# The refusal metrics (`evals.refusal`) ride on the hybrid rows: run means in ``eval_runs``,
+# per-query supports in ``eval_queries``; other modes' rows leave them null.
+REFUSAL_COLUMNS: dict[str, str] = {m: m for m in REFUSAL_METRICS}
+SUPPORT_COLUMNS: dict[str, str] = {m: m for m in SUPPORT_METRICS}
+RUN_METRIC_COLUMNS: dict[str, str] = {**METRIC_COLUMNS, **REFUSAL_COLUMNS}
+QUERY_METRIC_COLUMNS: dict[str, str] = {**METRIC_COLUMNS, **SUPPORT_COLUMNS}
 
-_METRIC_HINTS: dict[str, Any] = {
-    column: {"data_type": "double", "nullable": True} for column in METRIC_COLUMNS.values()
-}
+
+def _hints(columns: dict[str, str]) -> dict[str, Any]:
+    return {column: {"data_type": "double", "nullable": True} for column in columns.values()}
+
+
 # Declared up front so the tables have the same columns whatever the first run holds (a run
 # without a commit would otherwise create no ``commit`` column at all).
 _RUNS_COLUMNS: dict[str, Any] = {
@@ -63,7 +72,7 @@ _RUNS_COLUMNS: dict[str, Any] = {
     "started_at": {"data_type": "timestamp", "timezone": True, "nullable": False},
     "commit": {"data_type": "text", "nullable": True},
     "mode": {"data_type": "text", "nullable": False},
-    **_METRIC_HINTS,
+    **_hints(RUN_METRIC_COLUMNS),
     "queries": {"data_type": "bigint", "nullable": False},
     "seconds": {"data_type": "double", "nullable": False},
     "settings": {"data_type": "text", "nullable": False},  # JSON, so dlt does not flatten it
@@ -73,7 +82,7 @@ _QUERIES_COLUMNS: dict[str, Any] = {
     "dataset": {"data_type": "text", "nullable": False},
     "mode": {"data_type": "text", "nullable": False},
     "query_id": {"data_type": "text", "nullable": False},
-    **_METRIC_HINTS,
+    **_hints(QUERY_METRIC_COLUMNS),
 }
 _HISTORY_COLUMNS = tuple(_RUNS_COLUMNS)
 
@@ -220,12 +229,6 @@ def read_history(
     filters = {"dataset": dataset, "mode": mode}
     where = [f"{column} = ?" for column, value in filters.items() if value is not None]
     params = [value for value in filters.values() if value is not None]
-    columns = ", ".join(f'"{c}"' for c in _HISTORY_COLUMNS)
-    sql = (
-        f"SELECT {columns} FROM {DATASET_NAME}.{RUNS_TABLE}"
-        + (f" WHERE {' AND '.join(where)}" if where else "")
-        + " ORDER BY started_at, run_id, mode"
-    )
     with reading(
         target,
         on_lock=lambda: _locked(path, "read eval history"),
@@ -233,8 +236,20 @@ def read_history(
     ) as con:
         if RUNS_TABLE not in con.tables(DATASET_NAME):
             return []
+        # a warehouse written before a column existed lacks it until the next write adds it
+        present = con.columns(DATASET_NAME, RUNS_TABLE)
+        selected = [c for c in _HISTORY_COLUMNS if c in present]
+        columns = ", ".join(f'"{c}"' for c in selected)
+        sql = (
+            f"SELECT {columns} FROM {DATASET_NAME}.{RUNS_TABLE}"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + " ORDER BY started_at, run_id, mode"
+        )
         result = con.execute(sql, params)
-    rows = [dict(zip(_HISTORY_COLUMNS, values, strict=True)) for values in result]
+    rows = [
+        {c: None for c in _HISTORY_COLUMNS} | dict(zip(selected, values, strict=True))
+        for values in result
+    ]
     for row in rows:
         row["started_at"] = row["started_at"].astimezone(UTC)
         row["settings"] = json.loads(row["settings"])
@@ -256,7 +271,7 @@ def latest(
     return {
         row["mode"]: {
             metric: row[column]
-            for metric, column in METRIC_COLUMNS.items()
+            for metric, column in RUN_METRIC_COLUMNS.items()
             if row[column] is not None
         }
         for row in rows
@@ -290,8 +305,9 @@ def plot_history(rows: list[dict[str, Any]], out: Path) -> Path:
 
     fig = Figure(figsize=PLOT_SIZE_INCHES, dpi=PLOT_DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(METRIC_COLUMNS), 1, sharex=True)
-    for ax, (metric, column) in zip(axes, METRIC_COLUMNS.items(), strict=True):
+    plotted = {**METRIC_COLUMNS, "refusal_auc": REFUSAL_COLUMNS["refusal_auc"]}
+    axes = fig.subplots(len(plotted), 1, sharex=True)
+    for ax, (metric, column) in zip(axes, plotted.items(), strict=True):
         for (dataset, mode), points in sorted(lines.items()):
             ax.plot(
                 [p["started_at"] for p in points],
@@ -333,7 +349,7 @@ def _run_rows(record: EvalRecord) -> list[dict[str, Any]]:
             "started_at": started_at,
             "commit": record.commit,
             "mode": mode,
-            **_metric_values(metrics, f"{record.run_id}/{mode}"),
+            **_metric_values(metrics, f"{record.run_id}/{mode}", RUN_METRIC_COLUMNS),
             "queries": len(record.per_query.get(mode, {})),
             "seconds": record.seconds,
             "settings": settings,
@@ -350,18 +366,22 @@ def _query_rows(record: EvalRecord) -> Iterator[dict[str, Any]]:
                 "dataset": record.dataset,
                 "mode": mode,
                 "query_id": query_id,
-                **_metric_values(metrics, f"{record.run_id}/{mode}/{query_id}"),
+                **_metric_values(
+                    metrics, f"{record.run_id}/{mode}/{query_id}", QUERY_METRIC_COLUMNS
+                ),
             }
 
 
-def _metric_values(metrics: dict[str, float], where: str) -> dict[str, float | None]:
-    unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
+def _metric_values(
+    metrics: dict[str, float], where: str, columns: dict[str, str]
+) -> dict[str, float | None]:
+    unknown = sorted(set(metrics) - set(columns))
     if unknown:
         raise ConfigError(
             f"unknown metric(s) {unknown} in eval results {where}: the warehouse stores "
-            f"{sorted(METRIC_COLUMNS)} — add a column to evals/warehouse.py for a new metric"
+            f"{sorted(columns)} — add a column to evals/warehouse.py for a new metric"
         )
-    return {column: metrics.get(metric) for metric, column in METRIC_COLUMNS.items()}
+    return {column: metrics.get(metric) for metric, column in columns.items()}
 
 
 def _unreachable(target: Destination, exc: Exception) -> WarehouseError:

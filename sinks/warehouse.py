@@ -301,6 +301,8 @@ class SqlReader(Protocol):
 
     def tables(self, schema: str) -> set[str]: ...
 
+    def columns(self, schema: str, table: str) -> set[str]: ...
+
 
 class _DuckDbReader:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -311,6 +313,9 @@ class _DuckDbReader:
 
     def tables(self, schema: str) -> set[str]:
         return _tables(self, schema)
+
+    def columns(self, schema: str, table: str) -> set[str]:
+        return _columns(self, schema, table)
 
 
 class _SqlAlchemyReader:
@@ -327,10 +332,22 @@ class _SqlAlchemyReader:
     def tables(self, schema: str) -> set[str]:
         return _tables(self, schema)
 
+    def columns(self, schema: str, table: str) -> set[str]:
+        return _columns(self, schema, table)
+
 
 def _tables(reader: SqlReader, schema: str) -> set[str]:
     found = reader.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [schema]
+    )
+    return {name for (name,) in found}
+
+
+def _columns(reader: SqlReader, schema: str, table: str) -> set[str]:
+    found = reader.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = ? AND table_name = ?",
+        [schema, table],
     )
     return {name for (name,) in found}
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from core.errors import ConfigError
+from evals.beir import UNANSWERABLE_FILE
 from evals.demo_corpus import PRICING_DRAFT_FILE, write_demo_corpus
 from tasks.ingest.extract import file_to_document, is_media
 
@@ -191,7 +192,8 @@ def sources_for(
 
 def write_question_set(folder: Path, *, corpus: Corpus, datasets: Path | None = None) -> Path:
     """Write one corpus's questions as a BEIR folder: ``corpus.jsonl``, ``queries.jsonl`` (the
-    answerable questions) and ``qrels.tsv`` (each relevant file, grade 1).
+    answerable questions), ``qrels.tsv`` (each relevant file, grade 1) and
+    ``unanswerable.jsonl`` (the near-misses, which the eval's refusal metric scores).
 
     Every source is extracted the way ingest extracts it (`file_to_document`); an extraction
     failure is raised, not skipped, because a corpus missing a judged document would score
@@ -227,6 +229,10 @@ def write_question_set(folder: Path, *, corpus: Corpus, datasets: Path | None = 
     with (folder / "queries.jsonl").open("w", encoding="utf-8") as out:
         for q in answerable:
             out.write(json.dumps({"_id": q.id, "text": q.text}, ensure_ascii=False) + "\n")
+    with (folder / UNANSWERABLE_FILE).open("w", encoding="utf-8") as out:
+        for q in load_questions(corpus):
+            if not q.answerable:
+                out.write(json.dumps({"_id": q.id, "text": q.text}, ensure_ascii=False) + "\n")
     with (folder / "qrels.tsv").open("w", encoding="utf-8") as out:
         out.write("query-id\tcorpus-id\tscore\n")
         for q in answerable:

@@ -70,6 +70,13 @@ def eval_run(
     for mode, metrics in summary["modes"].items():
         table.add_row(mode, *(f"{metrics[m]:.4f}" for m in METRICS))
     console.print(table)
+    refusal = summary.get("refusal") or {}
+    if refusal:
+        console.print(
+            f"refusal (the answer path's support, threshold {settings.answer_min_confidence:.2f}):"
+            f" ROC AUC {refusal['refusal_auc']:.4f}, answerable answered "
+            f"{refusal['answered']:.1%}, unanswerable refused {refusal['refused']:.1%}"
+        )
     index = summary["index"]
     console.print(
         f"run {summary['run_id']} in {summary['seconds']:.0f}s; index: {index['documents']} "
@@ -103,8 +110,9 @@ def eval_report(
         return
     from evals.warehouse import METRIC_COLUMNS
 
+    shown = {**METRIC_COLUMNS, "refusal auc": "refusal_auc"}
     table = Table(title="eval history")
-    for column in ("started", "run", "dataset", "mode", *METRIC_COLUMNS):
+    for column in ("started", "run", "dataset", "mode", *shown):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -112,7 +120,7 @@ def eval_report(
             str(row["run_id"]),
             str(row["dataset"]),
             str(row["mode"]),
-            *(f"{row[c]:.4f}" for c in METRIC_COLUMNS.values()),
+            *("—" if row.get(c) is None else f"{row[c]:.4f}" for c in shown.values()),
         )
     console.print(table)
     console.print(f"plot: {written}")
@@ -154,6 +162,13 @@ def serve_schedules(
     ] = None,
     cron: Annotated[str, typer.Option(help="When, as a cron expression.")] = NIGHTLY_CRON,
     timezone: Annotated[str, typer.Option(help="The cron's time zone.")] = NIGHTLY_TIMEZONE,
+    questions: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="kbflow's question sets to add: demo, real-docs (repeatable). Default: both, "
+            "with SciFact, when no --dataset is given; none otherwise."
+        ),
+    ] = None,
 ) -> None:
     """Serve kbflow's schedules from this process (the nightly eval) until stopped.
 
@@ -161,6 +176,6 @@ def serve_schedules(
     PREFECT_API_URL=http://127.0.0.1:4200/api. Equivalent to `prefect deploy` of the
     `nightly-eval` deployment in prefect.yaml plus a process worker.
     """
-    deployment, folders = service.nightly_deployment(dataset or [], cron, timezone)
+    deployment, folders = service.nightly_deployment(dataset or [], cron, timezone, questions)
     console.print(f"serving {NIGHTLY_DEPLOYMENT} ({cron}, {timezone}) on {', '.join(folders)}")
     service.serve(deployment)

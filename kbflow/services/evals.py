@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.errors import KbflowError
+from core.errors import ConfigError, KbflowError
 from core.settings import Settings
 from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
 
@@ -73,6 +73,12 @@ def save_baseline(settings: Settings, dataset: str, tolerance: float, out: Path 
         raise KbflowError(
             f"no recorded run of {dataset!r} — run `kbflow eval run --dataset DIR` first"
         )
+    # answered and refused trade off against each other as the threshold moves; the alarm
+    # watches the threshold-free refusal ROC AUC only
+    modes = {
+        mode: {k: v for k, v in metrics.items() if k not in ("answered", "refused")}
+        for mode, metrics in modes.items()
+    }
     return save(out or baseline_path(dataset), Baseline(dataset, tolerance, modes))
 
 
@@ -91,10 +97,14 @@ def default_eval_dataset() -> str:
 
 
 def nightly_deployment(
-    datasets: Sequence[Path], cron: str = NIGHTLY_CRON, timezone: str = NIGHTLY_TIMEZONE
+    datasets: Sequence[Path],
+    cron: str = NIGHTLY_CRON,
+    timezone: str = NIGHTLY_TIMEZONE,
+    question_sets: Sequence[str] | None = None,
 ) -> tuple[Any, list[str]]:
-    """The nightly eval as a deployment to serve from this process, on ``datasets`` (default:
-    SciFact); returns it and the dataset folders.
+    """The nightly eval as a deployment to serve from this process, on ``datasets`` and the
+    ``question_sets`` (default, when neither is given: SciFact and both question sets); returns
+    it and what it evaluates (folders, then ``questions-<corpus>``).
 
     Raises:
         KbflowError: no Prefect server is set (schedules need one).
@@ -104,15 +114,23 @@ def nightly_deployment(
     require_prefect_server(NO_SCHEDULER)
     from prefect.schedules import Cron
 
-    from evals.nightly import nightly_eval
+    from evals.nightly import nightly_eval, question_set_name
+    from evals.questions import CORPORA
 
-    folders = [str(p.resolve()) for p in datasets] if datasets else [default_eval_dataset()]
+    corpora: list[str]
+    if not datasets and question_sets is None:
+        folders, corpora = [default_eval_dataset()], list(CORPORA)
+    else:
+        folders, corpora = [str(p.resolve()) for p in datasets], list(question_sets or ())
+    unknown = sorted(set(corpora) - set(CORPORA))
+    if unknown:
+        raise ConfigError(f"unknown question set(s) {unknown}: choose from {', '.join(CORPORA)}")
     deployment = nightly_eval.to_deployment(
         name=NIGHTLY_DEPLOYMENT,
         schedule=Cron(cron, timezone=timezone),
-        parameters={"datasets": folders},
+        parameters={"datasets": folders, "question_sets": corpora},
     )
-    return deployment, folders
+    return deployment, folders + [question_set_name(c) for c in corpora]
 
 
 def serve(deployment: Any) -> None:

@@ -372,3 +372,23 @@ def test_no_query_with_a_relevant_judgement(tmp_path: Path) -> None:
     write_qrels(folder / "qrels.tsv", [("q1", "d1", 0), ("other", "d1", 1)])
     with pytest.raises(ConfigError, match="has a relevant judgement"):
         load_beir(folder)
+
+
+def test_unanswerable_questions_are_read_beside_the_judged_ones(tmp_path: Path) -> None:
+    folder = beir_folder(tmp_path / "toy")
+    write_jsonl(folder / "queries.jsonl", QUERIES)
+    write_qrels(folder / "qrels.tsv", ROWS)
+    assert load_beir(folder).unanswerable == {}  # none without the file
+    write_jsonl(folder / "unanswerable.jsonl", [{"_id": "n1", "text": "What does d4 say?"}])
+    dataset = load_beir(folder)
+    assert dataset.unanswerable == {"n1": "What does d4 say?"}
+    assert "n1" not in dataset.queries and "n1" not in dataset.qrels  # never scored as retrieval
+
+
+def test_an_unanswerable_question_may_not_reuse_a_query_id(tmp_path: Path) -> None:
+    folder = beir_folder(tmp_path / "toy")
+    write_jsonl(folder / "queries.jsonl", QUERIES)
+    write_qrels(folder / "qrels.tsv", ROWS)
+    write_jsonl(folder / "unanswerable.jsonl", [{"_id": "q3", "text": "Reused id."}])
+    with pytest.raises(ConfigError, match=r"reuses query ids.*q3"):
+        load_beir(folder)

@@ -129,3 +129,26 @@ def test_prefect_yaml_schedules_the_nightly_eval() -> None:
     flow = getattr(importlib.import_module(module.replace("/", ".").removesuffix(".py")), name)
     assert flow.name == "nightly-eval"
     assert set(nightly["parameters"]) <= set(flow.parameters.properties)
+
+
+def test_the_nightly_eval_adds_a_question_set_with_its_refusal_metric(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """The demo question set is written, evaluated and recorded; its near-misses are scored by
+    the refusal metric, which the baseline watches like any retrieval metric."""
+    from evals.nightly import nightly_eval, question_set_name
+
+    name = question_set_name("demo")
+    got = nightly_eval(datasets=[], question_sets=["demo"], baseline_dir=str(tmp_path))
+    assert set(got) == {name}
+    folder = Settings().home / "evals" / "question-sets" / name
+    assert (folder / "unanswerable.jsonl").stat().st_size > 0
+    refusal = got[name]["refusal"]
+    assert 0.0 < refusal["refusal_auc"] < 1.0
+    (hybrid,) = [r for r in read_history(Settings().home, name) if r["mode"] == "hybrid"]
+    assert hybrid["refusal_auc"] == pytest.approx(refusal["refusal_auc"], abs=1e-4)
+
+    better = {"hybrid": {"refusal_auc": refusal["refusal_auc"] + 0.05}}
+    save_baseline(tmp_path / baseline_path(name).name, Baseline(name, 0.02, better))
+    with pytest.raises(EvalRegression, match=r"hybrid refusal_auc dropped 0\.0500"):
+        nightly_eval(datasets=[], question_sets=["demo"], baseline_dir=str(tmp_path))

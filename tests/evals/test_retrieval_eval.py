@@ -38,6 +38,15 @@ def test_every_mode_is_scored_and_a_rerun_embeds_nothing(golden: Path) -> None:
     # The demo questions are easy: hybrid puts the right document first for most of them.
     assert summary["modes"]["hybrid"]["mrr@10"] >= 0.8
     assert first.index["embeddings_computed"] > 0
+    # The refusal metric: support with each question's document vs without it, beside hybrid.
+    refusal = summary["refusal"]
+    assert set(refusal) == {"refusal_auc", "answered", "refused"}
+    assert 0.5 < refusal["refusal_auc"] <= 1.0  # the documents that answer support more
+    assert first.record.modes["hybrid"]["refusal_auc"] == pytest.approx(refusal["refusal_auc"])
+    supports = first.record.per_query["hybrid"]
+    assert all(
+        {"support_answerable", "support_unanswerable"} <= set(row) for row in supports.values()
+    )
 
     again = run_eval(dataset, settings)
     assert again.index["indexed"] == 0 and again.index["embeddings_computed"] == 0
@@ -52,12 +61,23 @@ def test_the_command_prints_the_documented_json(golden: Path) -> None:
     data = json.loads(result.stdout)
     assert set(data["modes"]) == {"keyword", "hybrid"}
     assert set(data["modes"]["hybrid"]) == {"mrr@10", "ndcg@10", "recall@100"}
+    assert set(data["refusal"]) == {"refusal_auc", "answered", "refused"}
 
     report = CliRunner().invoke(app, ["eval", "report", "--json"])
     assert report.exit_code == 0, report.output
     history = json.loads(report.stdout)
     assert {r["mode"] for r in history["runs"]} == {"keyword", "hybrid"}
+    rows = {r["mode"]: r for r in history["runs"]}
+    assert rows["hybrid"]["refusal_auc"] == pytest.approx(data["refusal"]["refusal_auc"], abs=1e-4)
+    assert rows["keyword"]["refusal_auc"] is None
     assert Path(history["plot"]).stat().st_size > 1000
+
+    # keyword alone: the answer path's mode did not run, so no refusal figures
+    alone = CliRunner().invoke(
+        app, ["eval", "run", "--dataset", str(golden), "--modes", "keyword", "--json"]
+    )
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout)["refusal"] == {}
 
 
 def test_the_regression_alarm_names_metric_mode_and_drop(tmp_path: Path) -> None:

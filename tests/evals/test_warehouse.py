@@ -278,3 +278,62 @@ def test_a_locked_warehouse_gives_a_clear_error_and_recovers(tmp_path: Path) -> 
 
     write_eval(NEW, home=home)
     assert [r["run_id"] for r in read_history(home)] == ["run-old"] * 2 + ["run-new"] * 2
+
+
+def test_refusal_metrics_ride_on_the_hybrid_row_and_old_warehouses_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    with monkeypatch.context() as before:  # the columns as they were before refusal existed
+        import evals.warehouse as wh
+
+        before.setattr(wh, "RUN_METRIC_COLUMNS", wh.METRIC_COLUMNS)
+        before.setattr(wh, "QUERY_METRIC_COLUMNS", wh.METRIC_COLUMNS)
+        for table in (wh._RUNS_COLUMNS, wh._QUERIES_COLUMNS):
+            for column in (*wh.REFUSAL_COLUMNS, *wh.SUPPORT_COLUMNS):
+                if column in table:
+                    before.delitem(table, column)
+        write_eval(OLD, home=home)
+    with duckdb.connect(str(warehouse_path(home)), read_only=True) as con:
+        columns = {row[0] for row in con.execute("DESCRIBE evals.eval_runs").fetchall()}
+    assert "refusal_auc" not in columns
+    old = read_history(home)
+    assert len(old) == 2 and all(row["refusal_auc"] is None for row in old)
+
+    hybrid = {"q1": {"mrr@10": 1.0, "ndcg@10": 1.0, "recall@100": 1.0,
+                     "support_answerable": 0.7, "support_unanswerable": 0.4}}  # fmt: skip
+    record = EvalRecord(
+        run_id="run-refusal",
+        dataset="scifact-mini",
+        started_at=T0 + timedelta(days=2),
+        commit=None,
+        settings={},
+        modes={
+            "hybrid": {
+                "mrr@10": 1.0,
+                "ndcg@10": 1.0,
+                "recall@100": 1.0,
+                "refusal_auc": 0.75,
+                "answered": 0.5,
+                "refused": 0.6,
+            }
+        },
+        per_query={"hybrid": hybrid},
+        seconds=1.0,
+    )
+    assert write_eval(record, home=home) == {"eval_runs": 1, "eval_queries": 1}
+    rows = {row["run_id"]: row for row in read_history(home, mode="hybrid")}
+    assert rows["run-refusal"]["refusal_auc"] == 0.75
+    assert latest(home, "scifact-mini") == {"hybrid": record.modes["hybrid"]}
+    with duckdb.connect(str(warehouse_path(home)), read_only=True) as con:
+        assert con.execute(
+            "SELECT support_answerable, support_unanswerable FROM evals.eval_queries"
+            " WHERE run_id = 'run-refusal'"
+        ).fetchall() == [(0.7, 0.4)]
+
+
+def test_a_support_is_a_per_query_value_not_a_run_mean(tmp_path: Path) -> None:
+    record = make_record("run-bad", T0, base=0.3)
+    record.modes["keyword"]["support_answerable"] = 0.5
+    with pytest.raises(ConfigError, match="unknown metric"):
+        write_eval(record, home=tmp_path)
