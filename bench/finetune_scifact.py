@@ -161,6 +161,12 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--variant", default=DEFAULT_VARIANT, help="used without --select")
     parser.add_argument("--runs", nargs=2, metavar=("BASE_DB:RUN", "FT_DB:RUN"))
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="with --runs: report the eval runs of this already trained model (its folder) "
+        "per half, without training or the brute-force scoring",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/finetune_scifact.json")
     args = parser.parse_args()
 
@@ -173,7 +179,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(THREADS)
-    from evals.adapt import per_query_means, promotion_decision
+    from evals.adapt import promotion_decision
     from tasks.text.finetune import record_evaluation
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -199,6 +205,17 @@ def main() -> int:
         "passages": len(data.passages),
         "documents": len(data.passages.of_doc),
     }
+
+    if args.model is not None:
+        if not args.runs:
+            parser.error("--model needs --runs")
+        from tasks.text.finetune import read_manifest
+
+        manifest = read_manifest(args.model)
+        out["model"] = {"model_id": manifest["model_id"], "path": str(args.model),
+                        "data": manifest["data"], "params": manifest["params"],
+                        "training": manifest["training"]}  # fmt: skip
+        return _report_runs(args, out, split, args.model, t0)
 
     chosen = args.variant
     if args.select:
@@ -236,22 +253,34 @@ def main() -> int:
     print(f"promote: {decision.promote} ({decision.reason})")
 
     if args.runs:
-        base_run, ft_run = (read_runs(spec) for spec in args.runs)
-        full: dict[str, Any] = {"runs": {"base": args.runs[0], "finetuned": args.runs[1]}}
-        print("\n| eval run (kbflow eval run) | nDCG@10 | MRR@10 | Recall@100 |\n|---|---|---|---|")
-        for mode in ("keyword", "dense", "hybrid"):
-            full[mode] = {
-                "base": per_query_means(base_run[mode], split),
-                "finetuned": per_query_means(ft_run[mode], split),
-            }
-            for half in ("held_out", "train", "all"):
-                print(_row(f"{mode}, base, {half}", full[mode]["base"][half]))
-                print(_row(f"{mode}, fine-tuned, {half}", full[mode]["finetuned"][half]))
-        out["eval_run"] = full
-        record_evaluation(
-            model.path, {"eval_run": {m: full[m] for m in ("keyword", "dense", "hybrid")}}
-        )
+        return _report_runs(args, out, split, model.path, t0)
+    return _save(args, out, t0)
 
+
+def _report_runs(args: Any, out: dict[str, Any], split: Any, model_path: Path, t0: float) -> int:
+    """The real evals of base and fine-tuned (``--runs``), per half, into ``out``; saves."""
+    from evals.adapt import per_query_means
+    from tasks.text.finetune import record_evaluation
+
+    base_run, ft_run = (read_runs(spec) for spec in args.runs)
+    full: dict[str, Any] = {"runs": {"base": args.runs[0], "finetuned": args.runs[1]}}
+    print("\n| eval run (kbflow eval run) | nDCG@10 | MRR@10 | Recall@100 |\n|---|---|---|---|")
+    for mode in ("keyword", "dense", "hybrid"):
+        full[mode] = {
+            "base": per_query_means(base_run[mode], split),
+            "finetuned": per_query_means(ft_run[mode], split),
+        }
+        for half in ("held_out", "train", "all"):
+            print(_row(f"{mode}, base, {half}", full[mode]["base"][half]))
+            print(_row(f"{mode}, fine-tuned, {half}", full[mode]["finetuned"][half]))
+    out["eval_run"] = full
+    record_evaluation(
+        model_path, {"eval_run": {m: full[m] for m in ("keyword", "dense", "hybrid")}}
+    )
+    return _save(args, out, t0)
+
+
+def _save(args: Any, out: dict[str, Any], t0: float) -> int:
     out["seconds"] = round(time.perf_counter() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
