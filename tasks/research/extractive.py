@@ -65,7 +65,7 @@ _CUES: dict[str, re.Pattern[str]] = {
     "voice": re.compile(
         r"\b(tone|voice|style|wording|jargon|phrases?|words?|writ\w*|language|emoji\w*|"
         r"exclamation|formal|casual|friendly|say|greet\w*|sign[- ]off|sign off|tagline|slogan|"
-        r"headline|subject lines?|repl(?:y|ies))\b",
+        r"headline|subject lines?|repl(?:y|ies)|talk\w*|speak\w*)\b",
         re.I,
     ),
     "product": re.compile(
@@ -88,7 +88,10 @@ _CUES: dict[str, re.Pattern[str]] = {
         r"laws?|complian\w*|warrant\w*|guarantee\w*|liabil\w*|safety|hazard\w*|recalls?|"
         r"certif\w*|licen[cs]\w*|refunds?|disclaim\w*|insurance|risks?|prohibit\w*|fda|ftc|"
         r"statutes?|directives?|retention|retain\w*|deletion|erasure|allergens?|"
-        r"health claims?|responsibly|minors?|age limit|proof of age)\b"
+        r"health claims?|responsibly|minors?|age limit|proof of age|"
+        r"not (?:a )?(?:substitute|replace\w*) (?:for )?(?:a |your )?(?:diagnos\w*|advice)|"
+        r"(?:carr(?:y|ies)|display|show|include)s? (?:the|a|this) "
+        r"(?:note|line|notice|statement|warning|label))\b"
         r"|(?-i:\b[A-Z]\w+ Act\b)"  # a law by its name: "the Dutch Alcohol Act"
         r"|\b(?:aged|over|under)\s+(?:the age of\s+)?1\d\b|\b1\d\s*(?:\+|or (?:over|older)\b)",
         re.I,
@@ -101,6 +104,11 @@ _CUE_BONUS = 0.15
 
 
 _MIN_SCORE = 0.25  # below this (cosine + cue bonus) a sentence is off-topic for every purpose
+
+
+_MONEY = re.compile(  # 85 EUR, €85, $1,299.00, 12.50 GBP
+    r"(?:[$€£]\s?\d|\d(?:[\d,.]*\d)?\s?(?:[$€£]|(?:EUR|USD|GBP|CHF|CAD|AUD|SEK|NOK|DKK)\b))"
+)
 
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -125,7 +133,7 @@ _NAME = re.compile(r"\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)+\b")
 _ESCALATION = re.compile(
     r"\b(escalat\w*|on-call|on call|urgent|emergenc\w*|out of hours|after hours|complaints?|"
     r"(?:goes?|sent|send|forward\w*|rout\w*|passe?s?) (?:straight |directly )?to|same day|"
-    r"immediately|right away)\b",
+    r"immediately|right away|straight away|at once|without delay)\b",
     re.I,
 )
 
@@ -300,7 +308,7 @@ def _corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[_Sentence]:
                 key = text.casefold()
                 contact = _EMAIL.search(text) or _PHONE.search(text)
                 short = len(re.findall(r"\w+", text)) < 4 or text.endswith(":")
-                if key in seen or (short and not contact):
+                if key in seen or (short and not (contact or _MONEY.search(text))):
                     continue
                 seen.add(key)
                 out.append(sentence)
@@ -464,6 +472,10 @@ class _Plan:
         """A list item per sentence, the first ``limit`` items; the rows of one table count as one
         item (where its first row ranks): a Markdown table, rows in corpus order, with their
         citations in a Source column, set off by blank lines."""
+        return self._render(self._items(indices, limit))
+
+    def _items(self, indices: Sequence[int], limit: int) -> list[list[int]]:
+        """The first ``limit`` items of ``indices``: a sentence, or all rows of one table."""
         items: list[list[int]] = []
         tables: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         for i in indices:
@@ -475,6 +487,9 @@ class _Plan:
                 items.append([i])
                 if key is not None:
                     tables[key] = items[-1]
+        return items
+
+    def _render(self, items: Sequence[list[int]]) -> list[str]:
         out: list[str] = []
         for item in items:
             if self.sentences[item[0]].table is None:
@@ -486,6 +501,25 @@ class _Plan:
             out.append("")
         while out and not out[-1]:
             out.pop()
+        return out
+
+    def by_subheading(self, indices: Sequence[int], limit: int) -> list[str]:
+        """Like `lines`, but items under a seed's own subheading ("## Initial assessment" in a
+        price list) are grouped under it as a ``###`` heading, in corpus order: a product whose
+        name is only in its heading keeps it. Plain `lines` when fewer than two subheadings."""
+        items = self._items(indices, limit)
+        groups: dict[str, list[list[int]]] = {}
+        for item in items:
+            headings = self.sentences[item[0]].headings
+            sub = headings.rsplit(" > ", 1)[1] if " > " in headings else ""
+            groups.setdefault(sub, []).append(item)
+        if len([sub for sub in groups if sub]) < 2:
+            return self._render(items)
+        out = self._render(groups.pop("", []))
+        for sub, group in sorted(groups.items(), key=lambda g: min(min(i) for i in g[1])):
+            if out:
+                out.append("")
+            out += [f"### {sub}", "", *self._render(sorted(group, key=min))]
         return out
 
     def nothing_found(self, what: str, purpose: str) -> list[str]:
@@ -515,8 +549,8 @@ class _Plan:
             if len(longest) <= 1:
                 break
             longest.pop()
-            while longest and not longest[-1]:
-                longest.pop()  # the blank line after a table that is gone
+            while longest and (not longest[-1] or longest[-1].startswith("### ")):
+                longest.pop()  # the blank line after a table, or a subheading, that is gone
         return fitted
 
     # the four documents
@@ -565,12 +599,12 @@ class _Plan:
 
     def product(self) -> DraftDocument:
         sections = [
-            (heading, self.lines(self.ranked(purpose), limit))
-            for heading, purpose, limit in (
-                ("Products and services", "product", _MAX_PRODUCT_LINES),
-                ("Audience", "audience", _MAX_LINES),
-                ("Status and availability", "status", _MAX_LINES),
-            )
+            (
+                "Products and services",
+                self.by_subheading(self.ranked("product"), _MAX_PRODUCT_LINES),
+            ),
+            ("Audience", self.lines(self.ranked("audience"))),
+            ("Status and availability", self.lines(self.ranked("status"))),
         ]
         sections = [s for s in sections if s[1]] or [
             ("Products and services", self.nothing_found("product information", "product"))

@@ -265,6 +265,16 @@ def test_split_sentences_keeps_quotes_abbreviations_and_wrapped_lines_whole() ->
     ]
 
 
+def test_split_sentences_keeps_a_numbered_reference_whole() -> None:
+    text = "Health data falls under Art. 9 GDPR. See Sec. 4 below. We love art. The rest follows."
+    assert split_sentences(text) == [
+        "Health data falls under Art. 9 GDPR.",
+        "See Sec. 4 below.",
+        "We love art.",
+        "The rest follows.",
+    ]
+
+
 def test_module_import_stays_light() -> None:
     code = (
         "import sys, tasks.research.synthesize; "
