@@ -1,26 +1,33 @@
 """Fact coverage of research drafts: does each fact of a seed bundle land in the right draft,
 cited to the seed that holds it?
 
-The bundle (``evals/research_bundle/seeds``) is the material an account manager might hand over
-for a fictitious cider maker, written for this eval: a brand guide (prose and do/don't lists), a
-product sheet (a table, bullets, prose), legal notes (prose and a retention table), a contacts
-CSV and call notes that mix every topic in prose. ``expected_facts.jsonl`` lists what a good set
-of drafts must carry, one fact a line: the draft it belongs in, the seed file that holds it and
-a regular expression that must match one unit of that draft (see below; case-insensitive, whitespace
-collapsed): a product's name with its price, a contact's phone number, a retention period.
+A bundle (``evals/research_bundles/<name>/seeds``) is the material an account manager might hand
+over for a fictitious client, written for this eval; its ``expected_facts.jsonl`` lists what a
+good set of drafts must carry, one fact a line: the draft it belongs in, the seed file that holds
+it and a regular expression that must match one unit of that draft (see below; case-insensitive,
+whitespace collapsed): a product's name with its price, a contact's phone number, a retention
+period. Two bundles:
+
+- ``cider`` (`CIDER`, 39 facts): a cider maker's brand guide (prose and do/don't lists), product
+  sheet (a table, bullets, prose), legal notes (prose and a retention table), contacts CSV and
+  call notes that mix every topic in prose. The offline synthesizer was improved against it.
+- ``physio`` (`PHYSIO`, 23 facts): a physiotherapy clinic's HTML price list (names only in
+  headings), team page with contacts in prose and numbered tone rules, and bulleted legal points.
+  Written after the first round of improvements, as a check on them; 17 of its facts were found
+  then, and it has informed the rules since, so it is no longer unseen.
 
 A fact is *found* when a unit of its draft's body (above the Citations footer) matches: a table
 row, a list item or a heading line, or a whole prose paragraph (lines wrap). It is *cited* when
 that same unit cites the seed that holds it (``[doc:<id>]``): a row's Source column, the item's
 own tag, a tag in the paragraph.
 
-``claude_reply.md`` is a scripted Claude reply for the same bundle (the four documents, citing
+The cider bundle's ``claude_reply.md`` is a scripted Claude reply (the four documents, citing
 ``[seed:<file>]`` placeholders that `scripted_reply` replaces with the run's ids): scoring it
 measures how kbflow parses and validates such a reply, not how well Claude writes.
 
 Example::
 
-    facts = load_facts()
+    facts = CIDER.facts()
     result = score_drafts({d.filename: d.content for d in docs}, seed_cites, facts)
     print(result.found_ratio, result.cited_ratio)
 """
@@ -34,11 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-BUNDLE = Path(__file__).resolve().parent / "research_bundle"
-SEEDS = BUNDLE / "seeds"
-FACTS = BUNDLE / "expected_facts.jsonl"
-CLAUDE_REPLY = BUNDLE / "claude_reply.md"
-CLIENT_NAME = "Saltmarsh Cider Co."
+BUNDLES = Path(__file__).resolve().parent / "research_bundles"
 
 _FOOTER = re.compile(r"\n---\n## Citations[ \t]*\n")
 _TABLE_OR_ITEM = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
@@ -121,14 +124,32 @@ class Coverage:
         }
 
 
-def seed_files() -> list[Path]:
-    """The bundle's seed files, in name order."""
-    return sorted(p for p in SEEDS.iterdir() if p.is_file())
-
-
-def load_facts(path: Path = FACTS) -> list[Fact]:
-    """The expected facts, one JSON object a line."""
+def load_facts(path: Path) -> list[Fact]:
+    """Expected facts, one JSON object a line."""
     return [Fact(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A seed bundle and its expected facts."""
+
+    name: str
+    client_name: str
+
+    @property
+    def folder(self) -> Path:
+        return BUNDLES / self.name
+
+    def seed_files(self) -> list[Path]:
+        """The seed files, in name order."""
+        return sorted(p for p in (self.folder / "seeds").iterdir() if p.is_file())
+
+    def facts(self) -> list[Fact]:
+        return load_facts(self.folder / "expected_facts.jsonl")
+
+
+CIDER = Bundle("cider", "Saltmarsh Cider Co.")
+PHYSIO = Bundle("physio", "Brightline Physio")
 
 
 def _units(body: str) -> list[str]:
@@ -187,10 +208,10 @@ def score_drafts(
 
 
 def scripted_reply(seed_cites: Mapping[str, str], titles: Mapping[str, str]) -> str:
-    """The scripted Claude reply (``claude_reply.md``) as the JSON object Claude is asked for,
-    its ``[seed:<file>]`` placeholders replaced by the run's citation ids (footer lines also get
-    the entry's title)."""
-    text = CLAUDE_REPLY.read_text()
+    """The cider bundle's scripted Claude reply (``claude_reply.md``) as the JSON object Claude
+    is asked for, its ``[seed:<file>]`` placeholders replaced by the run's citation ids (footer
+    lines also get the entry's title)."""
+    text = (CIDER.folder / "claude_reply.md").read_text()
     marks = list(_DOCUMENT.finditer(text))
     documents = []
     for n, mark in enumerate(marks):
