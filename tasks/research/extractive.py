@@ -506,14 +506,14 @@ class _Plan:
     def by_subheading(self, indices: Sequence[int], limit: int) -> list[str]:
         """Like `lines`, but items under a seed's own subheading ("## Initial assessment" in a
         price list) are grouped under it as a ``###`` heading, in corpus order: a product whose
-        name is only in its heading keeps it. Plain `lines` when fewer than two subheadings."""
+        name is only in its heading keeps it. Items above any subheading come first."""
         items = self._items(indices, limit)
         groups: dict[str, list[list[int]]] = {}
         for item in items:
             headings = self.sentences[item[0]].headings
             sub = headings.rsplit(" > ", 1)[1] if " > " in headings else ""
             groups.setdefault(sub, []).append(item)
-        if len([sub for sub in groups if sub]) < 2:
+        if not any(groups.keys()):
             return self._render(items)
         out = self._render(groups.pop("", []))
         for sub, group in sorted(groups.items(), key=lambda g: min(min(i) for i in g[1])):
