@@ -323,14 +323,20 @@ class ExtractiveSynthesizer:
 
     Sentences are embedded once (one batch) and scored against short descriptions of what each
     document is for (max cosine over a purpose's phrases, plus a small bonus for telling
-    keywords); each sentence goes to the one purpose it fits best, or nowhere when it fits none
-    (off-topic text is dropped). Golden examples are quoted copy with a voice cue ("Sign off with
-    "..."), "Example: ..." lines and the client's own published copy (which may also inform the
-    product context);
-    anti-examples are voice sentences that say what to avoid. Contacts are the lines with
-    e-mail addresses, phone numbers or named job titles. Every line is a corpus sentence
-    (whitespace normalised, very long ones shortened with "…") followed by its entry's citation:
-    the output says nothing the corpus does not.
+    keywords in the sentence and a smaller one for keywords in the headings above it or in its
+    table's header); each sentence goes to the one purpose it fits best, or nowhere when it fits
+    none (off-topic text is dropped), and a table's rows all go where the table fits best and
+    stay one table. A sentence with a legal cue (a named Act, an age limit, retention, ...) goes
+    to the compliance notes even when it reads like a product sentence. The product context
+    groups its items under the seeds' own subheadings (a price list's product names).
+
+    Golden examples are quoted copy with a voice cue ("Sign off with "..."), "Example: ..."
+    lines and the client's own published copy (which may also inform the product context);
+    anti-examples are voice sentences that say what to avoid, or stand under a "Don't" heading.
+    Contacts are the lines with e-mail addresses, phone numbers or named job titles; routing to
+    a person named with contact details elsewhere is an escalation path. Every line is a corpus
+    sentence (whitespace normalised, very long ones shortened with "…") followed by its entry's
+    citation: the output says nothing the corpus does not.
 
     Args:
         embedder: the dense embedder (normalised vectors), e.g. ``get_embedder()``.
@@ -612,26 +618,21 @@ class _Plan:
         return self.document(PRODUCT, "what the client sells, to whom, and its status.", sections)
 
     def compliance(self) -> DraftDocument:
-        by_topic: dict[str, list[int]] = {}
         ranked = self.ranked("compliance")
-        tables: dict[tuple[str, tuple[str, ...]], str] = {}  # a table's rows share its topic
+        texts: dict[object, list[str]] = {}  # a table's rows share one topic: its whole text's
         for i in ranked:
             sentence = self.sentences[i]
-            text = sentence.text
-            if sentence.table is not None:
-                rows = [
-                    self.sentences[j].text
-                    for j in ranked
-                    if self.sentences[j].table == sentence.table
-                ]
-                text = " | ".join([*sentence.header, *rows])
-            topic = tables.get(sentence.table) if sentence.table else None
-            topic = topic or next(
-                (t for t, cue in _COMPLIANCE_TOPICS if cue.search(text)), _OTHER_RISKS
+            key = sentence.table or i
+            texts.setdefault(key, list(sentence.header)).append(sentence.text)
+        topics = {
+            key: next(
+                (t for t, cue in _COMPLIANCE_TOPICS if cue.search(" | ".join(text))), _OTHER_RISKS
             )
-            if sentence.table is not None:
-                tables[sentence.table] = topic
-            by_topic.setdefault(topic, []).append(i)
+            for key, text in texts.items()
+        }
+        by_topic: dict[str, list[int]] = {}
+        for i in ranked:
+            by_topic.setdefault(topics[self.sentences[i].table or i], []).append(i)
         order = [topic for topic, _ in _COMPLIANCE_TOPICS] + [_OTHER_RISKS]
         sections = [(topic, self.lines(by_topic[topic])) for topic in order if topic in by_topic]
         if not sections:
