@@ -21,9 +21,13 @@ cited facts whose citation is kept in the persisted draft's citations metadata (
 resolved to the seed's URI). Prints a Markdown table and saves
 bench/results/research_coverage.json.
 
-Usage: ``.venv/bin/python bench/research_coverage.py [--home DIR] [--drafts DIR]`` (a
+With ``--cli`` the extractive path also runs as an account manager runs it, ``kbflow seed``
+then ``kbflow research`` (the Prefect flow) in subprocesses on this checkout (rows
+``<bundle>/extractive-cli``; they should equal the in-process rows).
+
+Usage: ``.venv/bin/python bench/research_coverage.py [--home DIR] [--drafts DIR] [--cli]`` (a
 temporary home by default; ``--drafts`` writes each path's four drafts there to read). No
-network and no dataset needed; under a minute on two cores.
+network and no dataset needed; under a minute on two cores, about two more with ``--cli``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,12 +83,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--home", type=Path, help="KBFLOW_HOME to use (default: a temp dir)")
     parser.add_argument("--drafts", type=Path, help="also write each path's drafts under DIR")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="also run the extractive path through `kbflow seed` and `kbflow research` "
+        "(the Prefect flow, in subprocesses: slower)",
+    )
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="kbflow-research-bench-"))
     os.environ["KBFLOW_HOME"] = str(home)
     os.environ.pop("ANTHROPIC_API_KEY", None)
     try:
         out = run(home, args.drafts)
+        if args.cli:
+            out["paths"].update(run_cli(home / "cli"))
+            out["summary"] = _summary(out["paths"])
     finally:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)
@@ -178,12 +192,72 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "bundles": bundles,
-        "summary": {
-            name: {k: row[k] for k in ("facts", "found_ratio", "cited_ratio", "citation_kept")}
-            for name, row in paths.items()
-        },
+        "summary": _summary(paths),
         "paths": paths,
     }
+
+
+def _summary(paths: dict[str, Any]) -> dict[str, Any]:
+    keys = ("facts", "found_ratio", "cited_ratio", "citation_kept")
+    return {name: {k: row[k] for k in keys} for name, row in paths.items()}
+
+
+def run_cli(home: Path) -> dict[str, Any]:
+    """The extractive path as an account manager runs it: ``kbflow seed`` (files extracted in
+    the isolated worker) and ``kbflow research`` (the Prefect flow, public context off), each a
+    subprocess on this checkout, in a home of its own."""
+    from core.settings import Settings
+    from evals.research_coverage import CIDER, PHYSIO, score_drafts
+    from sinks.connect import open_registry
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),  # this checkout, whatever the venv's install points at
+        "KBFLOW_HOME": str(home),
+        "KBFLOW_RESEARCH_OFFLINE": "true",
+        "PREFECT_HOME": str(home / "prefect"),
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    }
+
+    def kbflow(*args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "kbflow.cli", *args], env=env, capture_output=True,
+            text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"kbflow {args[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(done.stdout) if "--json" in args else None
+
+    paths: dict[str, Any] = {}
+    kbflow("users", "add", "bench", "--role", "superadmin")
+    for bundle in (CIDER, PHYSIO):
+        org = bundle.name
+        kbflow("orgs", "create", org, "--name", bundle.client_name)
+        files = [arg for path in bundle.seed_files() for arg in ("--file", str(path))]
+        kbflow("seed", "--org", org, "--as", "bench", *files)
+        started = time.perf_counter()
+        report = kbflow("research", "--org", org, "--client-name", bundle.client_name,
+                        "--as", "bench", "--review-timeout", "0", "--json")  # fmt: skip
+        seconds = time.perf_counter() - started
+        seeds = kbflow("seed", "list", "--org", org, "--as", "bench", "--json")
+        seed_cites = {Path(d["uri"]).name: f"doc:{d['id']}" for d in seeds}
+        drafts = {d["filename"]: d["content"] for d in report["documents"]}
+        coverage = score_drafts(drafts, seed_cites, bundle.facts())
+        with open_registry(Settings(home=home)) as registry:
+            kept = _citations_kept(registry, report["doc_ids"])
+        paths[f"{org}/extractive-cli"] = {
+            **coverage.to_dict(),
+            "citation_kept": sum(
+                f.cited and seed_cites[f.seed] in kept.get(f.draft, ()) for f in coverage.facts
+            ),
+            "missing": coverage.missing(),
+            "draft_chars": {k: len(v) for k, v in drafts.items()},
+            "seconds": round(seconds, 2),
+            "synthesizer": report["synthesizer"],
+        }
+    return paths
 
 
 def _citations_kept(registry: Any, doc_ids: list[str]) -> dict[str, set[str]]:
