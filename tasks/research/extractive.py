@@ -142,10 +142,13 @@ _ESCALATION = re.compile(
 _AVOID = re.compile(
     r"^(?:please\s+)?(?:avoid|never|don't|do not|stop|steer clear|refrain)\b"
     r"|\b(?:we|you|staff|agents?)\s+(?:should\s+)?(?:never|don't|do not|must not|avoid)\b"
-    r"|\b(?:instead of|rather than|not say|banned|forbidden|off-limits)\b"
-    r"|\bnever\s+(?=[\"“‘'])",  # 'call it by its name, never "the product"'
+    r"|\b(?:instead of|rather than|not say|banned|forbidden|off-limits)\b",
     re.I,
 )
+
+
+# A do-rule that names wording to avoid: 'call it by its name, never "the product"'.
+_NEVER_QUOTED = re.compile(r"\bnever\s+(?=[\"“‘'])", re.I)
 
 
 # A section of rules against something: "## Don't", "Things to avoid", "Never say".
@@ -464,7 +467,9 @@ class _Plan:
         if i in self.contact_like and best not in ("contacts", "compliance"):
             return None  # contact details belong in the contacts document (and a privacy
             # request address in the compliance notes too)
-        if best in ("product", "audience", "status") and _avoids_words(text):
+        if best in ("product", "audience", "status") and (
+            _avoids_words(text) or _NEVER_QUOTED.search(text)
+        ):
             return "voice"  # 'Don't say "cheap"' is about wording, not the product
         return best
 
