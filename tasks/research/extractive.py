@@ -23,7 +23,7 @@ from tasks.research.synthesize import (
 )
 from tasks.text.citations import CITE_OPEN
 from tasks.text.embed import Embedder
-from tasks.text.sentences import MarkdownTable, split_sentences, split_tables
+from tasks.text.sentences import HEADING, MarkdownTable, split_sentences, split_tables
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,12 @@ _CUES: dict[str, re.Pattern[str]] = {
     "voice": re.compile(
         r"\b(tone|voice|style|wording|jargon|phrases?|words?|writ\w*|language|emoji\w*|"
         r"exclamation|formal|casual|friendly|say|greet\w*|sign[- ]off|sign off|tagline|slogan|"
-        r"headline|subject lines?|repl(?:y|ies))\b",
+        r"headline|subject lines?|repl(?:y|ies)|talk\w*|speak\w*)\b",
         re.I,
     ),
     "product": re.compile(
         r"(\$|€|£|\b(price[sd]?|pricing|plans?|subscriptions?|features?|products?|services?|"
-        r"sells?|offers?|models?|kits?)\b)",
+        r"sells?|offers?|models?|kits?|EUR|USD|GBP|CHF|CAD|AUD|SEK|NOK|DKK)\b)",
         re.I,
     ),
     "audience": re.compile(
@@ -86,7 +86,14 @@ _CUES: dict[str, re.Pattern[str]] = {
     "compliance": re.compile(
         r"\b(privacy|personal data|data protection|gdpr|ccpa|hipaa|consent|regulat\w*|legal|"
         r"laws?|complian\w*|warrant\w*|guarantee\w*|liabil\w*|safety|hazard\w*|recalls?|"
-        r"certif\w*|licen[cs]\w*|refunds?|disclaim\w*|insurance|risks?|prohibit\w*|fda|ftc)\b",
+        r"certif\w*|licen[cs]\w*|refunds?|disclaim\w*|insurance|risks?|prohibit\w*|fda|ftc|"
+        r"statutes?|directives?|retention|retain\w*|deletion|erasure|allergens?|"
+        r"health claims?|responsibly|minors?|age limit|proof of age|"
+        r"not (?:a )?(?:substitute|replace\w*) (?:for )?(?:a |your )?(?:diagnos\w*|advice)|"
+        r"(?:carr(?:y|ies)|display|show|include)s? (?:the|a|this) "
+        r"(?:note|line|notice|statement|warning|label))\b"
+        r"|(?-i:\b[A-Z]\w+ Act\b)"  # a law by its name: "the Dutch Alcohol Act"
+        r"|\b(?:aged|over|under)\s+(?:the age of\s+)?1\d\b|\b1\d\s*(?:\+|or (?:over|older)\b)",
         re.I,
     ),
     "contacts": re.compile(r"\b(escalat\w*|on-call|contact\w*|reach (?:out|us)|call)\b", re.I),
@@ -97,6 +104,11 @@ _CUE_BONUS = 0.15
 
 
 _MIN_SCORE = 0.25  # below this (cosine + cue bonus) a sentence is off-topic for every purpose
+
+
+_MONEY = re.compile(  # 85 EUR, €85, $1,299.00, 12.50 GBP
+    r"(?:[$€£]\s?\d|\d(?:[\d,.]*\d)?\s?(?:[$€£]|(?:EUR|USD|GBP|CHF|CAD|AUD|SEK|NOK|DKK)\b))"
+)
 
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -119,7 +131,10 @@ _NAME = re.compile(r"\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)+\b")
 
 
 _ESCALATION = re.compile(
-    r"\b(escalat\w*|on-call|on call|urgent|emergenc\w*|out of hours|after hours)\b", re.I
+    r"\b(escalat\w*|on-call|on call|urgent|emergenc\w*|out of hours|after hours|complaints?|"
+    r"(?:goes?|sent|send|forward\w*|rout\w*|passe?s?) (?:straight |directly )?to|same day|"
+    r"immediately|right away|straight away|at once|without delay)\b",
+    re.I,
 )
 
 
@@ -132,6 +147,16 @@ _AVOID = re.compile(
 )
 
 
+# A do-rule that names wording to avoid: 'call it by its name, never "the product"'.
+_NEVER_QUOTED = re.compile(r"\bnever\s+(?=[\"“‘'])", re.I)
+
+
+# A section of rules against something: "## Don't", "Things to avoid", "Never say".
+_AVOID_HEADING = re.compile(
+    r"^(?:don'?t|do not|avoid|never|not to)\b|\b(?:to avoid|don'?ts|anti-examples?)\b", re.I
+)
+
+
 _QUOTED = re.compile(r"\"[^\"]{12,}\"|“[^”]{12,}”")  # quoted copy, long enough to be an example
 
 
@@ -140,7 +165,9 @@ _QUOTES_WORDS = re.compile(
 )  # 'avoid "synergy"'
 
 
-_EXAMPLE_LEAD = re.compile(r"^(example|e\.g\.|say|sample|for instance)\b", re.I)
+_EXAMPLE_LEAD = re.compile(
+    r"^(?:(?:an?|one|another|here is an?) )?(example|e\.g\.|say|sample|for instance)\b", re.I
+)
 
 
 _PUBLISHED = ("public_homepage", "public_x")  # sources that *are* the client's own copy
@@ -161,7 +188,12 @@ _COMPLIANCE_TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "Legal and regulatory",
-        re.compile(r"\b(laws?|legal|regulat\w*|complian\w*|licen[cs]\w*|permits?|claims?)\b", re.I),
+        re.compile(
+            r"\b(laws?|legal|regulat\w*|complian\w*|licen[cs]\w*|permits?|claims?|statutes?|"
+            r"directives?|aged?|minors?|advertis\w*|labels?|allergens?|disclaim\w*)\b"
+            r"|(?-i:\b[A-Z]\w+ Act\b)|\bunder\s+1\d\b",
+            re.I,
+        ),
     ),
 )
 
@@ -172,10 +204,19 @@ _OTHER_RISKS = "Other flagged risks"
 _MAX_SENTENCE_CHARS = 400
 
 
-_MAX_LINES = 8  # per section; contact lists get more
+_MAX_LINES = 8  # items per section (a table is one item); contact lists and products get more
 
 
 _MAX_CONTACT_LINES = 30
+
+
+_MAX_PRODUCT_LINES = 12
+
+
+_MAX_TABLE_ROWS = 30  # rows of one table kept in a section (the size budget may drop more)
+
+
+_HEADING_BONUS = 0.10  # a purpose's cue in the headings above a sentence, or its table's header
 
 
 @dataclass(frozen=True)
@@ -187,6 +228,7 @@ class _Sentence:
     source: str
     header: tuple[str, ...] = ()
     cells: tuple[str, ...] = ()
+    headings: str = ""  # the headings above it, " > "-joined (context, never quoted)
 
     @property
     def line(self) -> str:
@@ -222,30 +264,54 @@ def _clean(sentence: str) -> str:
     return text
 
 
+def _sections(text: str) -> list[tuple[str, str]]:
+    """``text`` as (heading path, body) pairs: each heading starts a section, and its path is
+    the headings above it by level, " > "-joined."""
+    out: list[tuple[str, str]] = []
+    path: list[tuple[int, str]] = []
+    body: list[str] = []
+    for line in text.splitlines():
+        heading = HEADING.match(line)
+        if heading is None:
+            body.append(line)
+            continue
+        out.append((" > ".join(t for _, t in path), "\n".join(body)))
+        level = len(heading.group(1))
+        path = [(lv, t) for lv, t in path if lv < level] + [(level, heading.group(2))]
+        body = []
+    out.append((" > ".join(t for _, t in path), "\n".join(body)))
+    return [(headings, body) for headings, body in out if body.strip()]
+
+
 def _corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[_Sentence]:
-    """Distinct, informative sentences of the corpus, each with its entry's citation id; a
-    table's rows come as sentences that keep their cells and the table's header."""
+    """Distinct, informative sentences of the corpus, each with its entry's citation id and the
+    headings above it; a table's rows come as sentences that keep their cells and the table's
+    header. A lead-in ("How long we keep it:") says nothing without what follows: dropped."""
     seen: set[str] = set()
     out: list[_Sentence] = []
     for entry in corpus.entries:
-        for part in split_tables(entry.text):
-            if isinstance(part, MarkdownTable):
-                header = tuple(_clean(c) for c in part.header)
-                found = []
-                for row in part.rows:
-                    cells = tuple(_clean(c) for c in row)
-                    text = " | ".join(c for c in cells if c)
-                    found.append(_Sentence(text, entry.cite_id, entry.source, header, cells))
-            else:
-                found = [
-                    _Sentence(_clean(raw), entry.cite_id, entry.source)
-                    for raw in split_sentences(part)
-                ]
+        for headings, section in _sections(entry.text):
+            found = []
+            for part in split_tables(section):
+                if isinstance(part, MarkdownTable):
+                    header = tuple(_clean(c) for c in part.header)
+                    for row in part.rows:
+                        cells = tuple(_clean(c) for c in row)
+                        text = " | ".join(c for c in cells if c)
+                        found.append(
+                            _Sentence(text, entry.cite_id, entry.source, header, cells, headings)
+                        )
+                else:
+                    found.extend(
+                        _Sentence(_clean(raw), entry.cite_id, entry.source, headings=headings)
+                        for raw in split_sentences(part)
+                    )
             for sentence in found:
                 text = sentence.text
                 key = text.casefold()
                 contact = _EMAIL.search(text) or _PHONE.search(text)
-                if key in seen or (len(re.findall(r"\w+", text)) < 4 and not contact):
+                short = len(re.findall(r"\w+", text)) < 4 or text.endswith(":")
+                if key in seen or (short and not (contact or _MONEY.search(text))):
                     continue
                 seen.add(key)
                 out.append(sentence)
@@ -260,14 +326,20 @@ class ExtractiveSynthesizer:
 
     Sentences are embedded once (one batch) and scored against short descriptions of what each
     document is for (max cosine over a purpose's phrases, plus a small bonus for telling
-    keywords); each sentence goes to the one purpose it fits best, or nowhere when it fits none
-    (off-topic text is dropped). Golden examples are quoted copy with a voice cue ("Sign off with
-    "..."), "Example: ..." lines and the client's own published copy (which may also inform the
-    product context);
-    anti-examples are voice sentences that say what to avoid. Contacts are the lines with
-    e-mail addresses, phone numbers or named job titles. Every line is a corpus sentence
-    (whitespace normalised, very long ones shortened with "…") followed by its entry's citation:
-    the output says nothing the corpus does not.
+    keywords in the sentence and a smaller one for keywords in the headings above it or in its
+    table's header); each sentence goes to the one purpose it fits best, or nowhere when it fits
+    none (off-topic text is dropped), and a table's rows all go where the table fits best and
+    stay one table. A sentence with a legal cue (a named Act, an age limit, retention, ...) goes
+    to the compliance notes even when it reads like a product sentence. The product context
+    groups its items under the seeds' own subheadings (a price list's product names).
+
+    Golden examples are quoted copy with a voice cue ("Sign off with "..."), "Example: ..."
+    lines and the client's own published copy (which may also inform the product context);
+    anti-examples are voice sentences that say what to avoid, or stand under a "Don't" heading.
+    Contacts are the lines with e-mail addresses, phone numbers or named job titles; routing to
+    a person named with contact details elsewhere is an escalation path. Every line is a corpus
+    sentence (whitespace normalised, very long ones shortened with "…") followed by its entry's
+    citation: the output says nothing the corpus does not.
 
     Args:
         embedder: the dense embedder (normalised vectors), e.g. ``get_embedder()``.
@@ -311,7 +383,8 @@ class ExtractiveSynthesizer:
         return SynthesisResult(documents=docs, consumed_tokens=consumed, model=self.model_id)
 
     def _scores(self, sentences: Sequence[_Sentence]) -> dict[str, list[float]]:
-        """Per purpose, each sentence's score: max cosine over the purpose's phrases + cue bonus."""
+        """Per purpose, each sentence's score: max cosine over the purpose's phrases, plus a
+        bonus for cues in the sentence and a smaller one for cues in its headings or header."""
         import numpy as np
 
         phrases = [(name, phrase) for name, group in PURPOSES.items() for phrase in group]
@@ -323,7 +396,12 @@ class ExtractiveSynthesizer:
         scores: dict[str, list[float]] = {}
         for name in PURPOSES:
             best = cosine[:, [i for i, (owner, _) in enumerate(phrases) if owner == name]].max(1)
-            bonus = [_CUE_BONUS if _CUES[name].search(s.text) else 0.0 for s in sentences]
+            cue = _CUES[name]
+            bonus = [
+                (_CUE_BONUS if cue.search(s.text) else 0.0)
+                + (_HEADING_BONUS if cue.search(" | ".join((s.headings, *s.header))) else 0.0)
+                for s in sentences
+            ]
             # rounded so float noise can never reorder near-ties between runs
             scores[name] = [round(float(b) + x, 5) for b, x in zip(best, bonus, strict=True)]
         return scores
@@ -353,16 +431,47 @@ class _Plan:
             i for i, s in enumerate(sentences) if _EMAIL.search(s.text) or _PHONE.search(s.text)
         }
         self.purpose_of: dict[int, str] = {}
-        for i in range(len(sentences)):
-            best = max(PURPOSES, key=lambda name: (scores[name][i], name))
-            if scores[best][i] < _MIN_SCORE:
+        tables: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for i, sentence in enumerate(sentences):
+            if sentence.table is not None:
+                tables.setdefault(sentence.table, []).append(i)
                 continue
-            if i in self.contact_like and best != "contacts":
-                continue  # contact details belong in the contacts document only
-            text = sentences[i].text
-            if best in ("product", "audience", "status") and _avoids_words(text):
-                best = "voice"  # 'Don't say "cheap"' is about wording, not the product
-            self.purpose_of[i] = best
+            best = self._purpose(i, max(PURPOSES, key=lambda name: (scores[name][i], name)))
+            if best is not None:
+                self.purpose_of[i] = best
+        for rows in tables.values():  # a table is one unit: all its rows go to one purpose
+            if sum(i in self.contact_like for i in rows) * 2 > len(rows):
+                continue  # a contact sheet: the contacts document takes its rows
+            mean = {name: sum(scores[name][i] for i in rows) / len(rows) for name in PURPOSES}
+            best = max(PURPOSES, key=lambda name: (mean[name], name))
+            if mean[best] >= _MIN_SCORE:
+                self.purpose_of.update(dict.fromkeys(rows, best))
+        self.avoid = {  # rules against something; under a "Don't" heading, all but examples
+            i
+            for i, s in enumerate(sentences)
+            if _AVOID.search(s.text)
+            or (
+                _AVOID_HEADING.search(s.headings.rsplit(" > ", 1)[-1])
+                and not _EXAMPLE_LEAD.match(s.text)
+            )
+        }
+
+    def _purpose(self, i: int, best: str) -> str | None:
+        """Where sentence ``i`` goes, given the purpose it fits best; None: nowhere."""
+        text = self.sentences[i].text
+        legal = _CUES["compliance"].search(text) and self.scores["compliance"][i] >= _MIN_SCORE
+        if self.scores[best][i] < _MIN_SCORE:
+            return None
+        if best in ("product", "audience", "status") and legal:
+            return "compliance"  # "we only sell to customers aged 18 or over" is a legal duty
+        if i in self.contact_like and best not in ("contacts", "compliance"):
+            return None  # contact details belong in the contacts document (and a privacy
+            # request address in the compliance notes too)
+        if best in ("product", "audience", "status") and (
+            _avoids_words(text) or _NEVER_QUOTED.search(text)
+        ):
+            return "voice"  # 'Don't say "cheap"' is about wording, not the product
+        return best
 
     def ranked(self, purpose: str, pool: Iterable[int] | None = None) -> list[int]:
         """``pool`` (default: the sentences assigned to ``purpose``), best fit first."""
@@ -371,24 +480,57 @@ class _Plan:
         return sorted(pool, key=lambda i: (-self.scores[purpose][i], i))
 
     def lines(self, indices: Sequence[int], limit: int = _MAX_LINES) -> list[str]:
-        """A list item per sentence; the rows of one table (wherever the first one ranks)
-        as a Markdown table with their citations in a Source column, set off by blank lines."""
+        """A list item per sentence, the first ``limit`` items; the rows of one table count as one
+        item (where its first row ranks): a Markdown table, rows in corpus order, with their
+        citations in a Source column, set off by blank lines."""
+        return self._render(self._items(indices, limit))
+
+    def _items(self, indices: Sequence[int], limit: int) -> list[list[int]]:
+        """The first ``limit`` items of ``indices``: a sentence, or all rows of one table."""
+        items: list[list[int]] = []
+        tables: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for i in indices:
+            key = self.sentences[i].table
+            if key is not None and key in tables:
+                if len(tables[key]) < _MAX_TABLE_ROWS:
+                    tables[key].append(i)
+            elif len(items) < limit:
+                items.append([i])
+                if key is not None:
+                    tables[key] = items[-1]
+        return items
+
+    def _render(self, items: Sequence[list[int]]) -> list[str]:
         out: list[str] = []
-        chosen = [self.sentences[i] for i in indices[:limit]]
-        tables: dict[tuple[str, tuple[str, ...]], list[_Sentence]] = {}
-        for sentence in chosen:
-            if sentence.table is not None:
-                tables.setdefault(sentence.table, []).append(sentence)
-        for sentence in chosen:
-            if sentence.table is None:
-                out.append(sentence.line)
-            elif sentence.table in tables:
-                if out:
-                    out.append("")
-                out.extend(_table_lines(tables.pop(sentence.table)))
+        for item in items:
+            if self.sentences[item[0]].table is None:
+                out.append(self.sentences[item[0]].line)
+                continue
+            if out:
                 out.append("")
+            out.extend(_table_lines([self.sentences[i] for i in sorted(item)]))
+            out.append("")
         while out and not out[-1]:
             out.pop()
+        return out
+
+    def by_subheading(self, indices: Sequence[int], limit: int) -> list[str]:
+        """Like `lines`, but items under a seed's own subheading ("## Initial assessment" in a
+        price list) are grouped under it as a ``###`` heading, in corpus order: a product whose
+        name is only in its heading keeps it. Items above any subheading come first."""
+        items = self._items(indices, limit)
+        groups: dict[str, list[list[int]]] = {}
+        for item in items:
+            headings = self.sentences[item[0]].headings
+            sub = headings.rsplit(" > ", 1)[1] if " > " in headings else ""
+            groups.setdefault(sub, []).append(item)
+        if not any(groups.keys()):
+            return self._render(items)
+        out = self._render(groups.pop("", []))
+        for sub, group in sorted(groups.items(), key=lambda g: min(min(i) for i in g[1])):
+            if out:
+                out.append("")
+            out += [f"### {sub}", "", *self._render(sorted(group, key=min))]
         return out
 
     def nothing_found(self, what: str, purpose: str) -> list[str]:
@@ -418,8 +560,8 @@ class _Plan:
             if len(longest) <= 1:
                 break
             longest.pop()
-            while longest and not longest[-1]:
-                longest.pop()  # the blank line after a table that is gone
+            while longest and (not longest[-1] or longest[-1].startswith("### ")):
+                longest.pop()  # the blank line after a table, or a subheading, that is gone
         return fitted
 
     # the four documents
@@ -438,7 +580,7 @@ class _Plan:
             return bool(_QUOTED.search(self.sentences[i].text))
 
         def avoid(i: int) -> bool:
-            return bool(_AVOID.search(self.sentences[i].text))
+            return i in self.avoid
 
         golden = [
             i
@@ -468,12 +610,12 @@ class _Plan:
 
     def product(self) -> DraftDocument:
         sections = [
-            (heading, self.lines(self.ranked(purpose)))
-            for heading, purpose in (
-                ("Products and services", "product"),
-                ("Audience", "audience"),
-                ("Status and availability", "status"),
-            )
+            (
+                "Products and services",
+                self.by_subheading(self.ranked("product"), _MAX_PRODUCT_LINES),
+            ),
+            ("Audience", self.lines(self.ranked("audience"))),
+            ("Status and availability", self.lines(self.ranked("status"))),
         ]
         sections = [s for s in sections if s[1]] or [
             ("Products and services", self.nothing_found("product information", "product"))
@@ -481,11 +623,21 @@ class _Plan:
         return self.document(PRODUCT, "what the client sells, to whom, and its status.", sections)
 
     def compliance(self) -> DraftDocument:
+        ranked = self.ranked("compliance")
+        texts: dict[object, list[str]] = {}  # a table's rows share one topic: its whole text's
+        for i in ranked:
+            sentence = self.sentences[i]
+            key = sentence.table or i
+            texts.setdefault(key, list(sentence.header)).append(sentence.text)
+        topics = {
+            key: next(
+                (t for t, cue in _COMPLIANCE_TOPICS if cue.search(" | ".join(text))), _OTHER_RISKS
+            )
+            for key, text in texts.items()
+        }
         by_topic: dict[str, list[int]] = {}
-        for i in self.ranked("compliance"):
-            text = self.sentences[i].text
-            topic = next((t for t, cue in _COMPLIANCE_TOPICS if cue.search(text)), _OTHER_RISKS)
-            by_topic.setdefault(topic, []).append(i)
+        for i in ranked:
+            by_topic.setdefault(topics[self.sentences[i].table or i], []).append(i)
         order = [topic for topic, _ in _COMPLIANCE_TOPICS] + [_OTHER_RISKS]
         sections = [(topic, self.lines(by_topic[topic])) for topic in order if topic in by_topic]
         if not sections:
@@ -500,13 +652,20 @@ class _Plan:
         )
 
     def contacts(self) -> DraftDocument:
+        # a full name given with contact details elsewhere: "complaints go to Amira Haddad"
+        known = {name for i in self.contact_like for name in _NAME.findall(self.sentences[i].text)}
         escalation = self.ranked(
             "contacts",
             [
                 i
                 for i, s in enumerate(self.sentences)
                 if _ESCALATION.search(s.text)
-                and (i in self.contact_like or self.purpose_of.get(i) in (None, "contacts"))
+                and s.table is None  # a contact sheet's row stays in its table
+                and (
+                    i in self.contact_like
+                    or self.purpose_of.get(i) in (None, "contacts")
+                    or any(name in s.text for name in known)
+                )
             ],
         )
         people = [  # in corpus order: a contact list reads best as written

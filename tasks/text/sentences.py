@@ -11,6 +11,8 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _ABBREVIATIONS = frozenset(
     "e.g i.e mr mrs ms dr prof inc ltd co corp st vs etc no approx dept jr sr".split()  # noqa: SIM905
 )
+_NUMBERED = frozenset("art arts sec para fig vol nr ch pp".split())  # noqa: SIM905
+"""Abbreviations that lead a number: "Art. 9 GDPR", "Sec. 4" (not "art. The ...")."""
 _SENTENCE_END = re.compile(r"[.!?][\"')\]”’]*\s+(?=[\"'(\[“‘]?[A-Z0-9])")
 _TABLE_RULE = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
 
@@ -95,6 +97,8 @@ def split_sentences(text: str) -> list[str]:
             before = block[start : match.start()].split()
             word = before[-1].lower().strip("(\"'“‘") if before else ""
             if word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", word):  # "e.g.", "J. Smith"
+                continue
+            if word in _NUMBERED and block[match.end() : match.end() + 1].isdigit():
                 continue
             sentence = block[start : match.end()]
             if sentence.count('"') % 2 or sentence.count("“") > sentence.count("”"):

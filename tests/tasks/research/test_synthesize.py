@@ -265,6 +265,16 @@ def test_split_sentences_keeps_quotes_abbreviations_and_wrapped_lines_whole() ->
     ]
 
 
+def test_split_sentences_keeps_a_numbered_reference_whole() -> None:
+    text = "Health data falls under Art. 9 GDPR. See Sec. 4 below. We love art. The rest follows."
+    assert split_sentences(text) == [
+        "Health data falls under Art. 9 GDPR.",
+        "See Sec. 4 below.",
+        "We love art.",
+        "The rest follows.",
+    ]
+
+
 def test_module_import_stays_light() -> None:
     code = (
         "import sys, tasks.research.synthesize; "
@@ -414,6 +424,58 @@ def test_extractive_drops_table_rows_to_fit_but_never_leaves_a_bare_header(
     assert 1 <= len(kept) < 12  # rows were dropped to fit the budget, not the whole table
     head = body.index("| Name | Role | Email | Phone | Source |")
     assert body[head + 1] == "|---|---|---|---|---|" and body[head + 2] == kept[0]
+
+
+PRICE_LIST = """# Treatments
+
+## Initial assessment
+A 60-minute first appointment with a written treatment plan. Price: 85 EUR.
+
+## Sports massage
+Deep-tissue massage for runners, 45 minutes, 60 EUR.
+
+## Rules
+We only treat patients aged 16 or over. Our clinic sells gift cards under the Consumer Rights Act.
+"""
+
+RANGE = """# Range
+
+| Model | Use | Price |
+|---|---|---|
+| Kestrel | road | 1,990 EUR |
+| Heron | touring bags and racks | 1,450 EUR |
+| Wren | kids, 20 inch wheels | 390 EUR |
+"""
+
+
+def test_extractive_product_context_groups_items_under_the_seeds_subheadings(
+    extractive: ExtractiveSynthesizer,
+) -> None:
+    corpus = make_corpus(CorpusEntry("doc:pl06", "Price list", PRICE_LIST, "am_file"))
+    docs = {
+        d.filename: d.content
+        for d in extractive.synthesize(corpus, max_output_tokens=4000).documents
+    }
+    product = docs[PRODUCT]
+    assert "### Initial assessment\n\n" in product and "### Sports massage\n\n" in product
+    assert product.index("### Initial assessment") < product.index("- Price: 85 EUR. [doc:pl06]")
+    assert product.index("- Price: 85 EUR.") < product.index("### Sports massage")
+    # sentences with a legal cue go to the compliance notes, even when they mention selling
+    assert "aged 16 or over" in docs[COMPLIANCE] and "aged 16" not in product
+    assert "Consumer Rights Act" in docs[COMPLIANCE] and "Rights Act" not in product
+
+
+def test_extractive_keeps_a_product_table_whole_even_when_rows_score_low(
+    extractive: ExtractiveSynthesizer,
+) -> None:
+    corpus = make_corpus(CorpusEntry("doc:rg07", "Range", RANGE, "am_file"))
+    product = next(
+        d.content
+        for d in extractive.synthesize(corpus, max_output_tokens=4000).documents
+        if d.filename == PRODUCT
+    )
+    rows = [line for line in product.splitlines() if line.endswith("| [doc:rg07] |")]
+    assert [row.split(" | ")[0] for row in rows] == ["| Kestrel", "| Heron", "| Wren"]
 
 
 def test_extractive_compliance_only_echoes_corpus_risk_sentences(

@@ -1,0 +1,273 @@
+"""Research fact coverage: how many facts of a seed bundle land in the right draft, cited.
+
+Each bundle of `evals.research_coverage` (``cider``: a cider maker's brand guide, product sheet,
+legal notes, contacts CSV and call notes, 39 expected facts; ``physio``: a clinic's HTML price
+list, team page and legal bullets, 23 facts) is seeded into its own org of a fresh
+``KBFLOW_HOME`` the way ``kbflow seed`` stores it (files extracted in the isolated worker,
+`tasks.research.seed.seed_bundle`), then research runs offline through the functions the
+``research`` flow's tasks call (`tasks.research.run.run_research`: gather the corpus with no
+public context, synthesize, validate, persist the four drafts as pending_review), with:
+
+- ``extractive``: `ExtractiveSynthesizer` on MiniLM, what ``kbflow research`` uses with no
+  ``ANTHROPIC_API_KEY``;
+- ``claude-scripted`` (cider only): `AnthropicSynthesizer` through the real Anthropic SDK on
+  an ``httpx2.MockTransport`` that answers with the bundle's scripted reply
+  (``evals/research_bundles/cider/claude_reply.md``). Its figure measures kbflow's handling of
+  such a reply (parsing, validation, citations, persistence), NOT the quality of Claude's
+  writing.
+
+Per path: facts in the right draft, facts there AND cited to the seed that holds them, and
+cited facts whose citation is kept in the persisted draft's citations metadata (the footer,
+resolved to the seed's URI). Prints a Markdown table and saves
+bench/results/research_coverage.json.
+
+With ``--cli`` the extractive path also runs as an account manager runs it, ``kbflow seed``
+then ``kbflow research`` (the Prefect flow) in subprocesses on this checkout (rows
+``<bundle>/extractive-cli``; they should equal the in-process rows).
+
+Usage: ``.venv/bin/python bench/research_coverage.py [--home DIR] [--drafts DIR] [--cli]`` (a
+temporary home by default; ``--drafts`` writes each path's four drafts there to read). No
+network and no dataset needed; under a minute on two cores, about two more with ``--cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.stats import save_results  # noqa: E402
+
+
+def _claude(script: str, requests: list[dict[str, Any]]) -> Any:
+    """An `AnthropicSynthesizer` whose HTTP is answered by ``script`` (real SDK, no network)."""
+    import anthropic
+    import httpx2
+
+    from tasks.research.claude import AnthropicSynthesizer
+
+    def handle(request: Any) -> Any:
+        requests.append(json.loads(request.content))
+        return httpx2.Response(
+            200,
+            json={
+                "id": "msg_bench",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-haiku-4-5",
+                "content": [{"type": "text", "text": script}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            },
+        )
+
+    client = anthropic.Anthropic(
+        api_key="bench", http_client=httpx2.Client(transport=httpx2.MockTransport(handle))
+    )
+    return AnthropicSynthesizer("unused", client=client, max_retries=0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--home", type=Path, help="KBFLOW_HOME to use (default: a temp dir)")
+    parser.add_argument("--drafts", type=Path, help="also write each path's drafts under DIR")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="also run the extractive path through `kbflow seed` and `kbflow research` "
+        "(the Prefect flow, in subprocesses: slower)",
+    )
+    args = parser.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="kbflow-research-bench-"))
+    os.environ["KBFLOW_HOME"] = str(home)
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+    try:
+        out = run(home, args.drafts)
+        if args.cli:
+            out["paths"].update(run_cli(home / "cli"))
+            out["summary"] = _summary(out["paths"])
+    finally:
+        if args.home is None:
+            shutil.rmtree(home, ignore_errors=True)
+    print("| bundle/path | facts | in the right draft | and cited to their seed | citation kept |")
+    print("|---|---|---|---|---|")
+    for name, row in out["paths"].items():
+        print(
+            f"| {name} | {row['facts']} | {row['found']} ({row['found_ratio']:.1%}) "
+            f"| {row['cited']} ({row['cited_ratio']:.1%}) | {row['citation_kept']} |"
+        )
+    for name, row in out["paths"].items():
+        if row["missing"]:
+            print(f"{name}: not in the right draft or not cited: {', '.join(row['missing'])}")
+    print("claude-scripted measures kbflow's handling of a scripted reply, not Claude's quality.")
+    save_results("research_coverage", out, unprinted="paths")
+    return 0
+
+
+def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
+    from core.models import ResearchRequest
+    from core.settings import Settings
+    from evals.research_coverage import CIDER, PHYSIO, score_drafts, scripted_reply
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.ingest.isolate import isolated_extractor
+    from tasks.research.extractive import ExtractiveSynthesizer
+    from tasks.research.run import run_research
+    from tasks.research.seed import SeedBundle, list_seeds, seed_bundle
+    from tasks.text.embed import embedder_for
+
+    settings = Settings(home=home)
+    embedder = embedder_for(settings)
+    paths: dict[str, Any] = {}
+    bundles: dict[str, Any] = {}
+    with open_registry(settings) as registry, open_vector_store(settings, share=False) as store:
+        for bundle in (CIDER, PHYSIO):
+            org = bundle.name
+            registry.ensure_org(org, bundle.client_name)
+            with isolated_extractor(settings) as extract:
+                seeded = seed_bundle(
+                    SeedBundle(files=tuple(bundle.seed_files())), org, registry=registry,
+                    store=store, embedder=embedder, extract_file=extract,
+                )  # fmt: skip
+            seeds = list_seeds(registry, org)
+            seed_cites = {Path(d.uri).name: f"doc:{d.id}" for d in seeds}
+            titles = {f"doc:{d.id}": d.title for d in seeds}
+            facts = bundle.facts()
+            bundles[bundle.name] = {
+                "client": bundle.client_name,
+                "seeds": sorted(seed_cites),
+                "stored": seeded.documents,
+                "facts": len(facts),
+            }
+            requests: list[dict[str, Any]] = []
+            synthesizers: dict[str, Any] = {"extractive": ExtractiveSynthesizer(embedder)}
+            if bundle is CIDER:  # the bundle with a scripted reply
+                synthesizers["claude-scripted"] = _claude(
+                    scripted_reply(seed_cites, titles), requests
+                )
+            for kind, synthesizer in synthesizers.items():
+                name = f"{bundle.name}/{kind}"
+                started = time.perf_counter()
+                outcome = run_research(
+                    ResearchRequest(org_id=org, client_name=bundle.client_name),
+                    registry=registry, store=store, embedder=lambda: embedder,
+                    synthesizer=synthesizer, public_context=False,
+                )  # fmt: skip
+                seconds = time.perf_counter() - started
+                drafts = {d.filename: d.content for d in outcome.response.documents}
+                if drafts_dir is not None:
+                    (drafts_dir / name).mkdir(parents=True, exist_ok=True)
+                    for filename, content in drafts.items():
+                        (drafts_dir / name / filename).write_text(content)
+                coverage = score_drafts(drafts, seed_cites, facts)
+                kept = _citations_kept(registry, outcome.doc_ids)
+                paths[name] = {
+                    **coverage.to_dict(),
+                    "citation_kept": sum(
+                        f.cited and seed_cites[f.seed] in kept.get(f.draft, ())
+                        for f in coverage.facts
+                    ),
+                    "missing": coverage.missing(),
+                    "draft_chars": {k: len(v) for k, v in drafts.items()},
+                    "seconds": round(seconds, 2),
+                    "synthesizer": outcome.synthesizer,
+                }
+            if requests:  # the request carried every seed's id for Claude to cite
+                user = requests[0]["messages"][0]["content"]
+                paths[f"{bundle.name}/claude-scripted"]["request_lists_every_seed"] = all(
+                    f"[{cid}]" in user for cid in seed_cites.values()
+                )
+    return {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "bundles": bundles,
+        "summary": _summary(paths),
+        "paths": paths,
+    }
+
+
+def _summary(paths: dict[str, Any]) -> dict[str, Any]:
+    keys = ("facts", "found_ratio", "cited_ratio", "citation_kept")
+    return {name: {k: row[k] for k in keys} for name, row in paths.items()}
+
+
+def run_cli(home: Path) -> dict[str, Any]:
+    """The extractive path as an account manager runs it: ``kbflow seed`` (files extracted in
+    the isolated worker) and ``kbflow research`` (the Prefect flow, public context off), each a
+    subprocess on this checkout, in a home of its own."""
+    from core.settings import Settings
+    from evals.research_coverage import CIDER, PHYSIO, score_drafts
+    from sinks.connect import open_registry
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),  # this checkout, whatever the venv's install points at
+        "KBFLOW_HOME": str(home),
+        "KBFLOW_RESEARCH_OFFLINE": "true",
+        "PREFECT_HOME": str(home / "prefect"),
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    }
+
+    def kbflow(*args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "kbflow.cli", *args], env=env, capture_output=True,
+            text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"kbflow {args[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(done.stdout) if "--json" in args else None
+
+    paths: dict[str, Any] = {}
+    kbflow("users", "add", "bench", "--role", "superadmin")
+    for bundle in (CIDER, PHYSIO):
+        org = bundle.name
+        kbflow("orgs", "create", org, "--name", bundle.client_name)
+        files = [arg for path in bundle.seed_files() for arg in ("--file", str(path))]
+        kbflow("seed", "--org", org, "--as", "bench", *files)
+        started = time.perf_counter()
+        report = kbflow("research", "--org", org, "--client-name", bundle.client_name,
+                        "--as", "bench", "--review-timeout", "0", "--json")  # fmt: skip
+        seconds = time.perf_counter() - started
+        seeds = kbflow("seed", "list", "--org", org, "--as", "bench", "--json")
+        seed_cites = {Path(d["uri"]).name: f"doc:{d['id']}" for d in seeds}
+        drafts = {d["filename"]: d["content"] for d in report["documents"]}
+        coverage = score_drafts(drafts, seed_cites, bundle.facts())
+        with open_registry(Settings(home=home)) as registry:
+            kept = _citations_kept(registry, report["doc_ids"])
+        paths[f"{org}/extractive-cli"] = {
+            **coverage.to_dict(),
+            "citation_kept": sum(
+                f.cited and seed_cites[f.seed] in kept.get(f.draft, ()) for f in coverage.facts
+            ),
+            "missing": coverage.missing(),
+            "draft_chars": {k: len(v) for k, v in drafts.items()},
+            "seconds": round(seconds, 2),
+            "synthesizer": report["synthesizer"],
+        }
+    return paths
+
+
+def _citations_kept(registry: Any, doc_ids: list[str]) -> dict[str, set[str]]:
+    """Per persisted draft (by filename), the ids its citations metadata keeps with a URI."""
+    kept: dict[str, set[str]] = {}
+    for doc in registry.get_documents(doc_ids).values():
+        name = doc.uri.rsplit("/", 1)[-1]
+        kept[name] = {c.cite_id for c in doc.citations if c.uri}
+    return kept
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
