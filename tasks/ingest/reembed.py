@@ -1,0 +1,199 @@
+"""Re-embed an org's chunks with the configured model (`kbflow store reembed`).
+
+Each point whose payload names another embedding model (or none: written before ids were
+recorded) gets a new dense vector from the chunk's own text (the payload keeps it, heading
+path included), the same id, the same payload — review status and every gate field untouched —
+and the new model's id, in one upsert: a point is always wholly the old model's or wholly the
+new one's. The registry's ``chunks.embedding_model`` follows each batch, and once every point
+of the org is the new model's, the org's remaining registry rows (older content versions of
+edited documents, which have no vectors) are relabelled too, so search and ingest accept the
+org again.
+
+A killed run leaves every point old or new; a re-run skips the new ones and finishes. A run
+with nothing to do changes nothing. Search refuses the org while it holds both models.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import Field
+
+from core.contracts import Report
+from core.errors import ConfigError
+from core.models import Chunk, ChunkPoint
+from sinks.registry import SqlRegistry
+from sinks.vectors import VectorStore
+from tasks.text.embed import Embedder
+from tasks.text.points import EMBEDDING_MODEL
+from tasks.text.sparse import document_sparse_vector
+
+log = logging.getLogger(__name__)
+
+UNRECORDED = "(not recorded)"
+"""How a report names the model of chunks written before model ids were recorded."""
+
+Progress = Callable[[str, int, int], None]
+
+
+class OrgReembed(Report):
+    """One org's part of a re-embed."""
+
+    org: str = Field(description="The org.")
+    points: int = Field(description="The org's points in the vector store.")
+    before: dict[str, int] = Field(
+        description="Points per recorded embedding model before the run "
+        f"({UNRECORDED!r}: written before model ids were recorded)."
+    )
+    reembedded: int = Field(description="Points given a new vector (dry run: that would be).")
+    registry_rows: int = Field(
+        description="Registry chunk rows whose recorded model was set to the configured one "
+        "(dry run: rows that record another model or none)."
+    )
+    skipped: list[str] = Field(
+        description="Point ids that could not be re-embedded (no text in their payload)."
+    )
+
+
+class ReembedReport(Report):
+    """What `reembed` did (or, in a dry run, would do)."""
+
+    model: str = Field(description="The configured embedding model's id: what the chunks get.")
+    dry_run: bool = Field(description="Whether nothing was changed.")
+    orgs: list[OrgReembed] = Field(description="Per org, in id order.")
+    reembedded: int = Field(description="Points re-embedded in all.")
+    seconds: float = Field(description="Wall-clock time.")
+
+
+def reembed(
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    *,
+    org_id: str | None = None,
+    dry_run: bool = False,
+    batch: int = 128,
+    progress: Progress | None = None,
+) -> ReembedReport:
+    """Give every chunk (of ``org_id``, or of every org) that another model embedded a vector
+    from ``embedder``; see the module doc for the guarantees.
+
+    Args:
+        batch: points embedded and upserted at a time (one flush each).
+        progress: called as ``(stage, done, total)`` after each batch.
+
+    Raises:
+        ConfigError: ``batch`` below 1.
+    """
+    if batch < 1:
+        raise ConfigError(f"batch must be at least 1, got {batch}")
+    started = time.perf_counter()
+    model = embedder.model_id
+    counts: dict[str, Counter[str]] = {}
+    todo: dict[str, list[str]] = {}
+    for hit in store.iter_payloads(["org_id", EMBEDDING_MODEL]):
+        org = str(hit.payload.get("org_id") or "")
+        if not org or (org_id is not None and org != org_id):
+            continue
+        recorded = hit.payload.get(EMBEDDING_MODEL)
+        counts.setdefault(org, Counter())[str(recorded or UNRECORDED)] += 1
+        if recorded != model:
+            todo.setdefault(org, []).append(hit.point_id)
+    orgs = sorted(set(counts) | set(registry.chunk_orgs()))
+    if org_id is not None:
+        orgs = [org_id]
+    results: list[OrgReembed] = []
+    for org in orgs:
+        ids = todo.get(org, [])
+        if dry_run:
+            stale = sum(n for m, n in registry.embedding_models(org).items() if m != model)
+            results.append(_org_report(org, counts, len(ids), stale, []))
+            continue
+        done, rows, skipped = _reembed_org(
+            org, ids, store, registry, embedder, model, batch, progress
+        )
+        # Only when every point is the new model's: the registry must not claim vectors that
+        # a skipped point does not have.
+        relabelled = rows + (0 if skipped else registry.relabel_org_chunks(org, model))
+        results.append(_org_report(org, counts, done, relabelled, skipped))
+        log.info("re-embedded %d points of org %s with %s", done, org, model)
+    return ReembedReport(
+        model=model,
+        dry_run=dry_run,
+        orgs=results,
+        reembedded=sum(r.reembedded for r in results),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _reembed_org(
+    org: str,
+    ids: list[str],
+    store: VectorStore,
+    registry: SqlRegistry,
+    embedder: Embedder,
+    model: str,
+    batch: int,
+    progress: Progress | None,
+) -> tuple[int, int, list[str]]:
+    """Re-embed ``ids`` (points of ``org``) batch by batch; returns how many, how many
+    registry rows followed, and the ids skipped for want of text. Each batch: vectors, one
+    upsert (flushed), then the registry."""
+    done = rows = 0
+    skipped: list[str] = []
+    stage = f"re-embed {org}"
+    for start in range(0, len(ids), batch):
+        payloads = store.payloads(ids[start : start + batch])
+        points: list[ChunkPoint] = []
+        texts: list[str] = []
+        for point_id, payload in payloads.items():
+            text = payload.get("text")
+            if not isinstance(text, str):
+                skipped.append(point_id)
+                continue
+            texts.append(_embed_text(payload, text))
+            points.append(ChunkPoint(point_id, [], document_sparse_vector(texts[-1]), payload))
+        vectors = embedder.embed_documents(texts)
+        store.upsert(
+            [
+                ChunkPoint(p.point_id, vector, p.sparse, {**p.payload, EMBEDDING_MODEL: model})
+                for p, vector in zip(points, vectors, strict=True)
+            ]
+        )
+        rows += registry.set_chunk_embedding_model(
+            (str(p.payload.get("chunk_id")) for p in points if p.payload.get("chunk_id")), model
+        )
+        done += len(points)
+        if progress is not None:
+            progress(stage, min(start + batch, len(ids)), len(ids))
+    if skipped:
+        log.warning("org %s: %d points have no text to re-embed: %s", org, len(skipped), skipped)
+    return done, rows, skipped
+
+
+def _embed_text(payload: dict[str, Any], text: str) -> str:
+    """What ingest embedded for this chunk: its heading path, then its text."""
+    headings = tuple(str(h) for h in payload.get("heading_path") or ())
+    return Chunk("", "", 0, text, headings).embed_text
+
+
+def _org_report(
+    org: str,
+    counts: dict[str, Counter[str]],
+    reembedded: int,
+    registry_rows: int,
+    skipped: list[str],
+) -> OrgReembed:
+    before = counts.get(org, Counter())
+    return OrgReembed(
+        org=org,
+        points=sum(before.values()),
+        before=dict(sorted(before.items())),
+        reembedded=reembedded,
+        registry_rows=registry_rows,
+        skipped=skipped,
+    )
