@@ -2,15 +2,19 @@
 
 Each point whose payload names another embedding model (or none: written before ids were
 recorded) gets a new dense vector from the chunk's own text (the payload keeps it, heading
-path included), the same id, the same payload — review status and every gate field untouched —
-and the new model's id, in one upsert: a point is always wholly the old model's or wholly the
-new one's. The registry's ``chunks.embedding_model`` follows each batch, and once every point
-of the org is the new model's, the org's remaining registry rows (older content versions of
-edited documents, which have no vectors) are relabelled too, so search and ingest accept the
-org again.
+path included), under the same id. Only the vectors and the payload's ``embedding_model`` are
+written (`VectorStore.set_vectors`): review status and every gate field are never rewritten, so
+a decision taken meanwhile (through ``kbflow serve``, or on a Qdrant server, where nothing
+holds a lock) stays, and a point deleted meanwhile is not re-created. The vectors are written
+before the id that names them: a point whose id is the new model's holds the new vectors. The
+registry's ``chunks.embedding_model`` follows each batch, and once every point of the org is the
+new model's, the org's remaining registry rows (older content versions of edited documents,
+which have no vectors) are relabelled too, so search and ingest accept the org again.
 
-A killed run leaves every point old or new; a re-run skips the new ones and finishes. A run
-with nothing to do changes nothing. Search refuses the org while it holds both models.
+A killed run leaves each point old, new, or (killed between its two writes) new vectors under
+the old id, which the re-run embeds again; the registry never says new before the store does.
+A re-run skips the new points and finishes; a run with nothing to do changes nothing. Search
+refuses the org while its registry holds both models.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def reembed(
     from ``embedder``; see the module doc for the guarantees.
 
     Args:
-        batch: points embedded and upserted at a time (one flush each).
+        batch: points embedded and written at a time (one flush each).
         progress: called as ``(stage, done, total)`` after each batch.
 
     Raises:
@@ -142,7 +146,7 @@ def _reembed_org(
 ) -> tuple[int, int, list[str]]:
     """Re-embed ``ids`` (points of ``org``) batch by batch; returns how many, how many
     registry rows followed, and the ids skipped for want of text. Each batch: vectors, one
-    upsert (flushed), then the registry."""
+    write of them and their id (flushed), then the registry."""
     done = rows = 0
     skipped: list[str] = []
     stage = f"re-embed {org}"
@@ -158,11 +162,12 @@ def _reembed_org(
             texts.append(_embed_text(payload, text))
             points.append(ChunkPoint(point_id, [], document_sparse_vector(texts[-1]), payload))
         vectors = embedder.embed_documents(texts)
-        store.upsert(
+        store.set_vectors(
             [
-                ChunkPoint(p.point_id, vector, p.sparse, {**p.payload, EMBEDDING_MODEL: model})
+                ChunkPoint(p.point_id, vector, p.sparse, {})
                 for p, vector in zip(points, vectors, strict=True)
-            ]
+            ],
+            {EMBEDDING_MODEL: model},
         )
         rows += registry.set_chunk_embedding_model(
             (str(p.payload.get("chunk_id")) for p in points if p.payload.get("chunk_id")), model

@@ -12,10 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from core.errors import ConfigError, EmbeddingModelMismatch
-from core.models import DocStatus, Scope, SearchMode
+from core.models import ChunkPoint, DocStatus, Scope, SearchMode, SparseVec
 from core.settings import PACKAGED_MINILM, Settings
 from kbflow.cli import app
 from kbflow.services import stores
+from sinks.gate import build_gate
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from sinks.registry.schema import ChunkRow
@@ -268,3 +269,41 @@ def test_promoted_resolves_to_the_promoted_folder_or_says_what_is_missing(
     promote(models, FinetunedModel("minilm-ft-aaaaaaaaaaaa", Path("/nowhere/gone"), {}), {})
     with pytest.raises(ConfigError, match="folder is missing"):
         resolve_model("promoted", models)
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_set_vectors_keeps_a_status_changed_meanwhile_and_recreates_nothing(
+    backend: str, settings: Settings, embedder: Any
+) -> None:
+    """What reembed writes: vectors and the model id only. A review decision between its read
+    and its write stays; a point deleted meanwhile is not re-created."""
+    from sinks.qdrant_server import QdrantServerStore
+
+    store: Any = (
+        _open(settings)
+        if backend == "edge"
+        else QdrantServerStore.connect(":memory:", collection="c")
+    )
+    registry = SqlRegistry.open(settings.registry_url)
+    try:
+        docs = index_records(RECORDS[:2], store=store, registry=registry, embedder=embedder)
+        read = {h.point_id: h.payload for h in store.iter_payloads(["doc_id", "text"])}
+        store.set_document_payload(docs[0], {"status": "withdrawn"})  # a decision meanwhile
+        store.delete_document(docs[1])  # and a deletion
+        other = [0.0] * 383 + [1.0]
+        store.set_vectors(
+            [ChunkPoint(pid, other, SparseVec([1], [1.0]), {}) for pid in read],
+            {"embedding_model": "m2"},
+        )
+        fields = ["doc_id", "status", "embedding_model"]
+        after = {h.point_id: h.payload for h in store.iter_payloads(fields)}
+        assert len(after) == 1
+        (payload,) = after.values()
+        assert payload == {"doc_id": docs[0], "status": "withdrawn", "embedding_model": "m2"}
+        # The new vector is the one searched (served again to see it through the gate).
+        store.set_document_payload(docs[0], {"status": "approved"})
+        hits = store.query(build_gate(Scope(org_id="acme")), dense=other, sparse=None, limit=1)
+        assert hits and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    finally:
+        store.close()
+        registry.close()
