@@ -7,9 +7,11 @@ written (`VectorStore.set_vectors`): review status and every gate field are neve
 a decision taken meanwhile (through ``kbflow serve``, or on a Qdrant server, where nothing
 holds a lock) stays, and a point deleted meanwhile is not re-created. The vectors are written
 before the id that names them: a point whose id is the new model's holds the new vectors. The
-registry's ``chunks.embedding_model`` follows each batch, and once every point of the org is the
-new model's, the org's remaining registry rows (older content versions of edited documents,
-which have no vectors) are relabelled too, so search and ingest accept the org again.
+registry's ``chunks.embedding_model`` follows each batch. The store is scanned again after the
+pass (points another process wrote meanwhile with another model get another pass), and once
+every point of the org is the new model's, the org's remaining registry rows (older content
+versions of edited documents, which have no vectors) are relabelled too, so search and ingest
+accept the org again.
 
 A killed run leaves each point old, new, or (killed between its two writes) new vectors under
 the old id, which the re-run embeds again; the registry never says new before the store does.
@@ -42,6 +44,8 @@ UNRECORDED = "(not recorded)"
 """How a report names the model of chunks written before model ids were recorded."""
 
 Progress = Callable[[str, int, int], None]
+
+_PASSES = 3  # store scans at most: the first, and re-checks for points written meanwhile
 
 
 class OrgReembed(Report):
@@ -97,6 +101,53 @@ def reembed(
         raise ConfigError(f"batch must be at least 1, got {batch}")
     started = time.perf_counter()
     model = embedder.model_id
+    counts, todo = _scan(store, org_id, model)
+    orgs = [org_id] if org_id is not None else sorted(set(counts) | set(registry.chunk_orgs()))
+    results: list[OrgReembed] = []
+    if dry_run:
+        for org in orgs:
+            stale = sum(n for m, n in registry.embedding_models(org).items() if m != model)
+            results.append(_org_report(org, counts, len(todo.get(org, [])), stale, []))
+    else:
+        done: Counter[str] = Counter()
+        rows: Counter[str] = Counter()
+        skipped: dict[str, list[str]] = {}
+        for _ in range(_PASSES):
+            for org, ids in sorted(todo.items()):
+                d, r, s = _reembed_org(org, ids, store, registry, embedder, model, batch, progress)
+                done[org] += d
+                rows[org] += r
+                skipped.setdefault(org, []).extend(s)
+            # Points another process wrote meanwhile with another model (on a Qdrant server,
+            # where nothing holds a lock) are caught by the next pass.
+            _, left = _scan(store, org_id, model)
+            todo = {
+                org: [i for i in ids if i not in set(skipped.get(org, ()))]
+                for org, ids in left.items()
+            }
+            todo = {org: ids for org, ids in todo.items() if ids}
+            if not todo:
+                break
+        for org in orgs:
+            # Only when every point is the new model's: the registry must not claim vectors
+            # that a skipped (or still unfinished) point does not have.
+            whole = not skipped.get(org) and org not in todo
+            relabelled = rows[org] + (registry.relabel_org_chunks(org, model) if whole else 0)
+            results.append(_org_report(org, counts, done[org], relabelled, skipped.get(org, [])))
+            log.info("re-embedded %d points of org %s with %s", done[org], org, model)
+    return ReembedReport(
+        model=model,
+        dry_run=dry_run,
+        orgs=results,
+        reembedded=sum(r.reembedded for r in results),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _scan(
+    store: VectorStore, org_id: str | None, model: str
+) -> tuple[dict[str, Counter[str]], dict[str, list[str]]]:
+    """Points per org and recorded model, and the ids of those another model made, by org."""
     counts: dict[str, Counter[str]] = {}
     todo: dict[str, list[str]] = {}
     for hit in store.iter_payloads(["org_id", EMBEDDING_MODEL]):
@@ -107,31 +158,7 @@ def reembed(
         counts.setdefault(org, Counter())[str(recorded or UNRECORDED)] += 1
         if recorded != model:
             todo.setdefault(org, []).append(hit.point_id)
-    orgs = sorted(set(counts) | set(registry.chunk_orgs()))
-    if org_id is not None:
-        orgs = [org_id]
-    results: list[OrgReembed] = []
-    for org in orgs:
-        ids = todo.get(org, [])
-        if dry_run:
-            stale = sum(n for m, n in registry.embedding_models(org).items() if m != model)
-            results.append(_org_report(org, counts, len(ids), stale, []))
-            continue
-        done, rows, skipped = _reembed_org(
-            org, ids, store, registry, embedder, model, batch, progress
-        )
-        # Only when every point is the new model's: the registry must not claim vectors that
-        # a skipped point does not have.
-        relabelled = rows + (0 if skipped else registry.relabel_org_chunks(org, model))
-        results.append(_org_report(org, counts, done, relabelled, skipped))
-        log.info("re-embedded %d points of org %s with %s", done, org, model)
-    return ReembedReport(
-        model=model,
-        dry_run=dry_run,
-        orgs=results,
-        reembedded=sum(r.reembedded for r in results),
-        seconds=round(time.perf_counter() - started, 3),
-    )
+    return counts, todo
 
 
 def _reembed_org(
