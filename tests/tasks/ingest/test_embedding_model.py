@@ -307,3 +307,36 @@ def test_set_vectors_keeps_a_status_changed_meanwhile_and_recreates_nothing(
     finally:
         store.close()
         registry.close()
+
+
+def test_a_point_written_by_the_old_model_during_a_reembed_gets_another_pass(
+    settings: Settings, registry: SqlRegistry, embedder: Any, indexed: dict[str, list[str]]
+) -> None:
+    """On a store nothing locks (a Qdrant server), an ingest that passed its check before the
+    re-embed began can write an old-model point during it: the re-embed scans again, embeds
+    that point too, and only then records the new model on the org's registry rows."""
+    from tasks.ingest.reembed import reembed
+
+    other = embedder_for(int8_settings(settings))
+    store = _open(settings)
+
+    class IngestMeanwhile:
+        dim, model_id, calls = other.dim, other.model_id, 0
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            self.calls += 1
+            if self.calls == 1:  # another process's ingest, still with the old model
+                index_records([{"key": "late", "title": "Late", "text": "Parking is free."}],
+                              store=store, registry=registry, embedder=embedder)  # fmt: skip
+            return other.embed_documents(texts)
+
+        def embed_query(self, text: str) -> list[float]:
+            return other.embed_query(text)
+
+    try:
+        report = reembed(store, registry, IngestMeanwhile(), org_id="acme")
+        assert report.reembedded == 5  # the four, then the late one in a second pass
+        assert {p["embedding_model"] for p in _payloads(store).values()} == {other.model_id}
+    finally:
+        store.close()
+    assert registry.embedding_models("acme") == {other.model_id: 5}
