@@ -173,6 +173,7 @@ def points(size: int, work: Path) -> Any:
     import numpy as np
 
     from core.models import Chunk, SparseVec
+    from core.settings import PACKAGED_MINILM
     from sinks.registry import DocRecord
     from tasks.text.points import chunk_to_point
 
@@ -198,7 +199,7 @@ def points(size: int, work: Path) -> Any:
                 parse_status="ingested", chunk_count=1, created_at=now, updated_at=now,
             )  # fmt: skip
             chunk = Chunk(f"doc{i}:0", doc.id, 0, row["text"], (row["title"],))
-            point = chunk_to_point(chunk, [float(x) for x in vec], doc)
+            point = chunk_to_point(chunk, [float(x) for x in vec], doc, model_id=PACKAGED_MINILM)
             # The base text's BM25 vector, computed once (the text is the same).
             batch.append(dataclasses.replace(point, sparse=SparseVec(*row["sparse"])))
         yield batch

@@ -17,6 +17,12 @@ class ConfigError(KbflowError, ValueError):
     """A setting or argument is invalid."""
 
 
+class EmbeddingModelMismatch(ConfigError):
+    """An org's chunks were embedded by another model than the configured one: searching or
+    adding to them would compare vectors of two models. The message names both ids and how
+    to bring them together (the setting back, or ``kbflow store reembed``)."""
+
+
 class ExtractionError(KbflowError, ValueError):
     """A source file could not be turned into text."""
 

@@ -572,6 +572,9 @@ class RetrievalCall:
     paused: bool = False
     reason: str | None = None
     latency_ms: float = 0.0
+    # The id of the embedding model that made ``query_embedding`` (`Embedder.model_id`); None
+    # in turns recorded before the ledger kept it.
+    embedding_model: str | None = None
 
 
 @dataclass(frozen=True)

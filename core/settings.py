@@ -42,7 +42,11 @@ class Settings(BaseSettings):
     )
     embedding_model: str = Field(
         PACKAGED_MINILM,
-        description="Sentence-transformers model: a local path, or the packaged MiniLM.",
+        description="Sentence-transformers model: a local path, the packaged MiniLM, or "
+        "`promoted` (the fine-tuned model `kbflow models finetune` promoted, as "
+        "<home>/models/promoted.json names it). Every chunk records the id of the model that "
+        "embedded it; a search or ingest with another model is refused until `kbflow store "
+        "reembed` re-embeds the org.",
     )
     embed_batch_size: int = Field(
         64,

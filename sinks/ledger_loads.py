@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sinks.ledger_rows import DATASET_NAME, TABLES, TURNS_TABLE
+from sinks.ledger_rows import ADDED_COLUMNS, DATASET_NAME, TABLES, TURNS_TABLE
 from sinks.warehouse import Destination, SqlReader, writing
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,27 @@ def finished_rows(
     if not readable(tables) or table not in tables:
         return []
     names = [*TABLES[table], "_dlt_load_id"]
-    columns = ", ".join(f'"{name}"' for name in names)
+    missing = _missing_columns(con, table)
+    columns = ", ".join(f'NULL AS "{name}"' if name in missing else f'"{name}"' for name in names)
     result = con.execute(
         f"SELECT {columns} FROM {DATASET_NAME}.{table} WHERE {where}"
         f" AND turn_id NOT IN ({unfinished_turns(tables)}) ORDER BY {order}",
         params,
     )
     return [dict(zip(names, values, strict=True)) for values in result]
+
+
+def _missing_columns(con: SqlReader, table: str) -> set[str]:
+    """The columns of ``ADDED_COLUMNS`` that ``table`` lacks (a ledger written before them)."""
+    added = ADDED_COLUMNS.get(table, ())
+    if not added:
+        return set()
+    found = con.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = ? AND table_name = ?",
+        [DATASET_NAME, table],
+    )
+    return set(added) - {str(row[0]) for row in found}
 
 
 def delete_unfinished_turns(

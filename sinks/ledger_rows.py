@@ -85,6 +85,7 @@ TABLES: dict[str, dict[str, Any]] = {
         "paused": _column("bool"),
         "reason": _column("text", nullable=True),
         "latency_ms": _column("double"),
+        "embedding_model": _column("text", nullable=True),
     },
     HITS_TABLE: {
         "turn_id": _column("text"),
@@ -112,6 +113,13 @@ TABLES: dict[str, dict[str, Any]] = {
         "quote": _column("text"),
     },
 }
+
+
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    RETRIEVALS_TABLE: ("embedding_model",),
+}
+"""Columns added after a table was first made: a ledger written before has none of them
+(dlt adds them with the next record), and reads take NULL for them till then."""
 
 
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
@@ -186,6 +194,7 @@ def turn_to_rows(turn: Turn) -> dict[str, list[dict[str, Any]]]:
                 "paused": call.paused,
                 "reason": call.reason,
                 "latency_ms": call.latency_ms,
+                "embedding_model": call.embedding_model,
             }
             for seq, call in enumerate(turn.retrievals)
         ],

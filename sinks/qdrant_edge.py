@@ -167,6 +167,33 @@ class QdrantEdgeStore:
             [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
         )
 
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+        import qdrant_edge as qe
+
+        ids = [p.point_id for p in points]
+        found = {str(r.id) for r in self._shard.retrieve(ids, False, False)} if ids else set()
+        present = [p for p in points if p.point_id in found]
+        if not present:
+            return
+        self._shard.update(
+            qe.UpdateOperation.update_vectors(
+                [
+                    qe.PointVectors(
+                        p.point_id,
+                        {
+                            DENSE: list(p.dense),
+                            SPARSE: qe.SparseVector(
+                                indices=p.sparse.indices, values=p.sparse.values
+                            ),
+                        },
+                    )
+                    for p in present
+                ]
+            )
+        )
+        self._shard.update(qe.UpdateOperation.set_payload([p.point_id for p in present], payload))
+        self._shard.flush()
+
     def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not point_ids:
             return {}

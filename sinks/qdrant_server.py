@@ -183,6 +183,41 @@ class QdrantServerStore:
     def delete_document(self, doc_id: str) -> None:
         self._client.delete(self.collection, points_selector=self._doc_filter(doc_id), wait=True)
 
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+        from qdrant_client import models as qm
+
+        ids = [p.point_id for p in points]
+        found = (
+            {
+                str(r.id)
+                for r in self._client.retrieve(
+                    self.collection, ids=ids, with_payload=False, with_vectors=False
+                )
+            }
+            if ids
+            else set()
+        )
+        present = [p for p in points if p.point_id in found]
+        if not present:
+            return
+        self._client.update_vectors(
+            self.collection,
+            points=[
+                qm.PointVectors(
+                    id=p.point_id,
+                    vector={
+                        DENSE: list(p.dense),
+                        SPARSE: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
+                    },
+                )
+                for p in present
+            ],
+            wait=True,
+        )
+        self._client.set_payload(
+            self.collection, payload=payload, points=[p.point_id for p in present], wait=True
+        )
+
     def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not point_ids:
             return {}

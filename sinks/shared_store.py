@@ -157,6 +157,9 @@ def _dispatch(store: VectorStore, op: str, a: dict[str, Any]) -> Any:
     if op == "upsert":
         store.upsert([_point_from_wire(p) for p in a["points"]])
         return None
+    if op == "set_vectors":
+        store.set_vectors([_point_from_wire(p) for p in a["points"]], dict(a["payload"]))
+        return None
     if op == "query":
         hits = store.query(
             _gate_from_wire(a["scope"]),
@@ -314,6 +317,13 @@ class SharedStoreClient:
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
         if points:
             self._call("upsert", {"points": [_point_to_wire(p) for p in points]})
+
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+        if points:
+            self._call(
+                "set_vectors",
+                {"points": [_point_to_wire(p) for p in points], "payload": payload},
+            )
 
     def query(
         self,

@@ -50,6 +50,13 @@ class VectorStore(Protocol):
         """Insert or overwrite points."""
         ...
 
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+        """Replace both vectors of these points and set ``payload``'s keys on them, leaving
+        the rest of their payload as it is (a status changed meanwhile stays changed; the
+        points' own ``payload`` is not written). Points that no longer exist are skipped,
+        never re-created."""
+        ...
+
     def query(
         self,
         gate: Gate,
@@ -116,6 +123,9 @@ class DelegatingStore:
 
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
         self._run("upsert", points)
+
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+        self._run("set_vectors", points, payload)
 
     def query(
         self,

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from core.errors import (
     BudgetExceeded,
     ConfigError,
+    EmbeddingModelMismatch,
     ExtractionError,
     Forbidden,
     JobRunnerUnavailable,
@@ -48,6 +49,7 @@ STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (JobRunnerUnavailable, 503),
     (UnsafeUrl, 422),
     (ExtractionError, 422),
+    (EmbeddingModelMismatch, 503),  # the server's setting, not the request, is wrong
     (ConfigError, 422),
 )
 

@@ -3,7 +3,7 @@
 | module | commands |
 |---|---|
 | `ingest` | ``ingest``, ``jobs list/status`` |
-| `search` | ``search``, ``docs list``, ``store optimize/migrate`` |
+| `search` | ``search``, ``docs list``, ``store optimize/migrate/reembed`` |
 | `orgs` | ``orgs create/assign-am/list``, ``users add/list`` |
 | `tokens` | ``tokens create/list/revoke`` (API tokens) |
 | `review` | ``review list/show/approve/reject/withdraw/edit/flow``, ``audit``, ``reconcile`` |

@@ -13,6 +13,11 @@ from kbflow.cli.common import JsonOpt, command, print_json
 from kbflow.render import console
 from kbflow.services import models as service
 
+USE_PROMOTED = (
+    "to serve the promoted model: set KBFLOW_EMBEDDING_MODEL=promoted, then run "
+    "`kbflow store reembed` (re-embeds the chunks the current model made)"
+)
+
 models_app = typer.Typer(
     help="Fine-tuned embedding models: adapt the embedder to judged pairs, list the results.",
     no_args_is_help=True,
@@ -47,8 +52,8 @@ def models_finetune(
     the base on the odd-position (held-out) queries, and promote it only if it wins there.
 
     The model is saved under <home>/models/<model id>; promotion writes
-    <home>/models/promoted.json and changes no setting (use the folder as
-    KBFLOW_EMBEDDING_MODEL to index and search with it).
+    <home>/models/promoted.json and changes no setting: to serve the promoted model, set
+    KBFLOW_EMBEDDING_MODEL=promoted and run `kbflow store reembed`.
     """
     report = service.finetune(
         settings, dataset, split=split, epochs=epochs, negatives=negatives, seed=seed,
@@ -70,6 +75,8 @@ def models_finetune(
     console.print(table)
     verdict = "promoted" if report["promoted"] else "not promoted"
     console.print(f"{verdict}: {report['reason']}\nfolder: {report['path']}")
+    if report["promoted"]:
+        console.print(USE_PROMOTED)
 
 
 @models_app.command("list")
@@ -99,3 +106,5 @@ def models_list(settings: Settings, as_json: JsonOpt = False) -> None:
             "yes" if manifest["model_id"] == promoted else "",
         )
     console.print(table)
+    if promoted:
+        console.print(USE_PROMOTED)

@@ -247,3 +247,59 @@ def store_migrate(
         for problem in report.problems:
             err_console.print(f"[red]error:[/red] {escape(problem)}", soft_wrap=True)
         raise typer.Exit(1)
+
+
+@store_app.command("reembed")
+@command
+def store_reembed(
+    settings: Settings,
+    org: Annotated[
+        str | None, typer.Option("--org", help="Only this org's chunks (default: every org).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be re-embedded; change nothing.")
+    ] = False,
+    batch: Annotated[int, typer.Option(min=1, help="Chunks embedded per upsert.")] = 128,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-embed the chunks another embedding model made with the configured one
+    (KBFLOW_EMBEDDING_MODEL, KBFLOW_EMBEDDING_PRECISION), so search and ingest accept the org
+    again.
+
+    Keeps each chunk's id and payload (review status included) and records the new model id
+    in the vector store and the registry. Safe to re-run: chunks already embedded by the
+    configured model are skipped, and a killed run is finished by the next. Holds the
+    embedded store while it runs.
+    """
+    with stage_progress(enabled=not as_json and err_console.is_terminal) as progress:
+        report = stores.reembed(settings, org=org, dry_run=dry_run, batch=batch, progress=progress)
+    if as_json:
+        print_json(report)
+        return
+    verb = "would re-embed" if dry_run else "re-embedded"
+    console.print(
+        f"{verb} {report.reembedded} chunks with [bold]{escape(report.model)}[/bold] in "
+        f"{report.seconds:.1f}s" + (" (dry run: nothing changed)" if dry_run else "")
+    )
+    table = Table(title="chunks per org")
+    for col in ("org", "points", "recorded models before", verb, "registry rows"):
+        table.add_column(col)
+    for item in report.orgs:
+        before = ", ".join(f"{m}: {n}" for m, n in item.before.items()) or "—"
+        table.add_row(
+            escape(item.org),
+            str(item.points),
+            escape(before),
+            str(item.reembedded),
+            str(item.registry_rows),
+        )
+    console.print(table)
+    for item in report.orgs:
+        if item.skipped:
+            err_console.print(
+                f"[red]error:[/red] org {escape(item.org)}: {len(item.skipped)} chunks have no "
+                "text in the vector store and were not re-embedded; re-ingest their documents",
+                soft_wrap=True,
+            )
+    if any(item.skipped for item in report.orgs):
+        raise typer.Exit(1)

@@ -1,5 +1,6 @@
 """Copy one org's points between vector stores (`kbflow store migrate`): the embedded Qdrant
-Edge store of ``KBFLOW_HOME`` and a Qdrant server (or qdrant-client local mode) by URL.
+Edge store of ``KBFLOW_HOME`` and a Qdrant server (or qdrant-client local mode) by URL; and
+re-embed chunks with the configured embedding model (`kbflow store reembed`, see `reembed`).
 
 A copy keeps every point as it is — the same id, both named vectors (``dense`` and the sparse
 ``bm25``) and the payload unchanged — so search answers the same on either side. It upserts
@@ -19,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, SecretStr
 
@@ -27,6 +28,9 @@ from core import ids
 from core.contracts import Report
 from core.errors import ConfigError, NotFound, StoreBusy, StoreError
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    from tasks.ingest.reembed import ReembedReport
 
 EMBEDDED = "embedded"
 """How a report names the embedded Edge store side (its folder follows in ``source``)."""
@@ -256,3 +260,39 @@ def _open_side(
             f"{exc} A copy needs the embedded store to itself: stop `kbflow serve` (or the "
             "command holding it) for the copy."
         ) from exc
+
+
+def reembed(
+    settings: Settings,
+    *,
+    org: str | None = None,
+    dry_run: bool = False,
+    batch: int = 128,
+    progress: Any = None,
+) -> ReembedReport:
+    """Re-embed every chunk (of ``org``, or of every org) that another embedding model made,
+    with the configured one (`tasks.ingest.reembed`). Holds the embedded store while it runs,
+    as ``kbflow reconcile`` does; safe to re-run, and a killed run is finished by the next.
+
+    Raises:
+        ConfigError: a bad org id or batch; ``KBFLOW_EMBEDDING_MODEL=promoted`` with nothing
+            promoted.
+        StoreBusy / StoreError: the vector store cannot be opened (nothing is written then).
+    """
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.ingest.reembed import reembed as reembed_points
+    from tasks.text.embed import embedder_for
+
+    if org is not None:
+        ids.org_id(org)
+    embedder = embedder_for(settings)
+    with open_registry(settings) as registry, open_vector_store(settings) as store:
+        return reembed_points(
+            store,
+            registry,
+            embedder,
+            org_id=org,
+            dry_run=dry_run,
+            batch=batch,
+            progress=progress,
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from core.models import (
     SERVABLE_PARSE_STATUSES,
@@ -26,8 +26,16 @@ from sinks.registry.schema import (
 class ChunksMixin(RegistryBase):
     """Chunk texts kept beside their documents (the keyword fallback's corpus and the edit path)."""
 
-    def put_chunks(self, doc: DocRecord, content_hash: str, chunks: Sequence[Chunk]) -> None:
-        """Record a document's chunk texts for one content version (replacing that version's)."""
+    def put_chunks(
+        self,
+        doc: DocRecord,
+        content_hash: str,
+        chunks: Sequence[Chunk],
+        *,
+        embedding_model: str,
+    ) -> None:
+        """Record a document's chunk texts for one content version (replacing that version's),
+        with the id of the embedding model that made their vectors."""
         with self.session() as s, s.begin():
             s.execute(
                 delete(ChunkRow).where(
@@ -44,9 +52,69 @@ class ChunksMixin(RegistryBase):
                     text=c.text,
                     heading_path=list(c.heading_path),
                     location=c.location.to_payload() if c.location else None,
+                    embedding_model=embedding_model,
                 )
                 for c in chunks
             )
+
+    def embedding_model_bounds(self, org_id: str) -> tuple[str | None, str | None]:
+        """The smallest and largest embedding model id recorded on ``org_id``'s chunks (NULLs,
+        chunks written before ids were recorded, are ignored; (None, None) when there are
+        none). Equal bounds mean one model. Two seeks on ``ix_chunks_org_model``, whatever
+        the org's size: cheap enough for every query."""
+        of_org = ChunkRow.org_id == org_id
+        low = select(func.min(ChunkRow.embedding_model)).where(of_org).scalar_subquery()
+        high = select(func.max(ChunkRow.embedding_model)).where(of_org).scalar_subquery()
+        with self.session() as s:
+            row = s.execute(select(low, high)).one()
+            return row[0], row[1]
+
+    def embedding_models(self, org_id: str) -> dict[str | None, int]:
+        """How many of ``org_id``'s chunks each embedding model id made (None: not recorded).
+        Scans the org's chunks: for messages and reports, not for every query."""
+        with self.session() as s:
+            rows = s.execute(
+                select(ChunkRow.embedding_model, func.count())
+                .where(ChunkRow.org_id == org_id)
+                .group_by(ChunkRow.embedding_model)
+            )
+            return {model: int(n) for model, n in rows}
+
+    def chunk_orgs(self) -> list[str]:
+        """The orgs that have chunks, sorted."""
+        with self.session() as s:
+            return sorted(s.scalars(select(ChunkRow.org_id).distinct()))
+
+    def set_chunk_embedding_model(self, chunk_ids: Iterable[str], embedding_model: str) -> int:
+        """Record ``embedding_model`` on these chunks (those that exist); returns how many."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        done = 0
+        with self.session() as s, s.begin():
+            for start in range(0, len(wanted), 500):
+                result = s.execute(
+                    update(ChunkRow)
+                    .where(ChunkRow.chunk_id.in_(wanted[start : start + 500]))
+                    .values(embedding_model=embedding_model)
+                )
+                done += result.rowcount or 0  # type: ignore[attr-defined]
+        return done
+
+    def relabel_org_chunks(self, org_id: str, embedding_model: str) -> int:
+        """Record ``embedding_model`` on every chunk of ``org_id`` that says otherwise (or
+        nothing); returns how many changed. For `kbflow store reembed`, once every vector of
+        the org is that model's: chunks left with another id then have no vectors at all
+        (an older content version of an edited document)."""
+        with self.session() as s, s.begin():
+            result = s.execute(
+                update(ChunkRow)
+                .where(
+                    ChunkRow.org_id == org_id,
+                    (ChunkRow.embedding_model.is_(None))
+                    | (ChunkRow.embedding_model != embedding_model),
+                )
+                .values(embedding_model=embedding_model)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     def current_chunks(self, org_id: str) -> list[tuple[DocRecord, Chunk]]:
         """Every servable document's chunks for its current content, in document order.

@@ -148,9 +148,13 @@ class ChunkRow(Base):
     text: Mapped[str] = mapped_column(Text)
     heading_path: Mapped[list[str]] = mapped_column(JSON)
     location: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The id of the embedding model that made the chunk's vectors (`Embedder.model_id`), or
+    # NULL for a chunk written before model ids were recorded (migration 0010).
+    embedding_model: Mapped[str | None] = mapped_column(String(500), nullable=True)
     __table_args__ = (
         Index("ix_chunks_doc", "doc_id", "content_hash"),
         Index("ix_chunks_org", "org_id"),
+        Index("ix_chunks_org_model", "org_id", "embedding_model"),
     )
 
 

@@ -144,6 +144,7 @@ def retrieve_and_score(
         paused=result.paused,
         reason=result.reason,
         latency_ms=round((time.perf_counter() - started) * 1000, 1),
+        embedding_model=embedder.model_id,
     )
     return Retrieved(result, call, confidence)
 

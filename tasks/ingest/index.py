@@ -41,6 +41,7 @@ from tasks.review.machine import (
 from tasks.text.chunk import document_to_chunks
 from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
+from tasks.text.model_check import require_org_model
 from tasks.text.points import chunk_to_point
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,12 @@ def index_batch(
     the report; the rest of the batch is stored. A document's Citations footer is not chunked:
     its entries are kept with the document (``cite_uris``: the URIs of the cited ids, as the
     research corpus knows them).
+
+    Raises:
+        EmbeddingModelMismatch: the org's chunks were embedded by another model than
+            ``embedder``'s (checked before anything is written: an org never mixes models).
     """
+    require_org_model(registry, target.org_id, embedder.model_id, action="ingest into")
     report = BatchReport()
     docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
     for item in items:
@@ -229,11 +235,12 @@ def index_batch(
     started = time.perf_counter()
     vectors = embedder.embed_documents([c.embed_text for c in all_chunks])
     report.embed_seconds = time.perf_counter() - started
+    model_id = embedder.model_id
     by_doc: dict[str, list[ChunkPoint]] = {}
     records = {doc.id: doc for _, doc, _ in docs}
     for chunk, vector in zip(all_chunks, vectors, strict=True):
         by_doc.setdefault(chunk.doc_id, []).append(
-            chunk_to_point(chunk, vector, records[chunk.doc_id])
+            chunk_to_point(chunk, vector, records[chunk.doc_id], model_id=model_id)
         )
 
     check = check_chunk_points([p for pts in by_doc.values() for p in pts])
@@ -247,7 +254,7 @@ def index_batch(
             continue
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
-        registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id])
+        registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id], embedding_model=model_id)
         faults.point("ingest.after_chunks")
         stored.append((item, doc))
     # One upsert (and one flush) per batch; documents become servable only when published.

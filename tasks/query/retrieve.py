@@ -25,6 +25,7 @@ from tasks.query.fallback import KeywordFallback, shared_fallback
 from tasks.query.rerank import Reranker, rerank_hits
 from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
+from tasks.text.model_check import require_org_model
 from tasks.text.sparse import query_sparse_vector
 
 if TYPE_CHECKING:
@@ -91,11 +92,15 @@ def search(
 
     Raises:
         ConfigError: ``top_k`` is not positive or the query is empty.
+        EmbeddingModelMismatch: a dense leg would compare the query's vector with chunks of
+            the org that another embedding model made.
         Exception: whatever the vector store raises when it fails.
     """
     config = config or RetrievalConfig()
     _check_query(query, top_k)
     started = time.perf_counter()
+    if mode is not SearchMode.KEYWORD:  # the keyword leg alone compares no vectors
+        require_org_model(registry, scope.org_id, embedder.model_id)
     gate = build_gate(scope)
     # Over-fetch a little so hits dropped by the registry re-check can be replaced.
     limit = top_k + max(5, top_k // 2)

@@ -55,6 +55,7 @@ from tasks.review.access import (  # noqa: F401  (re-exported: the review comman
 from tasks.text.chunk import document_to_chunks, markdown_to_sections
 from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
+from tasks.text.model_check import require_org_model
 from tasks.text.points import chunk_to_point
 
 log = logging.getLogger(__name__)
@@ -298,9 +299,14 @@ def _write_hidden_edit(
         )
     ]
     hidden = replace(doc, content_hash=content_hash, status=DocStatus.PENDING_REVIEW.value)
+    model_id = embedder.model_id
+    require_org_model(registry, doc.org_id, model_id, action="edit a document of")
     vectors = embedder.embed_documents([c.embed_text for c in chunks])
-    points = [chunk_to_point(c, v, hidden) for c, v in zip(chunks, vectors, strict=True)]
-    registry.put_chunks(doc, content_hash, chunks)
+    points = [
+        chunk_to_point(c, v, hidden, model_id=model_id)
+        for c, v in zip(chunks, vectors, strict=True)
+    ]
+    registry.put_chunks(doc, content_hash, chunks, embedding_model=model_id)
     with open_store() as store:
         store.upsert(points)
     return content_hash, len(points), citations

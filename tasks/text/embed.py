@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -292,10 +293,55 @@ def get_embedder(
     return MiniLMEmbedder(model, batch_size, backend, precision=precision)
 
 
+PROMOTED = "promoted"
+"""``KBFLOW_EMBEDDING_MODEL=promoted``: the fine-tuned model ``<home>/models/promoted.json``
+names (the one `kbflow models finetune` promoted on a held-out win)."""
+
+PROMOTED_FILE = "promoted.json"  # tasks.text.finetune.PROMOTED, without importing training code
+
+
+def resolve_model(model: str, models_dir: Path) -> str:
+    """The embedding model setting as the embedder takes it: ``promoted`` becomes the folder
+    of the promoted fine-tuned model (its path as ``promoted.json`` records it, which is also
+    what names its vectors); any other value is returned as given.
+
+    Raises:
+        ConfigError: ``promoted`` but nothing is promoted under ``models_dir``, the record is
+            unreadable, or its folder is gone.
+    """
+    if model != PROMOTED:
+        return model
+    record_file = models_dir / PROMOTED_FILE
+    if not record_file.is_file():
+        raise ConfigError(
+            f"KBFLOW_EMBEDDING_MODEL=promoted, but no model is promoted: {record_file} does not "
+            "exist. Run `kbflow models finetune --dataset DIR` (it promotes a model only when it "
+            f"wins on held-out queries), or set KBFLOW_EMBEDDING_MODEL to {PACKAGED_MINILM!r} "
+            "or a model folder."
+        )
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        folder = str(record["path"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"KBFLOW_EMBEDDING_MODEL=promoted, but {record_file} is not a readable promotion "
+            f"record ({type(exc).__name__}: {exc}) — delete it and promote again with `kbflow "
+            "models finetune`"
+        ) from exc
+    if not os.path.isdir(folder):
+        raise ConfigError(
+            f"KBFLOW_EMBEDDING_MODEL=promoted names {record.get('model_id', '?')!r} at "
+            f"{folder}, but that folder is missing. Restore it, promote another model with "
+            "`kbflow models finetune`, or set KBFLOW_EMBEDDING_MODEL to a model folder."
+        )
+    return folder
+
+
 def embedder_for(settings: Settings) -> MiniLMEmbedder:
-    """The process's embedder for these settings (model, batch size, backend, precision)."""
+    """The process's embedder for these settings (model, batch size, backend, precision);
+    ``KBFLOW_EMBEDDING_MODEL=promoted`` is resolved here (`resolve_model`)."""
     return get_embedder(
-        settings.embedding_model,
+        resolve_model(settings.embedding_model, settings.models_dir),
         settings.embed_batch_size,
         settings.embedding_backend,
         settings.embedding_precision,

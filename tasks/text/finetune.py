@@ -40,13 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ConfigError
 from core.settings import PACKAGED_MINILM
-from tasks.text.embed import model_folder
+from tasks.text.embed import PROMOTED_FILE, model_folder
 from tasks.text.offline_hf import quiet_offline_hf
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "kbflow-model.json"
-PROMOTED = "promoted.json"  # in the models folder: the model that won its held-out evaluation
+PROMOTED = PROMOTED_FILE  # in the models folder: the model that won its held-out evaluation
 ID_PREFIX = "minilm-ft-"
 FORMAT_VERSION = 1  # bump when training changes in a way the parameters do not show
 # Files that make a model what it is: its weights, architecture, tokenizer and pooling.
@@ -408,8 +408,9 @@ def record_evaluation(model_dir: Path, evaluation: dict[str, Any]) -> dict[str, 
 
 def promote(models_dir: Path, model: FinetunedModel, evidence: dict[str, Any]) -> Path:
     """Record ``model`` as the promoted one (``<models_dir>/promoted.json``) with the
-    ``evidence`` that it won; returns the file. Nothing re-indexes here: using the model is
-    the promotion step's next job (the index fingerprint includes the model)."""
+    ``evidence`` that it won; returns the file. Nothing re-indexes here: the model is used
+    with ``KBFLOW_EMBEDDING_MODEL=promoted`` (`tasks.text.embed.resolve_model`) and
+    ``kbflow store reembed``."""
     record = {
         "model_id": model.model_id,
         "path": str(model.path),

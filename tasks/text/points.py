@@ -10,9 +10,15 @@ from sinks.registry import DocRecord, collection_ancestry
 from sinks.vectors import point_id_for
 from tasks.text.sparse import document_sparse_vector
 
+EMBEDDING_MODEL = "embedding_model"
+"""The payload key (and registry column) naming the model that made a point's dense vector."""
 
-def chunk_to_point(chunk: Chunk, vector: list[float], doc: DocRecord) -> ChunkPoint:
-    """Build the stored point: both vectors and the payload the gate filters on."""
+
+def chunk_to_point(
+    chunk: Chunk, vector: list[float], doc: DocRecord, *, model_id: str
+) -> ChunkPoint:
+    """Build the stored point: both vectors, the payload the gate filters on, and the id of
+    the embedding model that made ``vector`` (``model_id``: `Embedder.model_id`)."""
     payload: dict[str, Any] = {
         "org_id": doc.org_id,
         "collection_path": collection_ancestry(doc.collection_path),
@@ -25,6 +31,7 @@ def chunk_to_point(chunk: Chunk, vector: list[float], doc: DocRecord) -> ChunkPo
         "content_hash": doc.content_hash,
         "heading_path": list(chunk.heading_path),
         "text": chunk.text,
+        EMBEDDING_MODEL: model_id,
     }
     optional = {
         "status": doc.status,

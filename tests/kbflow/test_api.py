@@ -412,3 +412,12 @@ def test_two_reviewers_race_for_the_same_drafts(served: dict[str, Any]) -> None:
     queue = _call(served, "GET", "/v1/admin/orgs/acme/drafts", "amy", params={"status": "approved"})
     approved = {d["id"] for run in queue.json()["runs"] for d in run["documents"]}
     assert approved & set(drafts) == {d for d, c in approvals.items() if c == 200}
+
+
+def test_an_embedding_model_mismatch_is_the_servers_fault_not_the_requests() -> None:
+    """Another model's index behind the server: 503 (fix the setting or re-embed), not 422."""
+    from core.errors import ConfigError, EmbeddingModelMismatch
+    from kbflow.api.errors import status_of
+
+    assert status_of(EmbeddingModelMismatch("org acme: chunks of 'a', embedder 'b'")) == 503
+    assert status_of(ConfigError("top_k must be > 0")) == 422

@@ -50,3 +50,5 @@ def test_models_list_shows_each_model_and_the_promoted_one() -> None:
     assert table.exit_code == 0
     row = next(line for line in table.output.splitlines() if "minilm-ft-aaaaaaaaaaaa" in line)
     assert "0.6100" in row and "yes" in row
+    assert "KBFLOW_EMBEDDING_MODEL=promoted" in table.output  # how to use it
+    assert "kbflow store reembed" in table.output

@@ -61,7 +61,7 @@ def points(embedder: Any) -> list[Any]:
             updated_at=None,  # type: ignore[arg-type]
         )
         chunk = Chunk(f"{doc.id}:0", doc.id, 0, row["text"], (row["title"],))
-        out.append(chunk_to_point(chunk, vec, doc))
+        out.append(chunk_to_point(chunk, vec, doc, model_id=embedder.model_id))
     return out
 
 

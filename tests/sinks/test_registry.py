@@ -608,3 +608,61 @@ def test_documents_gain_citations_and_older_rows_have_none(tmp_path: Path) -> No
         }
     finally:
         registry.close()
+
+
+# --- chunk embedding model ids (0010) ------------------------------------------------------------
+
+
+def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
+    tmp_path: Path,
+) -> None:
+    """A registry made up to 0009 with a chunk, upgraded: the chunk's model is NULL (written
+    before ids were recorded: compatible with any model); a new chunk keeps its model; 0010
+    goes down (column and index gone, rows kept) and up again."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from core.models import Chunk
+    from sinks.registry.base import _MIGRATIONS
+
+    engine = _blank_engine(tmp_path / "before-model-ids.db")
+    registry = SqlRegistry(engine)
+    try:
+        registry.migrate("0009")
+        doc = add_doc(registry)
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO chunks (chunk_id, doc_id, org_id, content_hash, chunk_index, "
+                    "text, heading_path) VALUES (:c, :d, :o, :h, 0, 'old text', '[]')"
+                ),
+                {"c": f"{doc.id}:0", "d": doc.id, "o": doc.org_id, "h": doc.content_hash},
+            )
+
+        registry.migrate("head")
+        assert registry.embedding_models(doc.org_id) == {None: 1}
+        assert registry.embedding_model_bounds(doc.org_id) == (None, None)
+        new = add_doc(registry, key="new")
+        chunk = Chunk(f"{new.id}:0", new.id, 0, "new text")
+        registry.put_chunks(new, new.content_hash, [chunk], embedding_model="m1")
+        assert registry.embedding_models(doc.org_id) == {None: 1, "m1": 1}
+        assert registry.embedding_model_bounds(doc.org_id) == ("m1", "m1")
+        assert registry.relabel_org_chunks(doc.org_id, "m2") == 2
+        assert registry.embedding_model_bounds(doc.org_id) == ("m2", "m2")
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0009")
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("chunks")}
+            indexes = {i["name"] for i in inspect(conn).get_indexes("chunks")}
+            count = conn.execute(text("SELECT count(*) FROM chunks")).scalar()
+        assert "embedding_model" not in columns and "ix_chunks_org_model" not in indexes
+        assert count == 2
+        registry.migrate("head")
+        assert registry.embedding_models(doc.org_id) == {None: 2}
+    finally:
+        registry.close()

@@ -171,6 +171,12 @@ def test_a_client_gets_what_the_owner_would_answer(tmp_path: Path) -> None:
         assert store.count() == 38 == client.count()
         ids = sorted(h.point_id for h in client.iter_payloads(["doc_id"]))
         assert ids == sorted(h.point_id for h in store.iter_payloads(["doc_id"]))
+        # A re-embed's write: new vectors and the model id; the rest of the payload stays.
+        (before,) = store.inspect_document_chunks("d4")
+        client.set_vectors([ChunkPoint(before.point_id, _point(5).dense, _point(5).sparse, {})],
+                           {"embedding_model": "m2"})  # fmt: skip
+        (after,) = store.inspect_document_chunks("d4")
+        assert after.payload == {**before.payload, "embedding_model": "m2"}
     finally:
         if client is not None:
             client.close()

