@@ -200,7 +200,7 @@ class Settings(BaseSettings):
         "What leaves the org is scrubbed either way: the model provider, the ledger, logs.",
     )
     answer_min_confidence: float = Field(
-        0.42,
+        0.515,
         ge=-1.0,
         le=1.0,
         description="Support (support-v2: best-sentence cosine, term coverage, dropped-word "

@@ -82,7 +82,7 @@ class SupportModel:
 
 SUPPORT_V1 = "support-v1"
 # Fitted by bench/fit_support.py on the even halves of both refusal sets: docs/ANSWERS.md.
-SUPPORT_V2 = SupportModel("support-v2", sentence_cosine=0.7, value_words=False, dropped_word=2.0)
+SUPPORT_V2 = SupportModel("support-v2", sentence_cosine=0.7, value_words=True, dropped_word=2.0)
 SUPPORT_VERSION = SUPPORT_V2.version
 
 
