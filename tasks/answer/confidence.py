@@ -17,14 +17,14 @@ min-max normalised per query), so refusal needs a signal on a fixed scale. Suppo
 Measured on SciFact dev (bench/refusal_calibration.py, docs/ANSWERS.md): cosine alone separates
 answerable from unanswerable claims with ROC AUC ≈ 0.65; coverage alone ≈ 0.70; the sum ≈ 0.71,
 for about a millisecond per query. A near-topic passage scores a high cosine but lacks the
-question's specific terms, which is what coverage catches. Sentence-level embeddings gained
-nothing on top of this at ~0.5 s per query on a CPU.
+question's specific terms, which is what coverage catches.
 
-That is ``support-v1`` (`support_scores_v1`). The answer path now gates on ``support-v2``
-(`SUPPORT_V2`, `support_scores`), fitted on the even halves of SciFact dev and of the
-question-form set (bench/fit_support.py, docs/ANSWERS.md):
+That is ``support-v1`` (`support_scores_v1`). It separated question-form data worse (ROC AUC
+0.649 on the question set). The answer path now gates on ``support-v2`` (`SUPPORT_V2`,
+`support_scores`), fitted on the even halves of SciFact dev and of the question set
+(bench/fit_support.py; held out: SciFact 0.726, questions 0.740; docs/ANSWERS.md):
 
-    a × best-sentence cosine  +  (1 − a) × coverage  −  d × dropped-word gain
+    0.7 × best-sentence cosine  +  0.3 × coverage  −  2 × dropped-word gain
 
 * best-sentence cosine: MiniLM's cosine of the question with each sentence (and line) of the
   chunk, the best one: a chunk that answers in one sentence among unrelated ones is not diluted;
