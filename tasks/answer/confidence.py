@@ -22,7 +22,8 @@ question's specific terms, which is what coverage catches.
 That is ``support-v1`` (`support_scores_v1`). It separated question-form data worse (ROC AUC
 0.649 on the question set). The answer path now gates on ``support-v2`` (`SUPPORT_V2`,
 `support_scores`), fitted on the even halves of SciFact dev and of the question set
-(bench/fit_support.py; held out: SciFact 0.726, questions 0.740; docs/ANSWERS.md):
+(bench/fit_support.py; held-out ROC AUC on SciFact 0.723 (v1 0.721), on the questions 0.740
+(v1 0.638); docs/ANSWERS.md):
 
     0.7 × best-sentence cosine  +  0.3 × coverage  −  2 × dropped-word gain
 
@@ -34,8 +35,9 @@ That is ``support-v1`` (`support_scores_v1`). It separated question-form data wo
   2027", "delivery to Germany") matches the chunk better without the word the chunk lacks; a
   paraphrase loses by dropping any of its words.
 
-It embeds the chunks, their sentences and the question less one word at a time: a few hundred
-milliseconds per question on a CPU, less for texts seen before (a bounded per-process cache).
+It embeds the chunks, their sentences and the question less one word at a time (~55 texts per
+question on the question set), shortest first in small batches: under a second per question on
+a CPU from cold, milliseconds for texts seen before (a bounded per-process cache).
 Recorded turns keep the confidence and threshold they were decided with; replay re-runs
 synthesis on that recorded evidence and never re-derives support.
 """
@@ -81,7 +83,6 @@ class SupportModel:
     dropped_word: float
 
 
-SUPPORT_V1 = "support-v1"
 # Fitted by bench/fit_support.py on the even halves of both refusal sets: docs/ANSWERS.md.
 SUPPORT_V2 = SupportModel("support-v2", sentence_cosine=0.7, value_words=True, dropped_word=2.0)
 SUPPORT_VERSION = SUPPORT_V2.version
