@@ -8,11 +8,15 @@ chunks, their support (`tasks.answer.confidence.support_scores`), and the cited 
 offline extractive model (`tasks.answer.cited_answer.answer`).
 
 Reported, per corpus and over all, and on the questions at even and at odd positions:
-- ROC AUC of the best support (answerable above unanswerable), with the value-word rule of
-  `tasks.text.values` and without it (the signal before it), measured in the same run;
+- ROC AUC of the best support (answerable above unanswerable): support-v2, what the answer
+  path gates on (`tasks.answer.confidence.support_scores`), beside support-v1 with the
+  value-word rule of `tasks.text.values` and without it, all measured in the same run;
 - at the configured threshold (``KBFLOW_ANSWER_MIN_CONFIDENCE``): the answerable questions
   answered, the unanswerable ones refused, and the answered questions whose answer text holds
-  the expected fact.
+  the expected fact; and what support-v1 answered and refused at its own threshold (0.59);
+- the time support scoring takes per question (p50 / p95), v1 and v2, v2 from a cold vector
+  cache (every text embedded; every 4th question) and warm (the per-process cache as the
+  answer path keeps it).
 
 Usage: ``.venv/bin/python bench/refusal_questions.py [--home DIR]`` (a temporary home by
 default). Needs ``../shared/datasets`` for the real-docs half (skipped without it).
@@ -25,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,25 +66,35 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+COLD_EVERY = 4  # support-v2 is timed from an empty vector cache on every 4th question
+V1_THRESHOLD = 0.59  # support-v1's calibrated threshold, the default before support-v2
+
+
 def _summary(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
     ans = [r for r in rows if r["answerable"]]
     unans = [r for r in rows if not r["answerable"]]
     if not ans or not unans:
         return {"questions": len(rows)}
     answered = [r for r in ans if r["status"] == "answered"]
+
+    def roc(key: str) -> float:
+        return round(auc([r[key] for r in ans], [r[key] for r in unans]), 4)
+
     return {
         "questions": len(rows),
         "answerable": len(ans),
         "unanswerable": len(unans),
-        "roc_auc": round(auc([r["support"] for r in ans], [r["support"] for r in unans]), 4),
-        "roc_auc_without_value_words": round(
-            auc([r["support_plain"] for r in ans], [r["support_plain"] for r in unans]), 4
-        ),
+        "roc_auc": roc("support"),
+        "roc_auc_v1": roc("support_v1"),
+        "roc_auc_v1_without_value_words": roc("support_v1_plain"),
         "answerable_answered": round(len(answered) / len(ans), 4),
-        "answerable_answered_without_value_words": round(
-            sum(r["support_plain"] >= threshold for r in ans) / len(ans), 4
-        ),
         "unanswerable_refused": round(sum(r["status"] == "refused" for r in unans) / len(unans), 4),
+        "v1_answerable_answered": round(
+            sum(r["support_v1"] >= V1_THRESHOLD for r in ans) / len(ans), 4
+        ),
+        "v1_unanswerable_refused": round(
+            sum(r["support_v1"] < V1_THRESHOLD for r in unans) / len(unans), 4
+        ),
         "answered_with_expected_fact": round(
             sum(r["has_fact"] for r in answered) / len(answered), 4
         )
@@ -104,7 +119,12 @@ def main() -> int:
     from kbflow.answers import answer_config, knowledge_model
     from kbflow.wiring import search_context
     from tasks.answer.cited_answer import answer
-    from tasks.answer.confidence import TermStats, support_scores
+    from tasks.answer.confidence import (
+        TermStats,
+        clear_vector_cache,
+        support_scores,
+        support_scores_v1,
+    )
 
     corpora = ["demo"] + (["real-docs"] if (datasets_folder() / "real-docs").is_dir() else [])
     started = time.perf_counter()
@@ -125,6 +145,7 @@ def main() -> int:
     config = answer_config(settings)
     model, why = knowledge_model(settings.model_copy(update={"answer_model": "extractive"}))
     rows: list[dict[str, Any]] = []
+    timings: dict[str, list[float]] = {"v1": [], "v2_cold": [], "v2_warm": []}
     with search_context(settings) as ctx:
         for corpus in corpora:
             org = f"q-{corpus}"
@@ -133,8 +154,22 @@ def main() -> int:
             for q in load_questions(corpus):  # type: ignore[arg-type]
                 hits = ctx.retrieve(q.text, scope, mode=config.mode, top_k=config.top_k).hits
                 vector = ctx.embedder.embed_query(q.text)
-                new = support_scores(q.text, vector, hits, ctx.embedder, stats)
-                old = support_scores(q.text, vector, hits, ctx.embedder, stats, value_words=False)
+                tick = time.perf_counter()
+                v1 = support_scores_v1(q.text, vector, hits, ctx.embedder, stats)
+                timings["v1"].append(time.perf_counter() - tick)
+                plain = support_scores_v1(
+                    q.text, vector, hits, ctx.embedder, stats, value_words=False
+                )
+                cold = len(rows) % COLD_EVERY == 0
+                if cold:
+                    clear_vector_cache()
+                tick = time.perf_counter()
+                v2 = support_scores(q.text, vector, hits, ctx.embedder, stats)
+                if cold:
+                    timings["v2_cold"].append(time.perf_counter() - tick)
+                tick = time.perf_counter()
+                support_scores(q.text, vector, hits, ctx.embedder, stats)
+                timings["v2_warm"].append(time.perf_counter() - tick)
                 turn = answer(
                     q.text, scope, org_id=org, agent_id="bench", registry=ctx.registry,
                     retrieve_fn=lambda t, s, k: ctx.retrieve(t, s, mode=config.mode, top_k=k),
@@ -146,17 +181,29 @@ def main() -> int:
                         "corpus": corpus,
                         "kind": q.kind,
                         "answerable": q.answerable,
-                        "support": round(max(new, default=0.0), 4),
-                        "support_plain": round(max(old, default=0.0), 4),
+                        "support": round(max(v2, default=0.0), 4),
+                        "support_v1": round(max(v1, default=0.0), 4),
+                        "support_v1_plain": round(max(plain, default=0.0), 4),
                         "status": turn.output["status"],
                         "has_fact": bool(q.answer)
                         and _normal(q.answer or "") in _normal(turn.output["answer"]),
                     }
                 )
+    from tasks.answer.confidence import SUPPORT_VERSION
+
     threshold = config.threshold
     out: dict[str, Any] = {
         "threshold": threshold,
+        "signal": SUPPORT_VERSION,
+        "v1_threshold": V1_THRESHOLD,
         "top_k": config.top_k,
+        "support_ms": {
+            name: {
+                "p50": round(1000 * statistics.median(values), 1),
+                "p95": round(1000 * statistics.quantiles(values, n=20)[-1], 1),
+            }
+            for name, values in timings.items()
+        },
         "ingest_s": round(ingest_s, 1),
         "seconds": round(time.perf_counter() - started, 1),
         "all": _summary(rows, threshold),

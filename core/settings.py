@@ -210,11 +210,12 @@ class Settings(BaseSettings):
         "What leaves the org is scrubbed either way: the model provider, the ledger, logs.",
     )
     answer_min_confidence: float = Field(
-        0.59,
+        0.515,
         ge=-1.0,
         le=1.0,
-        description="Support (MiniLM cosine) a chunk needs to be evidence for an answer; "
-        "below it for every chunk, the answer is refused. Calibrated on SciFact: docs/ANSWERS.md.",
+        description="Support (support-v2: best-sentence cosine, term coverage, dropped-word "
+        "gain) a chunk needs to be evidence for an answer; below it for every chunk, the answer "
+        "is refused. Calibrated on SciFact and the question set: docs/ANSWERS.md.",
     )
     answer_top_k: int = Field(8, gt=0, le=50, description="Chunks retrieved per answer query.")
     research_max_fetches: int = Field(

@@ -15,6 +15,7 @@ from typing import Any
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
 from core.models import Citation, LlmCall, RetrievalCall, Scope, Turn
 from sinks.registry import SqlRegistry
+from tasks.answer.confidence import SUPPORT_VERSION
 from tasks.answer.knowledge import Claim, Evidence, KnowledgeModel
 from tasks.answer.turns import (
     AnswerConfig,
@@ -73,7 +74,8 @@ def answer(
     clean, pseudonyms = model_text(config)
     retrievals: list[RetrievalCall] = []
     calls: list[LlmCall] = []
-    facts: dict[str, Any] = {"best_confidence": None, "degraded": False}
+    # the support signal the confidences come from (a threshold means something only with it)
+    facts: dict[str, Any] = {"best_confidence": None, "degraded": False, "support": SUPPORT_VERSION}
 
     def refuse(
         policy: Policy,
@@ -145,6 +147,7 @@ def answer(
         "model": model.model_id,
         "prompt_version": model.prompt_version,
         "threshold": config.threshold,
+        "support": SUPPORT_VERSION,
     }
     try:
         claims = model.answer(scrub(question), evidence, calls)

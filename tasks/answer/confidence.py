@@ -17,15 +17,37 @@ min-max normalised per query), so refusal needs a signal on a fixed scale. Suppo
 Measured on SciFact dev (bench/refusal_calibration.py, docs/ANSWERS.md): cosine alone separates
 answerable from unanswerable claims with ROC AUC ≈ 0.65; coverage alone ≈ 0.70; the sum ≈ 0.71,
 for about a millisecond per query. A near-topic passage scores a high cosine but lacks the
-question's specific terms, which is what coverage catches. Sentence-level embeddings gained
-nothing on top of this at ~0.5 s per query on a CPU.
+question's specific terms, which is what coverage catches.
+
+That is ``support-v1`` (`support_scores_v1`). It separated question-form data worse (ROC AUC
+0.649 on the question set). The answer path now gates on ``support-v2`` (`SUPPORT_V2`,
+`support_scores`), fitted on the even halves of SciFact dev and of the question set
+(bench/fit_support.py; held-out ROC AUC on SciFact 0.723 (v1 0.721), on the questions 0.740
+(v1 0.638); docs/ANSWERS.md):
+
+    0.7 × best-sentence cosine  +  0.3 × coverage  −  2 × dropped-word gain
+
+* best-sentence cosine: MiniLM's cosine of the question with each sentence (and line) of the
+  chunk, the best one: a chunk that answers in one sentence among unrelated ones is not diluted;
+* coverage as above;
+* dropped-word gain: how much closer the question comes to the chunk when one of its content
+  words is left out (the most, over its words; 0 when none helps). A near-miss ("the price in
+  2027", "delivery to Germany") matches the chunk better without the word the chunk lacks; a
+  paraphrase loses by dropping any of its words.
+
+It embeds the chunks, their sentences and the question less one word at a time (~55 texts per
+question on the question set), shortest first in small batches: under a second per question on
+a CPU from cold, milliseconds for texts seen before (a bounded per-process cache).
+Recorded turns keep the confidence and threshold they were decided with; replay re-runs
+synthesis on that recorded evidence and never re-derives support.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,11 +55,37 @@ from core.models import SearchHit, SearchMode
 from sinks.registry import SqlRegistry
 from tasks.query.fallback import shared_fallback
 from tasks.text.embed import Embedder
+from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze, words
 from tasks.text.values import asks_for_value, holds_value_for, is_question, value_kind
 
-COSINE_WEIGHT = 0.5
+COSINE_WEIGHT = 0.5  # support-v1
 _MIN_PREFIX = 4  # shorter stems are too ambiguous to match as prefixes
+_MIN_UNIT_CHARS = 16  # a shorter sentence or line ("Price", "| a |") says too little alone
+_EMBED_BATCH = 8  # texts embedded together (similar lengths: see `_VectorCache.get`)
+_CACHED_VECTORS = 8192  # sentence / chunk / query vectors kept per process (~13 MB at 384-d)
+
+
+@dataclass(frozen=True)
+class SupportModel:
+    """A support signal's version and weights (see the module docstring).
+
+    Attributes:
+        version: recorded with every answer and knowledge search that gated on it.
+        sentence_cosine: weight ``a`` of the best-sentence cosine; coverage gets ``1 - a``.
+        value_words: whether coverage counts a question's value words (`coverage`).
+        dropped_word: weight ``d`` of the dropped-word gain (subtracted).
+    """
+
+    version: str
+    sentence_cosine: float
+    value_words: bool
+    dropped_word: float
+
+
+# Fitted by bench/fit_support.py on the even halves of both refusal sets: docs/ANSWERS.md.
+SUPPORT_V2 = SupportModel("support-v2", sentence_cosine=0.7, value_words=True, dropped_word=2.0)
+SUPPORT_VERSION = SUPPORT_V2.version
 
 
 @dataclass(frozen=True)
@@ -124,7 +172,7 @@ def _holds(term: str, present: set[str]) -> bool:
     )
 
 
-def support_scores(
+def support_scores_v1(
     query: str,
     query_vector: Sequence[float],
     hits: Sequence[SearchHit],
@@ -133,7 +181,7 @@ def support_scores(
     *,
     value_words: bool = True,
 ) -> list[float]:
-    """The support of each hit for the query (see the module docstring), in hit order.
+    """``support-v1``: 0.5 × cosine + 0.5 × coverage of each hit, in hit order.
 
     Args:
         query: the question.
@@ -153,6 +201,153 @@ def support_scores(
         cover = coverage(query, _embedded_text(hit), stats, value_words=value_words)
         out.append(COSINE_WEIGHT * cosine + (1 - COSINE_WEIGHT) * cover)
     return out
+
+
+@dataclass(frozen=True)
+class SupportParts:
+    """What support-v2 combines for one hit (the module docstring); `bench/fit_support.py`
+    fits the weights on these."""
+
+    sentence_cosine: float
+    coverage: float  # with value words
+    coverage_plain: float  # without
+    dropped_word_gain: float  # the most the cosine rises when a query word is left out
+
+    def support(self, model: SupportModel = SUPPORT_V2) -> float:
+        cover = self.coverage if model.value_words else self.coverage_plain
+        a = model.sentence_cosine
+        return (
+            a * self.sentence_cosine
+            + (1 - a) * cover
+            - model.dropped_word * max(self.dropped_word_gain, 0.0)
+        )
+
+
+def support_scores(
+    query: str,
+    query_vector: Sequence[float],
+    hits: Sequence[SearchHit],
+    embedder: Embedder,
+    stats: TermStats,
+    *,
+    model: SupportModel = SUPPORT_V2,
+) -> list[float]:
+    """The support of each hit for the query (``support-v2``, the module docstring), in hit
+    order.
+
+    Args:
+        query: the question.
+        query_vector: its embedding (unit length), from ``embedder``.
+        hits: the gated hits.
+        embedder: embeds the chunks, their sentences and the question less one word at a time
+            (texts embedded before in this process are not embedded again).
+        stats: term statistics of the corpus the hits come from.
+        model: the weights; `SUPPORT_V2` unless comparing.
+
+    Example:
+        >>> support_scores("What is the price of Arctic Breakfast?", vector, hits,
+        ...                embedder, TermStats.of_org("acme", registry))  # doctest: +SKIP
+        [0.61, 0.38, ...]
+    """
+    parts = support_parts(query, query_vector, hits, embedder, stats)
+    return [p.support(model) for p in parts]
+
+
+def support_parts(
+    query: str,
+    query_vector: Sequence[float],
+    hits: Sequence[SearchHit],
+    embedder: Embedder,
+    stats: TermStats,
+) -> list[SupportParts]:
+    """Each hit's `SupportParts`, in hit order (arguments as `support_scores`). All texts
+    are embedded in one batch, less those the per-process cache holds."""
+    if not hits:
+        return []
+    texts = [_embedded_text(h) for h in hits]
+    units = [sentence_units(h.text) for h in hits]
+    dropped = dropped_word_queries(query)
+    vectors = _vectors(embedder, [*dropped, *texts, *(u for us in units for u in us)])
+    out: list[SupportParts] = []
+    for text, hit_units in zip(texts, units, strict=True):
+        chunk = vectors[text]
+        whole = _dot(query_vector, chunk)
+        out.append(
+            SupportParts(
+                sentence_cosine=max(_dot(query_vector, vectors[u]) for u in hit_units),
+                coverage=coverage(query, text, stats),
+                coverage_plain=coverage(query, text, stats, value_words=False),
+                dropped_word_gain=max((_dot(vectors[q], chunk) - whole for q in dropped),
+                                      default=0.0),
+            )
+        )  # fmt: skip
+    return out
+
+
+def sentence_units(text: str) -> list[str]:
+    """The sentences and lines of a chunk that say enough alone (at least 16 characters), each
+    once, in order; the whole text when none does. Lines count too: a table row or a list item
+    is one statement without a full stop."""
+    sentences = [s for s in split_sentences(text) if len(s.strip()) >= _MIN_UNIT_CHARS]
+    lines = [ln for ln in text.splitlines() if len(ln.strip()) >= _MIN_UNIT_CHARS]
+    return list(dict.fromkeys([*sentences, *lines])) or [text]
+
+
+def dropped_word_queries(query: str) -> list[str]:
+    """The query once without each of its content words (a word the BM25 analyser keeps), in
+    order: what the dropped-word gain compares the whole query with."""
+    said = query.split()
+    return [" ".join(said[:i] + said[i + 1 :]) for i, word in enumerate(said) if analyze(word)]
+
+
+class _VectorCache:
+    """The last few thousand vectors, by (model id, text): a chunk retrieved again, or a
+    question asked again, is not embedded again."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vectors: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
+    def get(self, embedder: Embedder, texts: Sequence[str]) -> dict[str, tuple[float, ...]]:
+        model = embedder.model_id
+        out: dict[str, tuple[float, ...]] = {}
+        with self._lock:
+            for text in texts:
+                known = self._vectors.get((model, text))
+                if known is not None:
+                    self._vectors.move_to_end((model, text))
+                    out[text] = known
+        # Shortest first, a few at a time: a batch is padded to its longest text, and one
+        # question's texts run from a four-word question to a 256-token chunk (one batch of
+        # them all took ~3x as long on a CPU).
+        missing = sorted((t for t in dict.fromkeys(texts) if t not in out), key=len)
+        for start in range(0, len(missing), _EMBED_BATCH):
+            batch = missing[start : start + _EMBED_BATCH]
+            made = embedder.embed_documents(batch)
+            with self._lock:
+                for text, vector in zip(batch, made, strict=True):
+                    out[text] = self._vectors[(model, text)] = tuple(vector)
+        with self._lock:
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return out
+
+
+_CACHE = _VectorCache(_CACHED_VECTORS)
+
+
+def clear_vector_cache() -> None:
+    """Forget the cached vectors (a benchmark timing support from cold)."""
+    _CACHE.clear()
+
+
+def _vectors(embedder: Embedder, texts: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    return _CACHE.get(embedder, texts)
 
 
 def _embedded_text(hit: SearchHit) -> str:

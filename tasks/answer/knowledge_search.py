@@ -30,6 +30,7 @@ from core.models import (
 )
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
+from tasks.answer.confidence import SUPPORT_VERSION
 from tasks.answer.knowledge import Candidate, KnowledgeDoc, KnowledgeModel, Synthesis
 from tasks.answer.turns import (
     AnswerConfig,
@@ -199,6 +200,7 @@ def knowledge_search(
         "model": model.model_id,
         "prompt_version": model.prompt_version,
         "threshold": config.threshold,
+        "support": SUPPORT_VERSION,
     }
 
     # 5. Synthesis; any failure is a safe "no" that says why.

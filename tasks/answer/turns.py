@@ -62,8 +62,9 @@ class AnswerConfig:
     """How answers and knowledge searches retrieve and judge evidence.
 
     Attributes:
-        threshold: the support a chunk needs to count as evidence
-            (``KBFLOW_ANSWER_MIN_CONFIDENCE``, calibrated on SciFact: docs/ANSWERS.md).
+        threshold: the support (support-v2) a chunk needs to count as evidence
+            (``KBFLOW_ANSWER_MIN_CONFIDENCE``, calibrated on SciFact and the question set:
+            docs/ANSWERS.md).
         top_k: chunks retrieved per query.
         max_evidence: evidence chunks an answer may use.
         mode: the retrieval mode.

@@ -1,19 +1,33 @@
-"""The answer confidence's term coverage: a question's value words ("price", "phone") count
-when the chunk holds a value of that kind; a claim's words are matched as words."""
+"""The answer confidence: support-v2 (best-sentence cosine, coverage, dropped-word gain) and
+its term coverage, where a question's value words ("price", "phone") count when the chunk
+holds a value of that kind and a claim's words are matched as words."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from core.models import Scope, SearchMode
+from core.models import Scope, SearchHit, SearchMode
 from core.settings import Settings
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer
-from tasks.answer.confidence import TermStats, coverage
+from tasks.answer.confidence import (
+    SUPPORT_V2,
+    SUPPORT_VERSION,
+    TermStats,
+    clear_vector_cache,
+    coverage,
+    dropped_word_queries,
+    sentence_units,
+    support_scores,
+    support_scores_v1,
+)
 from tasks.answer.knowledge import Evidence, ExtractiveKnowledgeModel
+from tasks.answer.replay import replay
 from tasks.answer.turns import AnswerConfig
 from tasks.query.retrieve import retrieve
 from tasks.text.sparse import analyze
@@ -21,6 +35,7 @@ from tests.conftest import index_records
 
 # Flat statistics (every term equally rare), so a coverage is the share of terms present.
 STATS = TermStats(n=1000, df=Counter())
+V2_THRESHOLD = 0.515  # chosen with support-v2 on the even halves (bench/fit_support.py)
 
 
 @pytest.mark.parametrize(
@@ -134,3 +149,137 @@ def test_one_stated_value_answers_one_ask_even_when_the_question_names_it_twice(
     question = "What will the Aurora cost after the 2027 price increase?"
     assert analyze(question) == ["aurora", "cost", "2027", "price", "increas"]
     assert coverage(question, "Aurora: 3,190 EUR.", STATS) == pytest.approx(2 / 4)
+
+
+# --- support-v2 ------------------------------------------------------------------------------
+
+
+def _hit(text: str, chunk_id: str = "c1") -> SearchHit:
+    return SearchHit(doc_id="d1", chunk_id=chunk_id, title="", uri="test://kb", heading_path=[],
+                     text=text, score=1.0, collection="kb")  # fmt: skip
+
+
+def _support(question: str, text: str, embedder: Any, *, v1: bool = False) -> float:
+    vector = embedder.embed_query(question)
+    score = support_scores_v1 if v1 else support_scores
+    return score(question, vector, [_hit(text)], embedder, STATS)[0]
+
+
+REFUNDS = (
+    "Refunds: we pay the purchase price back to your card within 14 days of receiving the "
+    "returned item. The shop opens at 9:00 on weekdays. Parking behind the shop is free for "
+    "customers."
+)
+
+
+def test_support_v2_ranks_a_paraphrase_above_a_near_miss_that_v1_ranked_above_it(
+    embedder: Any,
+) -> None:
+    """The passage answers the paraphrase in other words; the near-miss shares its "refunds"
+    but asks about an outlet the passage never names. v1 (whole-chunk cosine + coverage) put
+    the near-miss first; v2's best sentence and dropped-word gain put the paraphrase first."""
+    paraphrase = "How soon is my money returned after I send goods back?"
+    near_miss = "How soon are refunds paid for items bought at the outlet in Lyon?"
+    v1 = [_support(q, REFUNDS, embedder, v1=True) for q in (paraphrase, near_miss)]
+    v2 = [_support(q, REFUNDS, embedder) for q in (paraphrase, near_miss)]
+    assert v1[0] < v1[1]
+    assert v2[0] > v2[1]
+
+
+def test_dropping_the_word_the_chunk_lacks_brings_the_question_closer(embedder: Any) -> None:
+    from tasks.answer.confidence import support_parts
+
+    text = "The Kestrel tent weighs 2.1 kg and sleeps two people. Its poles are aluminium."
+    asked = ["How heavy is the Kestrel tent?", "How heavy is the Kestrel tent's winter footprint?"]
+    parts = [
+        support_parts(q, embedder.embed_query(q), [_hit(text)], embedder, STATS)[0] for q in asked
+    ]
+    assert parts[0].dropped_word_gain < parts[1].dropped_word_gain
+    assert parts[1].dropped_word_gain > 0
+    assert parts[0].support() > parts[1].support()
+
+
+def test_the_sentences_and_lines_of_a_chunk_are_scored_on_their_own() -> None:
+    text = (
+        "Opening hours.\nThe shop opens at 9:00. It closes at 18:00 on weekdays.\n| Sat | 10-16 |"
+    )
+    # "Opening hours." and the table row are too short to say anything alone
+    assert sentence_units(text) == [
+        "The shop opens at 9:00.",
+        "It closes at 18:00 on weekdays.",
+        "The shop opens at 9:00. It closes at 18:00 on weekdays.",
+    ]
+    assert sentence_units("Short.") == ["Short."]  # nothing says enough alone: the whole text
+
+
+def test_dropped_word_queries_leave_out_one_content_word_at_a_time() -> None:
+    assert dropped_word_queries("What does the ferry cost?") == [
+        "What does the cost?",
+        "What does the ferry",
+    ]
+    assert dropped_word_queries("What is it?") == []
+
+
+class _Counting:
+    """An embedder that counts the texts it embeds."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded += texts
+        return list(self.inner.embed_documents(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(self.inner.embed_query(text))
+
+
+def test_support_embeds_each_text_once_per_process(embedder: Any) -> None:
+    clear_vector_cache()
+    counting = _Counting(embedder)
+    question = "What do grown-ups pay to ride the harbour ferry?"
+    hits = [_hit("Harbour ferry: adult tickets cost 4.20 EUR. It leaves every 20 minutes.")]
+    vector = embedder.embed_query(question)
+    first = support_scores(question, vector, hits, counting, STATS)
+    embedded = len(counting.embedded)
+    assert embedded == len(set(counting.embedded)) > 0  # one batch, no text twice
+    assert support_scores(question, vector, hits, counting, STATS) == first
+    assert len(counting.embedded) == embedded  # the second time, nothing is embedded
+
+
+def test_the_default_threshold_is_support_v2_s() -> None:
+    assert SUPPORT_VERSION == SUPPORT_V2.version == "support-v2"
+    assert Settings().answer_min_confidence == pytest.approx(V2_THRESHOLD)
+
+
+def test_a_turn_recorded_under_support_v1_replays_unchanged(
+    registry: SqlRegistry, edge_store: Any, embedder: Any
+) -> None:
+    """Replay re-runs synthesis on the recorded evidence, confidences and threshold: a turn
+    recorded before support-v2 (no "support" key, v1's threshold) replays byte-identically."""
+    index_records(
+        [{"key": k, "title": t, "text": x} for k, t, x in MENU],
+        store=edge_store, registry=registry, embedder=embedder, collection="menu",
+    )  # fmt: skip
+    turn = answer(
+        "When is the sauna evening?", Scope("acme", collections=("menu",)),
+        org_id="acme", agent_id="concierge", registry=registry, embedder=embedder,
+        retrieve_fn=lambda q, scope, k: retrieve(
+            q, scope, store=edge_store, registry=registry, embedder=embedder,
+            mode=SearchMode.HYBRID, top_k=k,
+        ),
+        model=ExtractiveKnowledgeModel(0.3), config=AnswerConfig(threshold=0.3),
+    )  # fmt: skip
+    assert turn.output["status"] == "answered", turn.output["refusal"]
+    assert turn.output["support"] == turn.replay_input["support"] == "support-v2"
+    recorded_v1 = dataclasses.replace(
+        turn,
+        replay_input={k: v for k, v in turn.replay_input.items() if k != "support"}
+        | {"threshold": 0.59},
+        output={k: v for k, v in turn.output.items() if k != "support"} | {"threshold": 0.59},
+    )
+    result = replay(recorded_v1, ExtractiveKnowledgeModel(0.59))
+    assert result.identical, result.diff()
