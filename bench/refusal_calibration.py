@@ -60,12 +60,11 @@ def rates(answerable: list[float], unanswerable: list[float], threshold: float) 
 
 
 def auc(positives: list[float], negatives: list[float]) -> float:
-    """P(answerable scores above unanswerable), ties counted half (Mann–Whitney)."""
-    wins = 0.0
-    for p in positives:
-        for n in negatives:
-            wins += 1.0 if p > n else 0.5 if p == n else 0.0
-    return wins / (len(positives) * len(negatives))
+    """P(answerable scores above unanswerable), ties counted half: the eval's own
+    `evals.refusal.roc_auc`, so the benches and `kbflow eval run` agree."""
+    from evals.refusal import roc_auc
+
+    return roc_auc(positives, negatives)
 
 
 def calibration(ans: list[float], unans: list[float]) -> dict[str, Any]:
