@@ -251,7 +251,13 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     eval_run = _run_deployment(
         api,
         "nightly-eval/nightly-eval",
-        {"datasets": [str(beir)], "baseline_dir": str(tmp_path / "no-baselines")},
+        # prefect.yaml adds kbflow's question sets by default; tests/evals/test_nightly.py
+        # covers them, so this run keeps to the one small folder
+        {
+            "datasets": [str(beir)],
+            "question_sets": [],
+            "baseline_dir": str(tmp_path / "no-baselines"),
+        },
     )
     # Background jobs as deployment runs: submitted here, as `kbflow ingest` or the HTTP
     # upload would, with the prefect job runner pointed at this server.
