@@ -18,7 +18,6 @@ Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -32,7 +31,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
-KBFLOW = [sys.executable, "-m", "kbflow.cli"]
+sys.path.insert(0, str(REPO))
+
+from bench.ingest_cli import subset as subset_corpus  # noqa: E402  (after the path is set)
+from bench.ingest_cli import timed_ingest  # noqa: E402
+
 RUNNERS: dict[str, dict[str, str]] = {
     "default": {"KBFLOW_TASK_RUNNER": "default"},
     "dask-1": {"KBFLOW_TASK_RUNNER": "dask", "KBFLOW_DASK_WORKERS": "1"},
@@ -40,40 +43,11 @@ RUNNERS: dict[str, dict[str, str]] = {
 }
 
 
-def _subset(corpus: Path, docs: int, out: Path) -> Path:
-    with gzip.open(corpus, "rt", encoding="utf-8") as src, gzip.open(out, "wt") as dst:
-        for n, line in enumerate(src):
-            if n >= docs:
-                break
-            dst.write(line)
-    return out
-
-
 def _run(corpus: Path, runner: str, batch_docs: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix=f"kbflow-bench-dask-{runner}-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KBFLOW_")}
     env.update(RUNNERS[runner], KBFLOW_HOME=str(home), KBFLOW_INGEST_BATCH_DOCS=str(batch_docs))
-    subprocess.run([*KBFLOW, "orgs", "create", "sci"], env=env, check=True, capture_output=True)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [*KBFLOW, "ingest", str(corpus), "--org", "sci", "--collection", "scifact", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    command_s = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{runner}: kbflow ingest failed ({done.returncode}):\n{done.stderr}")
-    report = json.loads(done.stdout)
-    return {
-        "runner": runner,
-        "documents": report["documents"],
-        "chunks": report["chunks"],
-        "flow_s": report["seconds"],
-        "command_s": round(command_s, 2),
-        "docs_per_s": round(report["documents"] / report["seconds"], 2),
-    }
+    return {"runner": runner, **timed_ingest(corpus, runner, env, REPO)}
 
 
 def main() -> int:
@@ -90,7 +64,7 @@ def main() -> int:
         print(f"SciFact not found at {corpus}; set KBFLOW_DATASETS", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="kbflow-bench-dask-"))
-    subset = _subset(corpus, args.docs, work / "scifact-subset.jsonl.gz")
+    subset = subset_corpus(corpus, args.docs, work / "scifact-subset.jsonl.gz")
 
     runs: list[dict[str, Any]] = []
     for round_no in range(args.rounds):

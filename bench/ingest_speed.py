@@ -34,7 +34,6 @@ Needs ../shared/datasets/scifact (or KBFLOW_DATASETS); exits 2 without it.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -50,10 +49,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.stats import latency  # noqa: E402  (after the path is set)
+from bench.ingest_cli import KBFLOW, timed_ingest  # noqa: E402  (after the path is set)
+from bench.ingest_cli import subset as subset_corpus  # noqa: E402
+from bench.stats import latency  # noqa: E402
 
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
-KBFLOW = [sys.executable, "-m", "kbflow.cli"]
 BATCH = 64  # the default KBFLOW_EMBED_BATCH_SIZE
 # ingest legs: (code: "before" or "now", environment; everything else at its default)
 INGESTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -69,15 +69,6 @@ INGESTS: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 MAX_NDCG_DROP = 0.005  # the issue's condition on int8's hybrid nDCG@10
-
-
-def _subset(corpus: Path, docs: int, out: Path) -> Path:
-    with gzip.open(corpus, "rt", encoding="utf-8") as src, gzip.open(out, "wt") as dst:
-        for n, line in enumerate(src):
-            if n >= docs:
-                break
-            dst.write(line)
-    return out
 
 
 def _chunk_texts(corpus: Path) -> list[str]:
@@ -192,31 +183,7 @@ def _ingest(corpus: Path, name: str, before: Path) -> dict[str, Any]:
     code, extra = INGESTS[name]
     tree = before if code == "before" else REPO
     home = Path(tempfile.mkdtemp(prefix=f"kbflow-bench-speed-{name}-"))
-    env = _env(extra, home, tree)
-    subprocess.run(
-        [*KBFLOW, "orgs", "create", "sci"], env=env, check=True, capture_output=True, cwd=tree
-    )
-    started = time.perf_counter()
-    done = subprocess.run(
-        [*KBFLOW, "ingest", str(corpus), "--org", "sci", "--collection", "scifact", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tree,
-    )
-    command_s = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: kbflow ingest failed ({done.returncode}):\n{done.stderr}")
-    report = json.loads(done.stdout)
-    return {
-        "variant": name,
-        "documents": report["documents"],
-        "chunks": report["chunks"],
-        "flow_s": report["seconds"],
-        "embed_s": report["embed_seconds"],
-        "command_s": round(command_s, 2),
-        "docs_per_s": round(report["documents"] / report["seconds"], 2),
-    }
+    return {"variant": name, **timed_ingest(corpus, name, _env(extra, home, tree), tree)}
 
 
 def ingest_leg(corpus: Path, rounds: int, before: Path) -> dict[str, Any]:
@@ -349,7 +316,7 @@ def main() -> int:
         "docs": args.docs,
     }
     work = Path(tempfile.mkdtemp(prefix="kbflow-bench-speed-"))
-    subset = _subset(corpus, args.docs, work / "scifact-subset.jsonl.gz")
+    subset = subset_corpus(corpus, args.docs, work / "scifact-subset.jsonl.gz")
     texts = _chunk_texts(subset)
     result["chunks"] = len(texts)
     result["embed"] = embed_leg(texts[: args.embed_texts], args.embed_rounds)
