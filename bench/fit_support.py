@@ -36,7 +36,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
-OVERFETCH = 40
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 DROPPED = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
 GRID = [t / 1000 for t in range(100, 901, 5)]
@@ -63,15 +62,15 @@ def _row(
 def gather_scifact(claims: int | None = None) -> list[dict[str, Any]]:
     """SciFact dev claims, answerable and not (bench/refusal_calibration.py's protocol); the
     first ``claims`` of them when given."""
-    from core.models import Scope, SearchMode
     from core.settings import Settings
     from evals.beir import load_beir
+    from evals.refusal import situations
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
     from sinks.connect import open_vector_store
     from sinks.registry import SqlRegistry
     from tasks.answer.confidence import TermStats, support_parts, support_scores_v1
-    from tasks.query.retrieve import RetrievalConfig, search
+    from tasks.query.retrieve import RetrievalConfig
 
     settings = Settings()
     dataset = load_beir(DATASETS / "scifact", "dev")
@@ -85,21 +84,16 @@ def gather_scifact(claims: int | None = None) -> list[dict[str, Any]]:
             raise SystemExit("no SciFact eval index under KBFLOW_HOME: run `kbflow eval run`")
         stats = TermStats.of_org(EVAL_ORG, registry)
         config = RetrievalConfig.from_settings(home)
+        queries = dict(list(dataset.queries.items())[:claims])
+        relevant = {q: {d for d, g in dataset.qrels[q].items() if g > 0} for q in queries}
         with open_vector_store(home) as store:
-            queries = list(dataset.queries.items())[:claims]
-            for pos, (qid, text) in enumerate(queries):
-                hits = search(
-                    text, Scope(EVAL_ORG), store=store, registry=registry, embedder=embedder,
-                    mode=SearchMode.HYBRID, top_k=OVERFETCH, config=config,
-                )  # fmt: skip
-                relevant = {d for d, grade in dataset.qrels[qid].items() if grade > 0}
-                vector = embedder.embed_query(text)
-                without = [h for h in hits if ids.get(h.doc_id) not in relevant]
-                for answerable, kept in ((True, hits[: settings.answer_top_k]),
-                                         (False, without[: settings.answer_top_k])):  # fmt: skip
-                    v1 = support_scores_v1(text, vector, kept, embedder, stats)
-                    parts = support_parts(text, vector, kept, embedder, stats)
-                    rows.append(_row("scifact", pos, answerable, v1, parts))
+            for case in situations(
+                queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,
+                embedder=embedder, config=config, corpus_ids=ids, top_k=settings.answer_top_k,
+            ):  # fmt: skip
+                v1 = support_scores_v1(case.text, case.vector, case.hits, embedder, stats)
+                parts = support_parts(case.text, case.vector, case.hits, embedder, stats)
+                rows.append(_row("scifact", case.position, case.answerable, v1, parts))
     finally:
         registry.close()
         embedder.close()

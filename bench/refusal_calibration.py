@@ -37,7 +37,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
-OVERFETCH = 40
 ANSWERED_FLOOR = 0.90
 
 
@@ -110,8 +109,8 @@ def main() -> int:
 
     settings = Settings()
     configure_environment(settings)
-    from core.models import Scope, SearchMode
     from evals.beir import load_beir
+    from evals.refusal import situations
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
     from sinks.connect import open_vector_store
@@ -122,7 +121,7 @@ def main() -> int:
         support_scores,
         support_scores_v1,
     )
-    from tasks.query.retrieve import RetrievalConfig, search
+    from tasks.query.retrieve import RetrievalConfig
 
     dataset = load_beir(DATASETS / "scifact", "dev")
     home = eval_settings(settings, dataset)
@@ -143,30 +142,27 @@ def main() -> int:
             return 2
         stats = TermStats.of_org(EVAL_ORG, registry)
         config = RetrievalConfig.from_settings(home)
+        queries = dict(list(dataset.queries.items())[:claims])
+        relevant = {q: {d for d, g in dataset.qrels[q].items() if g > 0} for q in queries}
         with open_vector_store(home) as store:
-            for qid, text in list(dataset.queries.items())[:claims]:
-                hits = search(
-                    text, Scope(EVAL_ORG), store=store, registry=registry, embedder=embedder,
-                    mode=SearchMode.HYBRID, top_k=OVERFETCH, config=config,
-                )  # fmt: skip
-                relevant = {d for d, grade in dataset.qrels[qid].items() if grade > 0}
-                vector = embedder.embed_query(text)
-                without = [h for h in hits if ids.get(h.doc_id) not in relevant]
-                for situation, kept in (
-                    ("answerable", hits[:top_k]),
-                    ("unanswerable", without[:top_k]),
-                ):
-                    tick = time.perf_counter()
-                    scores = support_scores(text, vector, kept, embedder, stats)
-                    seconds_v2.append(time.perf_counter() - tick)
-                    tick = time.perf_counter()
-                    old = support_scores_v1(text, vector, kept, embedder, stats)
-                    seconds_v1.append(time.perf_counter() - tick)
-                    best[situation].append(max(scores, default=0.0))
-                    best_v1[situation].append(max(old, default=0.0))
-                    evidence = [h for h, c in zip(kept, scores, strict=True) if c >= threshold]
-                    if situation == "answerable" and evidence:
-                        cites_relevant.append(any(ids.get(h.doc_id) in relevant for h in evidence))
+            for case in situations(
+                queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,
+                embedder=embedder, config=config, corpus_ids=ids, top_k=top_k,
+            ):  # fmt: skip
+                situation = "answerable" if case.answerable else "unanswerable"
+                kept, text, vector = case.hits, case.text, case.vector
+                tick = time.perf_counter()
+                scores = support_scores(text, vector, kept, embedder, stats)
+                seconds_v2.append(time.perf_counter() - tick)
+                tick = time.perf_counter()
+                old = support_scores_v1(text, vector, kept, embedder, stats)
+                seconds_v1.append(time.perf_counter() - tick)
+                best[situation].append(max(scores, default=0.0))
+                best_v1[situation].append(max(old, default=0.0))
+                evidence = [h for h, c in zip(kept, scores, strict=True) if c >= threshold]
+                if case.answerable and evidence:
+                    cited = {ids.get(h.doc_id) for h in evidence}
+                    cites_relevant.append(bool(cited & relevant[case.query_id]))
     finally:
         registry.close()
         embedder.close()

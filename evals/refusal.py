@@ -19,7 +19,7 @@ the answer path retrieves in), so the nightly baseline watches them too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,69 @@ def roc_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
     return wins / (len(positives) * len(negatives))
 
 
+@dataclass(frozen=True)
+class Situation:
+    """One query in one situation: the hits the answer path would weigh."""
+
+    position: int
+    """The query's position among the judged queries, then the unanswerable ones."""
+    query_id: str
+    text: str
+    vector: Sequence[float]
+    """The query's embedding."""
+    answerable: bool
+    hits: Sequence[Any]
+    """The top ``top_k`` gated hybrid hits of this situation."""
+
+
+def situations(
+    queries: dict[str, str],
+    relevant: dict[str, set[str]],
+    unanswerable: dict[str, str],
+    *,
+    org_id: str,
+    store: Any,
+    registry: Any,
+    embedder: Any,
+    config: Any,
+    corpus_ids: dict[str, str],
+    top_k: int,
+) -> Iterator[Situation]:
+    """Each judged query answerable, then with its relevant documents dropped; then each
+    unanswerable question as it is (the module docstring's protocol).
+
+    Args:
+        queries: judged query id -> text.
+        relevant: query id -> the corpus ids judged relevant (grade > 0).
+        unanswerable: query id -> text of questions nothing in the corpus answers.
+        org_id: the org the corpus is indexed in.
+        store, registry, embedder, config: what `tasks.query.retrieve.search` takes.
+        corpus_ids: document id -> corpus id (`evals.retrieval.corpus_ids`).
+        top_k: hits the answer path considers (``KBFLOW_ANSWER_TOP_K``).
+    """
+    from tasks.query.retrieve import search
+
+    scope = Scope(org_id=org_id)
+
+    def hybrid(text: str, depth: int) -> list[Any]:
+        return search(
+            text, scope, store=store, registry=registry, embedder=embedder,
+            mode=SearchMode.HYBRID, top_k=depth, config=config,
+        )  # fmt: skip
+
+    position = 0
+    for qid, text in queries.items():
+        hits = hybrid(text, OVERFETCH)
+        vector = embedder.embed_query(text)
+        without = [h for h in hits if corpus_ids.get(h.doc_id) not in relevant.get(qid, set())]
+        yield Situation(position, qid, text, vector, True, hits[:top_k])
+        yield Situation(position, qid, text, vector, False, without[:top_k])
+        position += 1
+    for qid, text in unanswerable.items():
+        yield Situation(position, qid, text, embedder.embed_query(text), False, hybrid(text, top_k))
+        position += 1
+
+
 def refusal_supports(
     queries: dict[str, str],
     relevant: dict[str, set[str]],
@@ -95,40 +158,17 @@ def refusal_supports(
     corpus_ids: dict[str, str],
     top_k: int,
 ) -> RefusalSupports:
-    """Best support of each query's top ``top_k`` gated hybrid hits, in each situation.
-
-    Args:
-        queries: judged query id -> text.
-        relevant: query id -> the corpus ids judged relevant (grade > 0).
-        unanswerable: query id -> text of questions nothing in the corpus answers.
-        org_id: the org the corpus is indexed in.
-        store, registry, embedder, config: what `tasks.query.retrieve.search` takes.
-        corpus_ids: document id -> corpus id (`evals.retrieval.corpus_ids`).
-        top_k: hits the answer path considers (``KBFLOW_ANSWER_TOP_K``).
-    """
+    """Best support of each query's top ``top_k`` gated hybrid hits, in each situation
+    (arguments as `situations`)."""
     from tasks.answer.confidence import TermStats, support_scores
-    from tasks.query.retrieve import search
 
     stats = TermStats.of_org(org_id, registry)
-    scope = Scope(org_id=org_id)
     out = RefusalSupports()
-
-    def best(text: str, hits: Sequence[Any]) -> float:
-        vector = embedder.embed_query(text)
-        return max(support_scores(text, vector, hits, embedder, stats), default=0.0)
-
-    for qid, text in queries.items():
-        hits = search(
-            text, scope, store=store, registry=registry, embedder=embedder,
-            mode=SearchMode.HYBRID, top_k=OVERFETCH, config=config,
-        )  # fmt: skip
-        without = [h for h in hits if corpus_ids.get(h.doc_id) not in relevant.get(qid, set())]
-        out.answerable[qid] = best(text, hits[:top_k])
-        out.unanswerable[qid] = best(text, without[:top_k])
-    for qid, text in unanswerable.items():
-        hits = search(
-            text, scope, store=store, registry=registry, embedder=embedder,
-            mode=SearchMode.HYBRID, top_k=top_k, config=config,
-        )  # fmt: skip
-        out.unanswerable[qid] = best(text, hits)
+    for case in situations(
+        queries, relevant, unanswerable, org_id=org_id, store=store, registry=registry,
+        embedder=embedder, config=config, corpus_ids=corpus_ids, top_k=top_k,
+    ):  # fmt: skip
+        scores = support_scores(case.text, case.vector, case.hits, embedder, stats)
+        side = out.answerable if case.answerable else out.unanswerable
+        side[case.query_id] = max(scores, default=0.0)
     return out
