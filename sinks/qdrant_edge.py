@@ -115,15 +115,7 @@ class QdrantEdgeStore:
         if not points:
             return
         edge_points = [
-            qe.Point(
-                id=p.point_id,
-                vector={
-                    DENSE: list(p.dense),
-                    SPARSE: qe.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                },
-                payload=p.payload,
-            )
-            for p in points
+            qe.Point(id=p.point_id, vector=_named_vectors(p), payload=p.payload) for p in points
         ]
         self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
         self._shard.flush()
@@ -177,18 +169,7 @@ class QdrantEdgeStore:
             return
         self._shard.update(
             qe.UpdateOperation.update_vectors(
-                [
-                    qe.PointVectors(
-                        p.point_id,
-                        {
-                            DENSE: list(p.dense),
-                            SPARSE: qe.SparseVector(
-                                indices=p.sparse.indices, values=p.sparse.values
-                            ),
-                        },
-                    )
-                    for p in present
-                ]
+                [qe.PointVectors(p.point_id, _named_vectors(p)) for p in present]
             )
         )
         self._shard.update(qe.UpdateOperation.set_payload([p.point_id for p in present], payload))
@@ -447,3 +428,11 @@ def _release_lock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _named_vectors(point: ChunkPoint) -> dict[str, Any]:
+    """A point's dense and sparse vectors, named as the collection declares them."""
+    import qdrant_edge as qe
+
+    sparse = qe.SparseVector(indices=point.sparse.indices, values=point.sparse.values)
+    return {DENSE: list(point.dense), SPARSE: sparse}

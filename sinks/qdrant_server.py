@@ -100,14 +100,7 @@ class QdrantServerStore:
         self._client.upsert(
             self.collection,
             points=[
-                qm.PointStruct(
-                    id=p.point_id,
-                    vector={
-                        DENSE: list(p.dense),
-                        SPARSE: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                    },
-                    payload=p.payload,
-                )
+                qm.PointStruct(id=p.point_id, vector=_named_vectors(p), payload=p.payload)
                 for p in points
             ],
             wait=True,
@@ -202,16 +195,7 @@ class QdrantServerStore:
             return
         self._client.update_vectors(
             self.collection,
-            points=[
-                qm.PointVectors(
-                    id=p.point_id,
-                    vector={
-                        DENSE: list(p.dense),
-                        SPARSE: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                    },
-                )
-                for p in present
-            ],
+            points=[qm.PointVectors(id=p.point_id, vector=_named_vectors(p)) for p in present],
             wait=True,
         )
         self._client.set_payload(
@@ -310,3 +294,11 @@ def _index_schema(index: PayloadIndex) -> Any:
     if index.kind == "datetime":
         return qm.PayloadSchemaType.DATETIME
     return qm.PayloadSchemaType.KEYWORD
+
+
+def _named_vectors(point: ChunkPoint) -> dict[str, Any]:
+    """A point's dense and sparse vectors, named as the collection declares them."""
+    from qdrant_client import models as qm
+
+    sparse = qm.SparseVector(indices=point.sparse.indices, values=point.sparse.values)
+    return {DENSE: list(point.dense), SPARSE: sparse}
