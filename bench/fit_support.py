@@ -64,7 +64,7 @@ def gather_scifact(claims: int | None = None) -> list[dict[str, Any]]:
     first ``claims`` of them when given."""
     from core.settings import Settings
     from evals.beir import load_beir
-    from evals.refusal import situations
+    from evals.refusal import relevant_documents, situations
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
     from sinks.connect import open_vector_store
@@ -85,7 +85,7 @@ def gather_scifact(claims: int | None = None) -> list[dict[str, Any]]:
         stats = TermStats.of_org(EVAL_ORG, registry)
         config = RetrievalConfig.from_settings(home)
         queries = dict(list(dataset.queries.items())[:claims])
-        relevant = {q: {d for d, g in dataset.qrels[q].items() if g > 0} for q in queries}
+        relevant = relevant_documents(dataset.qrels)
         with open_vector_store(home) as store:
             for case in situations(
                 queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,

@@ -110,7 +110,7 @@ def main() -> int:
     settings = Settings()
     configure_environment(settings)
     from evals.beir import load_beir
-    from evals.refusal import situations
+    from evals.refusal import relevant_documents, situations
     from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
     from evals.retrieval import corpus_ids as eval_corpus_ids
     from sinks.connect import open_vector_store
@@ -143,7 +143,7 @@ def main() -> int:
         stats = TermStats.of_org(EVAL_ORG, registry)
         config = RetrievalConfig.from_settings(home)
         queries = dict(list(dataset.queries.items())[:claims])
-        relevant = {q: {d for d, g in dataset.qrels[q].items() if g > 0} for q in queries}
+        relevant = relevant_documents(dataset.qrels)
         with open_vector_store(home) as store:
             for case in situations(
                 queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,

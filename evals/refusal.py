@@ -19,7 +19,7 @@ the answer path retrieves in), so the nightly baseline watches them too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,13 @@ class RefusalSupports:
         for qid, value in self.unanswerable.items():
             out.setdefault(qid, {})["support_unanswerable"] = value
         return out
+
+
+def relevant_documents(qrels: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+    """Query id -> the corpus ids judged relevant to it (grade > 0): what `situations` drops."""
+    return {
+        qid: {doc for doc, grade in judged.items() if grade > 0} for qid, judged in qrels.items()
+    }
 
 
 def roc_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
@@ -145,29 +152,18 @@ def situations(
         position += 1
 
 
-def refusal_supports(
-    queries: dict[str, str],
-    relevant: dict[str, set[str]],
-    unanswerable: dict[str, str],
-    *,
-    org_id: str,
-    store: Any,
-    registry: Any,
-    embedder: Any,
-    config: Any,
-    corpus_ids: dict[str, str],
-    top_k: int,
-) -> RefusalSupports:
-    """Best support of each query's top ``top_k`` gated hybrid hits, in each situation
-    (arguments as `situations`)."""
-    from tasks.answer.confidence import TermStats, support_scores
+def refusal_supports(cases: Iterable[Situation], embedder: Any, stats: Any) -> RefusalSupports:
+    """Best support of each situation's hits (`situations`), by query and situation.
 
-    stats = TermStats.of_org(org_id, registry)
+    Args:
+        cases: the situations, e.g. `situations` of an eval index.
+        embedder: the embedder the situations were searched with.
+        stats: term statistics of the corpus (`tasks.answer.confidence.TermStats`).
+    """
+    from tasks.answer.confidence import support_scores
+
     out = RefusalSupports()
-    for case in situations(
-        queries, relevant, unanswerable, org_id=org_id, store=store, registry=registry,
-        embedder=embedder, config=config, corpus_ids=corpus_ids, top_k=top_k,
-    ):  # fmt: skip
+    for case in cases:
         scores = support_scores(case.text, case.vector, case.hits, embedder, stats)
         side = out.answerable if case.answerable else out.unanswerable
         side[case.query_id] = max(scores, default=0.0)

@@ -32,7 +32,7 @@ from core.models import ExtractedDocument, Scope, SearchMode
 from core.settings import Settings
 from evals.beir import BeirDataset
 from evals.metrics import Run, Scores, evaluate
-from evals.refusal import RefusalSupports, refusal_supports
+from evals.refusal import RefusalSupports, refusal_supports, relevant_documents, situations
 from evals.warehouse import EvalRecord
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
@@ -330,16 +330,17 @@ def refusal_of(
     registry = SqlRegistry.open(home.registry_url)
     try:
         ids = corpus_ids(registry)
-        relevant = {
-            qid: {doc for doc, grade in judged.items() if grade > 0}
-            for qid, judged in dataset.qrels.items()
-        }
+        relevant = relevant_documents(dataset.qrels)
+        from tasks.answer.confidence import TermStats
+
+        stats = TermStats.of_org(EVAL_ORG, registry)
         with open_vector_store(home) as store:
-            return refusal_supports(
+            cases = situations(
                 dataset.queries, relevant, dataset.unanswerable, org_id=EVAL_ORG, store=store,
                 registry=registry, embedder=embedder, config=config, corpus_ids=ids,
                 top_k=settings.answer_top_k,
             )  # fmt: skip
+            return refusal_supports(cases, embedder, stats)
     finally:
         registry.close()
 
