@@ -25,9 +25,11 @@ from typing import Any
 
 from core.models import Scope, SearchMode
 
-REFUSAL_METRICS: tuple[str, ...] = ("refusal_auc", "answered", "refused")
-"""Run-level refusal metrics: ROC AUC, answerable answered and unanswerable refused at the
-threshold."""
+AT_THRESHOLD: tuple[str, ...] = ("answered", "refused")
+"""Answerable answered and unanswerable refused at the threshold: they trade off as it moves,
+so baselines leave them out and watch the ROC AUC."""
+REFUSAL_METRICS: tuple[str, ...] = ("refusal_auc", *AT_THRESHOLD)
+"""Run-level refusal metrics: the threshold-free ROC AUC, then `AT_THRESHOLD`."""
 SUPPORT_METRICS: tuple[str, ...] = ("support_answerable", "support_unanswerable")
 """Per-query values: the best support with the relevant documents, and without them."""
 OVERFETCH = 40

@@ -73,10 +73,10 @@ def save_baseline(settings: Settings, dataset: str, tolerance: float, out: Path 
         raise KbflowError(
             f"no recorded run of {dataset!r} — run `kbflow eval run --dataset DIR` first"
         )
-    # answered and refused trade off against each other as the threshold moves; the alarm
-    # watches the threshold-free refusal ROC AUC only
+    from evals.refusal import AT_THRESHOLD
+
     modes = {
-        mode: {k: v for k, v in metrics.items() if k not in ("answered", "refused")}
+        mode: {k: v for k, v in metrics.items() if k not in AT_THRESHOLD}
         for mode, metrics in modes.items()
     }
     return save(out or baseline_path(dataset), Baseline(dataset, tolerance, modes))
