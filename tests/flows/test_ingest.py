@@ -113,3 +113,89 @@ def test_bad_files_are_skipped_with_reasons_and_too_many_fail_the_run(
         _ingest([str(bad_only)])
     with open_registry(Settings()) as registry:  # what worked before is intact
         assert any(d.title for d in registry.list_documents("larkspur") if d.status == "approved")
+
+
+def _records(path: Path, n: int) -> str:
+    topics = ["Stoneware firing", "Celadon glaze", "Bisque firing", "Ash glaze", "Raku kiln"]
+    rows = [
+        {"_id": f"k{i}", "title": topics[i], "text": f"{topics[i]} note {i}: cone {i + 4}."}
+        for i in range(n)
+    ]
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(path)
+
+
+def test_the_next_batch_is_embedded_while_the_flow_writes_one(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default runner embeds batch n+1 while it writes batch n (the write is Python on one
+    core; embedding releases the GIL), one embedding at a time, and stores every batch."""
+    import threading
+
+    import tasks.ingest.steps as steps
+
+    monkeypatch.setenv("KBFLOW_INGEST_BATCH_DOCS", "1")
+    second_embedding = threading.Event()
+    lock = threading.Lock()
+    running = {"now": 0, "most": 0, "embedded": 0}
+    overlapped: list[bool] = []
+    embed, index = steps.embed_batch, steps.index_batch
+
+    def counted_embed(*args: Any, **kw: Any) -> Any:
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+            running["embedded"] += 1
+            if running["embedded"] == 2:
+                second_embedding.set()
+        try:
+            return embed(*args, **kw)
+        finally:
+            with lock:
+                running["now"] -= 1
+
+    def slow_first_write(*args: Any, **kw: Any) -> Any:
+        if not overlapped:  # the first batch's write waits until the second is being embedded
+            overlapped.append(second_embedding.wait(timeout=30))
+        return index(*args, **kw)
+
+    monkeypatch.setattr(steps, "embed_batch", counted_embed)
+    monkeypatch.setattr(steps, "index_batch", slow_first_write)
+    report = _ingest([_records(tmp_path / "k.jsonl.gz", 4)], org="kiln")
+    assert report["documents"] == 4 and report["embed_seconds"] > 0
+    assert overlapped == [True]
+    assert running["most"] == 1 and running["embedded"] == 4
+    with search_context(Settings()) as ctx:
+        hits = ctx.search("celadon glaze", Scope(org_id="kiln"), mode=SearchMode.HYBRID)
+        assert hits[0].title == "Celadon glaze"
+
+
+def test_a_failed_embedding_keeps_the_batches_written_before_it_and_a_rerun_finishes(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.ingest.steps as steps
+
+    monkeypatch.setenv("KBFLOW_INGEST_BATCH_DOCS", "1")
+    path = _records(tmp_path / "k.jsonl.gz", 3)
+    embed = steps.embed_batch
+
+    def third_fails(items: Any, *args: Any, **kw: Any) -> Any:
+        if items[0].source.name == "k2":
+            raise RuntimeError("embedding ran out of memory")
+        return embed(items, *args, **kw)
+
+    monkeypatch.setattr(steps, "embed_batch", third_fails)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _ingest([path], org="kiln")
+    with open_registry(Settings()) as registry:
+        docs = registry.list_documents("kiln")
+    assert sorted(d.uri.rsplit("#", 1)[1] for d in docs) == ["k0", "k1"]
+    assert all(d.parse_status == "ingested" and d.chunk_count == 1 for d in docs), docs
+
+    monkeypatch.setattr(steps, "embed_batch", embed)
+    again = _ingest([path], org="kiln")
+    assert (again["documents"], again["unchanged"]) == (1, 2)
+    with search_context(Settings()) as ctx:
+        hits = ctx.search("bisque firing", Scope(org_id="kiln"), mode=SearchMode.HYBRID)
+        assert hits[0].title == "Bisque firing"
