@@ -16,8 +16,9 @@ Legs, on the first ``--docs`` SciFact abstracts (the chunks ingest would embed):
   each figure is the median over rounds, each ratio the median of the rounds' ratios. CPU
   milliseconds per text too (less sensitive to other work on the machine than wall time).
 - ingest: docs/s of `kbflow ingest --json` on the subset into a fresh KBFLOW_HOME per run, from
-  the flow's own wall time: torch and ONNX fp32 before; ONNX fp32 and int8 now. Rounds
-  alternate the order.
+  the flow's own wall time: torch and ONNX fp32 before; ONNX fp32 and int8 now (and, with
+  ``--previous COMMIT``, ONNX fp32 and int8 on that commit's code: what a later change gained).
+  Rounds alternate the order.
 - query: one query at a time (SciFact dev claims, round robin over the backends), median and
   p95 ms of embedding it.
 - quality: `kbflow eval run --dataset scifact --modes dense,hybrid --json` in a fresh
@@ -67,6 +68,11 @@ INGESTS: dict[str, tuple[str, dict[str, str]]] = {
         "now",
         {"KBFLOW_EMBEDDING_BACKEND": "onnx", "KBFLOW_EMBEDDING_PRECISION": "int8"},
     ),
+}
+# with --previous COMMIT: the same two legs on that commit's code (what a change since it gained)
+PREVIOUS: dict[str, tuple[str, dict[str, str]]] = {
+    "onnx-fp32-previous": ("previous", INGESTS["onnx-fp32"][1]),
+    "onnx-int8-previous": ("previous", INGESTS["onnx-int8"][1]),
 }
 MAX_NDCG_DROP = 0.005  # the issue's condition on int8's hybrid nDCG@10
 
@@ -179,19 +185,21 @@ def embed_leg(texts: list[str], rounds: int) -> dict[str, Any]:
     }
 
 
-def _ingest(corpus: Path, name: str, before: Path) -> dict[str, Any]:
-    code, extra = INGESTS[name]
-    tree = before if code == "before" else REPO
+def _ingest(corpus: Path, name: str, trees: dict[str, Path]) -> dict[str, Any]:
+    code, extra = {**INGESTS, **PREVIOUS}[name]
+    tree = trees.get(code, REPO)
     home = Path(tempfile.mkdtemp(prefix=f"kbflow-bench-speed-{name}-"))
     return {"variant": name, **timed_ingest(corpus, name, _env(extra, home, tree), tree)}
 
 
-def ingest_leg(corpus: Path, rounds: int, before: Path) -> dict[str, Any]:
+def ingest_leg(corpus: Path, rounds: int, trees: dict[str, Path]) -> dict[str, Any]:
+    """Each ingest variant ``rounds`` times, alternating the order; ``trees`` maps "before"
+    (and "previous", which adds the `PREVIOUS` legs) to the code to run."""
     runs: list[dict[str, Any]] = []
-    names = list(INGESTS)
+    names = [*INGESTS, *(PREVIOUS if "previous" in trees else ())]
     for round_no in range(rounds):
         for name in names if round_no % 2 == 0 else names[::-1]:
-            run = _ingest(corpus, name, before) | {"round": round_no + 1}
+            run = _ingest(corpus, name, trees) | {"round": round_no + 1}
             runs.append(run)
             print(
                 f"ingest round {round_no + 1} {name:16s} {run['documents']} docs "
@@ -205,6 +213,12 @@ def ingest_leg(corpus: Path, rounds: int, before: Path) -> dict[str, Any]:
         "onnx_fp32_over_onnx_fp32_before": ("onnx-fp32", "onnx-fp32-before"),
         "onnx_fp32_before_over_torch_before": ("onnx-fp32-before", "torch-before"),
     }
+    if "previous" in trees:
+        ratios |= {
+            "onnx_int8_over_onnx_int8_previous": ("onnx-int8", "onnx-int8-previous"),
+            "onnx_fp32_over_onnx_fp32_previous": ("onnx-fp32", "onnx-fp32-previous"),
+            "onnx_int8_previous_over_torch_before": ("onnx-int8-previous", "torch-before"),
+        }
     return {
         "rounds": rounds,
         "runs": runs,
@@ -296,6 +310,12 @@ def main() -> int:
         help="commit of the 'before' legs (default: merge base with main)",
     )
     parser.add_argument(
+        "--previous",
+        default=None,
+        help="also ingest with ONNX fp32 and int8 on this commit's code (a later change's gain)",
+    )
+    parser.add_argument("--skip-embed", action="store_true", help="no in-process embed leg")
+    parser.add_argument(
         "--out", type=Path, default=REPO / "bench" / "results" / "ingest_speed.json"
     )
     args = parser.parse_args()
@@ -319,11 +339,15 @@ def main() -> int:
     subset = subset_corpus(corpus, args.docs, work / "scifact-subset.jsonl.gz")
     texts = _chunk_texts(subset)
     result["chunks"] = len(texts)
-    result["embed"] = embed_leg(texts[: args.embed_texts], args.embed_rounds)
+    if not args.skip_embed:
+        result["embed"] = embed_leg(texts[: args.embed_texts], args.embed_rounds)
     baseline = args.baseline or _git("merge-base", "HEAD", "main")
     result["baseline_commit"] = _git("rev-parse", "--short", baseline)
-    before = _baseline_tree(baseline, work / "before")
-    result["ingest"] = ingest_leg(subset, args.ingest_rounds, before)
+    trees = {"before": _baseline_tree(baseline, work / "before")}
+    if args.previous:
+        result["previous_commit"] = _git("rev-parse", "--short", args.previous)
+        trees["previous"] = _baseline_tree(args.previous, work / "previous")
+    result["ingest"] = ingest_leg(subset, args.ingest_rounds, trees)
     queries_path = dataset / "dev" / "queries.jsonl"
     queries = [json.loads(line)["text"] for line in queries_path.open(encoding="utf-8")]
     result["query"] = query_leg(queries[: args.queries])
@@ -332,9 +356,10 @@ def main() -> int:
     result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
     print()
-    print(f"{'embedding (texts/s, median)':34s} {'texts/s':>8s} {'CPU ms/text':>12s}")
-    for name, value in result["embed"]["texts_per_s"].items():
-        print(f"{name:34s} {value:8.1f} {result['embed']['cpu_ms_per_text'][name]:12.1f}")
+    if "embed" in result:
+        print(f"{'embedding (texts/s, median)':34s} {'texts/s':>8s} {'CPU ms/text':>12s}")
+        for name, value in result["embed"]["texts_per_s"].items():
+            print(f"{name:34s} {value:8.1f} {result['embed']['cpu_ms_per_text'][name]:12.1f}")
     print(f"{'ingest (docs/s, median)':34s}")
     for name, value in result["ingest"]["docs_per_s"].items():
         print(f"{name:34s} {value:8.2f}")
@@ -343,9 +368,9 @@ def main() -> int:
         q = result["query"][name]
         print(f"{name:34s} {q['median_ms']:10.2f} {q['p95_ms']:8.2f}")
     for leg in ("embed", "ingest"):
-        for key, value in result[leg]["ratios"].items():
+        for key, value in result.get(leg, {}).get("ratios", {}).items():
             print(f"{leg} {key}: {value:.2f}x")
-    for key, value in result["embed"]["cpu_ratios"].items():
+    for key, value in result.get("embed", {}).get("cpu_ratios", {}).items():
         print(f"embed CPU time {key}: {value:.2f}x")
     if "quality" in result:
         q = result["quality"]
