@@ -36,7 +36,6 @@ from tasks.ingest.steps import (
     prepare_batch_task,
     repair_task,
 )
-from tasks.ingest.validate import load_suite
 
 
 @flow(name="ingest")
@@ -145,8 +144,7 @@ def _embedded_ahead(
     next one is embedded in a task runner thread (ONNX Runtime or torch, which release the
     GIL), and the one after is extracted (in the isolated worker process). One embedding runs
     at a time (each waits for the one before), so the embedder keeps every core it is given,
-    and at most three batches are held in memory. The data checks' suite is loaded while the
-    first batch embeds.
+    and at most three batches are held in memory.
     """
     pending: deque[tuple[list[WorkItem], Extracted, PrefectFuture[Prepared]]] = deque()
     for batch in batches:
@@ -156,8 +154,6 @@ def _embedded_ahead(
             batch, extracted, settings, return_state=False, wait_for=before
         )
         pending.append((batch, extracted, future))
-        if batch is batches[0]:
-            load_suite()  # its imports, while the first batch embeds (it checks every batch)
         if len(pending) > 1:
             done, text, ready = pending.popleft()
             yield done, text, ready.result()

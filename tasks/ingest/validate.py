@@ -72,12 +72,6 @@ def _suite() -> tuple[Any, Any]:
     return _state["batch_def"], _state["suite"]
 
 
-def load_suite() -> None:
-    """Load the suite now rather than at the first check: its imports take seconds of one core,
-    which the ingest flow spends while its first batch is being embedded."""
-    _suite()
-
-
 def check_chunk_points(points: Sequence[ChunkPoint]) -> CheckReport:
     """Run the chunk suite over ``points`` and report failures (never raises for bad data)."""
     if not points:
