@@ -16,7 +16,6 @@ from itertools import islice
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.futures import PrefectFuture
 
 from core import progress
 from core.contracts import IngestReport, IngestRequest
@@ -24,11 +23,10 @@ from core.models import DocStatus
 from core.settings import Settings
 from flows.runners import ComputeRunner, compute_runner
 from sinks.connect import open_registry
-from tasks.ingest.index import BatchReport, Extracted, IngestSummary, IngestTarget, WorkItem
+from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget, WorkItem
 from tasks.ingest.steps import (
     Prepared,
     discover_task,
-    embed_batch_task,
     extract_batch_task,
     extractors,
     index_batch_task,
@@ -106,10 +104,9 @@ def ingest(
     with compute_runner(settings if batches else None) as compute:
         if compute is None:
             with extractors():
-                for batch, extracted, prepared in _embedded_ahead(batches, settings):
-                    total.merge(
-                        index_batch_task(batch, target, extracted, settings, prepared=prepared)
-                    )
+                for batch in batches:
+                    extracted = extract_batch_task(batch, settings)
+                    total.merge(index_batch_task(batch, target, extracted, settings))
                     progress.advance("index", len(batch))
         else:
             logger.info("extracting and embedding %d batches on Dask", len(batches))
@@ -134,32 +131,6 @@ def ingest(
     )
     summary.raise_if_too_many_skipped(settings.max_skip_ratio)
     return summary.report()
-
-
-def _embedded_ahead(
-    batches: list[list[WorkItem]], settings: Settings
-) -> Iterator[tuple[list[WorkItem], Extracted, Prepared]]:
-    """Each batch extracted and embedded, in batch order, one batch ahead of the flow: while
-    the flow writes a batch (chunk records, the data checks, the store: Python, one core), the
-    next one is embedded in a task runner thread (ONNX Runtime or torch, which release the
-    GIL), and the one after is extracted (in the isolated worker process). One embedding runs
-    at a time (each waits for the one before), so the embedder keeps every core it is given,
-    and at most three batches are held in memory.
-    """
-    pending: deque[tuple[list[WorkItem], Extracted, PrefectFuture[Prepared]]] = deque()
-    for batch in batches:
-        extracted = extract_batch_task(batch, settings)
-        before = [pending[-1][2]] if pending else []
-        future = embed_batch_task.submit(
-            batch, extracted, settings, return_state=False, wait_for=before
-        )
-        pending.append((batch, extracted, future))
-        if len(pending) > 1:
-            done, text, ready = pending.popleft()
-            yield done, text, ready.result()
-    while pending:
-        done, text, ready = pending.popleft()
-        yield done, text, ready.result()
 
 
 def _prepared_in_order(

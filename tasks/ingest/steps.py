@@ -167,22 +167,6 @@ def prepare_batch(items: list[WorkItem], settings: Settings, threads: int = 0) -
         _may_start_extractors()
         with _worker_lock:  # one extraction worker per process, used by one batch at a time
             extracted = extract_batch(items, _extractor(settings))
-    return embed_batch(items, extracted, settings, threads)
-
-
-@task(name="embed-batch", cache_policy=NO_CACHE, persist_result=False)
-def embed_batch_task(items: list[WorkItem], extracted: Extracted, settings: Settings) -> Prepared:
-    """Embed an extracted batch's chunks (`embed_batch`): the default runner embeds the next
-    batch in a thread with this while the flow writes the current one."""
-    return embed_batch(items, extracted, settings)
-
-
-def embed_batch(
-    items: list[WorkItem], extracted: Extracted, settings: Settings, threads: int = 0
-) -> Prepared:
-    """The chunks' vectors of a batch whose files are ``extracted`` (JSONL records need no
-    extraction), by chunk text, as `index_batch` would embed them. ``threads`` caps the
-    embedder's CPU threads (0: every core)."""
     texts = batch_texts(
         items,
         prefetched(extracted),
