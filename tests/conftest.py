@@ -414,3 +414,15 @@ def held_by_another_process(path: Path) -> Iterator[None]:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+def running(proc: Any) -> bool:
+    """The process (a ``psutil.Process``) still runs: not gone, and not a zombie. A killed
+    process whose parent died stays a zombie until PID 1 reaps it, which some sandboxes' init
+    never does; it has exited all the same."""
+    import psutil
+
+    try:
+        return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -31,7 +31,7 @@ from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
 from kbflow.services.jobs import get_job, submit_ingest_job
-from tests.conftest import free_port
+from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration
 
@@ -102,13 +102,7 @@ class Processes:
 def _still_running(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = []
-        for proc in procs:
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.NoSuchProcess:
-                pass
+        alive = [proc for proc in procs if running(proc)]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.2)

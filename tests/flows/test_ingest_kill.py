@@ -22,6 +22,7 @@ from core.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
 from core.settings import Settings
 from kbflow.wiring import search_context
 from sinks.connect import open_registry
+from tests.conftest import running
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +134,7 @@ def test_kill_9_during_a_changed_reingest_then_rerun(
     assert all(v == [2] for v in converged["servable"].values())
     assert all(v == {2} for v in converged["served"].values())
 
-    assert not [p for p in orphans if p.is_running()], "the killed run's server was not reaped"
+    assert not [p for p in orphans if running(p)], "the killed run's server was not reaped"
     dry = _kbflow(home, "reconcile", "--org", "acme", "--dry-run", "--json")
     report = json.loads(dry.stdout)
     assert report["duplicates"] == [] and report["repaired"] == []

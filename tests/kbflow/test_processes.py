@@ -23,6 +23,7 @@ import pytest
 
 from kbflow import processes
 from kbflow.processes import PREFECT_SERVER, TEMPORARY_SERVER, ChildRecord
+from tests.conftest import running
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SERVER = "import time; time.sleep(120)"
@@ -61,10 +62,6 @@ def _write(home: Path, record: ChildRecord) -> Path:
     return path
 
 
-def _running(proc: psutil.Process) -> bool:
-    return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-
-
 def test_reaping_a_home_without_pid_files_does_nothing(tmp_path: Path) -> None:
     assert processes.reap_orphans(tmp_path / "home") == []
     assert not (tmp_path / "home").exists()
@@ -94,7 +91,7 @@ def test_an_orphan_of_a_dead_owner_is_stopped_with_its_children(
 
     assert reaped.stopped and reaped.record == record
     assert not path.exists()
-    assert not _running(orphan) and not _running(grandchild)
+    assert not running(orphan) and not running(grandchild)
 
 
 @pytest.mark.integration
@@ -117,7 +114,7 @@ def test_a_pid_file_whose_child_pid_now_names_another_process_kills_nothing(
 
     assert not reaped.stopped
     assert not path.exists()
-    assert _running(unrelated)
+    assert running(unrelated)
 
 
 @pytest.mark.integration
@@ -130,7 +127,7 @@ def test_a_pid_file_of_a_live_owner_is_left_alone(
     path = _write(tmp_path, record)
 
     assert processes.reap_orphans(tmp_path) == []
-    assert path.exists() and _running(child)
+    assert path.exists() and running(child)
 
 
 def test_an_unreadable_pid_file_is_discarded(tmp_path: Path) -> None:
@@ -270,7 +267,7 @@ def test_a_guarded_process_records_its_temporary_server_and_stops_it_when_it_exi
             sig = signal.SIGTERM if how == "SIGTERM" else signal.SIGHUP
             owner.send_signal(sig)
             assert owner.wait(timeout=30) == 128 + sig
-        assert not _running(server)
+        assert not running(server)
         assert not pid_file.exists()
     finally:
         _kill_all(owner, [server])
@@ -288,11 +285,11 @@ def test_the_temporary_server_of_a_killed_guarded_process_is_reaped_next_time(
         _wait_for(pid_file.exists, "the PID file")
         owner.kill()
         owner.wait(timeout=30)
-        assert _running(server)  # the orphan
+        assert running(server)  # the orphan
 
         (reaped,) = processes.reap_orphans(tmp_path, grace_s=5)
 
-        assert reaped.stopped and not _running(server) and not pid_file.exists()
+        assert reaped.stopped and not running(server) and not pid_file.exists()
     finally:
         _kill_all(owner, [server])
 

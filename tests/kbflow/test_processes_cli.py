@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from kbflow.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
-from tests.conftest import free_port
+from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration
 
@@ -126,17 +126,10 @@ def _pid_file(home: Path, kind: str) -> dict[str, Any] | None:
     return json.loads(files[0].read_text()) | {"path": files[0]} if files else None
 
 
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _gone_within(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
     """Those of ``procs`` still running (zombies do not count) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while (alive := [p for p in procs if _running(p)]) and time.monotonic() < deadline:
+    while (alive := [p for p in procs if running(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return alive
 
@@ -194,7 +187,7 @@ def test_kill_9_of_an_ingest_orphans_its_temporary_server_until_the_next_command
     ingest.kill()
     ingest.wait(timeout=30)
     time.sleep(1)
-    assert _running(server), "the temporary server should be an orphan now"
+    assert running(server), "the temporary server should be an orphan now"
 
     listed = _kbflow(env, "docs", "list", "--org", ORG, "--json")
 
