@@ -115,41 +115,27 @@ def hit_extras(
 def gather_scifact(claims: int | None = None) -> list[dict[str, Any]]:
     """SciFact dev claims, answerable and not (bench/refusal_calibration.py's protocol); the
     first ``claims`` of them when given."""
+    from core.errors import ConfigError
     from core.settings import Settings
     from evals.beir import load_beir
-    from evals.refusal import relevant_documents, situations
-    from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
-    from evals.retrieval import corpus_ids as eval_corpus_ids
-    from sinks.connect import open_vector_store
-    from sinks.registry import SqlRegistry
-    from tasks.answer.confidence import TermStats, support_parts, support_scores_v1
-    from tasks.query.retrieve import RetrievalConfig
+    from evals.retrieval import cached_embedder, eval_situations
+    from tasks.answer.confidence import support_parts, support_scores_v1
 
     settings = Settings()
     dataset = load_beir(DATASETS / "scifact", "dev")
-    home = eval_settings(settings, dataset)
     embedder = cached_embedder(settings)
-    registry = SqlRegistry.open(home.registry_url)
     rows: list[dict[str, Any]] = []
     try:
-        ids = eval_corpus_ids(registry)
-        if not ids:
-            raise SystemExit("no SciFact eval index under KBFLOW_HOME: run `kbflow eval run`")
-        stats = TermStats.of_org(EVAL_ORG, registry)
-        config = RetrievalConfig.from_settings(home)
-        queries = dict(list(dataset.queries.items())[:claims])
-        relevant = relevant_documents(dataset.qrels)
-        with open_vector_store(home) as store:
-            for case in situations(
-                queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,
-                embedder=embedder, config=config, corpus_ids=ids, top_k=settings.answer_top_k,
-            ):  # fmt: skip
+        with eval_situations(dataset, settings, embedder=embedder, queries=claims) as index:
+            stats = index.stats
+            for case in index.cases:
                 v1 = support_scores_v1(case.text, case.vector, case.hits, embedder, stats)
                 parts = support_parts(case.text, case.vector, case.hits, embedder, stats)
                 extra = hit_extras(case.text, case.vector, list(case.hits), embedder, stats)
                 rows.append(_row("scifact", case.position, case.answerable, v1, parts, extra))
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from exc
     finally:
-        registry.close()
         embedder.close()
     return rows
 

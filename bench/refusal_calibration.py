@@ -109,26 +109,17 @@ def main() -> int:
 
     settings = Settings()
     configure_environment(settings)
+    from core.errors import ConfigError
     from evals.beir import load_beir
-    from evals.refusal import relevant_documents, situations
-    from evals.retrieval import EVAL_ORG, cached_embedder, eval_settings
-    from evals.retrieval import corpus_ids as eval_corpus_ids
-    from sinks.connect import open_vector_store
-    from sinks.registry import SqlRegistry
-    from tasks.answer.confidence import (
-        SUPPORT_VERSION,
-        TermStats,
-        support_scores,
-        support_scores_v1,
-    )
-    from tasks.query.retrieve import RetrievalConfig
+    from evals.refusal import relevant_documents
+    from evals.retrieval import cached_embedder, eval_situations
+    from tasks.answer.confidence import SUPPORT_VERSION, support_scores, support_scores_v1
 
     dataset = load_beir(DATASETS / "scifact", "dev")
-    home = eval_settings(settings, dataset)
     top_k = settings.answer_top_k
     threshold = settings.answer_min_confidence
     embedder = cached_embedder(settings)
-    registry = SqlRegistry.open(home.registry_url)
+    relevant = relevant_documents(dataset.qrels)
     best: dict[str, list[float]] = {"answerable": [], "unanswerable": []}
     best_v1: dict[str, list[float]] = {"answerable": [], "unanswerable": []}
     cites_relevant: list[bool] = []  # per answered answerable claim, at the configured threshold
@@ -136,19 +127,9 @@ def main() -> int:
     seconds_v2: list[float] = []
     started = time.perf_counter()
     try:
-        ids = eval_corpus_ids(registry)
-        if not ids:
-            sys.stderr.write("no eval index here: run `kbflow eval run` first\n")
-            return 2
-        stats = TermStats.of_org(EVAL_ORG, registry)
-        config = RetrievalConfig.from_settings(home)
-        queries = dict(list(dataset.queries.items())[:claims])
-        relevant = relevant_documents(dataset.qrels)
-        with open_vector_store(home) as store:
-            for case in situations(
-                queries, relevant, {}, org_id=EVAL_ORG, store=store, registry=registry,
-                embedder=embedder, config=config, corpus_ids=ids, top_k=top_k,
-            ):  # fmt: skip
+        with eval_situations(dataset, settings, embedder=embedder, queries=claims) as index:
+            stats, ids = index.stats, index.corpus_ids
+            for case in index.cases:
                 situation = "answerable" if case.answerable else "unanswerable"
                 kept, text, vector = case.hits, case.text, case.vector
                 tick = time.perf_counter()
@@ -163,8 +144,10 @@ def main() -> int:
                 if case.answerable and evidence:
                     cited = {ids.get(h.doc_id) for h in evidence}
                     cites_relevant.append(bool(cited & relevant[case.query_id]))
+    except ConfigError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
     finally:
-        registry.close()
         embedder.close()
     seconds = time.perf_counter() - started
 

@@ -22,17 +22,24 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from core.errors import ConfigError, ExtractionError
 from core.models import ExtractedDocument, Scope, SearchMode
 from core.settings import Settings
 from evals.beir import BeirDataset
 from evals.metrics import Run, Scores, evaluate
-from evals.refusal import RefusalSupports, refusal_supports, relevant_documents, situations
+from evals.refusal import (
+    RefusalSupports,
+    Situation,
+    refusal_supports,
+    relevant_documents,
+    situations,
+)
 from evals.warehouse import EvalRecord
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
@@ -42,6 +49,9 @@ from tasks.ingest.index import IngestTarget, index_batch, plan_ingest
 from tasks.query.rerank import Reranker, rerank_hits, reranker_from_settings
 from tasks.query.retrieve import RetrievalConfig, search
 from tasks.text.embed import CachedEmbedder, Embedder, embedder_for
+
+if TYPE_CHECKING:
+    from tasks.answer.confidence import TermStats
 
 log = logging.getLogger(__name__)
 
@@ -326,21 +336,67 @@ def refusal_of(
     dataset: BeirDataset, settings: Settings, *, embedder: Embedder, config: RetrievalConfig
 ) -> RefusalSupports:
     """The answer path's support over the eval index, answerable and not (`evals.refusal`)."""
+    with eval_situations(dataset, settings, embedder=embedder, config=config) as index:
+        return refusal_supports(index.cases, embedder, index.stats)
+
+
+class EvalSituations(NamedTuple):
+    """What `eval_situations` yields."""
+
+    cases: Iterator[Situation]
+    """Each situation, searched as it is iterated."""
+    stats: TermStats
+    """The corpus's term statistics (what support weighs terms by)."""
+    corpus_ids: dict[str, str]
+    """Document id -> corpus id (`corpus_ids`)."""
+
+
+@contextmanager
+def eval_situations(
+    dataset: BeirDataset,
+    settings: Settings,
+    *,
+    embedder: Embedder,
+    config: RetrievalConfig | None = None,
+    queries: int | None = None,
+    top_k: int | None = None,
+) -> Iterator[EvalSituations]:
+    """The refusal situations (`evals.refusal.situations`) over the eval index of ``dataset``
+    that `run_eval` built under ``settings``, with the corpus's term statistics and ids; the
+    index is open for the block.
+
+    Args:
+        dataset: the BEIR split; its judged queries, qrels and unanswerable questions.
+        settings: the home the eval index is in (`eval_settings` finds it).
+        embedder: what the index was built with (`cached_embedder`).
+        config: retrieval settings; the index home's by default.
+        queries: only the first ``queries`` judged queries (all by default).
+        top_k: hits per situation; ``KBFLOW_ANSWER_TOP_K`` by default.
+
+    Raises:
+        ConfigError: there is no eval index of ``dataset`` in this home yet.
+    """
+    from tasks.answer.confidence import TermStats
+
     home = eval_settings(settings, dataset)
     registry = SqlRegistry.open(home.registry_url)
     try:
         ids = corpus_ids(registry)
-        relevant = relevant_documents(dataset.qrels)
-        from tasks.answer.confidence import TermStats
-
+        if not ids:
+            raise ConfigError(
+                f"no eval index of {dataset.name} under {settings.home}: "
+                "run `kbflow eval run` on it first"
+            )
         stats = TermStats.of_org(EVAL_ORG, registry)
+        judged = dict(list(dataset.queries.items())[:queries])
         with open_vector_store(home) as store:
             cases = situations(
-                dataset.queries, relevant, dataset.unanswerable, org_id=EVAL_ORG, store=store,
-                registry=registry, embedder=embedder, config=config, corpus_ids=ids,
-                top_k=settings.answer_top_k,
+                judged, relevant_documents(dataset.qrels), dataset.unanswerable, org_id=EVAL_ORG,
+                store=store, registry=registry, embedder=embedder,
+                config=config or RetrievalConfig.from_settings(home), corpus_ids=ids,
+                top_k=settings.answer_top_k if top_k is None else top_k,
             )  # fmt: skip
-            return refusal_supports(cases, embedder, stats)
+            yield EvalSituations(cases, stats, ids)
     finally:
         registry.close()
 
