@@ -106,24 +106,34 @@ MENU = [
 ]  # fmt: skip
 
 
+def _answer_from_menu(
+    question: str, threshold: float, registry: SqlRegistry, store: Any, embedder: Any
+) -> Any:
+    """`MENU` indexed into org acme's "menu" collection, and the answer path's turn for
+    ``question`` there (gated hybrid retrieval, the offline model, ``threshold``)."""
+    index_records(
+        [{"key": k, "title": t, "text": x} for k, t, x in MENU],
+        store=store, registry=registry, embedder=embedder, collection="menu",
+    )  # fmt: skip
+    return answer(
+        question, Scope("acme", collections=("menu",)),
+        org_id="acme", agent_id="concierge", registry=registry, embedder=embedder,
+        retrieve_fn=lambda q, scope, k: retrieve(
+            q, scope, store=store, registry=registry, embedder=embedder,
+            mode=SearchMode.HYBRID, top_k=k,
+        ),
+        model=ExtractiveKnowledgeModel(threshold), config=AnswerConfig(threshold=threshold),
+    )  # fmt: skip
+
+
 def test_the_price_of_a_menu_item_is_answered_from_its_amount_at_the_default_threshold(
     registry: SqlRegistry, edge_store: Any, embedder: Any
 ) -> None:
     """The paraphrase the issue found refused (support 0.499): the document says "14.50 EUR",
     the question says "price"."""
-    index_records(
-        [{"key": k, "title": t, "text": x} for k, t, x in MENU],
-        store=edge_store, registry=registry, embedder=embedder, collection="menu",
-    )  # fmt: skip
-    turn = answer(
-        "What is the price of Arctic Breakfast?", Scope("acme", collections=("menu",)),
-        org_id="acme", agent_id="concierge", registry=registry, embedder=embedder,
-        retrieve_fn=lambda q, scope, k: retrieve(
-            q, scope, store=edge_store, registry=registry, embedder=embedder,
-            mode=SearchMode.HYBRID, top_k=k,
-        ),
-        model=ExtractiveKnowledgeModel(Settings().answer_min_confidence),
-        config=AnswerConfig(threshold=Settings().answer_min_confidence),
+    turn = _answer_from_menu(
+        "What is the price of Arctic Breakfast?", Settings().answer_min_confidence,
+        registry, edge_store, embedder,
     )  # fmt: skip
     assert turn.output["status"] == "answered", turn.output["refusal"]
     assert "14.50 EUR" in turn.output["answer"]
@@ -260,19 +270,7 @@ def test_a_turn_recorded_under_support_v1_replays_unchanged(
 ) -> None:
     """Replay re-runs synthesis on the recorded evidence, confidences and threshold: a turn
     recorded before support-v2 (no "support" key, v1's threshold) replays byte-identically."""
-    index_records(
-        [{"key": k, "title": t, "text": x} for k, t, x in MENU],
-        store=edge_store, registry=registry, embedder=embedder, collection="menu",
-    )  # fmt: skip
-    turn = answer(
-        "When is the sauna evening?", Scope("acme", collections=("menu",)),
-        org_id="acme", agent_id="concierge", registry=registry, embedder=embedder,
-        retrieve_fn=lambda q, scope, k: retrieve(
-            q, scope, store=edge_store, registry=registry, embedder=embedder,
-            mode=SearchMode.HYBRID, top_k=k,
-        ),
-        model=ExtractiveKnowledgeModel(0.3), config=AnswerConfig(threshold=0.3),
-    )  # fmt: skip
+    turn = _answer_from_menu("When is the sauna evening?", 0.3, registry, edge_store, embedder)
     assert turn.output["status"] == "answered", turn.output["refusal"]
     assert turn.output["support"] == turn.replay_input["support"] == "support-v2"
     recorded_v1 = dataclasses.replace(

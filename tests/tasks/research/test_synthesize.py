@@ -292,6 +292,14 @@ def extractive(embedder: Any) -> ExtractiveSynthesizer:
     return ExtractiveSynthesizer(embedder)
 
 
+def _drafts(
+    extractive: ExtractiveSynthesizer, corpus: ResearchCorpus, max_output_tokens: int
+) -> dict[str, str]:
+    """The offline synthesizer's drafts of ``corpus``, by file name."""
+    result = extractive.synthesize(corpus, max_output_tokens=max_output_tokens)
+    return {d.filename: d.content for d in result.documents}
+
+
 @pytest.fixture(scope="module")
 def extracted(extractive: ExtractiveSynthesizer) -> dict[str, str]:
     result = extractive.synthesize(make_corpus(), max_output_tokens=4000)
@@ -389,10 +397,7 @@ def test_extractive_contacts_keep_a_seed_table_and_list_on_their_lines(
     extractive: ExtractiveSynthesizer,
 ) -> None:
     corpus = make_corpus(CorpusEntry("doc:tb04", "Team sheet", TEAM_SHEET, "am_file"))
-    docs = {
-        d.filename: d.content
-        for d in extractive.synthesize(corpus, max_output_tokens=4000).documents
-    }
+    docs = _drafts(extractive, corpus, 4000)
     contacts = docs[CONTACTS]
     assert (
         "| Name | Role | Email | Phone | Source |\n|---|---|---|---|---|\n"
@@ -452,10 +457,7 @@ def test_extractive_product_context_groups_items_under_the_seeds_subheadings(
     extractive: ExtractiveSynthesizer,
 ) -> None:
     corpus = make_corpus(CorpusEntry("doc:pl06", "Price list", PRICE_LIST, "am_file"))
-    docs = {
-        d.filename: d.content
-        for d in extractive.synthesize(corpus, max_output_tokens=4000).documents
-    }
+    docs = _drafts(extractive, corpus, 4000)
     product = docs[PRODUCT]
     assert "### Initial assessment\n\n" in product and "### Sports massage\n\n" in product
     assert product.index("### Initial assessment") < product.index("- Price: 85 EUR. [doc:pl06]")
@@ -499,10 +501,7 @@ def test_extractive_says_so_when_the_corpus_lacks_a_topic(
     extractive: ExtractiveSynthesizer,
 ) -> None:
     corpus = make_corpus(CorpusEntry("doc:pr02", "Product one-pager", PRODUCTS, "am_file"))
-    docs = {
-        d.filename: d.content
-        for d in extractive.synthesize(corpus, max_output_tokens=2000).documents
-    }
+    docs = _drafts(extractive, corpus, 2000)
     assert "No compliance or risk topic found in the research corpus." in docs[COMPLIANCE]
     assert "No example copy found in the research corpus." in docs[BRAND]
     assert "No phrasing to avoid found in the research corpus." in docs[BRAND]
