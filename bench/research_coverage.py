@@ -50,33 +50,16 @@ sys.path.insert(0, str(REPO))
 from bench.stats import save_results  # noqa: E402
 
 
-def _claude(script: str, requests: list[dict[str, Any]]) -> Any:
-    """An `AnthropicSynthesizer` whose HTTP is answered by ``script`` (real SDK, no network)."""
-    import anthropic
-    import httpx2
-
+def _claude(script: str) -> tuple[Any, Any]:
+    """An `AnthropicSynthesizer` whose HTTP is answered by ``script`` (the real SDK on the
+    tests' scripted transport, no network), and the recorder that keeps its requests."""
     from tasks.research.claude import AnthropicSynthesizer
+    from tests.anthropic_mock import Recorder, anthropic_client, message
 
-    def handle(request: Any) -> Any:
-        requests.append(json.loads(request.content))
-        return httpx2.Response(
-            200,
-            json={
-                "id": "msg_bench",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-haiku-4-5",
-                "content": [{"type": "text", "text": script}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
-            },
-        )
-
-    client = anthropic.Anthropic(
-        api_key="bench", http_client=httpx2.Client(transport=httpx2.MockTransport(handle))
-    )
-    return AnthropicSynthesizer("unused", client=client, max_retries=0)
+    recorder = Recorder(message(script, tokens_in=0, tokens_out=0))
+    return AnthropicSynthesizer(
+        "unused", client=anthropic_client(recorder), max_retries=0
+    ), recorder
 
 
 def main() -> int:
@@ -153,9 +136,9 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
             requests: list[dict[str, Any]] = []
             synthesizers: dict[str, Any] = {"extractive": ExtractiveSynthesizer(embedder)}
             if bundle is CIDER:  # the bundle with a scripted reply
-                synthesizers["claude-scripted"] = _claude(
-                    scripted_reply(seed_cites, titles), requests
-                )
+                claude, recorder = _claude(scripted_reply(seed_cites, titles))
+                synthesizers["claude-scripted"] = claude
+                requests = recorder.bodies
             for kind, synthesizer in synthesizers.items():
                 name = f"{bundle.name}/{kind}"
                 started = time.perf_counter()
