@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 
 from core.models import (
     SERVABLE_PARSE_STATUSES,
@@ -36,12 +36,27 @@ class ChunksMixin(RegistryBase):
     ) -> None:
         """Record a document's chunk texts for one content version (replacing that version's),
         with the id of the embedding model that made their vectors."""
+        self.put_chunks_of([(doc, content_hash, chunks)], embedding_model=embedding_model)
+
+    def put_chunks_of(
+        self,
+        docs: Sequence[tuple[DocRecord, str, Sequence[Chunk]]],
+        *,
+        embedding_model: str,
+    ) -> None:
+        """`put_chunks` for several documents (an ingest batch's), in one transaction."""
+        if not docs:
+            return
         with self.session() as s, s.begin():
-            s.execute(
-                delete(ChunkRow).where(
-                    ChunkRow.doc_id == doc.id, ChunkRow.content_hash == content_hash
+            pairs = [(doc.id, content_hash) for doc, content_hash, _ in docs]
+            for start in range(0, len(pairs), 500):
+                s.execute(
+                    delete(ChunkRow).where(
+                        tuple_(ChunkRow.doc_id, ChunkRow.content_hash).in_(
+                            pairs[start : start + 500]
+                        )
+                    )
                 )
-            )
             s.add_all(
                 ChunkRow(
                     chunk_id=c.chunk_id,
@@ -54,6 +69,7 @@ class ChunksMixin(RegistryBase):
                     location=c.location.to_payload() if c.location else None,
                     embedding_model=embedding_model,
                 )
+                for doc, content_hash, chunks in docs
                 for c in chunks
             )
 

@@ -25,6 +25,7 @@ from sinks.registry.base import RegistryBase
 from sinks.registry.records import (
     SYSTEM_ACTOR,
     DocRecord,
+    NewDocument,
     normalize_collection_path,
     record_of,
 )
@@ -61,41 +62,71 @@ class DocumentsMixin(RegistryBase):
 
         ``citations``: the sources its text cites (its Citations footer, which is not chunked).
         """
-        doc_id = uuid.uuid4().hex
+        new = NewDocument(
+            org_id=org_id,
+            collection_id=collection_id,
+            source_key=source_key,
+            title=title,
+            uri=uri,
+            content_hash=content_hash,
+            version=version,
+            status=status,
+            source_tag=source_tag,
+            synthesis_run_id=synthesis_run_id,
+            audience=audience,
+            effective_date=effective_date,
+            actor=actor,
+            citations=citations,
+        )
+        return self.create_documents([new])[0]
+
+    def create_documents(self, docs: Sequence[NewDocument]) -> list[DocRecord]:
+        """Insert documents like `create_document`, all in one transaction (an ingest batch's):
+        each row and its ``created`` audit row, then one read of what was written.
+
+        Returns:
+            The records, in the order of ``docs``.
+        """
+        ids = [uuid.uuid4().hex for _ in docs]
+        if not docs:
+            return []
         with self.session() as s, s.begin():
-            s.add(
-                DocumentRow(
-                    id=doc_id,
-                    org_id=org_id,
-                    collection_id=collection_id,
-                    source_key=source_key,
-                    title=title[:500],
-                    uri=uri[:2000],
-                    content_hash=content_hash,
-                    version=version,
-                    status=status.value if status else None,
-                    source_tag=source_tag,
-                    synthesis_run_id=synthesis_run_id,
-                    audience=audience,
-                    effective_date=effective_date,
-                    parse_status=ParseStatus.PENDING.value,
-                    chunk_count=0,
-                    citations=citations_column(citations),
+            for doc_id, new in zip(ids, docs, strict=True):
+                status = new.status.value if new.status else None
+                s.add(
+                    DocumentRow(
+                        id=doc_id,
+                        org_id=new.org_id,
+                        collection_id=new.collection_id,
+                        source_key=new.source_key,
+                        title=new.title[:500],
+                        uri=new.uri[:2000],
+                        content_hash=new.content_hash,
+                        version=new.version,
+                        status=status,
+                        source_tag=new.source_tag,
+                        synthesis_run_id=new.synthesis_run_id,
+                        audience=new.audience,
+                        effective_date=new.effective_date,
+                        parse_status=ParseStatus.PENDING.value,
+                        chunk_count=0,
+                        citations=citations_column(new.citations),
+                    )
                 )
-            )
-            s.add(
-                AuditRow(
-                    actor=actor,
-                    action=AuditAction.CREATED.value,
-                    org_id=org_id,
-                    doc_id=doc_id,
-                    synthesis_run_id=synthesis_run_id,
-                    source_tag=source_tag,
-                    before=None,
-                    after={"status": status.value if status else None, "version": version},
+                s.add(
+                    AuditRow(
+                        actor=new.actor,
+                        action=AuditAction.CREATED.value,
+                        org_id=new.org_id,
+                        doc_id=doc_id,
+                        synthesis_run_id=new.synthesis_run_id,
+                        source_tag=new.source_tag,
+                        before=None,
+                        after={"status": status, "version": new.version},
+                    )
                 )
-            )
-        return self.get_document(doc_id)
+        found = self.get_documents(ids)
+        return [found[doc_id] for doc_id in ids]
 
     def mark_parsed(self, doc_id: str, *, parse_status: ParseStatus, chunk_count: int) -> None:
         with self.session() as s, s.begin():

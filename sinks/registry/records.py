@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core import ids
-from core.models import Chunk, Location, Role, SourceRef
+from core.models import Chunk, DocStatus, Location, Role, SourceRef
 from sinks.registry.schema import ChunkRow, DocumentRow
 
 SYSTEM_ACTOR = "system"
@@ -64,6 +65,26 @@ class DocRecord:
                 out[key] = value.isoformat()
         out["citations"] = [c.to_dict() for c in self.citations]
         return out
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    """What `create_documents` needs to insert one document version (its id is made there)."""
+
+    org_id: str
+    collection_id: int
+    source_key: str
+    title: str
+    uri: str
+    content_hash: str
+    version: int = 1
+    status: DocStatus | None = DocStatus.APPROVED
+    source_tag: str | None = None
+    synthesis_run_id: str | None = None
+    audience: str | None = None
+    effective_date: dt.date | None = None
+    actor: str = SYSTEM_ACTOR
+    citations: Sequence[SourceRef] = ()
 
 
 @dataclass(frozen=True)

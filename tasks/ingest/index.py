@@ -28,7 +28,7 @@ from core.models import (
     ParseStatus,
     SourceRef,
 )
-from sinks.registry import DocRecord, SqlRegistry
+from sinks.registry import DocRecord, NewDocument, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source, record_to_document
 from tasks.ingest.validate import check_chunk_points
@@ -201,7 +201,7 @@ def index_batch(
     """
     require_org_model(registry, target.org_id, embedder.model_id, action="ingest into")
     report = BatchReport()
-    docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
+    read: list[tuple[WorkItem, ExtractedDocument, tuple[SourceRef, ...]]] = []
     for item in items:
         try:
             extracted, citations = _read(item, extract_file, cite_uris)
@@ -210,7 +210,9 @@ def index_batch(
             log.warning("skipped %s: %s", item.source.name, exc)
             continue
         report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
-        doc = _register(item, extracted, target, registry, citations)
+        read.append((item, extracted, citations))
+    docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
+    for (item, extracted, _), doc in zip(read, _register(read, target, registry), strict=True):
         if not extracted.sections and extracted.meta.get("empty_reason"):
             # Read fine, nothing to say (a silent recording): recorded, so a re-run skips it;
             # it still retires what the source used to say.
@@ -254,9 +256,13 @@ def index_batch(
             continue
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
-        registry.put_chunks(doc, doc.content_hash, chunks_of[doc.id], embedding_model=model_id)
-        faults.point("ingest.after_chunks")
         stored.append((item, doc))
+    # The batch's chunk texts in one transaction (the documents stay pending until published).
+    registry.put_chunks_of(
+        [(doc, doc.content_hash, chunks_of[doc.id]) for _, doc in stored], embedding_model=model_id
+    )
+    for _ in stored:
+        faults.point("ingest.after_chunks")
     # One upsert (and one flush) per batch; documents become servable only when published.
     store.upsert([p for _, doc in stored for p in by_doc[doc.id]])
     faults.point("ingest.after_upsert")
@@ -363,32 +369,46 @@ def _mentions(chunk_ids: list[Any], doc_id: str) -> bool:
 
 
 def _register(
-    item: WorkItem,
-    extracted: ExtractedDocument,
+    read: Sequence[tuple[WorkItem, ExtractedDocument, tuple[SourceRef, ...]]],
     target: IngestTarget,
     registry: SqlRegistry,
-    citations: Sequence[SourceRef] = (),
-) -> DocRecord:
-    if item.resume and item.previous is not None:
-        return item.previous
-    doc = registry.create_document(
-        org_id=target.org_id,
-        collection_id=target.collection_id,
-        source_key=item.source.source_key,
-        title=extracted.title,
-        uri=extracted.uri,
-        content_hash=item.source.content_hash,
-        version=(item.previous.version + 1) if item.previous else 1,
-        status=target.status,
-        source_tag=target.source_tag,
-        synthesis_run_id=target.synthesis_run_id,
-        audience=target.audience,
-        effective_date=target.effective_date,
-        actor=target.actor,
-        citations=citations,
-    )
-    faults.point("ingest.after_register")
-    return doc
+) -> list[DocRecord]:
+    """Each read document's registry record, in order: a resumed one's earlier (pending) row,
+    else a new pending version, all of the batch's created in one transaction."""
+    new = [
+        NewDocument(
+            org_id=target.org_id,
+            collection_id=target.collection_id,
+            source_key=item.source.source_key,
+            title=extracted.title,
+            uri=extracted.uri,
+            content_hash=item.source.content_hash,
+            version=(item.previous.version + 1) if item.previous else 1,
+            status=target.status,
+            source_tag=target.source_tag,
+            synthesis_run_id=target.synthesis_run_id,
+            audience=target.audience,
+            effective_date=target.effective_date,
+            actor=target.actor,
+            citations=citations,
+        )
+        for item, extracted, citations in read
+        if not _resumed(item)
+    ]
+    created = iter(registry.create_documents(new))
+    out: list[DocRecord] = []
+    for item, _, _ in read:
+        previous = item.previous
+        if _resumed(item) and previous is not None:
+            out.append(previous)
+        else:
+            out.append(next(created))
+            faults.point("ingest.after_register")
+    return out
+
+
+def _resumed(item: WorkItem) -> bool:
+    return item.resume and item.previous is not None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import multiprocessing as mp
 import random
@@ -10,12 +11,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import IntegrityError
 
 from core.errors import ConfigError, NotFound, ReviewConflict
-from core.models import AuditAction, DocStatus, ParseStatus, Scope, SourceRef
+from core.models import AuditAction, Chunk, DocStatus, ParseStatus, Scope, SourceRef
 from core.settings import Settings
 from sinks.gate import build_gate
-from sinks.registry import NO_DESCRIPTION, DocRecord, SqlRegistry
+from sinks.registry import NO_DESCRIPTION, DocRecord, NewDocument, SqlRegistry
 from sinks.registry.base import configure_sqlite
 from sinks.registry.schema import CollectionRow
 from tests.conftest import blank_database_url, sqlite_only
@@ -155,6 +157,74 @@ def test_create_document_defaults_and_audit(registry: SqlRegistry) -> None:
     assert [(r.action, r.actor, r.before, r.after) for r in trail] == [
         ("kb.document.created", "system", None, {"status": "approved", "version": 1})
     ]
+
+
+def _new(registry: SqlRegistry, key: str, collection_id: int | None = None) -> NewDocument:
+    registry.ensure_org(ORG)
+    coll_id = collection_id or registry.ensure_collection(ORG, "policies").id
+    return NewDocument(
+        org_id=ORG,
+        collection_id=coll_id,
+        source_key=f"test://{key}",
+        title=key,
+        uri=f"test://{key}",
+        content_hash=f"{key}-1",
+        actor="ingest-bot",
+    )
+
+
+def test_create_documents_writes_a_batch_in_order_with_audit_rows(registry: SqlRegistry) -> None:
+    made = registry.create_documents([_new(registry, k) for k in ("c", "a", "b")])
+    assert [d.source_key for d in made] == ["test://c", "test://a", "test://b"]
+    assert len({d.id for d in made}) == 3
+    assert {(d.parse_status, d.status, d.version) for d in made} == {("pending", "approved", 1)}
+    for doc in made:
+        assert [(r.action, r.actor) for r in registry.audit_trail(ORG, doc.id)] == [
+            ("kb.document.created", "ingest-bot")
+        ]
+    assert registry.create_documents([]) == []
+
+
+def test_create_documents_is_one_transaction(registry: SqlRegistry) -> None:
+    good = _new(registry, "a")
+    bad = _new(registry, "b", collection_id=10_000)  # no such collection: a foreign key fails
+    with pytest.raises(IntegrityError):
+        registry.create_documents([good, bad])
+    assert registry.current_documents(ORG) == {}  # the good one was not written either
+
+
+def test_put_chunks_of_replaces_each_documents_chunks_in_one_transaction(
+    registry: SqlRegistry,
+) -> None:
+    a, b = registry.create_documents([_new(registry, "a"), _new(registry, "b")])
+    a_chunks = [Chunk(f"{a.id}:0", a.id, 0, "a zero"), Chunk(f"{a.id}:1", a.id, 1, "a one")]
+    registry.put_chunks_of(
+        [
+            (a, a.content_hash, a_chunks),
+            (b, b.content_hash, [Chunk(f"{b.id}:0", b.id, 0, "b zero")]),
+        ],
+        embedding_model="m1",
+    )
+    texts = {d: [c.text for c in cs] for d, cs in registry.document_chunks([a.id, b.id]).items()}
+    assert texts == {a.id: ["a zero", "a one"], b.id: ["b zero"]}
+    assert registry.embedding_models(ORG) == {"m1": 3}
+
+    registry.put_chunks_of(
+        [(a, a.content_hash, [Chunk(f"{a.id}:0", a.id, 0, "a new")])], embedding_model="m1"
+    )
+    texts = {d: [c.text for c in cs] for d, cs in registry.document_chunks([a.id, b.id]).items()}
+    assert texts == {a.id: ["a new"], b.id: ["b zero"]}
+
+    ghost = dataclasses.replace(b, id="no-such-document")  # its chunks fail a foreign key
+    with pytest.raises(IntegrityError):
+        registry.put_chunks_of(
+            [
+                (a, a.content_hash, [Chunk(f"{a.id}:0", a.id, 0, "lost")]),
+                (ghost, ghost.content_hash, [Chunk("no-such-document:0", ghost.id, 0, "x")]),
+            ],
+            embedding_model="m1",
+        )
+    assert [c.text for c in registry.document_chunks([a.id])[a.id]] == ["a new"]
 
 
 def test_create_document_without_status(registry: SqlRegistry) -> None:
