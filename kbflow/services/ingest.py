@@ -78,7 +78,11 @@ def run_ingest(
         summary.raise_if_too_many_skipped(settings.max_skip_ratio)
         return summary.report(jobs)
     from flows.ingest import ingest as ingest_flow
+    from kbflow.services.orchestration import prefect_starting
+    from tasks.ingest.steps import warm_up
 
+    with prefect_starting():
+        warm_up(settings)
     if progress is None:
         report = ingest_flow(paths=paths, **request.flow_params())
     else:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from core.errors import KbflowError
 from core.settings import Settings
@@ -21,6 +24,43 @@ def prefect_api_url() -> str | None:
     from prefect.settings import get_current_settings
 
     return get_current_settings().api.url or None
+
+
+@contextmanager
+def prefect_starting() -> Iterator[None]:
+    """Start the temporary Prefect server that this process's next flow run would start, in a
+    thread, while the block runs; leave when it answers.
+
+    The server takes seconds to start, in a process of its own, and the flow would wait for it
+    before running a line: a block that loads what the flow needs (imports, models) runs in
+    that wait instead. Prefect keeps one temporary server per process and the flow's client
+    finds this one running. Nothing happens when a server is set (`prefect_api_url`). A server
+    that fails to start raises what Prefect raises, after the block.
+    """
+    if prefect_api_url():
+        yield
+        return
+    import encodings.idna  # noqa: F401  (httpx imports it on its first request: not in the thread)
+
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start()
+        except BaseException as exc:  # reported in the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=start, name="kbflow-prefect-start", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def require_prefect_server(message: str) -> str:

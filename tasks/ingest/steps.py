@@ -59,6 +59,18 @@ _worker_lock = threading.Lock()
 _stack = ExitStack()
 
 
+def warm_up(settings: Settings) -> None:
+    """Load what an ingest run's first batch would otherwise wait for: the data-check suite
+    (Great Expectations' import is seconds) and, when batches embed in this process, the
+    embedding model. A caller runs it while something else waits (the temporary Prefect
+    server starting: `kbflow.services.orchestration.prefect_starting`)."""
+    from tasks.ingest.validate import warm_up as warm_checks
+
+    warm_checks()
+    if settings.task_runner == "default":
+        embedder_for(settings).load()
+
+
 @contextmanager
 def extractors() -> Iterator[None]:
     """The extraction workers of one run: started by the first batch that needs them, stopped

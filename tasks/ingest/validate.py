@@ -72,6 +72,12 @@ def _suite() -> tuple[Any, Any]:
     return _state["batch_def"], _state["suite"]
 
 
+def warm_up() -> None:
+    """Import Great Expectations and build the suite now (seconds, once per process), so the
+    first batch's check does not wait for it."""
+    _suite()
+
+
 def check_chunk_points(points: Sequence[ChunkPoint]) -> CheckReport:
     """Run the chunk suite over ``points`` and report failures (never raises for bad data)."""
     if not points:

@@ -113,6 +113,11 @@ class MiniLMEmbedder:
         """``fp32`` or ``int8``: what embeds after any fallback; loads the model."""
         return str(self._load().precision)
 
+    def load(self) -> None:
+        """Load the model now (and build its int8 form if asked and not cached yet), so the
+        first batch does not wait for it."""
+        self._load()
+
     def limit_threads(self, threads: int) -> None:
         """Use at most ``threads`` CPU threads per forward pass from now on (0: every core)."""
         with self._lock:

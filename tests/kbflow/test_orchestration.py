@@ -1,0 +1,111 @@
+"""`prefect_starting`: the temporary Prefect server starts while the caller loads what the flow
+needs, and the flow then runs on that server rather than starting another."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbflow.services import orchestration
+from kbflow.services.orchestration import prefect_starting
+
+_REPO = Path(__file__).resolve().parents[2]
+
+_SCRIPT = """
+import json, sys
+from core.settings import Settings, configure_environment
+configure_environment(Settings())
+import psutil
+from prefect import flow
+from kbflow.processes import TEMPORARY_SERVER, looks_like
+from kbflow.services.orchestration import prefect_starting
+
+def servers():
+    return [c.pid for c in psutil.Process().children() if looks_like(TEMPORARY_SERVER, c.cmdline())]
+
+with prefect_starting():
+    pass
+after = servers()
+
+@flow
+def add(a: int, b: int) -> int:
+    return a + b
+
+result = add(1, 2)
+print(json.dumps({"after": after, "then": servers(), "result": result}))
+"""
+
+
+def _run(tmp_path: Path, **env: str) -> dict[str, Any]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    environ.update(KBFLOW_HOME=str(tmp_path / "home"), PYTHONPATH=str(_REPO), **env)
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        cwd=_REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.integration
+def test_the_flow_runs_on_the_server_started_meanwhile(tmp_path: Path) -> None:
+    out = _run(tmp_path)
+    assert len(out["after"]) == 1  # up when the block is left
+    assert out["then"] == out["after"]  # the flow found it: no second server
+    assert out["result"] == 3
+
+
+def test_the_block_runs_while_the_server_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    block_ran = threading.Event()
+    starts: list[bool] = []
+
+    def start(self: Any, timeout: int | None = None) -> None:
+        # Answers only once the block has run: a start before (or after) the block fails.
+        starts.append(block_ran.wait(timeout=10))
+
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    with prefect_starting():
+        block_ran.set()
+    assert starts == [True]
+
+
+def test_a_server_that_fails_to_start_raises_after_the_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    def start(self: Any, timeout: int | None = None) -> None:
+        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API")
+
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    ran = []
+    with pytest.raises(RuntimeError, match="ephemeral Prefect API"), prefect_starting():
+        ran.append(True)
+    assert ran == [True]
+
+
+def test_nothing_starts_when_a_server_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    def start(self: Any, timeout: int | None = None) -> None:
+        raise AssertionError("a server is set: nothing may start")
+
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: "http://127.0.0.1:4200/api")
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    with prefect_starting():
+        pass
