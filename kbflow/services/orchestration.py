@@ -37,8 +37,8 @@ def prefect_starting() -> Iterator[None]:
     finds this one running. Nothing happens when a server is set (`prefect_api_url`). A server
     that fails to start raises what Prefect raises, after the block.
     """
-    if prefect_api_url():
-        yield
+    if prefect_api_url() or not _temporary_server_allowed():
+        yield  # a server is set, or none may start (the flow then says so itself)
         return
     import encodings.idna  # noqa: F401  (httpx imports it on its first request: not in the thread)
 
@@ -61,6 +61,12 @@ def prefect_starting() -> Iterator[None]:
         thread.join()
     if failed:
         raise failed[0]
+
+
+def _temporary_server_allowed() -> bool:
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    return bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
 
 
 def require_prefect_server(message: str) -> str:

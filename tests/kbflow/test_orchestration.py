@@ -109,3 +109,17 @@ def test_nothing_starts_when_a_server_is_set(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(SubprocessASGIServer, "start", start)
     with prefect_starting():
         pass
+
+
+def test_nothing_starts_when_temporary_servers_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    def start(self: Any, timeout: int | None = None) -> None:
+        raise AssertionError("PREFECT_SERVER_EPHEMERAL_ENABLED is off: nothing may start")
+
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
+
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    with temporary_settings({PREFECT_SERVER_EPHEMERAL_ENABLED: False}), prefect_starting():
+        pass
