@@ -55,10 +55,9 @@ def prefect_starting() -> Iterator[None]:
 
     thread = threading.Thread(target=start, name="kbflow-prefect-start", daemon=True)
     thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
+    yield  # an error (or Ctrl-C) in the block leaves at once: the thread is a daemon, and
+    # Prefect stops the server at exit
+    thread.join()
     if failed:
         raise failed[0]
 

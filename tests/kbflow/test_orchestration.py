@@ -123,3 +123,26 @@ def test_nothing_starts_when_temporary_servers_are_off(monkeypatch: pytest.Monke
     monkeypatch.setattr(SubprocessASGIServer, "start", start)
     with temporary_settings({PREFECT_SERVER_EPHEMERAL_ENABLED: False}), prefect_starting():
         pass
+
+
+def test_an_error_in_the_block_does_not_wait_for_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from prefect.server.api.server import SubprocessASGIServer
+
+    release = threading.Event()
+
+    def start(self: Any, timeout: int | None = None) -> None:
+        release.wait(timeout=30)  # a server that takes its time
+
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
+    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    began = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt), prefect_starting():
+            raise KeyboardInterrupt
+        assert time.monotonic() - began < 5
+    finally:
+        release.set()
