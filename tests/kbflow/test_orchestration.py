@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +67,25 @@ def test_the_flow_runs_on_the_server_started_meanwhile(tmp_path: Path) -> None:
     assert out["result"] == 3
 
 
-def test_the_block_runs_while_the_server_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def _server_starts(
+    monkeypatch: pytest.MonkeyPatch, start: Callable[[], None], api_url: str | None = None
+) -> None:
+    """Prefect's temporary server start replaced by ``start``; ``api_url`` the server set."""
     from prefect.server.api.server import SubprocessASGIServer
 
+    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: api_url)
+    monkeypatch.setattr(SubprocessASGIServer, "start", lambda self, timeout=None: start())
+
+
+def test_the_block_runs_while_the_server_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     block_ran = threading.Event()
     starts: list[bool] = []
 
-    def start(self: Any, timeout: int | None = None) -> None:
+    def start() -> None:
         # Answers only once the block has run: a start before (or after) the block fails.
         starts.append(block_ran.wait(timeout=10))
 
-    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    _server_starts(monkeypatch, start)
     with prefect_starting():
         block_ran.set()
     assert starts == [True]
@@ -86,13 +94,10 @@ def test_the_block_runs_while_the_server_starts(monkeypatch: pytest.MonkeyPatch)
 def test_a_server_that_fails_to_start_raises_after_the_block(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from prefect.server.api.server import SubprocessASGIServer
-
-    def start(self: Any, timeout: int | None = None) -> None:
+    def start() -> None:
         raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API")
 
-    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    _server_starts(monkeypatch, start)
     ran = []
     with pytest.raises(RuntimeError, match="ephemeral Prefect API"), prefect_starting():
         ran.append(True)
@@ -100,27 +105,21 @@ def test_a_server_that_fails_to_start_raises_after_the_block(
 
 
 def test_nothing_starts_when_a_server_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefect.server.api.server import SubprocessASGIServer
-
-    def start(self: Any, timeout: int | None = None) -> None:
+    def start() -> None:
         raise AssertionError("a server is set: nothing may start")
 
-    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: "http://127.0.0.1:4200/api")
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    _server_starts(monkeypatch, start, api_url="http://127.0.0.1:4200/api")
     with prefect_starting():
         pass
 
 
 def test_nothing_starts_when_temporary_servers_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefect.server.api.server import SubprocessASGIServer
-
-    def start(self: Any, timeout: int | None = None) -> None:
+    def start() -> None:
         raise AssertionError("PREFECT_SERVER_EPHEMERAL_ENABLED is off: nothing may start")
 
     from prefect.settings import PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
 
-    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    _server_starts(monkeypatch, start)
     with temporary_settings({PREFECT_SERVER_EPHEMERAL_ENABLED: False}), prefect_starting():
         pass
 
@@ -130,15 +129,12 @@ def test_an_error_in_the_block_does_not_wait_for_the_server(
 ) -> None:
     import time
 
-    from prefect.server.api.server import SubprocessASGIServer
-
     release = threading.Event()
 
-    def start(self: Any, timeout: int | None = None) -> None:
+    def start() -> None:
         release.wait(timeout=30)  # a server that takes its time
 
-    monkeypatch.setattr(orchestration, "prefect_api_url", lambda: None)
-    monkeypatch.setattr(SubprocessASGIServer, "start", start)
+    _server_starts(monkeypatch, start)
     began = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt), prefect_starting():
