@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 _MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+IN_LIST_MAX = 500
+"""The most values one SQL ``IN (...)`` list is given."""
+
+T = TypeVar("T")
+
+
+def in_lists(values: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``values`` in consecutive slices of at most `IN_LIST_MAX`, one per ``IN (...)`` clause."""
+    for start in range(0, len(values), IN_LIST_MAX):
+        yield values[start : start + IN_LIST_MAX]
 
 
 class RegistryBase:

@@ -10,7 +10,7 @@ from core.models import (
     SERVABLE_PARSE_STATUSES,
     Chunk,
 )
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import RegistryBase, in_lists
 from sinks.registry.records import (
     DocRecord,
     chunk_of,
@@ -49,13 +49,9 @@ class ChunksMixin(RegistryBase):
             return
         with self.session() as s, s.begin():
             pairs = [(doc.id, content_hash) for doc, content_hash, _ in docs]
-            for start in range(0, len(pairs), 500):
+            for some in in_lists(pairs):
                 s.execute(
-                    delete(ChunkRow).where(
-                        tuple_(ChunkRow.doc_id, ChunkRow.content_hash).in_(
-                            pairs[start : start + 500]
-                        )
-                    )
+                    delete(ChunkRow).where(tuple_(ChunkRow.doc_id, ChunkRow.content_hash).in_(some))
                 )
             s.add_all(
                 ChunkRow(
@@ -106,10 +102,10 @@ class ChunksMixin(RegistryBase):
         wanted = list(dict.fromkeys(chunk_ids))
         done = 0
         with self.session() as s, s.begin():
-            for start in range(0, len(wanted), 500):
+            for some in in_lists(wanted):
                 result = s.execute(
                     update(ChunkRow)
-                    .where(ChunkRow.chunk_id.in_(wanted[start : start + 500]))
+                    .where(ChunkRow.chunk_id.in_(some))
                     .values(embedding_model=embedding_model)
                 )
                 done += result.rowcount or 0  # type: ignore[attr-defined]

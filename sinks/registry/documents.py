@@ -21,7 +21,7 @@ from core.models import (
     SourceRef,
 )
 from sinks.registry.audit import audit_after
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import RegistryBase, in_lists
 from sinks.registry.records import (
     SYSTEM_ACTOR,
     DocRecord,
@@ -87,9 +87,9 @@ class DocumentsMixin(RegistryBase):
         Returns:
             The records, in the order of ``docs``.
         """
-        ids = [uuid.uuid4().hex for _ in docs]
         if not docs:
             return []
+        ids = [uuid.uuid4().hex for _ in docs]
         with self.session() as s, s.begin():
             for doc_id, new in zip(ids, docs, strict=True):
                 status = new.status.value if new.status else None
@@ -321,10 +321,8 @@ class DocumentsMixin(RegistryBase):
             if org_id is not None:
                 stmt = stmt.where(DocumentRow.org_id == org_id)
             out: list[tuple[DocRecord, str]] = []
-            for start in range(0, len(keys or [None]), 500):
-                chunk = stmt
-                if keys is not None:
-                    chunk = stmt.where(DocumentRow.source_key.in_(keys[start : start + 500]))
+            for some in [None] if keys is None else in_lists(keys):
+                chunk = stmt if some is None else stmt.where(DocumentRow.source_key.in_(some))
                 out.extend((record_of(row, path), str(by)) for row, path, by in s.execute(chunk))
             return out
 
@@ -356,11 +354,11 @@ class DocumentsMixin(RegistryBase):
             return {}
         out: dict[str, DocRecord] = {}
         with self.session() as s:
-            for start in range(0, len(ids), 500):
+            for some in in_lists(ids):
                 stmt = (
                     select(DocumentRow, CollectionRow.path)
                     .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
-                    .where(DocumentRow.id.in_(ids[start : start + 500]))
+                    .where(DocumentRow.id.in_(some))
                 )
                 for row, path in s.execute(stmt):
                     out[row.id] = record_of(row, path)
