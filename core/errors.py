@@ -125,6 +125,15 @@ class JobRunnerUnavailable(KbflowError, RuntimeError):
     (PREFECT_API_URL), the server has no job deployment, or it does not answer."""
 
 
+class JobQueueFull(KbflowError, RuntimeError):
+    """An org has as many background jobs waiting to start as it may (HTTP 429, with
+    ``retry_after_s``); the message names the limit and its setting. Nothing was recorded."""
+
+    def __init__(self, message: str, retry_after_s: int = 60) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class RunFailed(KbflowError, RuntimeError):
     """A flow run ended Failed without doing its job (a refused reviewer, a research budget).
 

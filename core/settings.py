@@ -188,6 +188,34 @@ class Settings(BaseSettings):
         description="The deployment (FLOW/DEPLOYMENT) a `prefect` job runner starts a run of "
         "(prefect.yaml's `kbflow-job`).",
     )
+    jobs_max_running: int = Field(
+        2,
+        ge=1,
+        description="Background jobs (`process` runner) running at once on this machine; more "
+        "wait in a queue and start, oldest first, as running ones end. Each job process holds "
+        "the embedding model and its ingest (~0.5 GB RSS, ~1.2 GB with the temporary Prefect "
+        "server it starts when PREFECT_API_URL is unset) and keeps a core busy: 2 suits a "
+        "2-core, 24 GB machine. The `prefect` runner's runs are limited by their work pool.",
+    )
+    jobs_max_running_per_org: int = Field(
+        1,
+        ge=1,
+        description="Background jobs of one org running at once (within `jobs_max_running`), "
+        "so one org's uploads cannot take every slot; its other jobs wait in the queue.",
+    )
+    jobs_max_queued_per_org: int = Field(
+        100,
+        ge=1,
+        description="Background jobs of one org waiting for a slot, at most; past it a new "
+        "job is refused (HTTP 429 with Retry-After) and nothing is recorded.",
+    )
+    jobs_failed_upload_retention_h: float = Field(
+        24.0,
+        ge=0,
+        description="Hours a FAILED upload job's file is kept under <home>/uploads (to look "
+        "at, or send again) before it is pruned, when a job starts or finishes. A COMPLETE "
+        "job's upload is removed as it finishes.",
+    )
 
     anthropic_api_key: SecretStr | None = Field(
         None,
@@ -263,6 +291,18 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest file an upload to `kbflow serve` may carry (a document, or each "
         "of a seed bundle's 20 files); larger get 413.",
+    )
+    api_request_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest an agent's search, ask or answer (HTTP or MCP) may take in "
+        "`kbflow serve`; past it the caller gets 503 with Retry-After.",
+    )
+    api_drain_s: int = Field(
+        10,
+        ge=1,
+        description="On SIGTERM, how long `kbflow serve` lets requests in flight finish before "
+        "it stops anyway.",
     )
 
     @field_validator("chunk_overlap_words")

@@ -12,12 +12,19 @@ the job by its kind, and finishes it COMPLETE, or FAILED with the reason:
 Either flow records its Prefect flow run id on the job when it starts, unless it runs as a
 subflow of ``kbflow-job``, whose run is the job's. A job whose process or flow run died without
 finishing is noticed by `kbflow.services.jobs.refresh`.
+
+As it starts and as it ends, a run prunes the upload folders done with (a COMPLETE job's, its
+own included; a FAILED job's past KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H): see
+`kbflow.services.jobs.prune_uploads`. The job process (``main``), as it ends, leaves a helper
+that starts the queued jobs once it has exited (`kbflow.services.jobs.start_dispatcher`); a
+worker's flow run does not (the ``prefect`` runner is not admitted through the queue).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 from core.contracts import IngestReport, IngestRequest, ResearchReport
@@ -25,8 +32,12 @@ from core.models import JobStatus
 from core.settings import Settings, configure_environment
 from kbflow.services.jobs import (
     INGEST_KIND,
+    QUEUE_MARK,
     RESEARCH_KIND,
+    prune_uploads,
     refresh,
+    remove_uploads,
+    start_dispatcher,
     submit_ingest_job,
     submit_research_job,
 )
@@ -63,6 +74,7 @@ def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool =
             return job
         if record_pid:
             jobs.update_job_runner(job.id, pid=os.getpid())
+        _tidy_uploads(settings, jobs)
         try:
             if job.kind == RESEARCH_KIND:
                 final, reason, report = _research(settings, job)
@@ -71,15 +83,31 @@ def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool =
         except Exception as exc:  # the job records any failure; nothing else would see it
             log.exception("job %s failed", job.id)
             jobs.finish_job(job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
-            return jobs.get_job(job.id)
-        jobs.finish_job(job.id, final, reason=reason, report=report)
-        return jobs.get_job(job.id)
+        else:
+            jobs.finish_job(job.id, final, reason=reason, report=report)
+        done = jobs.get_job(job.id)
+        _tidy_uploads(settings, jobs, done)
+        return done
     finally:
         registry.close()
 
 
+def _tidy_uploads(settings: Settings, jobs: SqlRegistry, done: JobRecord | None = None) -> None:
+    """Remove ``done``'s upload folder if it is COMPLETE, and prune the others done with; a
+    failure to is logged, never the job's."""
+    try:
+        if done is not None:
+            for folder in remove_uploads(settings, done):
+                log.info("job %s: removed its upload %s", done.id, folder)
+        for folder in prune_uploads(settings, jobs):
+            log.info("pruned upload %s", folder)
+    except Exception:
+        log.warning("could not prune uploads", exc_info=True)
+
+
 def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
     params = dict(job.params)
+    params.pop(QUEUE_MARK, None)
     actor = str(params.pop("actor", None) or "system")
     request = IngestRequest.model_validate(params)
     from flows.ingest import ingest
@@ -139,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings()
     guard_process(settings.home)  # its temporary Prefect server must not outlive it either
-    job = run_job(args[0], settings)
+    try:
+        job = run_job(args[0], settings)
+    finally:  # its slot frees when this process has gone: the helper starts the next jobs then
+        named = re.fullmatch(r"[0-9a-f]{12}", args[0])
+        start_dispatcher(settings, settings.jobs_dir / f"{args[0]}.log" if named else None)
     sys.stdout.write(f"job {job.id}: {job.status.value} {job.reason or ''}\n")
     return 0 if job.status is JobStatus.COMPLETE else 1
 

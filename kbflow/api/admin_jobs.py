@@ -12,8 +12,11 @@ person, and those answers carry the org's drafts and its agents' questions.
 Uploads stream to disk as they arrive (`kbflow.api.uploads`); `kbflow.api.limits.BodyLimit`
 holds the upload routes (`UPLOAD_PATHS`) to `upload_body_cap` instead of the JSON cap. Long
 work runs in a background process (`kbflow.services.jobs`): the route answers 202 with the job's
-id and a ``Location`` to follow it. Seeding runs in the request, through the store this process
-holds open, like a decision.
+id and a ``Location`` to follow it. At most KBFLOW_JOBS_MAX_RUNNING jobs run at once
+(KBFLOW_JOBS_MAX_RUNNING_PER_ORG of one org's); the others wait in a queue, still PROCESSING, the
+202 (and the job's status) saying ``queued: true`` and their ``queue_position``; past
+KBFLOW_JOBS_MAX_QUEUED_PER_ORG waiting jobs an org's next one is refused (429, Retry-After).
+Seeding runs in the request, through the store this process holds open, like a decision.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from kbflow.api.admin import ID_PATTERN, OrgId, refusals_audited
 from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.uploads import Received, UploadLimits, invalid, receive_upload
 from kbflow.services import jobs, seeds
-from sinks.registry import JobRecord
+from sinks.registry import JobRecord, SqlRegistry
 from tasks.research.seed import MAX_SEED_FILE_BYTES, MAX_SEED_FILES
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -287,7 +290,7 @@ def start_research(
         budget_tokens=body.budget_tokens,
         reviewer=reviewer,
     )
-    return _accepted(job)
+    return _accepted(job, service.ctx.registry)
 
 
 # --- document upload ---------------------------------------------------------------------------
@@ -317,7 +320,10 @@ async def upload_document(
 
     For the org's account manager or a superadmin. The part's declared type picks how the file
     is read; its name and bytes must agree (415 otherwise, with the accepted types). The file is
-    kept under the kbflow home (``uploads/``) for the job, which reads it after this answer.
+    kept under the kbflow home (``uploads/``) for the job, which reads it after this answer; it
+    is removed when the job is COMPLETE, and KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H hours after
+    it FAILED. Over the running-jobs limits the job waits its turn: ``queued`` is true and
+    ``queue_position`` its place (1: next); 429 with Retry-After when the org's queue is full.
     """
     settings = service.settings
     await run_in_threadpool(_may_decide, service, user, org, "upload", "upload documents")
@@ -341,7 +347,8 @@ async def upload_document(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return _accepted(job, file=upload.name, type=upload.kind)
+    registry = service.ctx.registry
+    return await run_in_threadpool(_accepted, job, registry, file=upload.name, type=upload.kind)
 
 
 # --- jobs --------------------------------------------------------------------------------------
@@ -351,14 +358,17 @@ async def upload_document(
 def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> dict[str, Any]:
     """A background job (`kbflow jobs status`): PROCESSING, COMPLETE (``result``: the ingest or
     research report) or FAILED (``error``: why), for those who may inspect its org's drafts.
+    A PROCESSING job waiting for a slot says ``queued: true`` and its ``queue_position``.
 
-    A job whose process died without finishing is marked FAILED here."""
+    A job whose process died without finishing is marked FAILED here, and queued jobs whose
+    slot is free are started."""
     from tasks.review.access import authorize_inspection
 
     registry = service.ctx.registry
     job = registry.get_job(job_id)
     authorize_inspection(registry, user, job.org_id)
-    return _job_json(jobs.refresh(registry, job), service.settings)
+    job = jobs.refresh(registry, job, service.settings)
+    return _job_json(job, service.settings) | jobs.admission(registry, job.id)
 
 
 def _job_json(job: JobRecord, settings: Settings) -> dict[str, Any]:
@@ -376,7 +386,7 @@ def _job_json(job: JobRecord, settings: Settings) -> dict[str, Any]:
         "note": job.reason if finished and not failed else None,
         "flow_run_id": job.flow_run_id,
         "files": [FsPath(p).name for p in job.inputs],
-        "params": {k: v for k, v in job.params.items() if k != "actor"},
+        "params": {k: v for k, v in job.params.items() if k not in ("actor", jobs.QUEUE_MARK)},
         "result": job.report,
     }
     if job.kind == jobs.RESEARCH_KIND:
@@ -384,9 +394,12 @@ def _job_json(job: JobRecord, settings: Settings) -> dict[str, Any]:
     return _scrubbed(out, settings.home.resolve())
 
 
-def _accepted(job: JobRecord, **extra: Any) -> JSONResponse:
+def _accepted(job: JobRecord, registry: SqlRegistry, **extra: Any) -> JSONResponse:
+    """202: the job's id, kind, state and org, whether it waits for a slot (``queued``, with
+    its ``queue_position``), and ``extra``."""
     location = f"{router.prefix}/jobs/{job.id}"
     body = {"job_id": job.id, "kind": job.kind, "status": job.status.value, "org": job.org_id}
+    body |= jobs.admission(registry, job.id)
     return JSONResponse(body | extra, status_code=202, headers={"Location": location})
 
 
@@ -418,8 +431,8 @@ def provenance(
     except ConfigError as exc:
         raise invalid("since", str(exc), where="query") from exc
     authorize_inspection(service.ctx.registry, user, org)
-    with service.use():  # the answers this process gives write the ledger under this lock
-        return trace(service.settings, doc=doc, since=since, stale=stale, org=org)
+    # The ledger takes its reads and writes one at a time itself (`sinks.ledger`).
+    return trace(service.settings, doc=doc, since=since, stale=stale, org=org)
 
 
 # --- helpers -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from core.errors import (
     EmbeddingModelMismatch,
     ExtractionError,
     Forbidden,
+    JobQueueFull,
     JobRunnerUnavailable,
     KbflowError,
     NotFound,
@@ -29,13 +30,14 @@ from core.errors import (
     UnsafeUrl,
     UnsupportedMediaType,
 )
-from kbflow.api.limits import RateLimited, SlowClient
+from kbflow.api.limits import DeadlineExceeded, RateLimited, SlowClient
 
 log = logging.getLogger(__name__)
 
 # Most specific first: an error is answered with the first status whose class it is.
 STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (RateLimited, 429),
+    (DeadlineExceeded, 503),
     (Unauthorized, 401),
     (Forbidden, 403),
     (NotFound, 404),
@@ -44,6 +46,7 @@ STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (SlowClient, 408),
     (UnsupportedMediaType, 415),
     (BudgetExceeded, 429),
+    (JobQueueFull, 429),
     (StoreBusy, 503),
     (StoreError, 503),
     (JobRunnerUnavailable, 503),
@@ -66,7 +69,9 @@ def install(app: FastAPI) -> None:
     async def _kbflow(request: Request, exc: KbflowError) -> JSONResponse:
         code = status_of(exc)
         headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {}
-        if isinstance(exc, RateLimited):
+        if isinstance(exc, RateLimited | DeadlineExceeded):
+            headers["Retry-After"] = str(exc.retry_after_s)
+        if isinstance(exc, JobQueueFull):
             headers["Retry-After"] = str(exc.retry_after_s)
         if code in (408, 413):  # the rest of the body is not read: the connection cannot be reused
             headers["Connection"] = "close"

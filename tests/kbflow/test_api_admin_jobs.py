@@ -184,7 +184,8 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     job_id = uploaded.json()["job_id"]
     assert uploaded.headers["location"] == f"/v1/admin/jobs/{job_id}"
     assert uploaded.json() | {"job_id": ""} == {"job_id": "", "kind": "ingest", "org": "acme",
-        "status": "PROCESSING", "file": "leave.md", "type": "md"}  # fmt: skip
+        "status": "PROCESSING", "file": "leave.md", "type": "md",
+        "queued": False, "queue_position": None}  # fmt: skip
     first = _job_at(served, uploaded)
     assert first.status_code == 200 and first.json()["status"] == "PROCESSING", first.text
     assert first.json()["files"] == ["leave.md"] and first.json()["finished_at"] is None
@@ -199,6 +200,11 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
                     json={"client_name": "Acme", "budget_tokens": 50_000})  # fmt: skip
     assert started.status_code == 202, started.text
     assert started.json()["kind"] == "research" and started.json()["status"] == "PROCESSING"
+    # One job of an org at a time (KBFLOW_JOBS_MAX_RUNNING_PER_ORG=1): the research run waits
+    # for the upload's job, unless that has ended already.
+    assert isinstance(started.json()["queued"], bool)
+    if started.json()["queued"]:
+        assert started.json()["queue_position"] == 1, started.text
     assert _job_at(served, started).json()["params"]["reviewer"] == "amy"
 
     # What is refused is refused before any job, and leaves nothing behind.
@@ -236,7 +242,7 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     bundle = [("files", (f"f{i}.txt", b"x" * 90_000, "text/plain")) for i in range(40)]
     whole = _call(served, "POST", "/v1/admin/orgs/acme/seed", "amy", files=bundle)
     assert whole.status_code == 413, whole.text  # the body as a whole, by its declared size
-    assert set((settings.home / "uploads").iterdir()) == stored_before
+    assert set((settings.home / "uploads").iterdir()) <= stored_before  # a COMPLETE job's goes
     assert list((settings.home / "tmp").iterdir()) == []
     assert not (settings.home / "etc").exists() and not (settings.home.parent / "etc").exists()
 
@@ -258,12 +264,14 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     # service that holds it.
     for accepted in (uploaded, started):
         job = _finished(served, accepted)
+        assert job["queued"] is False and job["queue_position"] is None, job
         assert job["finished_at"] is not None and job["flow_run_id"], job
         assert job["status"] == "COMPLETE" and job["error"] is None, (job["kind"], job["error"])
         assert job["result"], job
         _clean(_job_at(served, accepted))
     research = _finished(served, started)
     assert research["synthesis_run_id"], research
+    assert list((settings.home / "uploads").iterdir()) == []  # the upload's job is COMPLETE
     metrics = httpx.get(served["base"] + "/metrics").text  # the research budget, exported
     assert 'kbflow_research_runs_total{status="COMPLETE"} 1.0' in metrics, metrics
     spent = float(research["result"]["consumed_tokens"])
@@ -311,3 +319,91 @@ def test_a_client_file_name_becomes_a_plain_name() -> None:
     for hostile in ("", ".", "..", "../x.md", "a/../../x.md", "x\x00.md", "x\n.md", "x" * 300):
         with pytest.raises(RequestValidationError):
             safe_filename(hostile, "file")
+
+
+# --- admission: many uploads at once -------------------------------------------------------------
+
+LIMITS = {"_drafts": 1, "KBFLOW_JOBS_MAX_RUNNING": "2", "KBFLOW_JOBS_MAX_RUNNING_PER_ORG": "1"}
+UPLOADS_AT_ONCE = 30
+
+
+@pytest.fixture
+def shared_prefect(prefect_harness: None, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test harness's Prefect server, exported as PREFECT_API_URL before the service starts:
+    its job processes report there instead of each starting a temporary server (~15 s and
+    ~600 MB each), as they would beside `kbflow server`."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = str(PREFECT_API_URL.value())
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    return url
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.usefixtures("shared_prefect")
+@pytest.mark.parametrize("served", [LIMITS], indirect=True)
+def test_uploads_past_the_limits_queue(served: dict[str, Any], settings: Settings) -> None:
+    """Thirty uploads at once from two account managers (the per-token burst allows 60): every
+    one is accepted (202), at most two job processes ever run, never two of one org, all thirty
+    end COMPLETE, their uploads removed, and the job processes' summed RSS stays under two
+    jobs' worth."""
+    import threading
+
+    from tests.kbflow.test_job_admission import JOB_RSS_BOUND_MB, JobSampler
+
+    who = {"acme": "amy", "globex": "gus"}
+    batch = [("acme" if i % 2 else "globex", i) for i in range(UPLOADS_AT_ONCE)]
+    gate = threading.Barrier(len(batch))
+    answers: list[httpx.Response | None] = [None] * len(batch)
+
+    def send(slot: int, org: str, i: int) -> None:
+        gate.wait()
+        data = f"# Note {i}\n\n{NOTE} Copy {i} for {org}.\n".encode()
+        answers[slot] = _upload(served, who[org], f"note-{i}.md", data, org=org)
+
+    started = time.monotonic()
+    with JobSampler() as sampler:
+        threads = [threading.Thread(target=send, args=(n, *b)) for n, b in enumerate(batch)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        accepted = [a for a in answers if a is not None]
+        assert [a.status_code for a in accepted] == [202] * len(batch), [
+            a.text for a in accepted if a.status_code != 202
+        ]
+        pending = {a.json()["job_id"]: a for a in accepted}
+        orgs = {job_id: a.json()["org"] for job_id, a in pending.items()}
+        finished: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + 1200
+        while pending and time.monotonic() < deadline:
+            time.sleep(3)
+            for job_id, a in list(pending.items()):
+                job = _call(served, "GET", a.headers["location"], who[orgs[job_id]]).json()
+                if job["status"] != "PROCESSING":
+                    finished[job_id] = job
+                    del pending[job_id]
+        assert not pending, f"still PROCESSING after 20 minutes: {sorted(pending)}"
+        while time.monotonic() < deadline and any(orgs.keys() & s for s in sampler.samples[-3:]):
+            time.sleep(0.5)  # the last job processes exit
+    took = time.monotonic() - started
+
+    ids = list(orgs)
+    peak_mb = sampler.peak_rss_mb(ids)
+    print(
+        f"\n{len(batch)} uploads in {took:.0f}s; at most {sampler.peak_running(ids)} job "
+        f"processes at once; peak job process RSS {sampler.peak_job_rss_mb(ids):.0f} MB; peak "
+        f"summed {peak_mb:.0f} MB (bound {2 * JOB_RSS_BOUND_MB} MB)"
+    )
+    assert sampler.peak_running(ids) <= 2, sampler.timeline(ids)
+    assert max(sampler.peak_running_per_org(orgs).values()) == 1, sampler.timeline(ids)
+    assert peak_mb <= 2 * JOB_RSS_BOUND_MB
+    # The answers said which waited: all but the two admitted at once, each with its place.
+    queued = [a.json() for a in accepted if a.json()["queued"]]
+    assert len(queued) >= len(batch) - 2
+    assert all(q["queue_position"] >= 1 and q["status"] == "PROCESSING" for q in queued)
+    failed = {i: j["error"] for i, j in finished.items() if j["status"] != "COMPLETE"}
+    assert not failed, failed
+    assert all(j["result"]["documents"] == 1 for j in finished.values())
+    assert list((settings.home / "uploads").iterdir()) == []
