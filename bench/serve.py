@@ -19,7 +19,11 @@ For each: requests, median and p95 latency, throughput (requests/s of wall time)
 degraded responses. Ratios within the run: HTTP p95 over in-process p95, and throughput at 8
 clients over 1 client (the targets: HTTP p95 <= 30 ms at 1 client; 8 clients >= 1.6x 1 client).
 
-Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N]``; saves
+4. the noisy neighbour: one agent's client asks ordinary questions (``POST /v1/agent/answer``,
+   SciFact dev claims) alone, then while another agent's client sends the largest questions the
+   bounds allow to /answer and /ask back to back; the normal client's p95 beside its p95 alone.
+
+Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N] [--cases idle,noisy]``; saves
 bench/results/serve.json. Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
 """
 
@@ -48,6 +52,7 @@ from kbflow.api.launch import launched  # noqa: E402
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
 ORG = "sci"
 AGENT = "bench-bot"
+ABUSER = "bench-abuser"
 CLIENTS = 8
 
 
@@ -87,18 +92,18 @@ def _ensure_scifact(home: Path, corpus: Path) -> int:
     return have
 
 
-def _agent_token(home: Path) -> str:
+def _agent_token(home: Path, agent: str = AGENT) -> str:
     from core.errors import NotFound
     from core.settings import Settings
     from sinks.connect import open_registry
 
     with open_registry(Settings(home=home)) as registry:
         try:
-            registry.get_agent(AGENT)
+            registry.get_agent(agent)
         except NotFound:
-            registry.create_agent(ORG, AGENT, "benchmark agent")
-            registry.set_allowed(AGENT, ["default"], allow=True)
-        _, secret = registry.create_token(agent_id=AGENT, expires_at=None, created_by="bench")
+            registry.create_agent(ORG, agent, "benchmark agent")
+            registry.set_allowed(agent, ["default"], allow=True)
+        _, secret = registry.create_token(agent_id=agent, expires_at=None, created_by="bench")
     return secret
 
 
@@ -187,6 +192,103 @@ def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> 
     return _figures(samples, time.perf_counter() - started, **counts)
 
 
+def _largest_allowed_question() -> str:
+    """As many content words as a question may hold, padded with stop words to the character
+    limit: the most work one allowed request can ask of the service (`tasks.query.bounds`)."""
+    from tasks.query.bounds import MAX_QUERY_CHARS, MAX_QUERY_TERMS
+    from tasks.text.sparse import analyze
+
+    words = [
+        "abstract",
+        "cohort",
+        "trial",
+        "patients",
+        "protein",
+        "expression",
+        "tumour",
+        "dose",
+        "mice",
+        "receptor",
+        "gene",
+        "therapy",
+        "outcome",
+        "mortality",
+        "infection",
+        "vaccine",
+        "kinase",
+        "cells",
+        "signalling",
+        "pathway",
+    ]
+    said = [f"{words[i % len(words)]}{i // len(words) or ''}" for i in range(MAX_QUERY_TERMS)]
+    text = " ".join(said)
+    text += " the" * ((MAX_QUERY_CHARS - len(text)) // 4)  # whole stop words up to the limit
+    assert len(analyze(text)) == MAX_QUERY_TERMS
+    return text
+
+
+def _answers(base: str, token: str, texts: list[str]) -> dict[str, Any]:
+    """One client asking ``texts`` in sequence (``POST /v1/agent/answer``)."""
+    import httpx
+
+    samples: list[float] = []
+    errors = 0
+    started = time.perf_counter()
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=300) as client:
+        for q in texts:
+            t = time.perf_counter()
+            try:
+                errors += client.post(f"{base}/v1/agent/answer", json={"question": q}).is_error
+            except httpx.HTTPError:
+                errors += 1
+            samples.append(time.perf_counter() - t)
+    return _figures(samples, time.perf_counter() - started, errors=errors)
+
+
+def _noisy_neighbour(
+    base: str, token: str, abuser_token: str, texts: list[str], count: int
+) -> dict[str, Any]:
+    """A normal client's answers alone, then the same questions while another agent's client
+    sends the largest questions allowed to /answer and /ask back to back."""
+    import httpx
+
+    # Two disjoint sets of claims, interleaved (even / odd): each is asked once, from cold (a
+    # question asked again reuses its cached vectors and would look faster beside the abuser).
+    first, second = texts[: 2 * count : 2], texts[1 : 2 * count : 2]
+    for q in texts[2 * count : 2 * count + 3]:  # warm the answer path
+        httpx.post(f"{base}/v1/agent/answer", json={"question": q},
+                   headers={"Authorization": f"Bearer {token}"}, timeout=300)  # fmt: skip
+    alone = _answers(base, token, first)
+    longest = _largest_allowed_question()
+    stop = threading.Event()
+    abusive: list[float] = []
+
+    def abuse() -> None:
+        bodies = (("/v1/agent/answer", {"question": longest}),
+                  ("/v1/agent/ask", {"queries": [longest] * 5}))  # fmt: skip
+        with httpx.Client(headers={"Authorization": f"Bearer {abuser_token}"}, timeout=300) as c:
+            while not stop.is_set():
+                for path, body in bodies:
+                    t = time.perf_counter()
+                    c.post(base + path, json=body)
+                    abusive.append(time.perf_counter() - t)
+
+    thread = threading.Thread(target=abuse, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    try:
+        beside = _answers(base, token, second)
+    finally:
+        stop.set()
+        thread.join(timeout=600)
+    return {
+        "normal_alone": alone,
+        "normal_beside_abuser": beside,
+        "abuser": _figures(abusive, sum(abusive) or 1.0),
+        "p95_beside_over_alone": round(beside["p95_ms"] / alone["p95_ms"], 2),
+    }
+
+
 def _second_corpus(path: Path, count: int, nonce: str) -> Path:
     """``count`` new documents (``nonce`` makes them new in every run, so the ingest really
     embeds and writes them rather than skipping them as unchanged)."""
@@ -225,6 +327,14 @@ def _configuration(
     log = home / f"bench-serve-{workers}.log"
     with launched(home, log, env=env, args=("--workers", str(workers))) as service:
         base = service.base
+        if "noisy" in args.cases:
+            print(f"[workers={workers}] noisy neighbour: answers alone, then beside ...",
+                  flush=True)  # fmt: skip
+            out["noisy_neighbour"] = _noisy_neighbour(
+                base, token, _agent_token(home, ABUSER), texts, args.answers
+            )
+        if "idle" not in args.cases:
+            return out
         print(f"[workers={workers}] HTTP, 1 client ...", flush=True)
         one = _http(base, token, texts, 1, args.requests)
         print(f"[workers={workers}] HTTP, 8 clients ...", flush=True)
@@ -283,6 +393,15 @@ def main() -> int:
         "--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
         help="the kbflow serve --workers settings to measure, comma-separated (default 1,2)",
     )  # fmt: skip
+    parser.add_argument(
+        "--cases", type=lambda v: set(v.split(",")), default={"idle", "noisy"},
+        help="what to measure, comma-separated: idle (searches at 1 and 8 clients, then during "
+        "an ingest), noisy (a normal client's answers alone and beside one sending the largest "
+        "questions allowed); default both",
+    )  # fmt: skip
+    parser.add_argument("--answers", type=int, default=40, help="normal answers per noisy run")
+    parser.add_argument("--skip-in-process", action="store_true",
+                        help="skip the in-process and query-embedding measurements")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve.json")
     args = parser.parse_args()
 
@@ -308,17 +427,19 @@ def main() -> int:
         "embedding_backend": os.environ.get("KBFLOW_EMBEDDING_BACKEND", "onnx"),
     }
     token = _agent_token(home)
-    print("query embedding, torch and onnx ...", flush=True)
-    result["query_embedding"] = _query_embedding(texts[:200])
-    print("in process ...", flush=True)
-    result["in_process"] = _in_process(home, texts[:200])
+    if not args.skip_in_process:
+        print("query embedding, torch and onnx ...", flush=True)
+        result["query_embedding"] = _query_embedding(texts[:200])
+        print("in process ...", flush=True)
+        result["in_process"] = _in_process(home, texts[:200])
 
-    in_p95 = result["in_process"]["search_knowledge_base"]["p95_ms"]
     result["configurations"] = []
     for workers in args.workers:
         config = _configuration(home, token, texts, args, workers)
-        one = config["idle"]["clients_1"]
-        config["ratios"]["http_p95_over_in_process_p95"] = round(one["p95_ms"] / in_p95, 2)
+        if "idle" in args.cases and "in_process" in result:
+            in_p95 = result["in_process"]["search_knowledge_base"]["p95_ms"]
+            one = config["idle"]["clients_1"]
+            config["ratios"]["http_p95_over_in_process_p95"] = round(one["p95_ms"] / in_p95, 2)
         result["configurations"].append(config)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -329,23 +450,35 @@ def main() -> int:
             f"{f['throughput_rps']:>8.1f} {f['errors']:>4} {f['degraded']:>4}"
         )
 
-    q = result["query_embedding"]
-    print(
-        f"query embedding, one at a time: torch median {q['torch']['median_ms']} / p95 "
-        f"{q['torch']['p95_ms']} ms; onnx {q['onnx']['median_ms']} / {q['onnx']['p95_ms']} ms "
-        f"(torch p95 / onnx p95 = {q['torch_p95_over_onnx_p95']}x); the service embeds with "
-        f"{result['embedding_backend']}"
-    )
+    if "query_embedding" in result:
+        q = result["query_embedding"]
+        print(
+            f"query embedding, one at a time: torch median {q['torch']['median_ms']} / p95 "
+            f"{q['torch']['p95_ms']} ms; onnx {q['onnx']['median_ms']} / {q['onnx']['p95_ms']} "
+            f"ms (torch p95 / onnx p95 = {q['torch_p95_over_onnx_p95']}x); the service embeds "
+            f"with {result['embedding_backend']}"
+        )
     print(f"{'':<42} {'n':>5} {'med ms':>8} {'p95 ms':>8} {'req/s':>8} {'err':>4} {'degr':>4}")
-    print(row("in process: search()", result["in_process"]["search"]))
-    print(row("in process: search_knowledge_base", result["in_process"]["search_knowledge_base"]))
+    if "in_process" in result:
+        print(row("in process: search()", result["in_process"]["search"]))
+        print(row("in process: search_knowledge_base",
+                  result["in_process"]["search_knowledge_base"]))  # fmt: skip
     for config in result["configurations"]:
         w = config["workers"]
-        print(row(f"HTTP, 1 client (workers={w})", config["idle"]["clients_1"]))
-        print(row(f"HTTP, 8 clients (workers={w})", config["idle"]["clients_8"]))
-        print(row(f"HTTP, 1 client, ingest running (w={w})", config["during_ingest"]["clients_1"]))
-        print(row(f"HTTP, 8 clients, ingest running (w={w})", config["during_ingest"]["clients_8"]))
-        print(f"  workers={w}: {json.dumps(config['ratios'])}")
+        if "idle" in config:
+            print(row(f"HTTP, 1 client (workers={w})", config["idle"]["clients_1"]))
+            print(row(f"HTTP, 8 clients (workers={w})", config["idle"]["clients_8"]))
+            print(row(f"HTTP, 1 client, ingest running (w={w})",
+                      config["during_ingest"]["clients_1"]))  # fmt: skip
+            print(row(f"HTTP, 8 clients, ingest running (w={w})",
+                      config["during_ingest"]["clients_8"]))  # fmt: skip
+            print(f"  workers={w}: {json.dumps(config['ratios'])}")
+        noisy = config.get("noisy_neighbour")
+        if noisy:
+            print(row(f"answer alone (workers={w})", noisy["normal_alone"]))
+            print(row(f"answer beside an abuser (workers={w})", noisy["normal_beside_abuser"]))
+            print(row(f"abuser's largest questions (workers={w})", noisy["abuser"]))
+            print(f"  workers={w}: normal p95 beside / alone = {noisy['p95_beside_over_alone']}")
     print(f"saved {args.out}")
     return 0
 

@@ -8,7 +8,8 @@ deterministically. Code that writes in several steps calls :func:`point` between
   to stop the run there, or inspect the state at that instant and return);
 - across processes, ``KBFLOW_FAULT_AT=NAME[:N][=kill|raise]`` makes the N-th (default first)
   pass through point NAME send SIGKILL to the process (``kill``, the default: a real
-  ``kill -9`` with no cleanup at all) or raise :class:`InjectedCrash`.
+  ``kill -9`` with no cleanup at all), raise :class:`InjectedCrash`, or ``hang`` there for an
+  hour (a call that never returns) before raising it.
 
 The cost when nothing is armed is one dict lookup per point.
 """
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 ENV = "KBFLOW_FAULT_AT"
+HANG_S = 3600.0
 
 Hook = Callable[[str, int], None]
 
@@ -54,6 +57,8 @@ def _from_env(spec: str, name: str, count: int) -> None:
         return
     if (action or "kill") == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":  # a call that never returns (a stuck library call, a hung disk)
+        time.sleep(HANG_S)
     raise InjectedCrash(f"injected crash at {name} (pass {count})")
 
 

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from core import faults
 from core.errors import ConfigError, NotFound
 from core.models import DocStatus, Turn
 from core.settings import Settings
@@ -29,6 +30,8 @@ from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.replay import Replay, check_replayable, replay
 from tasks.answer.turns import AnswerConfig
 from tasks.llm import AnthropicChat
+from tasks.query.bounds import check_queries, check_query
+from tasks.query.public_uri import publish_uris
 from tasks.query.scopes import agent_scope
 
 STALE_STATUSES = (
@@ -85,6 +88,7 @@ def ask(
     ledger: Ledger | None = None,
 ) -> dict[str, Any]:
     """``research_knowledge_search`` for an agent; the turn is recorded, then returned."""
+    check_queries(queries)
     return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger)
 
 
@@ -97,6 +101,7 @@ def answer_question(
     ledger: Ledger | None = None,
 ) -> dict[str, Any]:
     """Answer for an agent with a citation on every claim, or refuse; recorded, then returned."""
+    check_query(question, "question")
     return _agent_turn(ctx, agent_id, answer, question, client, ledger)
 
 
@@ -111,10 +116,11 @@ def _agent_turn(
     """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it."""
     config = answer_config(ctx.settings)
     model, why = knowledge_model(ctx.settings, client=client)
+    org_id = _agent_org(ctx.registry, agent_id)
     turn = run(
         asked,
         agent_scope(ctx.registry, agent_id),
-        org_id=_agent_org(ctx.registry, agent_id),
+        org_id=org_id,
         agent_id=agent_id,
         retrieve_fn=lambda q, scope, k: ctx.retrieve(q, scope, mode=config.mode, top_k=k),
         registry=ctx.registry,
@@ -123,8 +129,11 @@ def _agent_turn(
         config=config,
         no_model_reason=why,
     )
+    faults.point("answer.before_record")
     (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
-    return turn.delivered if turn.delivered is not None else turn.output
+    # The ledger keeps the sources' own URIs (provenance, replay); the agent gets public ones.
+    result = turn.delivered if turn.delivered is not None else turn.output
+    return dict(publish_uris(result, org_id))
 
 
 def replay_turn(

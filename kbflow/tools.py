@@ -34,6 +34,8 @@ from kbflow.tool_models import (
 )
 from kbflow.wiring import SearchContext
 from sinks.registry import AgentRecord, SqlRegistry
+from tasks.query.bounds import check_query
+from tasks.query.public_uri import publish_uris
 
 
 class ToolError(KbflowError, ValueError):
@@ -62,6 +64,7 @@ def search_knowledge_base(
     top_k: int = DEFAULT_TOP_K,
 ) -> dict[str, Any]:
     """Search every collection the agent may read, or one of them (refused if not allowed)."""
+    check_query(query)
     agent = _agent(ctx.registry, agent_id)
     out: dict[str, Any] = {
         "agent": agent.id,
@@ -114,7 +117,7 @@ def search_knowledge_base(
             for h in result.hits
         ],
     )
-    return out
+    return dict(publish_uris(out, agent.org_id))
 
 
 def research_knowledge_search(

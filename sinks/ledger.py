@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -143,7 +144,10 @@ class Ledger:
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
-            with _one_writer(self.path.with_name(self.path.name + ".lock"), self.lock_wait_s):
+            with (
+                _in_process(self.path),
+                _one_writer(self.path.with_name(self.path.name + ".lock"), self.lock_wait_s),
+            ):
                 retry_while_locked(
                     lambda: self._load(tables), wait_s=max(0.0, deadline - time.monotonic())
                 )
@@ -349,12 +353,15 @@ class Ledger:
 
     @contextmanager
     def _reading(self) -> Iterator[SqlReader]:
-        with reading(
-            self.destination,
-            on_lock=lambda: self._busy("read the ledger"),
-            on_error=self._unreachable,
-            wait_s=self.lock_wait_s,
-        ) as con:
+        with (
+            _in_process(self.path),
+            reading(
+                self.destination,
+                on_lock=lambda: self._busy("read the ledger"),
+                on_error=self._unreachable,
+                wait_s=self.lock_wait_s,
+            ) as con,
+        ):
             yield con
 
     def _unreachable(self, exc: Exception) -> LedgerError:
@@ -375,6 +382,21 @@ class Ledger:
             f"could not {action}: another process is writing the ledger {self.where} "
             f"({why}; waited {self.lock_wait_s:g} s) — retry when it finishes"
         )
+
+
+_THREAD_LOCKS: dict[Path, threading.RLock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def _in_process(path: Path) -> Iterator[None]:
+    """One ledger read or write at a time in this process (a server's request threads): DuckDB
+    shuts readers out while one connection writes, and dlt's pipeline folder takes one load.
+    Held for the write alone, never around the work that made the turn."""
+    with _THREAD_LOCKS_GUARD:
+        lock = _THREAD_LOCKS.setdefault(path, threading.RLock())
+    with lock:
+        yield
 
 
 @contextmanager

@@ -305,7 +305,8 @@ def index_records(
     cite_uris: dict[str, str] | None = None,
 ) -> list[str]:
     """Index ``{"key", "title", "text"}`` records as documents; returns their doc ids. A record
-    with ``"markdown": True`` is read as Markdown (sections at headings, a Citations footer
+    may name its ``"uri"`` (default ``test://<org>/<key>``); one with ``"markdown": True`` is
+    read as Markdown (sections at headings, a Citations footer
     kept as metadata with ``cite_uris``), as drafts are."""
     registry.ensure_org(org)
     coll = registry.ensure_collection(org, collection)
@@ -322,14 +323,14 @@ def index_records(
     items = [
         WorkItem(
             Source(
-                source_key=f"test://{org}/{r['key']}",
-                uri=f"test://{org}/{r['key']}",
+                source_key=(uri := r.get("uri") or f"test://{org}/{r['key']}"),
+                uri=uri,
                 content_hash=str(hash((r["title"], r["text"]))),
                 path=Path(r["key"]),
                 record=(r["title"], r["text"]),
                 markdown=bool(r.get("markdown")),
             ),
-            previous=current.get(f"test://{org}/{r['key']}"),
+            previous=current.get(uri),
         )
         for r in records
     ]

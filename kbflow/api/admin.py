@@ -85,11 +85,11 @@ def list_drafts(
     those who may inspect them; the JSON of `kbflow review list --json`."""
     from tasks.review.inspection import list_drafts as drafts
 
-    with service.use() as ctx:
-        if status:
-            groups = drafts(ctx.registry, user, org, statuses=status)
-        else:
-            groups = drafts(ctx.registry, user, org)
+    ctx = service.read()
+    if status:
+        groups = drafts(ctx.registry, user, org, statuses=status)
+    else:
+        groups = drafts(ctx.registry, user, org)
     return {
         "org": org,
         "runs": [
@@ -105,8 +105,8 @@ def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str,
     from tasks.review.inspection import inspect_draft
     from tasks.review.machine import held
 
-    with service.use() as ctx:
-        view = inspect_draft(doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store))
+    ctx = service.read()
+    view = inspect_draft(doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store))
     return {"document": view.doc.to_dict(), "chunks": view.chunks, "text": view.text}
 
 
@@ -168,7 +168,7 @@ def audit(
     from sinks.registry.audit import audit_dict
     from tasks.review.access import authorize_inspection
 
-    with service.use() as ctx:
-        authorize_inspection(ctx.registry, user, org)
-        rows = ctx.registry.audit_trail(org, doc, last=limit)
+    registry = service.read().registry
+    authorize_inspection(registry, user, org)
+    rows = registry.audit_trail(org, doc, last=limit)
     return [audit_dict(row) for row in rows]

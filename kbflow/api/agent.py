@@ -45,28 +45,30 @@ def list_collections(agent: AgentId, service: ServiceDep) -> dict[str, Any]:
 
 
 @router.post("/search")
-def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """``search_knowledge_base``: gated hybrid search in the agent's collections."""
     arguments = body.model_dump(exclude_unset=True)
-    result = tools.call_tool(service.read(), "search_knowledge_base", agent, arguments)
+    result = await service.within_deadline(
+        lambda: tools.call_tool(service.read(), "search_knowledge_base", agent, arguments)
+    )
     if result.get("degraded"):
         service.metrics.degraded.inc()
     return result
 
 
 @router.post("/ask")
-def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """``research_knowledge_search``: yes / maybe / no with a cited synthesis."""
-    with service.use() as ctx:
-        result = answers.ask(ctx, agent, body.queries)
+    result = await service.within_deadline(lambda: answers.ask(service.read(), agent, body.queries))
     service.count_outcome("ask", result)
     return result
 
 
 @router.post("/answer")
-def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """A cited answer from approved knowledge, or a refusal; recorded in the ledger."""
-    with service.use() as ctx:
-        result = answers.answer_question(ctx, agent, body.question)
+    result = await service.within_deadline(
+        lambda: answers.answer_question(service.read(), agent, body.question)
+    )
     service.count_outcome("answer", result)
     return result

@@ -11,7 +11,10 @@ The query path imports no Prefect (tests/test_layers.py).
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -22,27 +25,19 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.errors import StoreError
-from core.models import JobStatus
 from core.settings import Settings
 from kbflow.api import admin, admin_jobs, agent, errors
 from kbflow.api.auth import Service, ServiceDep
 from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
+from kbflow.api.logs import drop_query_strings
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import search_context
 from sinks.connect import open_vector_store
-from sinks.registry import JobRecord, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.text.embed import MiniLMEmbedder
 
-
-def finished_research(registry: SqlRegistry) -> list[JobRecord]:
-    """The research jobs that ended (their reports carry the tokens they spent)."""
-    return [
-        job
-        for job in registry.list_jobs(limit=100_000)
-        if job.kind == "research" and job.status is not JobStatus.PROCESSING
-    ]
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
@@ -56,6 +51,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        drop_query_strings()  # after uvicorn has configured its loggers
         with ExitStack() as stack:
             ctx = stack.enter_context(
                 search_context(settings, degrade=True, share=False, own=not worker)
@@ -63,7 +59,9 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             steward = StoreSteward(settings, ctx, owner=not worker)
             steward.start()
             stack.callback(steward.close)
-            metrics.watch_research(lambda: finished_research(ctx.registry))
+            metrics.watch_research(
+                lambda after: ctx.registry.finished_jobs("research", after=after)
+            )
             threads = settings.api_torch_threads or (1 if worker else 0)
             if threads and isinstance(ctx.embedder, MiniLMEmbedder):
                 # workers: one core each, so concurrent requests use them all
@@ -80,6 +78,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             # MCP requests are served inside this; it stops before the store closes.
             async with mcp.run():
                 yield
+        _stop_if_work_lingers(app.state.service, settings.api_drain_s)
 
     app = FastAPI(
         title="kbflow",
@@ -132,6 +131,28 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
     return app
 
 
+def _stop_if_work_lingers(service: Service, grace_s: float) -> None:
+    """After the drain: a request still running in a worker thread (one past its deadline, left
+    to finish) would keep the process alive after uvicorn is done, since Python waits for such
+    threads at exit. The store and registry are closed by now; give it ``grace_s``, then end
+    the process, so SIGTERM stops the server within its drain timeout whatever is running."""
+    if service.in_flight <= 0:
+        return
+    log.warning(
+        "%d request(s) still running after the drain: the process ends in %g s",
+        service.in_flight,
+        grace_s,
+    )
+
+    def end() -> None:
+        time.sleep(grace_s)
+        if service.in_flight > 0:
+            logging.shutdown()
+            os._exit(0)
+
+    threading.Thread(target=end, name="kbflow-drain", daemon=True).start()
+
+
 def worker_app() -> FastAPI:
     """The app of one ``kbflow serve --workers`` process (uvicorn's factory; settings from the
     environment, which the parent set)."""
@@ -151,7 +172,6 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
 
     Each worker keeps its own token buckets: a token's rate applies per worker.
     """
-    import os
     import socket
 
     import uvicorn
@@ -176,6 +196,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
             workers=workers,
             log_level="info",
             timeout_keep_alive=5,
+            timeout_graceful_shutdown=settings.api_drain_s,
         )
         sock = config.bind_socket()
         # The workers get this socket rebuilt from its descriptor, which hides that it is TCP

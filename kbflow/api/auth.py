@@ -8,18 +8,21 @@ request's body or query names the caller.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
 
+import anyio
 from fastapi import Depends, Header, Request
 
 from core.errors import Forbidden, Unauthorized
 from core.settings import Settings
-from kbflow.api.limits import Metrics, TokenBuckets
+from kbflow.api.limits import DeadlineExceeded, Metrics, TokenBuckets
 from kbflow.api.steward import StoreSteward
 from kbflow.wiring import SearchContext
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,12 @@ class Caller:
 class Service:
     """What the process holds open for every request.
 
-    The store, the model and the registry each take care of their own threads (the store
-    through its steward's lock, held for one shard call at a time). ``lock`` is for the
-    routes that write the answer ledger or decide documents: one of those at a time.
+    The store, the model, the registry and the ledger each take care of their own threads (the
+    store through its steward's lock, held for one shard call at a time; the ledger for one
+    write). So searches, asks and answers run side by side, one org's slow request never queues
+    another's, and each runs under the request deadline (`within_deadline`). ``lock`` is for the
+    routes that change documents or seeds (decisions, edits, seeding): one of those at a time,
+    and never held by a search or an answer.
     """
 
     settings: Settings
@@ -46,12 +52,41 @@ class Service:
     buckets: TokenBuckets
     metrics: Metrics
     steward: StoreSteward
+    in_flight: int = 0  # agent requests running in worker threads (abandoned ones included)
+    _in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
     def use(self) -> Iterator[SearchContext]:
-        """The context, for a route that writes (one such route at a time)."""
+        """The context, for a route that changes documents or seeds (one such route at a time)."""
         with self.lock:
             yield self.ctx
+
+    async def within_deadline(self, work: Callable[[], T]) -> T:
+        """``work()`` in a worker thread, answered within ``api_request_timeout_s``.
+
+        Past the deadline the caller gets `DeadlineExceeded` (503) at once and the thread is left
+        to finish on its own: Python cannot stop a thread, and the query bounds
+        (`tasks.query.bounds`) keep what one request does short.
+        """
+        limit = self.settings.api_request_timeout_s
+
+        def tracked() -> T:
+            with self._in_flight_lock:
+                self.in_flight += 1
+            try:
+                return work()
+            finally:
+                with self._in_flight_lock:
+                    self.in_flight -= 1
+
+        try:
+            with anyio.fail_after(limit):
+                return await anyio.to_thread.run_sync(tracked, abandon_on_cancel=True)
+        except TimeoutError as exc:
+            raise DeadlineExceeded(
+                f"the request took longer than the server's limit of {limit:g} s "
+                "(KBFLOW_API_REQUEST_TIMEOUT_S) — retry later, or ask a shorter question"
+            ) from exc
 
     def count_outcome(self, route: str, result: dict[str, Any]) -> None:
         """Count an answer (answered / refused) or a knowledge search (yes / maybe / no)."""
@@ -59,7 +94,7 @@ class Service:
         self.metrics.outcomes.labels(route, str(outcome)).inc()
 
     def read(self) -> SearchContext:
-        """The context, for a route that only reads (searches run side by side)."""
+        """The context, for a route that reads or answers (they run side by side)."""
         return self.ctx
 
 

@@ -36,6 +36,15 @@ class RateLimited(KbflowError, RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class DeadlineExceeded(KbflowError, TimeoutError):
+    """A request ran past the server's deadline (``KBFLOW_API_REQUEST_TIMEOUT_S``): answered
+    503 with ``retry_after_s``; what it was doing is left to finish on its own."""
+
+    def __init__(self, message: str, retry_after_s: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass
 class TokenBuckets:
     """``burst`` requests at once per key, refilled at ``per_minute``; thread-safe."""
@@ -261,23 +270,52 @@ class Metrics:
             registry=self.registry,
         )
 
-    def watch_research(self, jobs: Callable[[], list[Any]]) -> None:
-        """Export the research budget spent, read at each scrape from the finished research
-        jobs that ``jobs`` lists (they run in their own processes, so the registry is where
-        their spend is known)."""
-        self.registry.register(_ResearchSpend(jobs))
+    def watch_research(self, finished: Callable[[Any], list[Any]]) -> None:
+        """Export the research budget spent by finished research jobs (they run in their own
+        processes, so the registry is where their spend is known).
+
+        ``finished(after)`` lists the research jobs that ended at or after ``after`` (None: from
+        the first), oldest first. A scrape reads only the jobs that ended since the last read,
+        at most every `RESEARCH_READ_EVERY_S`: the totals are kept here, so an unauthenticated
+        scrape never scans the jobs table.
+        """
+        self.registry.register(_ResearchSpend(finished))
+
+
+RESEARCH_READ_EVERY_S = 2.0
 
 
 class _ResearchSpend(Collector):
-    """``kbflow_research_tokens_total`` and ``kbflow_research_runs_total{status}``."""
+    """``kbflow_research_tokens_total`` and ``kbflow_research_runs_total{status}``, as running
+    totals over the research jobs that ended (each counted once)."""
 
-    def __init__(self, jobs: Callable[[], list[Any]]) -> None:
-        self._jobs = jobs
+    def __init__(self, finished: Callable[[Any], list[Any]]) -> None:
+        self._finished = finished
+        self._lock = threading.Lock()
+        self._tokens = 0
+        self._runs: dict[str, int] = {}
+        self._last: tuple[Any, str] | None = None  # (end time, id) of the last job read
+        self._read_at = -math.inf
 
     def describe(self) -> list[Any]:
         return []  # collected at scrape time only
 
+    def _read_new(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < RESEARCH_READ_EVERY_S:
+            return
+        self._read_at = now
+        while batch := self._finished(self._last):
+            for job in batch:
+                status = getattr(job.status, "value", str(job.status))
+                self._runs[status] = self._runs.get(status, 0) + 1
+                self._tokens += int((job.report or {}).get("consumed_tokens") or 0)
+            self._last = (batch[-1].updated_at, batch[-1].id)
+
     def collect(self) -> Iterator[Any]:
+        with self._lock:
+            self._read_new()
+            spent, by_status = self._tokens, dict(self._runs)
         tokens = CounterMetricFamily(
             "kbflow_research_tokens",
             "LLM tokens spent by finished research runs (the research budget).",
@@ -285,12 +323,6 @@ class _ResearchSpend(Collector):
         runs = CounterMetricFamily(
             "kbflow_research_runs", "Finished research runs, by outcome.", labels=["status"]
         )
-        spent = 0
-        by_status: dict[str, int] = {}
-        for job in self._jobs():
-            status = getattr(job.status, "value", str(job.status))
-            by_status[status] = by_status.get(status, 0) + 1
-            spent += int((job.report or {}).get("consumed_tokens") or 0)
         tokens.add_metric([], spent)
         for status, count in sorted(by_status.items()):
             runs.add_metric([status], count)

@@ -132,11 +132,8 @@ def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.Cal
     try:
         if tool is None:
             raise tools.ToolError(f"unknown tool {name!r} — tools: {', '.join(MCP_TOOLS)}")
-        if tool.read_only:  # searches run side by side, as on the HTTP routes
-            result = tool.run(call.service.read(), call.agent_id, arguments)
-        else:
-            with call.service.use() as ctx:  # a ledger write: one at a time
-                result = tool.run(ctx, call.agent_id, arguments)
+        # Side by side, as on the HTTP routes: the ledger takes its own writes one at a time.
+        result = tool.run(call.service.read(), call.agent_id, arguments)
     except KbflowError as exc:
         return _refused(str(exc))
     except Exception:
@@ -172,7 +169,10 @@ async def _call_tool(
         log.error("MCP tool call without a checked caller: refused")
         return _refused(INTERNAL_ERROR)
     arguments = dict(params.arguments or {})
-    return await anyio.to_thread.run_sync(partial(run_tool, call, params.name, arguments))
+    try:
+        return await call.service.within_deadline(partial(run_tool, call, params.name, arguments))
+    except KbflowError as exc:  # past the deadline
+        return _refused(str(exc))
 
 
 def _input_schema(name: str) -> dict[str, Any] | None:

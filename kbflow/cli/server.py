@@ -79,4 +79,5 @@ def serve(
         serve_workers(settings, host, port, workers)
         return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
-                timeout_keep_alive=5)  # fmt: skip
+                timeout_keep_alive=5,
+                timeout_graceful_shutdown=settings.api_drain_s)  # fmt: skip

@@ -51,8 +51,10 @@ def search(
             scope (an unknown agent, a person who may not search org-wide).
     """
     from kbflow.wiring import search_context
+    from tasks.query.bounds import check_query
     from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
 
+    check_query(query)
     if (agent is None) == (org is None):
         raise KbflowError(
             "say whose search this is: --agent AGENT (scoped to its collections), or "

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
 from core.errors import NotFound
 from core.models import JobStatus
@@ -143,5 +143,27 @@ class JobsMixin(RegistryBase):
             query = query.where(JobRow.org_id == org_id)
         if status:
             query = query.where(JobRow.status == status.value)
+        with self.session() as s:
+            return [_record(row) for row in s.scalars(query)]
+
+    def finished_jobs(
+        self, kind: str, *, after: tuple[dt.datetime, str] | None = None, limit: int = 500
+    ) -> list[JobRecord]:
+        """Jobs of ``kind`` that ended (COMPLETE or FAILED), in the order they ended (then by
+        id), after ``after`` = (the end time, the id) of the last one read; at most ``limit``."""
+        query = (
+            select(JobRow)
+            .where(JobRow.kind == kind, JobRow.status != JobStatus.PROCESSING.value)
+            .order_by(JobRow.updated_at, JobRow.id)
+            .limit(limit)
+        )
+        if after is not None:
+            when, job_id = after
+            query = query.where(
+                or_(
+                    JobRow.updated_at > when,
+                    and_(JobRow.updated_at == when, JobRow.id > job_id),
+                )
+            )
         with self.session() as s:
             return [_record(row) for row in s.scalars(query)]

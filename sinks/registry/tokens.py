@@ -286,10 +286,14 @@ class TokensMixin(RegistryBase):
                 )
             token = _record(row)
             if token.revoked_at is not None:
-                raise Unauthorized(f"token {token.id} was revoked at {_when(token.revoked_at)}.")
+                # Never the token's id or holder: a 401 tells a caller nothing about who it was.
+                raise Unauthorized(
+                    f"this token was revoked at {_when(token.revoked_at)}; ask for a new one "
+                    "(`kbflow tokens create`)."
+                )
             if token.expires_at is not None and token.expires_at <= now:
                 raise Unauthorized(
-                    f"token {token.id} expired at {_when(token.expires_at)}; make a new one with "
+                    f"this token expired at {_when(token.expires_at)}; make a new one with "
                     "`kbflow tokens create`."
                 )
             subject = (
@@ -298,7 +302,7 @@ class TokensMixin(RegistryBase):
                 else s.get(AgentRow, token.agent_id)
             )
             if subject is None:
-                raise Unauthorized(f"token {token.id} stands for {token.subject}, who is gone.")
+                raise Unauthorized("this token's holder no longer exists; ask for a new one.")
         last = token.last_used_at
         if last is None or now - last >= LAST_USED_EVERY:
             cutoff = now - LAST_USED_EVERY

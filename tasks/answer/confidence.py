@@ -63,6 +63,7 @@ COSINE_WEIGHT = 0.5  # support-v1
 _MIN_PREFIX = 4  # shorter stems are too ambiguous to match as prefixes
 _MIN_UNIT_CHARS = 16  # a shorter sentence or line ("Price", "| a |") says too little alone
 _EMBED_BATCH = 8  # texts embedded together (similar lengths: see `_VectorCache.get`)
+MAX_DROPPED_WORDS = 16  # dropped-word variants embedded per question (`dropped_word_queries`)
 _CACHED_VECTORS = 8192  # sentence / chunk / query vectors kept per process (~13 MB at 384-d)
 
 
@@ -293,11 +294,17 @@ def sentence_units(text: str) -> list[str]:
     return list(dict.fromkeys([*sentences, *lines])) or [text]
 
 
-def dropped_word_queries(query: str) -> list[str]:
+def dropped_word_queries(query: str, limit: int = MAX_DROPPED_WORDS) -> list[str]:
     """The query once without each of its content words (a word the BM25 analyser keeps), in
-    order: what the dropped-word gain compares the whole query with."""
+    order: what the dropped-word gain compares the whole query with.
+
+    At most ``limit`` variants (the first content words): each is one more text to embed, and a
+    question's cost must not grow with its length (`tasks.query.bounds`). Questions have a few
+    content words; the cap only bites on long ones.
+    """
     said = query.split()
-    return [" ".join(said[:i] + said[i + 1 :]) for i, word in enumerate(said) if analyze(word)]
+    kept = (i for i, word in enumerate(said) if analyze(word))
+    return [" ".join(said[:i] + said[i + 1 :]) for i in itertools.islice(kept, limit)]
 
 
 class _VectorCache:

@@ -214,24 +214,10 @@ def check_url(url: str, *, resolver: Resolver | None = None) -> list[IPAddress]:
         FetchError: The host name could not be resolved (offline, or no such name).
     """
     parsed = _parse(url)
-    host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    literal = _host_literal(url, host)
+    literal, name = _checked_host(url, parsed)
     if literal is not None:
-        _refuse_address(url, host, literal, resolved=False)
         return [literal]
-
-    name = host.removesuffix(".")
-    if name in _BLOCKED_NAMES or name.endswith(_BLOCKED_SUFFIXES):
-        raise _unsafe(url, f"host {name!r} is a blocked host name (local, internal or metadata)")
-    if len(name) > 253 or any(len(label) > 63 for label in name.split(".")):
-        raise _unsafe(url, f"host {name[:80]!r}… is not a valid DNS name (too long)")
-    if "." not in name:
-        raise _unsafe(
-            url,
-            f"host {name!r} is a single-label name, which resolves through local search "
-            "domains to internal machines",
-        )
 
     try:
         answers = (resolver or system_resolver)(name, port)
@@ -259,6 +245,40 @@ def check_url(url: str, *, resolver: Resolver | None = None) -> list[IPAddress]:
         _refuse_address(url, name, address, resolved=True)
         addresses.append(address)
     return list(dict.fromkeys(addresses))
+
+
+def check_url_shape(url: str) -> None:
+    """Every rule of `check_url` that needs no name lookup: the scheme, credentials, an address
+    written as the host (private, loopback, metadata), blocked and single-label names. What is
+    stored to be fetched later (a seed bundle's URLs) is checked by this when stored, offline or
+    not; the fetch checks again, with the addresses the name resolves to.
+
+    Raises:
+        UnsafeUrl: The URL breaks a rule; the message names the URL, the host and the rule.
+    """
+    _checked_host(url, _parse(url))
+
+
+def _checked_host(url: str, parsed: httpx.URL) -> tuple[IPAddress | None, str]:
+    """The URL's host as an address (when it is written as one) and as a name, once both pass
+    the rules that need no lookup."""
+    host = parsed.raw_host.decode("ascii")
+    literal = _host_literal(url, host)
+    if literal is not None:
+        _refuse_address(url, host, literal, resolved=False)
+        return literal, host
+    name = host.removesuffix(".")
+    if name in _BLOCKED_NAMES or name.endswith(_BLOCKED_SUFFIXES):
+        raise _unsafe(url, f"host {name!r} is a blocked host name (local, internal or metadata)")
+    if len(name) > 253 or any(len(label) > 63 for label in name.split(".")):
+        raise _unsafe(url, f"host {name[:80]!r}… is not a valid DNS name (too long)")
+    if "." not in name:
+        raise _unsafe(
+            url,
+            f"host {name!r} is a single-label name, which resolves through local search "
+            "domains to internal machines",
+        )
+    return None, name
 
 
 def safe_get(

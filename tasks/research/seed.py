@@ -14,18 +14,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from core.errors import ConfigError
+from core.errors import ConfigError, UnsafeUrl
 from core.models import DocStatus, ExtractedDocument, SourceTag
 from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source, file_sha256
 from tasks.ingest.index import BatchReport, IngestTarget, index_batch, plan_ingest
+from tasks.research.fetch import check_url_shape
 from tasks.text.embed import Embedder
 
 SEED_COLLECTION = "am-inputs"
 SEED_AUDIENCE = "account_manager"
 MAX_SEED_FILES = 20
 MAX_SEED_FILE_BYTES = 25 * 1024 * 1024
+MAX_SEED_URLS = 20
 SEED_TAGS = (SourceTag.AM_FILE, SourceTag.AM_URL, SourceTag.AM_PROMPT)
 
 
@@ -71,12 +73,22 @@ class SeedBundle:
                     f"{MAX_SEED_FILE_BYTES // 2**20} MiB per file. Split or trim it. "
                     "Nothing was stored."
                 )
+        if len(self.urls) > MAX_SEED_URLS:
+            raise ConfigError(
+                f"a seed bundle takes at most {MAX_SEED_URLS} URLs; got {len(self.urls)}. "
+                "Seed the most useful pages; research fetches more under its budget. Nothing "
+                "was stored."
+            )
         for url in self.urls:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ConfigError(
                     f"seed URL {url!r} is not an http(s) URL with a host. Nothing was stored."
                 )
+            try:
+                check_url_shape(url)  # the fetch's own rules, before the URL is kept
+            except UnsafeUrl as exc:
+                raise UnsafeUrl(f"{exc} Nothing was stored.") from exc
         for prompt in self.prompts:
             if not prompt.strip():
                 raise ConfigError("a seed prompt is empty. Nothing was stored.")

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from core.errors import ConfigError
+from core.errors import ConfigError, UnsafeUrl
 from core.models import Scope, SearchMode
 from tasks.ingest.extract import file_to_document
 from tasks.query.retrieve import search
 from tasks.research.seed import (
     MAX_SEED_FILE_BYTES,
+    MAX_SEED_URLS,
     SEED_AUDIENCE,
     SeedBundle,
     list_seeds,
@@ -72,6 +73,12 @@ def test_seeded_inputs_are_tagged_listed_and_hidden_from_agents(
         ("bad_url", r"not an http\(s\) URL"),
         ("file_url", r"not an http\(s\) URL"),
         ("blank_prompt", "prompt is empty"),
+        # The fetch's own rules, when the URL is stored (not only when research fetches it).
+        ("metadata_url", "cloud metadata endpoint"),
+        ("private_url", "private address"),
+        ("credentials_url", "carries credentials"),
+        ("local_name_url", "blocked host name"),
+        ("too_many_urls", "at most 20 URLs"),
     ],
 )
 def test_bad_bundles_store_nothing(
@@ -90,8 +97,15 @@ def test_bad_bundles_store_nothing(
         "bad_url": SeedBundle(files=(ok,), urls=("fresh-foods.example",)),
         "file_url": SeedBundle(urls=("file:///etc/passwd",)),
         "blank_prompt": SeedBundle(files=(ok,), prompts=("  ",)),
+        "metadata_url": SeedBundle(urls=("http://169.254.169.254/latest/meta-data/",)),
+        "private_url": SeedBundle(prompts=("p",), urls=("http://10.1.2.3/wiki",)),
+        "credentials_url": SeedBundle(urls=("https://user:secret@fresh-foods.example/",)),
+        "local_name_url": SeedBundle(urls=("http://localhost:8080/admin",)),
+        "too_many_urls": SeedBundle(
+            urls=tuple(f"https://fresh-foods.example/p{i}" for i in range(MAX_SEED_URLS + 1))
+        ),
     }
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises((ConfigError, UnsafeUrl), match=message):
         _seed(ctx, bundles[bundle_kind])
     assert ctx["registry"].list_documents(ORG) == []
     assert ctx["store"].count() == 0
