@@ -2,9 +2,10 @@
 
 ``plan_ingest`` compares discovered sources with the registry by content hash (unchanged sources
 cost nothing); ``index_batch`` extracts, chunks, embeds, checks and stores one batch of
-documents. Ordering fails safe: a document's registry row says ``parse_status=pending`` (not
-served) until its vectors are written, and an older version is hidden in the vector store
-before the registry records it as superseded.
+documents. Ordering keeps exactly one version of a source served at every instant: a new
+version's registry row says ``parse_status=pending`` (not served) until one registry
+transaction makes it servable and retires the older version, whose chunks are hidden in the
+vector store only after that commit (`_publish` says why).
 """
 
 from __future__ import annotations
@@ -32,12 +33,7 @@ from sinks.registry import DocRecord, NewDocument, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source, record_to_document
 from tasks.ingest.validate import check_chunk_points
-from tasks.review.machine import (
-    hide_versions,
-    live_older_versions,
-    retire_shadowed,
-    settle_versions,
-)
+from tasks.review.machine import retire_shadowed, settle_versions
 from tasks.text.chunk import document_to_chunks
 from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
@@ -77,8 +73,10 @@ class WorkItem:
 class IngestPlan:
     work: list[WorkItem] = field(default_factory=list)
     unchanged: int = 0
-    # Older versions still live below a servable newer one (left by a crash of an older
-    # release): the run retires them, so a re-run converges.
+    # Older versions a re-run puts out of service, so that it converges: versions still live
+    # below a servable newer one (left by a crash of an older release), and retired versions
+    # whose chunks a publish that stopped between its commit and its hide left visible in the
+    # store (`unsettled_versions`).
     shadowed: list[DocRecord] = field(default_factory=list)
 
     @property
@@ -113,8 +111,12 @@ class BatchReport:
 
 
 def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -> IngestPlan:
-    """Split sources into work (new, changed, unfinished) and unchanged, by content hash."""
-    current = registry.current_documents(org_id)
+    """Split sources into work (new, changed, unfinished) and unchanged, by content hash, and
+    find the older versions a crash left in service (``shadowed``)."""
+    versions: dict[str, list[DocRecord]] = {}
+    for doc in registry.list_documents(org_id):  # every version of every source, one query
+        versions.setdefault(doc.source_key, []).append(doc)
+    current = {key: max(docs, key=lambda d: d.version) for key, docs in versions.items()}
     plan = IngestPlan()
     for source in sources:
         prev = current.get(source.source_key)
@@ -128,20 +130,72 @@ def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -
             plan.unchanged += 1
     keys = [s.source_key for s in sources]
     plan.shadowed = [doc for doc, _ in registry.shadowed_versions(org_id, keys)]
+    for key in dict.fromkeys(keys):
+        plan.shadowed.extend(unsettled_versions(versions.get(key, [])))
     return plan
+
+
+def unsettled_versions(versions: Sequence[DocRecord]) -> list[DocRecord]:
+    """Retired versions of one source (``versions``: all of them) whose chunks may still be
+    visible in the vector store: a publish stopped between its registry commit and its hide.
+
+    The registry tells: a publish that finishes writes the version it made servable once more
+    after hiding the retired chunks (`_publish`), so that version's ``updated_at`` is later
+    than that of every version it retired, while the commit itself stamps the retired versions
+    last. A retired version stamped at or after the newest servable version was not hidden.
+    (Its chunks are never served meanwhile: the registry re-check drops them.)
+    """
+    servable = [
+        d for d in versions if d.status in _LIVE and d.parse_status in SERVABLE_PARSE_STATUSES
+    ]
+    if not servable:
+        return []
+    newest = max(servable, key=lambda d: d.version)
+    return [
+        d
+        for d in versions
+        if d.version < newest.version
+        and d.status == DocStatus.SUPERSEDED.value
+        and d.updated_at >= newest.updated_at
+    ]
 
 
 def repair_shadowed(
     plan: IngestPlan, registry: SqlRegistry, store: VectorStore, *, actor: str
 ) -> int:
-    """Retire the plan's shadowed versions (hidden first, then superseded); returns how many."""
+    """Put the plan's shadowed versions out of service; returns how many the registry retired.
+
+    Live ones are hidden, then superseded (`retire_shadowed`); retired ones whose chunks are
+    still visible are hidden. Then each source's servable version is stamped, as a finished
+    publish does, so the next plan finds nothing left to repair.
+    """
     if not plan.shadowed:
         return 0
-    keys = sorted({d.source_key for d in plan.shadowed})
     org_id = plan.shadowed[0].org_id
-    done = retire_shadowed(registry, store, org_id=org_id, source_keys=keys, actor=actor)
+    live = sorted({d.source_key for d in plan.shadowed if d.status != DocStatus.SUPERSEDED})
+    done = []
+    if live:
+        done = retire_shadowed(registry, store, org_id=org_id, source_keys=live, actor=actor)
+    unsettled = [d.id for d in plan.shadowed if d.status == DocStatus.SUPERSEDED]
+    settle_versions(store, registry, (), unsettled)  # hides them
+    for key in sorted({d.source_key for d in plan.shadowed}):
+        _stamp_settled(registry.versions_of(org_id, key), registry)
     plan.shadowed = []
     return len(done)
+
+
+def _stamp_settled(versions: Sequence[DocRecord], registry: SqlRegistry) -> None:
+    """Write the newest servable version's own values back (a no-op but for ``updated_at``):
+    the mark that its source's retired versions are hidden (`unsettled_versions`)."""
+    servable = [
+        d for d in versions if d.status in _LIVE and d.parse_status in SERVABLE_PARSE_STATUSES
+    ]
+    if servable:
+        newest = max(servable, key=lambda d: d.version)
+        registry.mark_parsed(
+            newest.id, parse_status=ParseStatus(newest.parse_status),
+            chunk_count=newest.chunk_count,
+        )  # fmt: skip
 
 
 Extracted = dict[str, ExtractedDocument | ExtractionError]
@@ -324,21 +378,38 @@ def _publish(
 ) -> int:
     """Make stored documents servable; returns how many older versions they retired.
 
-    A new approved version retires the older live versions of its source in the same registry
-    transaction that makes it servable (a draft does so when it is approved). The older
-    versions' chunks are hidden before that commit and re-synced after it, so at no instant,
-    crash or not, are two versions of one source servable.
+    One registry transaction makes the new versions servable and retires the older live
+    versions of their sources; the store is written around it so that every instant, crash or
+    not, serves exactly one version of a source (the old or the new) on every search path.
+
+    Why this order: a vector hit is served only if BOTH the store's payload filter and the
+    registry re-check (`tasks.query.retrieve.search`: `Gate.admits` on the document's registry
+    row) admit it, and the keyword fallback reads the registry alone. So the registry commit is
+    the one switch, and the store must admit both versions across it:
+
+    - before the commit the new chunks are already in the store with their final payload
+      (`index_batch` upserted them), but their registry row says ``parse_status=pending``, so
+      the re-check drops them: only the old version is served;
+    - after the commit the old version is ``superseded`` in the registry, so the re-check drops
+      its chunks: only the new version is served;
+    - then the old chunks are hidden in the store too, so that the store's filter (the first
+      one, which also keeps them out of the candidates a query fetches) agrees again;
+    - last, the new versions are written once more (the same values), which stamps them later
+      than the versions they retired: the registry's record that the hide is done.
+
+    Hiding the old chunks before the commit would serve neither version until it. A crash
+    after the commit but before the stamp leaves retired chunks in the store that are never
+    served (the re-check drops them); the next plan finds them (`unsettled_versions`) and
+    `repair_shadowed` hides them, as `kbflow reconcile` would.
     """
     live = target.status in _LIVE
-    retiring = [doc for item, doc in stored if item.previous is not None and live]
-    hidden = [old for doc in retiring for old in live_older_versions(registry, doc)]
-    hide_versions(store, hidden)
-    faults.point("ingest.after_hide")
-    retired = registry.publish(
-        chunk_counts, retire_older=[doc.id for doc in retiring], actor=target.actor
-    )
+    retiring = [doc.id for item, doc in stored if item.previous is not None and live]
+    retired = registry.publish(chunk_counts, retire_older=retiring, actor=target.actor)
     faults.point("ingest.after_publish")
-    settle_versions(store, registry, hidden, retired)
+    settle_versions(store, registry, (), retired)  # hides every version the commit retired
+    faults.point("ingest.after_hide")
+    if retired:
+        registry.publish({d: chunk_counts[d] for d in retiring}, actor=target.actor)
     faults.point("ingest.after_settle")
     return len(retired)
 
