@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core import ids
 from core.models import DocStatus
 
 
@@ -62,6 +63,13 @@ class IngestRequest(BaseModel):
     audience: str | None = Field(None, description="Audience of the documents (None: everyone).")
     effective_date: dt.date | None = Field(None, description="Hidden from agents before this day.")
     source_tag: str | None = Field(None, description="Free tag recorded on each document.")
+
+    @field_validator("audience")
+    @classmethod
+    def _audience(cls, value: str | None) -> str | None:
+        """The one audience rule (:func:`core.ids.audience`, as HTTP uploads check it): a bad
+        one is refused here, before anything is stored, on every path (CLI, flow, job)."""
+        return None if value is None else ids.audience(value)
 
     def job_params(self) -> dict[str, Any]:
         """As JSON, for the job row (what `kbflow jobs status` shows)."""

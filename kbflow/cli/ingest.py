@@ -6,11 +6,12 @@ import datetime as dt
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 
 from core import ids
 from core.contracts import IngestReport, IngestRequest
-from core.errors import KbflowError
+from core.errors import ConfigError, KbflowError
 from core.models import DocStatus, JobStatus
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json
@@ -74,28 +75,40 @@ def ingest(
         raise KbflowError(
             f"--effective-date must be YYYY-MM-DD. Currently it is {effective_date!r}."
         ) from exc
+    # Checked before anything is read or stored: a bad --audience is exit 1 with the rule.
+    request = _request(
+        org=org,
+        collection=collection,
+        status=status,
+        audience=audience,
+        effective_date=eff,
+        source_tag=source_tag,
+    )
     from kbflow.flow_cli import quiet_expected_failures
 
     # quiet: an IngestFailed is one message, not a traceback
     with quiet_expected_failures(), ingest_progress(enabled=not as_json) as progress:
-        report = service.run_ingest(
-            settings,
-            paths,
-            IngestRequest(
-                org=org,
-                collection=collection,
-                status=status,
-                audience=audience,
-                effective_date=eff,
-                source_tag=source_tag,
-            ),
-            wait=wait,
-            progress=progress,
-        )
+        report = service.run_ingest(settings, paths, request, wait=wait, progress=progress)
     if as_json:
         print_json(report)
         return
     print_ingest_report(report)
+
+
+def _request(**fields: Any) -> IngestRequest:
+    """The options as an `IngestRequest`, its checks (the audience rule, …) failing as one
+    `ConfigError` per bad option, named as the option: ``--audience: audience 'EXEC' is not
+    valid: use …``."""
+    try:
+        return IngestRequest(**fields)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            cause = (error.get("ctx") or {}).get("error")
+            why = str(cause) if isinstance(cause, KbflowError) else error["msg"]
+            option = "--" + "-".join(str(part) for part in error["loc"]).replace("_", "-")
+            problems.append(f"{option}: {why}")
+        raise ConfigError(" ".join(problems)) from None
 
 
 def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core import ids
-from core.errors import KbflowError
+from core.errors import Forbidden, KbflowError
 from core.models import Role
 from core.settings import Settings
 
@@ -89,19 +89,33 @@ def add_user(
     actor: str | None,
 ) -> UserRecord:
     """Add a user or replace an existing one's role and org; needs ``actor`` a superadmin,
-    except for the very first superadmin of a registry that has none."""
+    except for the very first superadmin of a registry that never had one.
+
+    The registry refuses (Forbidden, recorded in the audit log) to demote the last superadmin,
+    and a bootstrap once a superadmin has existed, in the same transaction as the write.
+    """
     from sinks.connect import open_registry
-    from tasks.review.access import authorize_admin
+    from tasks.review.access import authorize_admin, bootstrap_open
 
     ids.user_id(user)
+    attempted = "manage users and roles"
     with open_registry(settings) as registry:
+        # Only a superadmin may be bootstrapped, and only on a registry that never had one;
+        # the registry checks that again in the write.
+        bootstrap = role is Role.SUPERADMIN and bootstrap_open(registry)
         admin = authorize_admin(
-            registry, actor, "manage users and roles", org_id=org,
-            bootstrap=role is Role.SUPERADMIN,
+            registry, actor, attempted, org_id=org, bootstrap=role is Role.SUPERADMIN
         )  # fmt: skip
         if org:
             registry.get_org(org)  # a clear "does not exist" instead of a foreign-key error
-        return registry.ensure_user(user, role, name=name, org_id=org, actor=admin)
+        try:
+            return registry.ensure_user(
+                user, role, name=name, org_id=org, actor=admin, bootstrap=bootstrap
+            )
+        except Forbidden as exc:
+            registry.record_denied(actor or "(anonymous)", attempted, org_id=org,
+                                   reason=str(exc))  # fmt: skip
+            raise
 
 
 def list_users(settings: Settings) -> list[UserRecord]:

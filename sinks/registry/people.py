@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select, text
+from sqlalchemy.orm import Session
 
 from core import ids
-from core.errors import ConfigError, NotFound
+from core.errors import ConfigError, Forbidden, NotFound
 from core.models import (
     AuditAction,
     Role,
@@ -20,10 +21,77 @@ from sinks.registry.records import (
     UserRecord,
 )
 from sinks.registry.schema import (
+    AuditRow,
     CollectionRow,
     OrgRow,
     UserRow,
 )
+
+_SUPERADMIN = Role.SUPERADMIN.value
+
+
+def _lock_users(s: Session) -> None:
+    """Make ``s``'s transaction the only one changing users until it ends, so a check on the
+    superadmins and the write that depends on it cannot interleave with another's.
+
+    SQLite: nothing to do, every transaction already begins with ``BEGIN IMMEDIATE`` (one writer
+    at a time). PostgreSQL: lock the users table against other writers (readers go on).
+    """
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE"))
+
+
+def _had_superadmin(s: Session) -> bool:
+    """Whether the registry has, or ever had, a superadmin: one is a user now, or the audit log
+    shows a user saved as (or from) a superadmin. The audit log is append-only, so once true this
+    stays true even if every superadmin row is later changed or removed behind kbflow's back."""
+    if s.scalar(select(UserRow.id).where(UserRow.role == _SUPERADMIN).limit(1)) is not None:
+        return True
+    saved = (
+        select(AuditRow.id)
+        .where(
+            AuditRow.action == AuditAction.USER_SAVED.value,
+            or_(
+                AuditRow.after["role"].as_string() == _SUPERADMIN,
+                AuditRow.before["role"].as_string() == _SUPERADMIN,
+            ),
+        )
+        .limit(1)
+    )
+    return s.scalar(saved) is not None
+
+
+def bootstrap_closed_message() -> str:
+    """Why a superadmin may not be created without a superadmin's ``--as`` here."""
+    return (
+        "this registry has (or once had) a superadmin, so the first-superadmin bootstrap (a "
+        "superadmin added without --as) is closed: ask a superadmin to run `kbflow users add "
+        "USER --role superadmin --as THEM`. If no superadmin is left because one was removed "
+        "outside kbflow, restore the users table from a backup. Nothing was changed."
+    )
+
+
+def last_superadmin_message(user_id: str, change: str) -> str:
+    """Why the last superadmin may not be demoted or removed, and what to do instead."""
+    return (
+        f"user {user_id!r} is the last superadmin: {change} would leave no one who may manage "
+        "users, roles and account-manager assignments, and the bootstrap does not reopen. Make "
+        f"another superadmin first (`kbflow users add USER --role superadmin --as {user_id}`), "
+        "then try again. Nothing was changed."
+    )
+
+
+def refuse_last_superadmin(s: Session, user_id: str, change: str) -> None:
+    """Inside a transaction that took :func:`_lock_users`: Forbidden when ``user_id`` is a
+    superadmin and no other is (call it before any write that demotes or removes a user)."""
+    user = s.get(UserRow, user_id)
+    if user is None or user.role != _SUPERADMIN:
+        return
+    others = s.scalar(
+        select(func.count()).where(UserRow.role == _SUPERADMIN, UserRow.id != user_id)
+    )
+    if not others:
+        raise Forbidden(last_superadmin_message(user_id, change))
 
 
 class PeopleMixin(RegistryBase):
@@ -111,11 +179,34 @@ class PeopleMixin(RegistryBase):
         name: str | None = None,
         org_id: str | None = None,
         actor: str = SYSTEM_ACTOR,
+        bootstrap: bool = False,
     ) -> UserRecord:
         """Create the user, or update its role, name and org (audited; the id must follow
-        :func:`core.ids.user_id`)."""
+        :func:`core.ids.user_id`).
+
+        The checks that keep the registry administrable run in the same transaction as the
+        write, so two concurrent calls cannot both pass them:
+
+        - the last superadmin is never demoted (Forbidden: make another superadmin first);
+        - ``bootstrap`` (a superadmin created without a superadmin's say-so, the registry's very
+          first) is refused unless the registry never had a superadmin (:meth:`had_superadmin`).
+
+        Raises:
+            Forbidden: either check failed; nothing was changed.
+            NotFound: no such org.
+        """
         ids.user_id(user_id)
+        if bootstrap and role is not Role.SUPERADMIN:
+            raise ConfigError(
+                f"the bootstrap creates the first superadmin only, not a {role.value}: add "
+                f"{user_id!r} with --as a superadmin."
+            )
         with self.session() as s, s.begin():
+            _lock_users(s)
+            if bootstrap and _had_superadmin(s):
+                raise Forbidden(bootstrap_closed_message())
+            if role is not Role.SUPERADMIN:
+                refuse_last_superadmin(s, user_id, f"changing its role to {role.value}")
             if org_id is not None and s.get(OrgRow, org_id) is None:
                 raise NotFound(f"org {org_id!r} does not exist. Create it before its users.")
             user = s.get(UserRow, user_id)
@@ -139,6 +230,12 @@ class PeopleMixin(RegistryBase):
             return int(
                 s.scalar(select(func.count()).where(UserRow.role == Role.SUPERADMIN.value)) or 0
             )
+
+    def had_superadmin(self) -> bool:
+        """Whether the registry has, or ever had, a superadmin (then the first-superadmin
+        bootstrap is closed for good: a superadmin's ``--as`` is needed to make another)."""
+        with self.session() as s:
+            return _had_superadmin(s)
 
     def record_admin(
         self,

@@ -8,7 +8,8 @@ docs/SECURITY.md); the HTTP service will establish it from tokens. The rules:
 - **inspect** drafts and seed inputs: whoever may decide, and the org's experts (or agency-wide
   experts, with no org);
 - **administer** users, roles and AM assignments: a superadmin only — except the very first
-  superadmin of a registry that has none, who bootstraps the rest;
+  superadmin of a registry that never had one, who bootstraps the rest (the bootstrap never
+  reopens, and the last superadmin cannot be demoted: the registry refuses both);
 - **search org-wide** (no agent scope): engineers of the org (or agency-wide) and superadmins;
 - **manage API tokens**: a superadmin any token; a user their own user tokens; an agent's
   tokens whoever may decide for the agent's org (a superadmin or its assigned AM).
@@ -22,6 +23,7 @@ from __future__ import annotations
 from core.errors import Forbidden, NotFound
 from core.models import Role
 from sinks.registry import OrgRecord, SqlRegistry, UserRecord
+from sinks.registry.people import bootstrap_closed_message
 
 
 def may_decide(user: UserRecord, org: OrgRecord) -> bool:
@@ -87,6 +89,13 @@ def authorize_inspection(registry: SqlRegistry, actor_id: str | None, org_id: st
     return user
 
 
+def bootstrap_open(registry: SqlRegistry) -> bool:
+    """Whether a superadmin may be created without a superadmin's ``--as``: only on a registry
+    that never had a superadmin (:meth:`~sinks.registry.SqlRegistry.had_superadmin`). The
+    registry checks it again in the write (``ensure_user(..., bootstrap=True)``)."""
+    return not registry.had_superadmin()
+
+
 def authorize_admin(
     registry: SqlRegistry,
     actor_id: str | None,
@@ -97,15 +106,18 @@ def authorize_admin(
 ) -> str:
     """The actor's id if they may manage users, roles and AM assignments (a superadmin).
 
-    ``bootstrap`` admits an anonymous actor when the registry has no superadmin yet (the
-    command creating the very first one). A refusal is recorded in the audit log.
+    ``bootstrap`` admits an anonymous actor when the registry never had a superadmin (the
+    command creating the very first one; see :func:`bootstrap_open`). Once a superadmin has
+    existed it is closed for good, even if none is left. A refusal is recorded in the audit log.
 
     Raises:
         Forbidden: not a superadmin (or no ``--as`` outside the bootstrap).
     """
-    if bootstrap and registry.count_superadmins() == 0:
+    if bootstrap and bootstrap_open(registry):
         return actor_id or "bootstrap"
     try:
+        if not actor_id and bootstrap:
+            raise Forbidden(f"only a superadmin may {attempted}: {bootstrap_closed_message()}")
         if not actor_id:
             raise Forbidden(
                 f"only a superadmin may {attempted}: say who you are with --as USER (a "

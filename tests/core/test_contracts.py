@@ -116,3 +116,24 @@ def test_the_ingest_flow_takes_the_requests_fields() -> None:
     }
     for name, default in defaults.items():
         assert IngestRequest.model_fields[name].default == default, name
+
+
+def test_an_ingest_request_applies_the_audience_rule() -> None:
+    """One rule for every path (CLI, flow, job row, HTTP upload): `core.ids.audience`."""
+    from pydantic import ValidationError
+
+    from core import ids
+    from core.errors import ConfigError
+
+    assert IngestRequest(org="acme", audience="exec-team").audience == "exec-team"
+    assert IngestRequest(org="acme").audience is None
+    for bad in ("EXEC", "exec team", "../x", "", "x" * 65):
+        with pytest.raises(ValidationError) as refused:
+            IngestRequest(org="acme", audience=bad)
+        (error,) = refused.value.errors()
+        assert error["loc"] == ("audience",)
+        cause = error["ctx"]["error"]
+        assert isinstance(cause, ConfigError)
+        assert f"audience {bad!r}"[:40] in str(cause) and ids.SLUG_RULE in str(cause)
+    with pytest.raises(ValidationError):
+        IngestRequest.model_validate({"org": "acme", "audience": "Exec"})  # a job row's params

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
-from core.errors import ConfigError, NotFound, ReviewConflict
-from core.models import AuditAction, Chunk, DocStatus, ParseStatus, Scope, SourceRef
+from core.errors import ConfigError, Forbidden, NotFound, ReviewConflict
+from core.models import AuditAction, Chunk, DocStatus, ParseStatus, Role, Scope, SourceRef
 from core.settings import Settings
 from sinks.gate import build_gate
 from sinks.registry import NO_DESCRIPTION, DocRecord, NewDocument, SqlRegistry
@@ -736,3 +736,125 @@ def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
         assert registry.embedding_models(doc.org_id) == {None: 2}
     finally:
         registry.close()
+
+
+# --- superadmins: the last one stays, the bootstrap never reopens (review finding M2) -----------
+
+
+def test_the_last_superadmin_cannot_be_demoted(registry: SqlRegistry) -> None:
+    registry.ensure_user("root", Role.SUPERADMIN)
+    for role in (Role.ENGINEER, Role.ACCOUNT_MANAGER, Role.EXPERT):
+        with pytest.raises(Forbidden, match="last superadmin") as refused:
+            registry.ensure_user("root", role, actor="root")
+        assert "Make another superadmin first" in str(refused.value)
+    assert registry.get_user("root").role is Role.SUPERADMIN
+    assert registry.count_superadmins() == 1
+    saved = [r for r in registry.audit_trail(None) if r.action == AuditAction.USER_SAVED.value]
+    assert len(saved) == 1  # only the creation: the refused changes wrote nothing
+    registry.ensure_user("root", Role.SUPERADMIN, name="Root", actor="root")  # not a demotion
+    assert registry.get_user("root").name == "Root"
+
+
+def test_a_superadmin_may_be_demoted_while_another_remains(registry: SqlRegistry) -> None:
+    registry.ensure_user("root", Role.SUPERADMIN)
+    registry.ensure_user("root2", Role.SUPERADMIN, actor="root")
+    assert registry.ensure_user("root", Role.ENGINEER, actor="root2").role is Role.ENGINEER
+    assert registry.count_superadmins() == 1
+    with pytest.raises(Forbidden, match="last superadmin"):
+        registry.ensure_user("root2", Role.ENGINEER, actor="root2")
+
+
+def test_the_bootstrap_works_once_on_a_registry_that_never_had_a_superadmin(
+    registry: SqlRegistry,
+) -> None:
+    registry.ensure_user("eng", Role.ENGINEER)
+    assert not registry.had_superadmin()
+    registry.ensure_user("root", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    assert registry.had_superadmin()
+    with pytest.raises(Forbidden, match="bootstrap"):
+        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    with pytest.raises(ConfigError, match="first superadmin only"):
+        registry.ensure_user("eng2", Role.ENGINEER, bootstrap=True)
+    assert {u.id for u in registry.list_users()} == {"eng", "root"}
+
+
+def test_the_bootstrap_stays_closed_after_the_superadmin_is_removed_behind_its_back(
+    registry: SqlRegistry,
+) -> None:
+    registry.ensure_user("root", Role.SUPERADMIN)
+    with registry.engine.begin() as conn:  # a write that bypasses the registry's checks
+        conn.execute(text("UPDATE users SET role = 'engineer' WHERE id = 'root'"))
+    assert registry.count_superadmins() == 0
+    assert registry.had_superadmin()  # the audit log remembers
+    with pytest.raises(Forbidden, match="bootstrap"):
+        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    with registry.engine.begin() as conn:
+        conn.execute(text("DELETE FROM users WHERE id = 'root'"))
+    with pytest.raises(Forbidden, match="bootstrap"):
+        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    assert {u.id for u in registry.list_users()} == set()
+
+
+def _demote(url: str, user_id: str, barrier: Any, results: Any) -> None:
+    """Child process: demote ``user_id``, racing another process demoting the other one."""
+    registry = SqlRegistry.open(url)
+    try:
+        barrier.wait(timeout=120)
+        try:
+            registry.ensure_user(user_id, Role.ENGINEER, actor=user_id)
+            results.put((user_id, "demoted"))
+        except Forbidden:
+            results.put((user_id, "refused"))
+        except Exception as exc:  # reported, not a child that dies and leaves the queue empty
+            results.put((user_id, f"error: {exc!r}"))
+    finally:
+        registry.close()
+
+
+def _bootstrap(url: str, user_id: str, barrier: Any, results: Any) -> None:
+    """Child process: claim the bootstrap for ``user_id``, racing the other processes."""
+    registry = SqlRegistry.open(url)
+    try:
+        barrier.wait(timeout=120)
+        try:
+            registry.ensure_user(user_id, Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+            results.put((user_id, "created"))
+        except Forbidden:
+            results.put((user_id, "refused"))
+        except Exception as exc:  # reported, not a child that dies and leaves the queue empty
+            results.put((user_id, f"error: {exc!r}"))
+    finally:
+        registry.close()
+
+
+def _race(target: Any, url: str, user_ids: list[str]) -> dict[str, str]:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(user_ids))
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(url, u, barrier, results)) for u in user_ids]
+    for proc in procs:
+        proc.start()
+    outcomes = dict(results.get(timeout=300) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    return outcomes
+
+
+@pytest.mark.integration
+def test_two_superadmins_demoting_each_other_at_once_leave_one(
+    registry: SqlRegistry, settings: Settings
+) -> None:
+    for _ in range(3):
+        registry.ensure_user("a", Role.SUPERADMIN)
+        registry.ensure_user("b", Role.SUPERADMIN, actor="a")
+        outcomes = _race(_demote, settings.registry_url, ["a", "b"])
+        assert sorted(outcomes.values()) == ["demoted", "refused"], outcomes
+        assert registry.count_superadmins() == 1
+
+
+@pytest.mark.integration
+def test_racing_bootstraps_make_one_superadmin(registry: SqlRegistry, settings: Settings) -> None:
+    outcomes = _race(_bootstrap, settings.registry_url, ["r1", "r2", "r3"])
+    assert sorted(outcomes.values()) == ["created", "refused", "refused"], outcomes
+    assert registry.count_superadmins() == 1
