@@ -20,8 +20,10 @@ degraded responses. Ratios within the run: HTTP p95 over in-process p95, and thr
 clients over 1 client (the targets: HTTP p95 <= 30 ms at 1 client; 8 clients >= 1.6x 1 client).
 
 4. the noisy neighbour: one agent's client asks ordinary questions (``POST /v1/agent/answer``,
-   SciFact dev claims) alone, then while another agent's client sends the largest questions the
-   bounds allow to /answer and /ask back to back; the normal client's p95 beside its p95 alone.
+   SciFact dev claims) alone, then while another agent's client sends, back to back, the largest
+   questions the bounds allow to /answer and /ask (five of them) and a 2,000-character question
+   of real sentences (over the content-word bound: refused at once); the normal client's p95
+   beside its p95 alone. Run it from an older checkout to see what the bounds changed.
 
 Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N] [--cases idle,noisy]``; saves
 bench/results/serve.json. Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
@@ -260,18 +262,24 @@ def _noisy_neighbour(
                    headers={"Authorization": f"Bearer {token}"}, timeout=300)  # fmt: skip
     alone = _answers(base, token, first)
     longest = _largest_allowed_question()
+    # 2,000 characters of real sentences (~300 content words): what the answer route took
+    # before queries were bounded by content words too (refused at once now).
+    prose = " ".join(texts[-40:])[:2000]
     stop = threading.Event()
     abusive: list[float] = []
+    statuses: dict[str, int] = {}
 
     def abuse() -> None:
         bodies = (("/v1/agent/answer", {"question": longest}),
-                  ("/v1/agent/ask", {"queries": [longest] * 5}))  # fmt: skip
-        with httpx.Client(headers={"Authorization": f"Bearer {abuser_token}"}, timeout=300) as c:
+                  ("/v1/agent/ask", {"queries": [longest] * 5}),
+                  ("/v1/agent/answer", {"question": prose}))  # fmt: skip
+        with httpx.Client(headers={"Authorization": f"Bearer {abuser_token}"}, timeout=600) as c:
             while not stop.is_set():
                 for path, body in bodies:
                     t = time.perf_counter()
-                    c.post(base + path, json=body)
+                    status = str(c.post(base + path, json=body).status_code)
                     abusive.append(time.perf_counter() - t)
+                    statuses[status] = statuses.get(status, 0) + 1
 
     thread = threading.Thread(target=abuse, daemon=True)
     thread.start()
@@ -285,6 +293,7 @@ def _noisy_neighbour(
         "normal_alone": alone,
         "normal_beside_abuser": beside,
         "abuser": _figures(abusive, sum(abusive) or 1.0),
+        "abuser_statuses": statuses,
         "p95_beside_over_alone": round(beside["p95_ms"] / alone["p95_ms"], 2),
     }
 

@@ -362,11 +362,13 @@ def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> dict[str, An
 
     A job whose process died without finishing is marked FAILED here, and queued jobs whose
     slot is free are started."""
-    from tasks.review.access import authorize_inspection
+    from tasks.review.access import authorize_item
 
     registry = service.ctx.registry
-    job = registry.get_job(job_id)
-    authorize_inspection(registry, user, job.org_id)
+    _, job = authorize_item(
+        registry, user, f"job {job_id!r}", lambda: registry.get_job(job_id),
+        lambda job: job.org_id, inspect=True,
+    )  # fmt: skip
     job = jobs.refresh(registry, job, service.settings)
     return _job_json(job, service.settings) | jobs.admission(registry, job.id)
 

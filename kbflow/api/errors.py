@@ -21,6 +21,7 @@ from core.errors import (
     JobQueueFull,
     JobRunnerUnavailable,
     KbflowError,
+    LedgerError,
     NotFound,
     ReviewConflict,
     StoreBusy,
@@ -48,6 +49,7 @@ STATUS: tuple[tuple[type[KbflowError], int], ...] = (
     (BudgetExceeded, 429),
     (JobQueueFull, 429),
     (StoreBusy, 503),
+    (LedgerError, 503),  # another process held the ledger too long: retry, the request is fine
     (StoreError, 503),
     (JobRunnerUnavailable, 503),
     (UnsafeUrl, 422),
@@ -71,6 +73,8 @@ def install(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if code == 401 else {}
         if isinstance(exc, RateLimited | DeadlineExceeded):
             headers["Retry-After"] = str(exc.retry_after_s)
+        elif isinstance(exc, LedgerError | StoreBusy):
+            headers["Retry-After"] = "5"
         if isinstance(exc, JobQueueFull):
             headers["Retry-After"] = str(exc.retry_after_s)
         if code in (408, 413):  # the rest of the body is not read: the connection cannot be reused

@@ -20,10 +20,15 @@ the agent (set by an admin), a person's follow from their role (:func:`person_au
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from core.errors import Forbidden, NotFound
 from core.models import Role
-from sinks.registry import OrgRecord, SqlRegistry, UserRecord
+from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord
 from sinks.registry.people import bootstrap_closed_message
+
+T = TypeVar("T")
 
 
 def may_decide(user: UserRecord, org: OrgRecord) -> bool:
@@ -62,31 +67,114 @@ def authorize_decision(
     """The actor, loaded from the registry, if they may decide for (or seed, or research) the
     org's documents.
 
+    A refusal names neither the org's people nor whether the org exists: to anyone but a
+    superadmin an unknown org is refused exactly as another org is.
+
     Raises:
-        Forbidden: unknown user, or neither a superadmin nor the org's assigned AM.
-        NotFound: no such org.
+        Forbidden: unknown user; neither a superadmin nor the org's assigned AM; no such org.
+        NotFound: no such org, for a superadmin.
     """
     user = load_actor(registry, actor_id, what=what)
-    org = registry.get_org(org_id)
+    org = _org_or_refused(registry, user, org_id, lambda: _decision_refused(user, what, org_id))
     if not may_decide(user, org):
-        raise Forbidden(
-            f"user {user.id!r} ({user.role.value}) may not {what} of org {org.id!r}: "
-            f"only a superadmin or the org's assigned account manager "
-            f"({org.am_user_id or 'none assigned'}) may. Nothing was changed."
-        )
+        raise _decision_refused(user, what, org_id)
     return user
 
 
 def authorize_inspection(registry: SqlRegistry, actor_id: str | None, org_id: str) -> UserRecord:
-    """The actor if they may read the org's drafts (deciders and the org's experts)."""
+    """The actor if they may read the org's drafts (deciders and the org's experts); an unknown
+    org is refused as another org is (`authorize_decision`)."""
     user = load_actor(registry, actor_id, what="inspect drafts")
-    org = registry.get_org(org_id)
+    org = _org_or_refused(registry, user, org_id, lambda: _inspection_refused(user, org_id))
     if not may_inspect(user, org):
-        raise Forbidden(
-            f"user {user.id!r} ({user.role.value}) may not inspect drafts of org {org.id!r}: "
-            "only a superadmin, the org's assigned account manager or its experts may."
-        )
+        raise _inspection_refused(user, org_id)
     return user
+
+
+def authorize_document(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    doc_id: str,
+    *,
+    what: str = "review documents",
+    inspect: bool = False,
+) -> tuple[UserRecord, DocRecord]:
+    """The actor and the document, if they may decide on it (``inspect``: read it); a refusal
+    says neither its org nor whether it exists (`authorize_item`)."""
+    return authorize_item(
+        registry, actor_id, f"document {doc_id!r}", lambda: registry.get_document(doc_id),
+        lambda doc: doc.org_id, what=what, inspect=inspect,
+    )  # fmt: skip
+
+
+def authorize_item(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    item: str,
+    load: Callable[[], T],
+    org_of: Callable[[T], str],
+    *,
+    what: str = "review documents",
+    inspect: bool = False,
+) -> tuple[UserRecord, T]:
+    """The actor and an org's item (a document, a job), if they may decide on it (``inspect``:
+    read it).
+
+    A refusal says neither which org the item belongs to nor whether it exists: to anyone but a
+    superadmin an unknown item is refused as another org's is.
+
+    Args:
+        item: how the message names it ("document 'abc'").
+        load: the item (raises NotFound when there is none).
+        org_of: the org it belongs to.
+
+    Raises:
+        Forbidden: unknown user, an item they may not decide on (or read), or none.
+        NotFound: no such item, for a superadmin.
+    """
+    user = load_actor(registry, actor_id, what="inspect drafts" if inspect else what)
+    refused = Forbidden(
+        f"user {user.id!r} ({user.role.value}) may not {'inspect drafts' if inspect else what}: "
+        f"{item} is not one they may {'read' if inspect else 'decide on'}, or it does not "
+        "exist. Nothing was changed."
+    )
+    try:
+        found = load()
+    except NotFound:
+        if user.role is Role.SUPERADMIN:
+            raise
+        raise refused from None
+    org = registry.get_org(org_of(found))
+    if not (may_inspect(user, org) if inspect else may_decide(user, org)):
+        raise refused
+    return user, found
+
+
+def _org_or_refused(
+    registry: SqlRegistry, user: UserRecord, org_id: str, refused: Callable[[], Forbidden]
+) -> OrgRecord:
+    try:
+        return registry.get_org(org_id)
+    except NotFound:
+        if user.role is Role.SUPERADMIN:
+            raise
+        raise refused() from None
+
+
+def _decision_refused(user: UserRecord, what: str, org_id: str) -> Forbidden:
+    return Forbidden(
+        f"user {user.id!r} ({user.role.value}) may not {what} of org {org_id!r}: only a "
+        "superadmin or the org's assigned account manager may (an org that does not exist is "
+        "refused the same way). Nothing was changed."
+    )
+
+
+def _inspection_refused(user: UserRecord, org_id: str) -> Forbidden:
+    return Forbidden(
+        f"user {user.id!r} ({user.role.value}) may not inspect drafts of org {org_id!r}: only "
+        "a superadmin, the org's assigned account manager or its experts may (an org that does "
+        "not exist is refused the same way)."
+    )
 
 
 def bootstrap_open(registry: SqlRegistry) -> bool:

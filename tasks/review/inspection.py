@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from core.models import DocStatus
 from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
-from tasks.review.access import authorize_inspection
+from tasks.review.access import authorize_document, authorize_inspection
 from tasks.review.machine import StoreOpener, held
 from tasks.text.chunk import chunks_to_markdown
 from tasks.text.citations import render_footer
@@ -62,8 +62,7 @@ def inspect_draft(
     The actor is checked before the store is opened (``open_store``), so a refusal never
     waits for the store's lock.
     """
-    doc = registry.get_document(doc_id)
-    authorize_inspection(registry, actor_id, doc.org_id)
+    _, doc = authorize_document(registry, actor_id, doc_id, inspect=True)
     if open_store is None:
         if store is None:
             raise ValueError("inspect_draft needs a store or a store opener")

@@ -48,6 +48,7 @@ from sinks.registry import DocRecord, SqlRegistry, UserRecord, citations_column
 from sinks.vectors import VectorStore
 from tasks.review.access import (  # noqa: F401  (re-exported: the review commands' authorisation)
     authorize_decision,
+    authorize_document,
     authorize_inspection,
     may_decide,
     may_inspect,
@@ -85,8 +86,7 @@ def _authorized(
 ) -> tuple[DocRecord, UserRecord]:
     """The document and the actor, once the actor may decide and the document is in one of
     ``states``. Authorisation comes first, so an outsider learns nothing about its state."""
-    doc = registry.get_document(doc_id)
-    user = authorize_decision(registry, actor_id, doc.org_id)
+    user, doc = authorize_document(registry, actor_id, doc_id)
     if doc.status not in states:
         raise ReviewConflict(f"cannot {verb} document {doc_id}: it is {doc.status or 'unset'}"
                              f"{_why_not(verb, doc.status)}")  # fmt: skip

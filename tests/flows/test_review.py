@@ -518,7 +518,7 @@ def test_unauthorised_reviewer_changes_nothing(
     assert state.is_failed(), state
     assert state.message.startswith(
         f"reviewer {EXPERT!r} may not review org {ORG!r}; nothing was applied (2 decisions "
-        f"refused): user {EXPERT!r} (expert) may not review documents of org {ORG!r}"
+        f"refused): user {EXPERT!r} (expert) may not review documents: document"
     ), state.message
     assert f"FAILED {state.message}" in child.output()
 

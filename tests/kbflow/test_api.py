@@ -287,16 +287,32 @@ def test_who_may_review_what(served: dict[str, Any]) -> None:
         ("gus", "POST", f"/v1/admin/documents/{draft}/approve", 403, ""),
         ("eve", "POST", f"/v1/admin/documents/{draft}/approve", 403, ""),  # experts only look
         (None, "POST", f"/v1/admin/documents/{draft}/approve", 401, "token"),
-        ("amy", "POST", "/v1/admin/documents/no-such-doc/approve", 404, ""),
+        # Not found or not allowed, the same answer: to anyone but a superadmin a refusal says
+        # neither whether a document or org exists, nor whose it is, nor who its AM is.
+        ("amy", "POST", "/v1/admin/documents/no-such-doc/approve", 403, "does not exist"),
+        ("user", "POST", "/v1/admin/documents/no-such-doc/approve", 404, ""),  # root: superadmin
         ("amy", "POST", "/v1/admin/documents/..%2Fetc/approve", 404, ""),
         ("amy", "POST", f"/v1/admin/documents/{draft}/publish", 422, ""),
-        ("amy", "GET", "/v1/admin/orgs/no-such-org/drafts", 404, ""),
+        ("amy", "GET", "/v1/admin/orgs/no-such-org/drafts", 403, "does not exist"),
+        ("gus", "GET", "/v1/admin/documents/no-such-doc", 403, "does not exist"),
+        ("gus", "GET", "/v1/admin/jobs/0123456789ab", 403, "does not exist"),
+        ("user", "GET", "/v1/admin/orgs/no-such-org/drafts", 404, ""),
     ]
     for token, method, path, status, says in cases:
         response = _call(served, method, path, token)
         assert response.status_code == status, (token, path, response.text)
         assert says in response.json()["detail"], (token, path, response.text)
         _clean(response)
+    # gus, the AM of globex, learns nothing of acme's people, nor which org a draft is in.
+    for method, path in (("POST", f"/v1/admin/documents/{draft}/approve"),
+                         ("GET", f"/v1/admin/documents/{draft}"),
+                         ("POST", "/v1/admin/documents/no-such-doc/reject")):  # fmt: skip
+        response = _call(served, method, path, "gus")
+        assert response.status_code == 403, (path, response.text)
+        assert "amy" not in response.text and "acme" not in response.text, response.text
+    other_org = _call(served, "GET", "/v1/admin/orgs/acme/drafts", "gus").json()["detail"]
+    missing_org = _call(served, "GET", "/v1/admin/orgs/nosuch/drafts", "gus").json()["detail"]
+    assert other_org.replace("acme", "nosuch") == missing_org and "amy" not in other_org
     still = _call(served, "GET", f"/v1/admin/documents/{draft}", "amy")
     assert still.json()["document"]["status"] == "pending_review"  # nothing was decided
     trail = _call(served, "GET", "/v1/admin/orgs/acme/audit", "amy", params={"limit": 100})

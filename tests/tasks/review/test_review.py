@@ -311,7 +311,7 @@ def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
         "invalid",
         "applied",
         "conflict",
-        "not_found",
+        "forbidden",  # an unknown document is refused as another org's is: nothing said of it
     ]
     assert [registry.get_document(x).status for x in (a, b, c)] == [
         "approved",
