@@ -154,8 +154,10 @@ def test_who_may_bring_knowledge_in(served: dict[str, Any], settings: Settings) 
         ("eve", "POST", "/v1/admin/orgs/acme/research", {"json": research}, 403, "research"),
         ("gus", "GET", "/v1/admin/orgs/acme/seed", {}, 403, "inspect"),
         ("gus", "GET", "/v1/admin/orgs/acme/provenance?stale=true", {}, 403, "inspect"),
-        ("amy", "POST", "/v1/admin/orgs/no-such-org/research", {"json": research}, 404, ""),
-        ("amy", "GET", "/v1/admin/orgs/no-such-org/seed", {}, 404, ""),
+        # An org that does not exist is refused as another org is (nothing said of it).
+        ("amy", "POST", "/v1/admin/orgs/no-such-org/research", {"json": research}, 403,
+         "does not exist"),
+        ("amy", "GET", "/v1/admin/orgs/no-such-org/seed", {}, 403, "does not exist"),
         ("amy", "POST", "/v1/admin/orgs/acme/research", {"json": {"client_name": ""}}, 422, ""),
         ("amy", "POST", "/v1/admin/orgs/acme/research",
          {"json": {"client_name": "Acme", "budget_tokens": 0}}, 422, ""),
@@ -252,7 +254,7 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
         ("gus", f"/v1/admin/jobs/{job_id}", 403),
         ("agent", f"/v1/admin/jobs/{job_id}", 403),
         (None, f"/v1/admin/jobs/{job_id}", 401),
-        ("amy", "/v1/admin/jobs/0123456789ab", 404),
+        ("amy", "/v1/admin/jobs/0123456789ab", 403),  # none, or not hers: one answer
         ("amy", "/v1/admin/jobs/not a job!", 422),
         ("amy", "/v1/admin/jobs/..%2Fregistry.db", 404),
     ):
