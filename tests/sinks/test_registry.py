@@ -797,31 +797,29 @@ def test_the_bootstrap_stays_closed_after_the_superadmin_is_removed_behind_its_b
 
 def _demote(url: str, user_id: str, barrier: Any, results: Any) -> None:
     """Child process: demote ``user_id``, racing another process demoting the other one."""
-    registry = SqlRegistry.open(url)
-    try:
-        barrier.wait(timeout=120)
-        try:
-            registry.ensure_user(user_id, Role.ENGINEER, actor=user_id)
-            results.put((user_id, "demoted"))
-        except Forbidden:
-            results.put((user_id, "refused"))
-        except Exception as exc:  # reported, not a child that dies and leaves the queue empty
-            results.put((user_id, f"error: {exc!r}"))
-    finally:
-        registry.close()
+    _claim(url, user_id, barrier, results, "demoted", Role.ENGINEER, actor=user_id)
 
 
 def _bootstrap(url: str, user_id: str, barrier: Any, results: Any) -> None:
     """Child process: claim the bootstrap for ``user_id``, racing the other processes."""
+    _claim(url, user_id, barrier, results, "created", Role.SUPERADMIN, actor="bootstrap",
+           bootstrap=True)  # fmt: skip
+
+
+def _claim(
+    url: str, user_id: str, barrier: Any, results: Any, done: str, role: Role, **kw: Any
+) -> None:
+    """Save ``user_id`` as ``role`` once every racer is ready; put ``done`` or "refused" (or
+    the error: a child that dies would leave the queue empty) on ``results``."""
     registry = SqlRegistry.open(url)
     try:
         barrier.wait(timeout=120)
         try:
-            registry.ensure_user(user_id, Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
-            results.put((user_id, "created"))
+            registry.ensure_user(user_id, role, **kw)
+            results.put((user_id, done))
         except Forbidden:
             results.put((user_id, "refused"))
-        except Exception as exc:  # reported, not a child that dies and leaves the queue empty
+        except Exception as exc:
             results.put((user_id, f"error: {exc!r}"))
     finally:
         registry.close()
