@@ -1,21 +1,24 @@
-"""The answer ledger: every agent turn in DuckDB, loaded through dlt, and read back.
+"""The answer ledger: every agent turn, written in one SQL transaction, and read back.
 
 Turns live in ``<home>/warehouse/kbflow_ledger.duckdb`` (dataset ``ledger``), or in schema
-``ledger`` of the database at ``KBFLOW_WAREHOUSE_URL`` when that is set (read back through the
-same destination: ``sinks.warehouse.reading``). The DuckDB file is one of their
-own so a nightly eval writing the eval warehouse never blocks answers. The file is not called
-``ledger.duckdb``: DuckDB names the catalog after the file, and a catalog named like the dataset
-makes ``ledger.<table>`` ambiguous (dlt's second load into it fails). One turn is spread over
-five tables (`sinks.ledger_rows`: their columns and keys, and a turn as rows and back). A record
-that fails half-way shows nothing of the turn, and the next record deletes what it left
-(`sinks.ledger_loads`).
+``ledger`` of the database at ``KBFLOW_WAREHOUSE_URL`` when that is set (written and read back
+through the same destination: ``sinks.warehouse.writing`` / ``reading``). The DuckDB file is
+one of their own so a nightly eval writing the eval warehouse never blocks answers. The file is
+not called ``ledger.duckdb``: DuckDB names the catalog after the file, and a catalog named like
+the dataset makes ``ledger.<table>`` ambiguous. One turn is spread over five tables
+(`sinks.ledger_rows`: their columns and keys, and a turn as rows and back), recorded in one
+transaction (`sinks.ledger_loads`): a reader sees the whole turn or nothing of it, and a record
+that fails half-way leaves nothing. Until issue 30 dlt loaded each turn; its tables, columns and
+bookkeeping are kept, so a ledger it wrote is read and appended to as it is.
 
-DuckDB allows ONE writer process per file, and a writer also shuts readers out. Writers also
-take ``<ledger file>.lock``, so two kbflow processes never share dlt's pipeline folder. Writers
-and readers wait up to ``lock_wait_s``, then raise :class:`LedgerError`.
+DuckDB allows ONE writer process per file, and a writer also shuts readers out. Writers take
+``<ledger file>.lock`` for the transaction alone (connect, write, commit, close), so writers
+queue on it instead of on DuckDB's file lock; readers retry on that file lock. Both wait up to
+``lock_wait_s``, then raise :class:`LedgerError`. PostgreSQL needs no lock of ours: its
+transactions isolate readers, and an advisory lock per turn id orders two records of one turn.
 
-dlt and duckdb are imported inside the functions: together they take about a second to import,
-which commands that never touch the ledger should not pay.
+duckdb and SQLAlchemy are imported inside the functions, which commands that never touch the
+ledger should not pay for.
 """
 
 from __future__ import annotations
@@ -26,48 +29,49 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, LedgerError, NotFound
 from core.models import Turn
 from sinks.ledger_loads import (
-    delete_unfinished_turns,
+    checkpoint_by_wal_size,
+    ensure_tables,
     finished_rows,
+    is_missing_table,
     is_unfinished,
     ledger_tables,
     readable,
     unfinished_turns,
+    write_turn,
 )
 from sinks.ledger_rows import (
     CITATIONS_TABLE,
     DATASET_NAME,
     HITS_TABLE,
     LLM_CALLS_TABLE,
-    PRIMARY_KEYS,
     RETRIEVALS_TABLE,
-    TABLES,
     TURNS_TABLE,
     aware,
     rows_to_turn,
     turn_to_rows,
 )
 from sinks.warehouse import (
+    Destination,
     SqlReader,
     destination,
-    dlt_pipeline,
-    drop_unfinished_loads,
     is_lock_error,
     reading,
     retry_while_locked,
-    without_dlt_usage_tracking,
+    writing,
 )
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Dialect
 
-PIPELINE_NAME = "kbflow_ledger"
+log = logging.getLogger(__name__)
 
 _SUMMARY_COLUMNS = ("turn_id", "created_at", "kind", "org_id", "agent_id", "question", "outcome")
 _CITATION_COLUMNS = (
@@ -93,7 +97,8 @@ class Ledger:
 
     Args:
         home: kbflow's data directory; the ledger is ``ledger_path(home)``.
-        pipelines_dir: Where dlt keeps the pipeline's own state. Default: ``<home>/dlt``.
+        pipelines_dir: Unused: turns are no longer loaded through dlt (kept so callers that
+            pass it need not change).
         lock_wait_s: How long a write or read waits for another process to release the file.
         url: A SQL database to keep the ledger in instead of the DuckDB file (SQLAlchemy URL,
             ``KBFLOW_WAREHOUSE_URL``); its tables go to schema ``ledger``.
@@ -126,51 +131,38 @@ class Ledger:
         building the turn. ``output``, ``replay_input``, ``gate_filter``, ``scores`` and the
         messages must be JSON-ready; tuples inside them read back as lists.
 
-        A record that fails half-way shows nothing of the turn: neither the rows it wrote nor
-        the earlier version they may have partly replaced. The next ``record`` drops the failed
-        load package and deletes the half-written turn; record it again to store it. A record
-        that fails before writing (the file stayed locked) leaves an earlier version as it was.
+        The turn's rows replace those of any earlier record of its id in one transaction: a
+        record that fails (or a process that dies) half-way leaves nothing of the new version
+        and the earlier version whole; readers see one version or the other, never a mix.
 
         Raises:
             ConfigError: ``created_at`` is naive, or a payload is not JSON-ready.
             LedgerError: Another process held the ledger for longer than ``lock_wait_s``, or
-                the load failed (the message names the turn; the dlt or duckdb error is chained).
+                the write failed (the message names the turn; the database error is chained).
         """
-        tables = turn_to_rows(turn)
+        rows = turn_to_rows(turn)
         deadline = time.monotonic() + self.lock_wait_s
         started = time.perf_counter()
-        import duckdb
-        from dlt.pipeline.exceptions import PipelineStepFailed
-        from sqlalchemy.exc import SQLAlchemyError
-
+        busy = f"record turn {turn.turn_id!r}"
+        errors = self._database_errors()
         try:
-            with (
-                _in_process(self.path),
-                _one_writer(self.path.with_name(self.path.name + ".lock"), self.lock_wait_s),
-            ):
-                retry_while_locked(
-                    lambda: self._load(tables), wait_s=max(0.0, deadline - time.monotonic())
-                )
+            with self._one_at_a_time(), self._one_writer(deadline):
+                self._write(turn.turn_id, rows, deadline)
         except BlockingIOError as exc:
-            raise self._busy(f"record turn {turn.turn_id!r}") from exc
-        except (PipelineStepFailed, duckdb.Error, SQLAlchemyError) as exc:
+            raise self._busy(busy) from exc
+        except errors as exc:
             if is_lock_error(exc):
-                raise self._busy(f"record turn {turn.turn_id!r}") from exc
-            cause = (
-                f"dlt step {exc.step!r} failed: {_dlt_cause(exc.exception)}"
-                if isinstance(exc, PipelineStepFailed)
-                else str(exc)
-            )
+                raise self._busy(busy) from exc
             raise LedgerError(
-                f"could not record turn {turn.turn_id!r} in the ledger {self.where}: {cause} — "
-                "fix the cause and record the turn again; recording the same turn id replaces "
-                "its rows"
+                f"could not record turn {turn.turn_id!r} in the ledger {self.where}: "
+                f"{_first_line(getattr(exc, 'orig', None) or exc)} — fix the cause and record "
+                "the turn again; recording the same turn id replaces its rows"
             ) from exc
         log.info(
-            "recorded turn %s in %s: %s in %.2f s",
+            "recorded turn %s in %s: %s in %.3f s",
             turn.turn_id,
             self.where,
-            {table: len(rows) for table, rows in tables.items()},
+            {table: len(table_rows) for table, table_rows in rows.items()},
             time.perf_counter() - started,
         )
 
@@ -178,7 +170,8 @@ class Ledger:
         """The turn exactly as it was recorded (``created_at`` in UTC).
 
         Raises:
-            NotFound: No turn with this id, its last record failed half-way, or no ledger yet.
+            NotFound: No turn with this id, no ledger yet, or a dlt load of the turn (before
+                issue 30) failed half-way.
             LedgerError: Another process held the ledger for longer than ``lock_wait_s``.
         """
         if not self.destination.may_hold_data():
@@ -200,8 +193,8 @@ class Ledger:
                     )
                 )
             turn = found[0]
-            # Only the rows of the turn's own load: an earlier version recorded with more calls,
-            # hits or citations than this one may have left its extra rows behind.
+            # Only the rows of the turn's own load: in a ledger dlt wrote, an earlier version
+            # with more calls, hits or citations than this one may have left rows behind.
             where, params = "turn_id = ? AND _dlt_load_id = ?", [turn_id, turn["_dlt_load_id"]]
             llm_calls = finished_rows(con, tables, LLM_CALLS_TABLE, where, params, "seq")
             retrievals = finished_rows(con, tables, RETRIEVALS_TABLE, where, params, "seq")
@@ -314,47 +307,79 @@ class Ledger:
             row["created_at"] = row["created_at"].astimezone(UTC)
         return rows
 
-    def _load(self, tables: dict[str, list[dict[str, Any]]]) -> None:
-        """One dlt run of all five tables, after clearing what failed loads left.
+    def _write(self, turn_id: str, rows: dict[str, list[dict[str, Any]]], deadline: float) -> None:
+        """One transaction: make the tables if this process has not yet, then the turn.
 
-        A fresh pipeline each call, so a locked file fails at dlt's first step (sync), before
-        anything is extracted, and the call can simply run again.
+        The tables are checked once per process and destination; if they vanish after that
+        (a test dropped the schema, the file was deleted), the write makes them and runs again.
         """
-        import dlt
+        target = self.destination
+        postgres = target.url is not None and target.url.startswith("postgresql")
+        for attempt in (1, 2):
+            # A DuckDB file that is not there yet is new, whatever this process made before.
+            ready = target in _TABLES_MADE and (target.url is not None or target.path.exists())
+            try:
+                with writing(
+                    target,
+                    on_lock=lambda: self._busy(f"record turn {turn_id!r}"),
+                    on_error=self._unreachable,
+                    wait_s=max(0.0, deadline - time.monotonic()),
+                ) as con:
+                    if target.is_duckdb:
+                        checkpoint_by_wal_size(con)
+                    if not ready:
+                        ensure_tables(con, self._dialect(), postgres=postgres)
+                    write_turn(con, turn_id, rows, postgres=postgres)
+            except Exception as exc:
+                _TABLES_MADE.discard(target)
+                if attempt == 1 and ready and is_missing_table(exc, duckdb_file=target.is_duckdb):
+                    log.warning("the ledger tables in %s are gone: making them again", self.where)
+                    continue
+                raise
+            _TABLES_MADE.add(target)
+            return
 
-        pipeline = dlt_pipeline(
-            PIPELINE_NAME,
-            target=self.destination,
-            dataset=DATASET_NAME,
-            pipelines_dir=self.pipelines_dir,
-        )
-        resources = [
-            dlt.resource(
-                rows,
-                name=table,
-                write_disposition="merge",
-                primary_key=PRIMARY_KEYS[table],
-                # Every table also merges on the turn, so recording a turn again with fewer
-                # calls or hits deletes the old extra rows instead of keeping them.
-                merge_key="turn_id",
-                columns=TABLES[table],
-            )
-            for table, rows in tables.items()
-        ]
-        with without_dlt_usage_tracking(pipeline):
-            drop_unfinished_loads(pipeline, "ledger")
-            delete_unfinished_turns(self.destination, self._unreachable)
-            pipeline.run(resources)
+    def _dialect(self) -> Dialect:
+        """The SQL dialect to write DDL in: the database's, or PostgreSQL's for DuckDB (whose
+        parser is PostgreSQL's, and which maps its types to the ones dlt gave DuckDB)."""
+        if self.destination.url is None:
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.dialect()
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.destination.url).get_dialect()()
+
+    def _database_errors(self) -> tuple[type[Exception], ...]:
+        """The driver's errors a write may raise (only the driver in use is imported)."""
+        if self.destination.is_duckdb:
+            import duckdb
+
+            return (duckdb.Error,)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        return (SQLAlchemyError,)
 
     @property
     def where(self) -> str:
         """The DuckDB file, or the database URL without its password."""
         return self.destination.where
 
+    def _one_at_a_time(self) -> AbstractContextManager[None]:
+        """On DuckDB, one ledger read or write at a time in this process (`_in_process`)."""
+        return _in_process(self.path) if self.destination.is_duckdb else nullcontext()
+
+    def _one_writer(self, deadline: float) -> AbstractContextManager[None]:
+        """On DuckDB, the writers' lock file, waited for until ``deadline``."""
+        if not self.destination.is_duckdb:
+            return nullcontext()
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        return _one_writer(lock_path, max(0.0, deadline - time.monotonic()))
+
     @contextmanager
     def _reading(self) -> Iterator[SqlReader]:
         with (
-            _in_process(self.path),
+            self._one_at_a_time(),
             reading(
                 self.destination,
                 on_lock=lambda: self._busy("read the ledger"),
@@ -373,16 +398,16 @@ class Ledger:
         )
 
     def _busy(self, action: str) -> LedgerError:
-        why = (
-            "DuckDB allows one writer per file"
-            if self.destination.is_duckdb
-            else "one writer per kbflow home"
-        )
+        """Another process held the DuckDB file (PostgreSQL never makes us wait for long)."""
         return LedgerError(
             f"could not {action}: another process is writing the ledger {self.where} "
-            f"({why}; waited {self.lock_wait_s:g} s) — retry when it finishes"
+            f"(DuckDB allows one writer per file; waited {self.lock_wait_s:g} s) — retry when "
+            "it finishes"
         )
 
+
+_TABLES_MADE: set[Destination] = set()
+"""Destinations whose tables this process has made or found whole: later records skip the check."""
 
 _THREAD_LOCKS: dict[Path, threading.RLock] = {}
 _THREAD_LOCKS_GUARD = threading.Lock()
@@ -391,8 +416,9 @@ _THREAD_LOCKS_GUARD = threading.Lock()
 @contextmanager
 def _in_process(path: Path) -> Iterator[None]:
     """One ledger read or write at a time in this process (a server's request threads): DuckDB
-    shuts readers out while one connection writes, and dlt's pipeline folder takes one load.
-    Held for the write alone, never around the work that made the turn."""
+    shuts readers out while one connection writes, and refuses a read-only connection to a file
+    this process has open for writing. Held for the transaction alone, never around the work
+    that made the turn."""
     with _THREAD_LOCKS_GUARD:
         lock = _THREAD_LOCKS.setdefault(path, threading.RLock())
     with lock:
@@ -401,11 +427,11 @@ def _in_process(path: Path) -> Iterator[None]:
 
 @contextmanager
 def _one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
-    """Hold ``lock_path`` exclusively: one ledger writer at a time.
+    """Hold ``lock_path`` exclusively: one ledger writer at a time, for one transaction.
 
-    DuckDB's own lock is not enough: dlt keeps load packages in the pipeline folder, and two
-    processes sharing it would load (or drop) each other's; and dlt connects per job, so
-    another writer could slip in between two tables of a load and take it for unfinished.
+    DuckDB's own lock would do for correctness, but a writer that finds the file held can
+    only retry opening it (a whole database open each time); writers queue on this file
+    instead, and meet DuckDB's lock only while a reader has the file open.
 
     Raises:
         BlockingIOError: Another writer held it for longer than ``wait_s``.
@@ -428,21 +454,3 @@ def _one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _dlt_cause(exc: BaseException) -> str:
-    """What went wrong, in one line where dlt allows: a failed load job carries the whole
-    traceback of its database error (``failed_message``), whose last line is the error."""
-    traceback = getattr(exc, "failed_message", None)
-    if isinstance(traceback, str) and traceback.strip():
-        lines = traceback.strip().splitlines()
-        # A SQLAlchemy error (dlt's sqlalchemy destination) ends in its SQL (maybe several
-        # lines), parameters and a link, after the server's DETAIL: the error is above them.
-        sql_at = next((i for i, line in enumerate(lines) if line.startswith("[SQL:")), None)
-        said = [
-            line
-            for line in lines[:sql_at]
-            if line.strip() and not line.startswith(("(Background on this error", "DETAIL:"))
-        ]
-        return (said or lines)[-1]
-    return str(exc)

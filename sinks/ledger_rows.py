@@ -1,6 +1,7 @@
 """The ledger's tables, and a turn as rows of them and back.
 
-One turn is spread over five tables (in the dataset ``ledger``), each merged on its primary key:
+One turn is spread over five tables (in the dataset ``ledger``), each keyed by its primary key
+(a key of the data: no constraint enforces it, as none did when dlt made the tables):
 
 - ``ledger_turns`` (``turn_id``): who asked what, the outcome, the output and replay input;
 - ``ledger_llm_calls`` (``turn_id``, ``seq``): the model calls, ``seq`` = position in the turn;
@@ -10,9 +11,11 @@ One turn is spread over five tables (in the dataset ``ledger``), each merged on 
 - ``ledger_citations`` (``turn_id``, ``seq``): what the answer cited, with the turn's org, agent
   and time copied in so "who cited this document" is one table scan.
 
-Nested values (output, messages, filters, scores, the embedding) are JSON text columns, so dlt
-keeps them in the row instead of exploding them into child tables; Python's JSON writes floats
-with ``repr``, so they read back bit for bit.
+Nested values (output, messages, filters, scores, the embedding) are JSON text columns (dlt,
+which loaded the ledger until issue 30, kept them in the row that way instead of exploding them
+into child tables); Python's JSON writes floats with ``repr``, so they read back bit for bit.
+The column hints below are dlt's (``data_type``, ``nullable``): `sinks.ledger_loads` makes the
+tables from them with the types dlt gave them.
 """
 
 from __future__ import annotations
@@ -119,7 +122,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     RETRIEVALS_TABLE: ("embedding_model",),
 }
 """Columns added after a table was first made: a ledger written before has none of them
-(dlt adds them with the next record), and reads take NULL for them till then."""
+(the next record adds them), and reads take NULL for them till then."""
 
 
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {

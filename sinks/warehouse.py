@@ -1,11 +1,12 @@
-"""dlt into DuckDB or a SQL database, shared by the eval warehouse and the answer ledger.
+"""DuckDB or a SQL database for the eval warehouse and the answer ledger.
 
-The eval warehouse (``evals/warehouse.py``) and the answer ledger (``sinks/ledger.py``) both load
-rows through dlt and read them back with plain SQL. Where they live is a :class:`Destination`:
-a DuckDB file under kbflow's home by default, or any SQL database SQLAlchemy reaches
-(``KBFLOW_WAREHOUSE_URL``, e.g. PostgreSQL), loaded through dlt's ``sqlalchemy`` destination.
-Every read and every repair goes through :func:`reading` / :func:`writing`, which open the same
-place the loads went to, so a store never reads one place after writing another.
+The eval warehouse (``evals/warehouse.py``) loads rows through dlt; the answer ledger
+(``sinks/ledger.py``) writes each turn with plain SQL in one transaction. Both read back with
+plain SQL. Where they live is a :class:`Destination`: a DuckDB file under kbflow's home by
+default, or any SQL database SQLAlchemy reaches (``KBFLOW_WAREHOUSE_URL``, e.g. PostgreSQL),
+which dlt loads through its ``sqlalchemy`` destination. Every read and every direct write goes
+through :func:`reading` / :func:`writing`, which open the same place the loads went to, so a
+store never reads one place after writing another.
 
 What they share lives here: a dlt pipeline that stays offline and keeps its state under
 kbflow's home, the test for DuckDB's "another process holds this file" error, a bounded retry
@@ -179,15 +180,6 @@ def read_only_connection(
         yield con
     finally:
         con.close()
-
-
-def table_exists(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
-    """Whether ``schema.table`` exists (dlt creates a table only once rows arrive for it)."""
-    found = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-        [schema, table],
-    ).fetchone()
-    return bool(found and found[0])
 
 
 def drop_unfinished_loads(pipeline: Any, what: str) -> None:
@@ -393,16 +385,40 @@ def reading(
 
 @contextmanager
 def writing(
-    target: Destination, *, on_error: Callable[[Exception], Exception]
+    target: Destination,
+    *,
+    on_lock: Callable[[], Exception],
+    on_error: Callable[[Exception], Exception],
+    wait_s: float = 0.0,
 ) -> Iterator[SqlReader]:
-    """A read-write connection to ``target`` whose statements commit together at the end."""
+    """A read-write connection to ``target`` in one transaction: it commits when the block
+    ends, and rolls back if the block raises anything at all (an injected crash included).
+
+    On a DuckDB file (created, with its folder, if missing) the connection is closed at the
+    end, so other processes can open the file again.
+
+    Args:
+        target: Where the store lives.
+        on_lock: Builds the error to raise when another process holds the DuckDB file.
+        on_error: Builds the error to raise when the file or database cannot be opened.
+        wait_s: How long to retry while the DuckDB file is locked.
+    """
     if target.url is None:
         import duckdb
 
-        with duckdb.connect(str(target.path)) as con:
+        target.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            con = retry_while_locked(lambda: duckdb.connect(str(target.path)), wait_s=wait_s)
+        except duckdb.IOException as exc:
+            if is_lock_error(exc):
+                raise on_lock() from exc
+            raise on_error(exc) from exc
+        try:
             con.execute("BEGIN TRANSACTION")
             yield _DuckDbReader(con)
             con.execute("COMMIT")
+        finally:
+            con.close()  # without a COMMIT, DuckDB rolls the transaction back
         return
     with _server_connection(target, on_error, begin=True) as conn:
         yield _SqlAlchemyReader(conn)

@@ -1,4 +1,9 @@
-"""The answer ledger: real dlt pipelines into a real DuckDB file under ``tmp_path``, no mocks."""
+"""The answer ledger: a real DuckDB file under ``tmp_path``, no mocks.
+
+Ledgers written before issue 30 were loaded by dlt, one pipeline run per turn: `record_with_dlt`
+loads turns exactly that way (dlt stays installed for the eval warehouse), so the tests can
+check that the ledger reads and appends to them as they are.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,23 @@ import dataclasses
 import fcntl
 import os
 import random
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
-from dlt.pipeline.exceptions import PipelineStepFailed
 
+from core import faults
 from core.errors import ConfigError, KbflowError, LedgerError, NotFound
 from core.models import Citation, LlmCall, RetrievalCall, RetrievedChunk, Turn
 from sinks.ledger import Ledger, ledger_path
 from tests.conftest import held_by_another_process
+
+REPO = Path(__file__).resolve().parents[2]
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 _rng = random.Random(384)
@@ -178,6 +188,48 @@ def key_counts(path: Path) -> dict[str, tuple[int, int]]:
         return counts
 
 
+def record_with_dlt(
+    home: Path,
+    *turns: Turn,
+    url: str | None = None,
+    without: tuple[str, ...] = (),
+) -> None:
+    """Record ``turns`` the way `Ledger.record` did before issue 30: one dlt run per turn, each
+    table merged on its primary key and on ``turn_id``, into dataset ``ledger`` of
+    ``ledger_path(home)`` (or of the database at ``url``).
+
+    Args:
+        without: Retrieval columns to leave out, as a ledger made before they existed lacks them.
+    """
+    import dlt
+
+    from sinks.ledger_rows import DATASET_NAME, PRIMARY_KEYS, TABLES, turn_to_rows
+    from sinks.warehouse import destination, dlt_pipeline, without_dlt_usage_tracking
+
+    for turn in turns:
+        pipeline = dlt_pipeline(
+            "kbflow_ledger",
+            target=destination(ledger_path(home), url),
+            dataset=DATASET_NAME,
+            pipelines_dir=home / "dlt",
+        )
+        resources = [
+            dlt.resource(
+                [{k: v for k, v in row.items() if k not in without} for row in rows],
+                name=table,
+                write_disposition="merge",
+                primary_key=PRIMARY_KEYS[table],
+                merge_key="turn_id",
+                columns={k: v for k, v in TABLES[table].items() if k not in without},
+            )
+            for table, rows in turn_to_rows(turn).items()
+        ]
+        with without_dlt_usage_tracking(pipeline):
+            if pipeline.has_pending_data:  # a failed run's package: dlt would load it instead
+                pipeline.abort_packages()
+            pipeline.run(resources)
+
+
 def test_the_ledger_lives_under_home_apart_from_the_eval_warehouse(tmp_path: Path) -> None:
     assert ledger_path(tmp_path) == tmp_path / "warehouse" / "kbflow_ledger.duckdb"
     assert Ledger(tmp_path).path == ledger_path(tmp_path)
@@ -196,27 +248,12 @@ def test_a_recorded_turn_reads_back_exactly(ledger: Ledger, turn: Turn) -> None:
 
 
 def test_a_ledger_written_before_embedding_model_ids_reads_as_none_and_takes_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    """A ledger whose retrievals table was made without the ``embedding_model`` column (as
+    """A ledger whose retrievals table dlt made without the ``embedding_model`` column (as
     before it existed) reads its turns with None there; the next record adds the column."""
-    from sinks import ledger_rows
-
-    old_columns = dict(ledger_rows.TABLES[ledger_rows.RETRIEVALS_TABLE])
-    del old_columns["embedding_model"]
-    real_rows = ledger_rows.turn_to_rows
-
-    def rows_before(turn: Turn) -> dict[str, list[dict[str, object]]]:
-        rows = real_rows(turn)
-        for row in rows[ledger_rows.RETRIEVALS_TABLE]:
-            del row["embedding_model"]
-        return rows
-
     home = tmp_path / "home"
-    with monkeypatch.context() as before:
-        before.setitem(ledger_rows.TABLES, ledger_rows.RETRIEVALS_TABLE, old_columns)
-        before.setattr("sinks.ledger.turn_to_rows", rows_before)
-        Ledger(home).record(make_turn("turn-old", T0))
+    record_with_dlt(home, make_turn("turn-old", T0), without=("embedding_model",))
     with duckdb.connect(str(ledger_path(home)), read_only=True) as con:
         columns = {
             row[0]
@@ -353,7 +390,7 @@ def test_malformed_turns_are_refused_before_anything_is_written(tmp_path: Path) 
 
 
 def half_written_turns(path: Path) -> set[str]:
-    """Turns holding a row from a dlt load that never finished (not in ``_dlt_loads``)."""
+    """Turns holding a row from a load that never finished (not in ``_dlt_loads``)."""
     with duckdb.connect(str(path), read_only=True) as con:
         return {
             turn_id
@@ -365,78 +402,148 @@ def half_written_turns(path: Path) -> set[str]:
         }
 
 
-def test_a_load_that_fails_half_way_shows_nothing_of_the_turn(tmp_path: Path) -> None:
+def rows_of(path: Path, turn_id: str) -> dict[str, int]:
+    """How many rows ``turn_id`` has in each table."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        return {
+            table: con.execute(
+                f"SELECT count(*) FROM ledger.{table} WHERE turn_id = ?", [turn_id]
+            ).fetchall()[0][0]
+            for table in KEYS
+        }
+
+
+def load_ids(path: Path) -> list[str]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return [row[0] for row in con.execute("SELECT load_id FROM ledger._dlt_loads").fetchall()]
+
+
+def test_a_record_that_fails_half_way_leaves_nothing_of_the_turn(tmp_path: Path) -> None:
+    """The citations table (the last one written) refuses the turn: one transaction, so the
+    tables written before it keep nothing, and an earlier version stays whole."""
     ledger = Ledger(tmp_path / "home")
     first = make_turn("turn-1", T0, cited=("doc-a",))
     ledger.record(first)
-    # A real constraint in the real file makes the citations table refuse a turn citing one
-    # document twice, while dlt's other tables take their rows (which of them is up to dlt).
     with duckdb.connect(str(ledger.path)) as con:
         con.execute("CREATE UNIQUE INDEX one_per_doc ON ledger.ledger_citations (doc_id)")
     new = make_turn("turn-2", T0 + timedelta(hours=1), cited=("doc-b", "doc-b"))
     again = dataclasses.replace(first, outcome="refused", citations=first.citations * 2)
+    loads = load_ids(ledger.path)
 
     with pytest.raises(LedgerError, match=r"could not record turn 'turn-2'.*duplicate key") as e:
         ledger.record(new)
     assert "record the turn again" in str(e.value)
-    assert isinstance(e.value.__cause__, PipelineStepFailed)
+    assert isinstance(e.value.__cause__, duckdb.ConstraintException)
     with pytest.raises(LedgerError, match=r"could not record turn 'turn-1'"):
         ledger.record(again)
 
-    half_written = half_written_turns(ledger.path)
-    assert half_written <= {"turn-1", "turn-2"}
-    with pytest.raises(NotFound, match="no turn 'turn-2'"):
+    assert rows_of(ledger.path, "turn-2") == dict.fromkeys(KEYS, 0)
+    assert load_ids(ledger.path) == loads
+    with pytest.raises(NotFound, match=r"no turn 'turn-2' .* check the id"):
         ledger.get_turn("turn-2")
-    if "turn-1" in half_written:  # the old version may be partly replaced: show none of it
-        with pytest.raises(NotFound, match=r"no turn 'turn-1' .* failed half-way: record it"):
-            ledger.get_turn("turn-1")
-        intact = []
-    else:  # no table took the new rows: the old version stands, whole
-        assert ledger.get_turn("turn-1") == first
-        intact = ["turn-1"]
-    assert [r["turn_id"] for r in ledger.turns()] == intact
-    assert [r["turn_id"] for r in ledger.citations()] == intact
+    assert ledger.get_turn("turn-1") == first
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-1"]
+    assert [r["turn_id"] for r in ledger.citations()] == ["turn-1"]
 
-    # The next record drops the failed packages (rather than loading one in place of its own
-    # turn) and deletes the half-written turns.
     with duckdb.connect(str(ledger.path)) as con:
         con.execute("DROP INDEX ledger.one_per_doc")
-    later = make_turn("turn-3", T0 + timedelta(hours=2))
-    ledger.record(later)
-    assert half_written_turns(ledger.path) == set()
-    assert ledger.get_turn("turn-3") == later
-    assert [r["turn_id"] for r in ledger.turns()] == ["turn-3", *intact]
-
     ledger.record(new)
     ledger.record(again)
     assert ledger.get_turn("turn-2") == new
     assert ledger.get_turn("turn-1") == again
 
 
-def test_dlt_state_stays_in_the_pipelines_dir_and_telemetry_is_off(
+FAULT_POINTS = [
+    "ledger.after_delete",
+    "ledger.after_turns",
+    "ledger.after_llm_calls",
+    "ledger.after_retrievals",
+    "ledger.after_retrieval_hits",
+    "ledger.after_citations",
+]
+
+
+def test_a_record_passes_each_fault_point_once_in_order(tmp_path: Path) -> None:
+    passed: list[str] = []
+    with faults.armed(lambda name, count: passed.append(name)):
+        Ledger(tmp_path / "home").record(ANSWERED)
+    assert passed == FAULT_POINTS
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_a_crash_between_two_inserts_leaves_the_ledger_as_it_was(
+    tmp_path: Path, point: str
+) -> None:
+    ledger = Ledger(tmp_path / "home", lock_wait_s=0)
+    first = make_turn("turn-1", T0, cited=("doc-a",))
+    ledger.record(first)
+    before = key_counts(ledger.path)
+    changed = dataclasses.replace(first, outcome="refused", llm_calls=first.llm_calls[:1])
+
+    for turn in (changed, REFUSED):  # a new version of a turn, and a new turn
+        with faults.armed(faults.crash_at(point)), pytest.raises(faults.InjectedCrash):
+            ledger.record(turn)
+
+    assert key_counts(ledger.path) == before
+    assert half_written_turns(ledger.path) == set()
+    assert ledger.get_turn("turn-1") == first
+    with pytest.raises(NotFound):
+        ledger.get_turn(REFUSED.turn_id)
+    # Neither lock outlived the crash: a writer that would not wait at all gets in.
+    ledger.record(changed)
+    assert ledger.get_turn("turn-1") == changed
+
+
+def test_the_tables_are_made_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dlt.common.runtime import anon_tracker, run_context
+    from sinks import ledger as ledger_module
 
-    user_home = tmp_path / "user"
-    user_home.mkdir()
-    monkeypatch.setenv("HOME", str(user_home))
-    # dlt's global dir is ~/.dlt, but /var/dlt for root: redirect it too, to see what lands there.
-    global_dir = tmp_path / "dlt-global"
-    monkeypatch.setattr(run_context, "global_dir", lambda: str(global_dir))
-    monkeypatch.delenv("RUNTIME__DLTHUB_TELEMETRY", raising=False)
-    monkeypatch.delenv("DLT_DATA_DIR", raising=False)
+    made: list[Path] = []
+    real = ledger_module.ensure_tables
+
+    def counted(con: Any, dialect: Any, *, postgres: bool) -> None:
+        made.append(ledger_module.ledger_path(tmp_path / "home"))
+        real(con, dialect, postgres=postgres)
+
+    monkeypatch.setattr(ledger_module, "ensure_tables", counted)
     home = tmp_path / "home"
-
     Ledger(home).record(ANSWERED)
-    Ledger(home, pipelines_dir=tmp_path / "elsewhere").record(REFUSED)
+    Ledger(home).record(REFUSED)  # another Ledger on the same file: already made
+    Ledger(home).record(ANSWERED)
+    assert len(made) == 1
 
-    assert (home / "dlt" / "kbflow_ledger" / "state.json").is_file()
-    assert (tmp_path / "elsewhere" / "kbflow_ledger" / "state.json").is_file()
-    assert not (user_home / ".dlt").exists()
-    assert not global_dir.exists()  # not even the tracker's .anonymous_id
-    assert os.environ["RUNTIME__DLTHUB_TELEMETRY"] == "false"
-    assert anon_tracker._ANON_TRACKER_ENDPOINT is None  # the tracker never started
+    for made_file in ledger_path(home).parent.glob("kbflow_ledger.duckdb*"):  # and its log
+        made_file.unlink()  # a file made anew needs its tables again
+    Ledger(home).record(OTHER_ORG)
+    assert len(made) == 2
+    assert [r["turn_id"] for r in Ledger(home).turns()] == ["turn-3"]
+
+
+def test_recording_a_turn_runs_no_dlt(tmp_path: Path) -> None:
+    """A turn is one small transaction: dlt is not even imported, and leaves nothing behind."""
+    home = tmp_path / "home"
+    code = (
+        "import sys; from pathlib import Path; from sinks.ledger import Ledger;"
+        " from tests.sinks.test_ledger import ANSWERED;"
+        " Ledger(Path(sys.argv[1])).record(ANSWERED);"
+        " print('dlt' in sys.modules)"
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "user")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(home)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
+    assert sorted(p.name for p in home.iterdir()) == ["warehouse"]
+    assert not (tmp_path / "user").exists()
+    assert Ledger(home).get_turn(ANSWERED.turn_id) == ANSWERED
 
 
 @pytest.mark.integration
@@ -462,7 +569,7 @@ def test_a_locked_ledger_waits_then_gives_a_clear_error_and_recovers(tmp_path: P
 
 
 def test_a_second_writer_waits_for_the_first_then_gives_up(tmp_path: Path) -> None:
-    """Writers also take a lock on dlt's pipeline folder, which they share."""
+    """Writers queue on the ledger's lock file (held for one transaction at a time)."""
     ledger = Ledger(tmp_path / "home", lock_wait_s=0.2)
     ledger.record(ANSWERED)
     lock_path = ledger.path.with_name("kbflow_ledger.duckdb.lock")
@@ -472,3 +579,155 @@ def test_a_second_writer_waits_for_the_first_then_gives_up(tmp_path: Path) -> No
             ledger.record(REFUSED)
     ledger.record(REFUSED)
     assert [r["turn_id"] for r in ledger.turns()] == ["turn-2", "turn-1"]
+
+
+def test_a_ledger_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "home", lock_wait_s=0)
+    ledger.path.parent.mkdir(parents=True)
+    ledger.path.write_text("not a database")
+    with pytest.raises(LedgerError, match=r"could not open the ledger .*kbflow_ledger\.duckdb"):
+        ledger.record(ANSWERED)
+
+
+# --- other processes: a kill mid-write, a reader mid-write, two writers at once -----------------
+
+
+def python(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``code`` in a fresh interpreter at the repository root (so ``tests`` imports)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.integration
+def test_a_writer_killed_mid_transaction_leaves_the_earlier_version_whole(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ledger = Ledger(home, lock_wait_s=0)
+    ledger.record(ANSWERED)
+    before = key_counts(ledger.path)
+    killed = python(
+        "import sys, dataclasses; from pathlib import Path; from sinks.ledger import Ledger;"
+        " from tests.sinks.test_ledger import ANSWERED;"
+        " Ledger(Path(sys.argv[1])).record(dataclasses.replace(ANSWERED, outcome='refused'))",
+        str(home),
+        env={faults.ENV: "ledger.after_retrieval_hits=kill"},
+    )
+    _, err = killed.communicate(timeout=120)
+    assert killed.returncode == -9, err  # a real kill -9 between two inserts
+
+    assert key_counts(ledger.path) == before
+    assert ledger.get_turn(ANSWERED.turn_id) == ANSWERED
+    ledger.record(REFUSED)  # nothing of the dead writer holds a lock
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-2", "turn-1"]
+
+
+@pytest.mark.integration
+def test_a_reader_in_another_process_never_sees_a_turn_half_written(tmp_path: Path) -> None:
+    """Mid-transaction (all five tables written, not yet committed), another process's read
+    waits for the writer: it cannot open the file, so it never sees part of the turn."""
+    home = tmp_path / "home"
+    ledger = Ledger(home)
+    ledger.record(ANSWERED)
+    said: list[str] = []
+
+    def read_elsewhere(name: str, count: int) -> None:
+        if name == "ledger.after_citations":
+            reader = python(
+                "import sys; from pathlib import Path; from core.errors import LedgerError;"
+                " from sinks.ledger import Ledger\n"
+                "try: print(Ledger(Path(sys.argv[1]), lock_wait_s=0.3).turns())\n"
+                "except LedgerError as exc: print(exc)",
+                str(home),
+            )
+            out, err = reader.communicate(timeout=120)
+            said.append(out + err)
+
+    with faults.armed(read_elsewhere):
+        ledger.record(REFUSED)
+    assert len(said) == 1 and "another process is writing the ledger" in said[0]
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-2", "turn-1"]
+
+
+RACE_TURNS = 20  # per writer
+RACE_SHARED = 3  # turn ids both writers record, each its own version
+
+
+def racing_turn(writer: str, i: int) -> Turn:
+    """Writer ``writer``'s turn number ``i``: every fourth one goes to a shared id."""
+    shared = i % 4 == 0
+    return make_turn(
+        f"shared-{i % RACE_SHARED}" if shared else f"{writer}-{i}",
+        T0 + timedelta(minutes=i, seconds=1 if writer == "a" else 2),
+        org_id="acme" if writer == "a" else "globex",
+        cited=("doc-a",) if writer == "a" else ("doc-b", "doc-c"),
+    )
+
+
+def write_racing_turns(home: str, writer: str, url: str) -> None:
+    """One racing writer (run in its own process): wait for the start, record every turn."""
+    go = Path(home) / "go"
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.005)
+    ledger = Ledger(Path(home), url=url or None, lock_wait_s=60)
+    for i in range(RACE_TURNS):
+        ledger.record(racing_turn(writer, i))
+
+
+def race_two_writers(home: Path, url: str | None = None) -> Ledger:
+    """Two processes record turns at once (some under the same ids) while this one reads.
+
+    Every read shows each turn whole, as one writer recorded it; at the end every turn is
+    there, once. Returns the ledger for the caller's own checks.
+    """
+    allowed: dict[str, list[Turn]] = {}
+    for writer in ("a", "b"):
+        for i in range(RACE_TURNS):
+            turn = racing_turn(writer, i)
+            allowed.setdefault(turn.turn_id, []).append(turn)
+    home.mkdir(parents=True, exist_ok=True)
+    writers = [
+        python(
+            "import sys; from tests.sinks.test_ledger import write_racing_turns;"
+            " write_racing_turns(*sys.argv[1:])",
+            str(home),
+            writer,
+            url or "",
+        )
+        for writer in ("a", "b")
+    ]
+    for writer in writers:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    (home / "go").touch()
+
+    ledger = Ledger(home, url=url, lock_wait_s=60)
+    reads = 0
+    while any(writer.poll() is None for writer in writers):
+        for row in ledger.turns(limit=4):
+            assert ledger.get_turn(row["turn_id"]) in allowed[row["turn_id"]]
+            reads += 1
+        time.sleep(0.05)  # let the writers in
+    for writer in writers:
+        _, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err
+    assert reads > 0
+
+    listed = ledger.turns(limit=1000)
+    assert sorted(row["turn_id"] for row in listed) == sorted(allowed)
+    for turn_id, versions in allowed.items():
+        assert ledger.get_turn(turn_id) in versions
+    return ledger
+
+
+@pytest.mark.integration
+def test_two_processes_recording_at_once_lose_and_mix_nothing(tmp_path: Path) -> None:
+    ledger = race_two_writers(tmp_path / "home")
+    assert all(rows == keys for rows, keys in key_counts(ledger.path).values())
+    turn_ids = {racing_turn(writer, i).turn_id for writer in "ab" for i in range(RACE_TURNS)}
+    assert key_counts(ledger.path)["ledger_turns"] == (len(turn_ids), len(turn_ids))
+    assert half_written_turns(ledger.path) == set()

@@ -1,5 +1,7 @@
-"""The eval warehouse and the answer ledger in PostgreSQL (``KBFLOW_WAREHOUSE_URL``): loaded by
-dlt, read back through the same destination, never from a DuckDB file that is not there.
+"""The eval warehouse and the answer ledger in PostgreSQL (``KBFLOW_WAREHOUSE_URL``): the eval
+runs loaded by dlt, the ledger's turns written one transaction each (and ledgers dlt wrote before
+issue 30 read and appended to), all read back through the same destination, never from a DuckDB
+file that is not there.
 
 The PostgreSQL tests run in the second pass (`make test-postgres`) and skip without
 ``KBFLOW_TEST_DATABASE_URL``; the bad-URL tests need no server and run everywhere.
@@ -8,6 +10,7 @@ The PostgreSQL tests run in the second pass (`make test-postgres`) and skip with
 from __future__ import annotations
 
 import dataclasses
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from core import faults
 from core.errors import ConfigError, LedgerError, NotFound
 from core.settings import Settings
 from evals.warehouse import WarehouseError, latest, read_history, warehouse_path, write_eval
@@ -26,10 +30,22 @@ from sinks.registry import SqlRegistry
 from tests.conftest import free_port, warehouse_database_url
 from tests.evals.test_warehouse import NEW, OLD, make_record
 from tests.kbflow.test_answers import QUESTION, answer_question
-from tests.sinks.test_ledger import ANSWERED, KEYS, OTHER_ORG, REFUSED, T0, make_turn
+from tests.sinks.test_ledger import (
+    ANSWERED,
+    FAULT_POINTS,
+    KEYS,
+    OTHER_ORG,
+    REFUSED,
+    T0,
+    make_turn,
+    race_two_writers,
+    record_with_dlt,
+)
+from tests.sinks.test_ledger_dlt_compat import HISTORY, SMALLER, reads
 from tests.tasks.answer.test_answer import index_handbook
 
-# dlt's own sqlalchemy merge job trips a SQLAlchemy deprecation warning; nothing of ours.
+# dlt's own sqlalchemy merge job (eval runs, and ledgers as dlt wrote them) trips a SQLAlchemy
+# deprecation warning; nothing of ours.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:implicitly coercing SELECT:sqlalchemy.exc.SAWarning"
 )
@@ -127,7 +143,7 @@ def execute(url: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 def half_written_turns(url: str) -> set[str]:
-    """Turns holding a row from a dlt load that never finished (not in ``_dlt_loads``)."""
+    """Turns holding a row from a load that never finished (not in ``_dlt_loads``)."""
     return {
         turn_id
         for table in KEYS
@@ -139,11 +155,32 @@ def half_written_turns(url: str) -> set[str]:
     }
 
 
-def test_a_load_that_fails_half_way_shows_nothing_of_the_turn_in_postgres(
+def key_counts(url: str) -> dict[str, tuple[int, int]]:
+    """Per table: (rows, distinct primary keys)."""
+    return {
+        table: execute(
+            url,
+            f"SELECT count(*), count(DISTINCT ({', '.join(key)})) FROM ledger.{table}",
+        )[0]
+        for table, key in KEYS.items()
+    }
+
+
+def rows_of(url: str, turn_id: str) -> dict[str, int]:
+    """How many rows ``turn_id`` (a test's own id, no quotes) has in each table."""
+    counts = {}
+    for table in KEYS:
+        sql = f"SELECT count(*) FROM ledger.{table} WHERE turn_id = '{turn_id}'"
+        [(count,)] = execute(url, sql)
+        counts[table] = int(count)
+    return counts
+
+
+def test_a_record_that_fails_half_way_leaves_nothing_of_the_turn_in_postgres(
     tmp_path: Path, url: str
 ) -> None:
-    """tests/sinks/test_ledger.py's half-way failure, on PostgreSQL: the reads skip the turn
-    and the next record deletes it, through the same destination the loads went to."""
+    """tests/sinks/test_ledger.py's half-way failure, on PostgreSQL: one transaction, so
+    nothing of the new turn and all of the earlier version."""
     ledger = Ledger(tmp_path / "home", url=url)
     first = make_turn("turn-1", T0, cited=("doc-a",))
     ledger.record(first)
@@ -151,33 +188,115 @@ def test_a_load_that_fails_half_way_shows_nothing_of_the_turn_in_postgres(
     new = make_turn("turn-2", T0 + timedelta(hours=1), cited=("doc-b", "doc-b"))
     again = dataclasses.replace(first, outcome="refused", citations=first.citations * 2)
 
-    with pytest.raises(LedgerError, match=r"could not record turn 'turn-2'.*duplicate key"):
+    with pytest.raises(LedgerError, match=r"could not record turn 'turn-2'.*duplicate key") as e:
         ledger.record(new)
+    assert "[SQL" not in str(e.value) and "doc-b says so" not in str(e.value)  # no rows in it
     with pytest.raises(LedgerError, match=r"could not record turn 'turn-1'"):
         ledger.record(again)
 
-    half_written = half_written_turns(url)
-    assert half_written <= {"turn-1", "turn-2"}
+    assert rows_of(url, "turn-2") == dict.fromkeys(KEYS, 0)
+    assert half_written_turns(url) == set()
     with pytest.raises(NotFound, match="no turn 'turn-2'"):
         ledger.get_turn("turn-2")
-    if "turn-1" in half_written:
-        with pytest.raises(NotFound, match=r"no turn 'turn-1' .* failed half-way: record it"):
-            ledger.get_turn("turn-1")
-        intact = []
-    else:
-        assert ledger.get_turn("turn-1") == first
-        intact = ["turn-1"]
-    assert [r["turn_id"] for r in ledger.turns()] == intact
+    assert ledger.get_turn("turn-1") == first
+    assert [r["turn_id"] for r in ledger.turns()] == ["turn-1"]
 
     execute(url, "DROP INDEX ledger.one_per_doc")
-    later = make_turn("turn-3", T0 + timedelta(hours=2))
-    ledger.record(later)
-    assert half_written_turns(url) == set()
-    assert [r["turn_id"] for r in ledger.turns()] == ["turn-3", *intact]
     ledger.record(new)
     ledger.record(again)
     assert ledger.get_turn("turn-2") == new
     assert ledger.get_turn("turn-1") == again
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_a_crash_between_two_inserts_shows_readers_nothing_in_postgres(
+    tmp_path: Path, url: str, point: str
+) -> None:
+    """Crashed at each point between two statements: a reader on another connection at that
+    instant sees the earlier version whole (or no turn), and so does every reader after."""
+    ledger = Ledger(tmp_path / "home", url=url)
+    first = make_turn("turn-1", T0, cited=("doc-a",))
+    ledger.record(first)
+    before = key_counts(url)
+    changed = dataclasses.replace(first, outcome="refused", llm_calls=first.llm_calls[:1])
+    seen: list[object] = []
+
+    def read_then_crash(name: str, count: int) -> None:
+        if name == point:
+            reader = Ledger(tmp_path / "home", url=url)
+            seen.append(reader.get_turn("turn-1"))
+            seen.append([r["turn_id"] for r in reader.turns()])
+            raise faults.InjectedCrash(name)
+
+    for turn in (changed, REFUSED):
+        with faults.armed(read_then_crash), pytest.raises(faults.InjectedCrash):
+            ledger.record(turn)
+
+    assert seen == [first, ["turn-1"]] * 2
+    assert key_counts(url) == before
+    assert ledger.get_turn("turn-1") == first
+    ledger.record(changed)
+    assert ledger.get_turn("turn-1") == changed
+
+
+def test_two_processes_recording_at_once_lose_and_mix_nothing_in_postgres(
+    tmp_path: Path, url: str
+) -> None:
+    race_two_writers(tmp_path / "home", url)
+    assert all(rows == keys for rows, keys in key_counts(url).values())
+    assert half_written_turns(url) == set()
+
+
+def test_threads_recording_one_turn_id_at_once_leave_one_version(tmp_path: Path, url: str) -> None:
+    """Same-id records in one process, no lock of ours around them: the advisory lock per
+    turn id makes each replace the other, never both insert."""
+    ledger = Ledger(tmp_path / "home", url=url)
+    ledger.record(ANSWERED)  # the tables exist: the threads race on the turn alone
+    versions = [dataclasses.replace(ANSWERED, question=f"version {i}?") for i in range(8)]
+    threads = [threading.Thread(target=ledger.record, args=(v,)) for v in versions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert ledger.get_turn(ANSWERED.turn_id) in versions
+    assert key_counts(url)["ledger_turns"] == (1, 1)
+    assert rows_of(url, ANSWERED.turn_id)["ledger_retrieval_hits"] == 3
+
+
+def columns_of(url: str) -> list[tuple[object, ...]]:
+    return execute(
+        url,
+        "SELECT table_name, ordinal_position, column_name, data_type, is_nullable,"
+        " character_maximum_length FROM information_schema.columns"
+        " WHERE table_schema = 'ledger'"
+        " AND table_name NOT IN ('_dlt_version', '_dlt_pipeline_state')"
+        " ORDER BY table_name, ordinal_position",
+    )
+
+
+def test_a_ledger_dlt_wrote_in_postgres_reads_the_same_and_takes_new_turns(
+    tmp_path: Path, url: str
+) -> None:
+    record_with_dlt(tmp_path / "old", *HISTORY, url=url)
+    made_by_dlt = columns_of(url)
+    old = Ledger(tmp_path / "old", url=url)
+    before = reads(old)
+    assert old.get_turn(ANSWERED.turn_id) == SMALLER
+
+    later = make_turn("turn-4", T0 + timedelta(hours=3), cited=("doc-c",))
+    old.record(later)
+    old.record(ANSWERED)
+    assert old.get_turn("turn-4") == later and old.get_turn(ANSWERED.turn_id) == ANSWERED
+    assert old.get_turn(REFUSED.turn_id) == REFUSED
+    assert [r["turn_id"] for r in old.turns()] == ["turn-4", "turn-3", "turn-2", "turn-1"]
+    assert rows_of(url, ANSWERED.turn_id)["ledger_citations"] == 2
+
+    execute(url, "DROP SCHEMA ledger CASCADE")  # the same turns, recorded now
+    now = Ledger(tmp_path / "new", url=url)
+    for turn in HISTORY:
+        now.record(turn)
+    assert columns_of(url) == made_by_dlt
+    assert reads(now) == before
 
 
 @pytest.fixture
