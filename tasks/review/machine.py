@@ -11,10 +11,18 @@ Every transition is a compare-and-set in the registry (a lost race raises
 :class:`~core.errors.ReviewConflict` and changes nothing) and writes exactly one audit row.
 Only a superadmin or the org's assigned account manager may decide; experts may inspect.
 
-The vector payload is updated in the order that fails safe: when a document is hidden (reject,
-supersede) its chunks are hidden *before* the registry commit; when it is shown (approve, edit)
-they are shown *after* it. A crash between the two writes therefore never exposes an unapproved
-chunk, search's registry re-check covers the window, and :func:`reconcile` repairs the drift.
+A chunk is served only when BOTH the vector payload (the store's gate filter) and the document's
+registry row (search's re-check; the keyword fallback reads the registry alone) admit it, so the
+registry commit is the switch and the payload is written around it:
+
+- a transition that only hides (reject, withdraw) hides the chunks *before* the commit: a crash
+  can leave a document hidden too early, never servable in both places once it is retired;
+- a first version (nothing to retire) is shown *after* the commit that approves it;
+- a version that replaces another (approve of a v2 draft, edit of an approved document) is shown
+  *before* the commit and the version it retires hidden *after* it (`_publish_decision` says
+  why): every instant, crash or not, serves exactly one version of the source.
+
+:func:`reconcile` repairs what a crash leaves between two writes.
 
 The vector store is reached through a ``StoreOpener`` (a context-manager factory), so a command
 holds the embedded store only for the vector step itself and concurrent reviewers race on the
@@ -39,6 +47,7 @@ from core.models import (
     RETIRABLE_STATUSES,
     AuditAction,
     Chunk,
+    ChunkPoint,
     DocStatus,
     ExtractedDocument,
     ParseStatus,
@@ -110,8 +119,8 @@ def _why_not(verb: str, status: str | None) -> str:
 # --- transitions ---------------------------------------------------------------------------
 #
 # A document that becomes servable retires the older live versions of its source in the SAME
-# registry transaction (`SqlRegistry.transition_and_retire`). Vectors follow the fail-safe
-# order: the older versions are hidden before that commit, the new one is shown after it.
+# registry transaction (`SqlRegistry.transition_and_retire`), so the registry never has two
+# servable versions. The store is written around that commit (`_publish_decision`).
 
 
 def live_older_versions(registry: SqlRegistry, doc: DocRecord) -> list[DocRecord]:
@@ -143,34 +152,100 @@ def settle_versions(
         store.set_document_payload(doc_id, {"status": DocStatus.SUPERSEDED.value})
 
 
+def _approved(points: Sequence[ChunkPoint]) -> list[ChunkPoint]:
+    """An edit's points with the payload its approval gives them."""
+    return [replace(p, payload=p.payload | {"status": DocStatus.APPROVED.value}) for p in points]
+
+
+def _show_before_commit(
+    store: VectorStore, doc: DocRecord, edited: Sequence[ChunkPoint] | None
+) -> None:
+    """Show the chunks of ``doc`` that its approval approves, and no others: the draft's own
+    (chunks of other content, left by an edit that crashed, are deleted first), or the edit's
+    (``edited``; the document's other chunks, the draft's among them, are hidden first)."""
+    if edited is None:
+        store.delete_stale_chunks(doc.id, keep_content_hash=doc.content_hash)
+        store.set_document_payload(
+            doc.id, {"status": DocStatus.APPROVED.value, "parse_status": doc.parse_status}
+        )
+    else:
+        store.set_document_payload(doc.id, {"status": DocStatus.PENDING_REVIEW.value})
+        store.upsert(_approved(edited))
+
+
 def _publish_decision(
     doc: DocRecord,
     *,
     registry: SqlRegistry,
     open_store: StoreOpener,
     decide: Callable[[], tuple[DocRecord, list[str]]],
+    edited: Sequence[ChunkPoint] | None = None,
 ) -> DocRecord:
-    """Hide the versions ``doc`` retires, run the registry commit ``decide``, then show ``doc``.
+    """Approve ``doc`` by the registry commit ``decide``, which also retires the older live
+    versions of its source, and make the store agree. ``edited``: the points of an edit's new
+    content (written hidden by `_write_hidden_edit`), when the commit approves that content.
 
-    The store is opened before the commit only when there is something to hide, so reviewers
-    of a first version race on the registry, not on the store's lock."""
-    hidden = live_older_versions(registry, doc)
-    if hidden:
+    Why this order: a vector hit is served only if BOTH the store's payload filter and the
+    registry re-check (`tasks.query.retrieve.search`: `Gate.admits` on the document's registry
+    row) admit it, and the keyword fallback reads the registry alone. So the registry commit is
+    the one switch, and when ``doc`` replaces an older version the store must admit both
+    versions across it:
+
+    - before the commit ``doc``'s approved chunks are shown in the store
+      (`_show_before_commit`), but its registry row says ``pending_review``, so the re-check
+      drops them: only the old version is served;
+    - the commit approves ``doc`` and supersedes the old version, so the re-check now drops the
+      old chunks: only ``doc`` is served;
+    - then the old chunks are hidden in the store too, so that the store's filter (the first
+      one, which also keeps them out of the candidates a query fetches) agrees again;
+    - last, ``doc``'s row is written once more (the same values), which stamps it later than
+      the versions it retired: the registry's record that the hide is done.
+
+    Hiding the old chunks before the commit (or showing ``doc`` after it) would serve neither
+    version in between. A crash before the commit leaves ``doc``'s chunks shown but never
+    served (the re-check drops them); a crash after it leaves retired chunks in the store that
+    are never served either. `reconcile` rewrites both from the registry, and for an ingested
+    source the next ingest plan finds the unhidden ones (`tasks.ingest.index.unsettled_versions`)
+    and hides them. If the commit fails (a lost race), ``doc``'s payload is put back to what
+    the registry says.
+
+    A first version retires nothing: it is shown only after the commit (fail safe), and the
+    store is not opened before it, so reviewers of first versions race on the registry, not on
+    the store's lock.
+    """
+    replaces = bool(live_older_versions(registry, doc))
+    if replaces:
         with open_store() as store:
-            hide_versions(store, hidden)
-    faults.point("review.after_hide")
+            _show_before_commit(store, doc, edited)
+    faults.point("review.after_show")
     try:
         decided, retired = decide()
     except Exception:
-        if hidden:  # the commit failed (a lost race, say): show the older versions again
-            with open_store() as store:
-                settle_versions(store, registry, hidden, [])
+        if replaces:  # the commit failed: the store follows the registry again
+            sync_payload(doc.id, registry=registry, open_store=open_store)
         raise
     faults.point("review.after_commit")
     with open_store() as store:
+        if replaces and edited is not None:
+            # Written whole again (never hidden now): a concurrent approval of the same draft
+            # deletes them as stale before its commit, and this commit won.
+            store.upsert(_approved(edited))
         sync_document(decided, store)  # drops any chunks of other content, then shows it
-        settle_versions(store, registry, hidden, retired)
+        settle_versions(store, registry, (), retired)  # hides every version the commit retired
+    faults.point("review.after_hide")
+    if retired:
+        _stamp_settled(registry, decided.id)
+    faults.point("review.after_settle")
     return decided
+
+
+def _stamp_settled(registry: SqlRegistry, doc_id: str) -> None:
+    """Write a version's own values back (a no-op but for ``updated_at``): the mark that the
+    versions it retired are hidden in the store (`tasks.ingest.index.unsettled_versions`)."""
+    doc = registry.get_document(doc_id)
+    registry.mark_parsed(
+        doc.id, parse_status=ParseStatus(doc.parse_status), chunk_count=doc.chunk_count
+    )
 
 
 def approve(
@@ -181,8 +256,8 @@ def approve(
     open_store: StoreOpener,
     note: str | None = None,
 ) -> DocRecord:
-    """pending_review -> approved, retiring older versions in the same commit; the chunks are
-    shown after it."""
+    """pending_review -> approved, retiring older versions in the same commit; the store is
+    written around it (`_publish_decision`)."""
     doc, user = _authorized(registry, doc_id, actor_id, "approve")
     return _publish_decision(
         doc,
@@ -252,6 +327,7 @@ def withdraw(
     )
     with open_store() as store:
         store.set_document_payload(doc_id, {"status": DocStatus.WITHDRAWN.value})
+    faults.point("review.after_hide")
     try:
         return registry.transition(
             doc_id,
@@ -276,12 +352,12 @@ def _write_hidden_edit(
     max_words: int,
     overlap_words: int,
     cited: Sequence[SourceRef] = (),
-) -> tuple[str, int, tuple[SourceRef, ...]]:
+) -> tuple[str, list[ChunkPoint], tuple[SourceRef, ...]]:
     """Chunk, embed and store the edited Markdown as chunks of ``doc``, hidden (its payload
-    says pending_review) until a registry commit shows them. The chunk ids are keyed by the new
-    content, so they sit beside any other content's chunks. Returns the content hash, the
-    number of chunks and the edit's citations: its Citations footer is not chunked, and a
-    source it still cites keeps the URI the version before knew (``cited``)."""
+    says pending_review) until its publish shows them (`_publish_decision`). The chunk ids are
+    keyed by the new content, so they sit beside any other content's chunks. Returns the
+    content hash, the stored points and the edit's citations: its Citations footer is not
+    chunked, and a source it still cites keeps the URI the version before knew (``cited``)."""
     extracted, citations = split_citation_footer(
         ExtractedDocument(
             title=doc.title,
@@ -309,7 +385,7 @@ def _write_hidden_edit(
     registry.put_chunks(doc, content_hash, chunks, embedding_model=model_id)
     with open_store() as store:
         store.upsert(points)
-    return content_hash, len(points), citations
+    return content_hash, points, citations
 
 
 def _edit_stamps(user: UserRecord, chunk_count: int) -> dict[str, Any]:
@@ -339,11 +415,11 @@ def edit_and_approve(
 ) -> DocRecord:
     """Replace a document's content (Markdown), re-chunk and re-embed it, and approve it.
 
-    A draft (pending_review) is edited in place: the new chunks are written hidden, the
-    registry commit approves the document with the new content hash, and only then are the
-    chunks shown. An approved document gets a NEW version with the edited content, approved in
-    the same commit that supersedes the old one (`edit_approved`). Returns the approved
-    document (for an approved one: its new version).
+    A draft (pending_review) is edited in place: the new chunks are written hidden beside the
+    draft's, and the registry commit approves the document with the new content hash (the
+    chunks are shown around it as `_publish_decision` says). An approved document gets a NEW
+    version with the edited content, approved in the same commit that supersedes the old one
+    (`edit_approved`). Returns the approved document (for an approved one: its new version).
     """
     if not content or not content.strip():
         raise ConfigError(
@@ -364,7 +440,7 @@ def edit_and_approve(
         )  # fmt: skip
     # The edited chunks are written hidden beside the draft's; which set survives is decided
     # by the registry commit.
-    content_hash, count, citations = _write_hidden_edit(
+    content_hash, points, citations = _write_hidden_edit(
         doc, content, registry=registry, open_store=open_store, embedder=embedder,
         max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
     )  # fmt: skip
@@ -373,13 +449,14 @@ def edit_and_approve(
             doc,
             registry=registry,
             open_store=open_store,
+            edited=points,
             decide=lambda: registry.transition_and_retire(
                 doc_id,
                 expected=DocStatus.PENDING_REVIEW,
                 new=DocStatus.APPROVED,
                 actor=user.id,
                 action=AuditAction.EDITED_APPROVED,
-                changes=_edit_stamps(user, count)
+                changes=_edit_stamps(user, len(points))
                 | {"content_hash": content_hash, "citations": citations_column(citations)},
                 note=note,
             ),
@@ -405,8 +482,9 @@ def edit_approved(
 
     The new version is registered as a hidden draft, its chunks written hidden; one registry
     transaction then approves it and supersedes the old version (which must still be approved:
-    a lost race is a conflict and the new version is rejected, never served); the old chunks
-    are hidden before that commit and the new ones shown after it.
+    a lost race is a conflict and the new version is rejected, never served). The new chunks
+    are shown before that commit and the old ones hidden after it, so search serves the old
+    version until the commit and the new one from then on (`_publish_decision`).
     """
     created = registry.create_document(
         org_id=doc.org_id,
@@ -423,7 +501,7 @@ def edit_approved(
         effective_date=doc.effective_date,
         actor=user.id,
     )
-    _, count, citations = _write_hidden_edit(
+    _, points, citations = _write_hidden_edit(
         created, content, registry=registry, open_store=open_store, embedder=embedder,
         max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
     )  # fmt: skip
@@ -432,12 +510,14 @@ def edit_approved(
             created,
             registry=registry,
             open_store=open_store,
+            edited=points,
             decide=lambda: registry.replace_version(
                 doc.id,
                 created.id,
                 expected_old=DocStatus(doc.status) if doc.status else None,
                 actor=user.id,
-                changes=_edit_stamps(user, count) | {"citations": citations_column(citations)},
+                changes=_edit_stamps(user, len(points))
+                | {"citations": citations_column(citations)},
                 note=note,
             ),
         )

@@ -190,7 +190,7 @@ class Boom(RuntimeError):
     pass
 
 
-def test_crash_between_hide_and_commit_leaves_nothing_unapproved_visible(
+def test_crash_before_the_commit_leaves_nothing_unapproved_visible_and_the_old_version_served(
     ctx: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry, store = ctx["registry"], ctx["store"]
@@ -210,19 +210,19 @@ def test_crash_between_hide_and_commit_leaves_nothing_unapproved_visible(
     with pytest.raises(Boom):
         review.reject(pending, AM, registry=registry, open_store=review.held(store))
     monkeypatch.undo()
-    # approve of v2: the process dies after hiding v1's chunks, before the registry commit.
-    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
+    # approve of v2: the process dies after showing v2's chunks, before the registry commit.
+    with faults.armed(faults.crash_at("review.after_show")), pytest.raises(faults.InjectedCrash):
         review.approve(newer, AM, registry=registry, open_store=review.held(store))
 
     for ids in _visible(ctx).values():
         assert pending not in ids and newer not in ids  # nothing unapproved, nothing early
-        assert approved not in ids  # hidden first: fail safe, never two versions at once
+        assert approved in ids  # v1 is served until the commit retires it: never none
     assert registry.get_document(pending).status == "pending_review"
     assert registry.get_document(newer).status == "pending_review"  # the commit never ran
     assert registry.get_document(approved).status == "approved"
 
     report = review.reconcile(registry, store, org_id=ORG)
-    assert {r["doc_id"] for r in report.repaired} == {pending, approved}
+    assert {r["doc_id"] for r in report.repaired} == {pending, newer}
     assert report.duplicates == []
     assert review.reconcile(registry, store, org_id=ORG).repaired == []
     # The reconciler repaired payloads from the registry; it makes no review decision.
@@ -239,15 +239,15 @@ def test_crash_after_the_approval_commit_never_serves_two_versions(ctx: dict[str
         **ctx,
     )[0]
     # The commit approves v2 and supersedes v1 in ONE transaction; the process dies before
-    # v2's chunks are shown.
+    # v1's chunks are hidden in the store (v2's were shown before the commit).
     with faults.armed(faults.crash_at("review.after_commit")), pytest.raises(faults.InjectedCrash):
         review.approve(new, AM, registry=registry, open_store=review.held(store))
     assert registry.get_document(new).status == "approved"
     assert registry.get_document(old).status == "superseded"
     for ids in _visible(ctx).values():
-        assert old not in ids
+        assert new in ids and old not in ids  # the registry re-check drops v1's chunks
     report = review.reconcile(registry, store, org_id=ORG)
-    assert {r["doc_id"] for r in report.repaired} == {new}
+    assert {r["doc_id"] for r in report.repaired} == {old}
     for ids in _visible(ctx).values():
         assert new in ids and old not in ids
 
@@ -365,7 +365,7 @@ def test_a_crashed_edit_leaves_hidden_chunks_that_reconcile_removes(
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
 
     # The process dies after writing the edit's (hidden) chunks, before the registry commit.
-    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
+    with faults.armed(faults.crash_at("review.after_show")), pytest.raises(faults.InjectedCrash):
         review.edit_and_approve(
             doc_id,
             AM,
@@ -453,7 +453,7 @@ def test_draft_markdown_ignores_chunks_of_other_content(
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
 
-    with faults.armed(faults.crash_at("review.after_hide")), pytest.raises(faults.InjectedCrash):
+    with faults.armed(faults.crash_at("review.after_show")), pytest.raises(faults.InjectedCrash):
         review.edit_and_approve(
             doc_id, AM, "Edited: 999 hours.", registry=registry,
             open_store=review.held(store), embedder=ctx["embedder"],
