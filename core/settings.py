@@ -179,9 +179,10 @@ class Settings(BaseSettings):
     )
     job_runner: Literal["process", "prefect"] = Field(
         "process",
-        description="Who runs background jobs: `process` (a detached `python -m kbflow.jobs` "
-        "on this machine; no server needed) or `prefect` (a run of the `job_deployment` "
-        "deployment on a work pool, through the Prefect server at PREFECT_API_URL).",
+        description="Who runs background jobs: `process` (a detached "
+        "`python -m kbflow.services.job_runner` on this machine; no server needed) or "
+        "`prefect` (a run of the `job_deployment` deployment on a work pool, through the "
+        "Prefect server at PREFECT_API_URL).",
     )
     job_deployment: str = Field(
         "kbflow-job/kbflow-job",

@@ -52,7 +52,7 @@ def ingest(
 
     Unchanged documents (same content hash) are skipped; a changed one becomes a new version
     and supersedes the old. Returns a report; fails when too many documents could not be read.
-    ``job_id`` names the registry job this run does (see `kbflow.jobs`).
+    ``job_id`` names the registry job this run does (see `kbflow.services.job_runner`).
     """
     # The parameters are IngestRequest's fields; checking them as one catches a bad form entry.
     IngestRequest(

@@ -45,7 +45,7 @@ def research(
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
     ``offline`` skips public context (default: the ``KBFLOW_RESEARCH_OFFLINE`` setting).
-    ``job_id`` names the registry job this run does (see `kbflow.jobs`).
+    ``job_id`` names the registry job this run does (see `kbflow.services.job_runner`).
 
     Returns:
         The report; but the run ends Failed (:func:`flows.review.failed_run`: a plain call

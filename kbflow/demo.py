@@ -44,7 +44,7 @@ def run_demo(
     settings: Settings, *, show_progress: bool = True, console: Console | None = None
 ) -> dict[str, Any]:
     """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
-    from kbflow.wiring import search_context
+    from kbflow.services.context import search_context
     from sinks.connect import open_registry
 
     corpus = write_demo_corpus(settings.home / "demo" / "corpus")
@@ -118,8 +118,8 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     """An agent answers the sample questions with citations (or refuses), every turn recorded
     in the ledger; the first answer is replayed from the ledger and must be byte-identical."""
     from core.errors import NotFound
-    from kbflow.answers import answer_question, replay_turn
-    from kbflow.wiring import search_context
+    from kbflow.services.answers import answer, replay
+    from kbflow.services.context import search_context
 
     turns: list[dict[str, Any]] = []
     with search_context(settings) as ctx:
@@ -129,7 +129,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
         except NotFound:
             catalog.create_agent(DEMO_ORG, DEMO_AGENT, "Larkspur help-desk agent")
         for q in questions:
-            out = answer_question(ctx, DEMO_AGENT, q.question)
+            out = answer(ctx, DEMO_AGENT, q.question)
             cited = {_file_of(c["uri"]) for c in out["citations"]}
             # The checks are the invariants: the draft is never cited, and an answer cites the
             # document that holds it. Whether a sample question clears the confidence threshold
@@ -141,7 +141,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     first = next((t for t in turns if t["status"] == "answered"), None)
     identical = False
     if first is not None:
-        identical = replay_turn(settings, first["turn_id"])[0].identical
+        identical = replay(settings, first["turn_id"])[0].identical
     answerable = [t for t, q in zip(turns, questions, strict=True) if q.expect_in]
     return {
         "agent": DEMO_AGENT,
@@ -156,7 +156,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
 def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
     """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
     hidden, approve one as the org's AM and show that it becomes searchable."""
-    from kbflow.wiring import search_context
+    from kbflow.services.context import search_context
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.extract import file_to_document
     from tasks.research.seed import SeedBundle, seed_bundle

@@ -2,11 +2,13 @@
 
 With ``KBFLOW_JOB_RUNNER=prefect``, `kbflow.services.jobs` records a PROCESSING job and starts a
 run of the ``kbflow-job`` deployment (prefect.yaml) with its id. The worker's flow run does what
-``python -m kbflow.jobs JOB_ID`` does (`kbflow.jobs.run_job`: the ``ingest`` or ``research``
+``python -m kbflow.services.job_runner JOB_ID`` does (`kbflow.services.job_runner.run_job`: the
+``ingest`` or ``research``
 flow, here as a subflow) and its state says how the job ended: COMPLETED when the job is
 COMPLETE, FAILED with the job's reason as the state's message when it is FAILED.
 
-It lives beside `kbflow.jobs`, not in ``flows/``, because a job's run is the app's (research
+It lives beside `kbflow.services.job_runner`, not in ``flows/``, because a job's run is the app's
+(research
 runs through `kbflow.services.research`) and floors only import down (tests/test_layers.py).
 """
 
@@ -21,7 +23,7 @@ from prefect.states import Failed
 from core.errors import RunFailed
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.jobs import run_job
+from kbflow.services.job_runner import run_job
 from sinks.connect import open_registry
 
 

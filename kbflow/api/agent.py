@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from kbflow import answers, tools
 from kbflow.api.auth import AgentId, ServiceDep
-from kbflow.tool_models import ResearchInput, SearchInput
+from kbflow.services import answers, tools
+from kbflow.services.tool_models import ResearchInput, SearchInput
 
 MAX_QUESTION_CHARS = 2000
 
@@ -68,7 +68,7 @@ async def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, A
 async def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
     """A cited answer from approved knowledge, or a refusal; recorded in the ledger."""
     result = await service.within_deadline(
-        lambda: answers.answer_question(service.read(), agent, body.question)
+        lambda: answers.answer(service.read(), agent, body.question)
     )
     service.count_outcome("answer", result)
     return result

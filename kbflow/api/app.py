@@ -32,7 +32,7 @@ from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
 from kbflow.api.logs import drop_query_strings
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
-from kbflow.wiring import search_context
+from kbflow.services.context import search_context
 from sinks.connect import open_vector_store
 from sinks.vectors import VectorStore
 from tasks.text.embed import MiniLMEmbedder

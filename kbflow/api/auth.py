@@ -20,7 +20,7 @@ from core.errors import Forbidden, Unauthorized
 from core.settings import Settings
 from kbflow.api.limits import DeadlineExceeded, Metrics, TokenBuckets
 from kbflow.api.steward import StoreSteward
-from kbflow.wiring import SearchContext
+from kbflow.services.context import SearchContext
 
 T = TypeVar("T")
 

@@ -2,8 +2,8 @@
 
 An MCP-capable agent runtime needs only the URL and an agent's bearer token. The tools are the
 agent routes' own: ``list_knowledge_collections``, ``search_knowledge_base`` and
-``research_knowledge_search`` go through `kbflow.tools.call_tool` (their published schemas,
-their checks), ``answer`` through `kbflow.answers.answer_question`; each runs in the service's
+``research_knowledge_search`` go through `kbflow.services.tools.call_tool` (their published schemas,
+their checks), ``answer`` through `kbflow.services.answers.answer`; each runs in the service's
 store, for the agent the token names (a tool's arguments never name the caller).
 
 Transport: streamable HTTP, stateless, with JSON responses. Each POST stands alone (no session
@@ -36,11 +36,11 @@ from starlette.types import Receive, Scope, Send
 
 import kbflow
 from core.errors import KbflowError
-from kbflow import answers, tools
 from kbflow.api.agent import AnswerBody
 from kbflow.api.auth import Service, agent_of, caller_of, service_of
-from kbflow.tool_models import tool_schema
-from kbflow.wiring import SearchContext
+from kbflow.services import answers, tools
+from kbflow.services.context import SearchContext
+from kbflow.services.tool_models import tool_schema
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class McpTool:
 
 
 def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
-    """One of `kbflow.tools.TOOLS`, run by `call_tool` exactly as the HTTP routes and the CLI
+    """One of `kbflow.services.tools.TOOLS`, run by `call_tool` exactly as the HTTP routes and the
+    CLI
     run it."""
     tool = tools.TOOLS[name]
 
@@ -104,7 +105,7 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
 
 def _answer(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
     tools.check_arguments("answer", ANSWER_TOOL.input_schema, arguments)
-    return answers.answer_question(ctx, agent_id, arguments["question"])
+    return answers.answer(ctx, agent_id, arguments["question"])
 
 
 # ``answer``'s schema is the HTTP route's body (``POST /v1/agent/answer``); its result has none

@@ -49,10 +49,11 @@ class _Program(typer.Typer):
     """The ``kbflow`` program. Run as a process (``kbflow …``, ``python -m kbflow.cli``; typer's
     test runner calls the commands directly), it first takes charge of the Prefect servers it
     may start: orphans of dead kbflow processes are reaped, SIGTERM/SIGHUP become a clean exit,
-    and what it starts is recorded and stopped with it (`kbflow.processes.guard_process`)."""
+    and what it starts is recorded and stopped with it
+    (`kbflow.services.processes.guard_process`)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from kbflow.processes import guard_process
+        from kbflow.services.processes import guard_process
 
         try:
             home = Settings().home

@@ -22,6 +22,7 @@ from kbflow.cli.common import (
 )
 from kbflow.render import console, err_console
 from kbflow.services import answers as service
+from kbflow.services.context import search_context
 from tasks.text.citations import with_titles
 
 commands = typer.Typer()
@@ -42,7 +43,8 @@ def ask(
     (the miss says why). Offline, the synthesis quotes the knowledge's own sentences. The turn
     is recorded in the ledger (`kbflow replay TURN_ID`).
     """
-    out = service.ask(settings, agent, queries)
+    with search_context(settings, degrade=True) as ctx:
+        out = service.ask(ctx, agent, queries)
     if as_json:
         print_json(out)
         return
@@ -74,7 +76,8 @@ def answer(
     "No chunk, no answer": when no retrieved chunk reaches KBFLOW_ANSWER_MIN_CONFIDENCE the
     standard refusal comes back with the evidence it lacked. The turn is recorded in the ledger.
     """
-    out = service.answer(settings, agent, question)
+    with search_context(settings, degrade=True) as ctx:
+        out = service.answer(ctx, agent, question)
     if as_json:
         print_json(out)
         return

@@ -15,7 +15,6 @@ from core.settings import Settings
 from kbflow.cli.common import AdminOpt, JsonOpt, OrgOpt, checked, command, print_json
 from kbflow.render import console
 from kbflow.services import catalog as service
-from kbflow.services import search
 
 collections_app = typer.Typer(
     help="An org's named, described, nested collections.", no_args_is_help=True
@@ -214,7 +213,9 @@ def agents_show(
 @tools_app.command("schema")
 def tools_schema() -> None:
     """Print the tools' names, descriptions and JSON schemas (inputs and outputs)."""
-    print_json(search.tool_schemas())
+    from kbflow.services.tools import export_schemas
+
+    print_json(export_schemas())
 
 
 @tools_app.command("call")
@@ -237,4 +238,8 @@ def tools_call(
         arguments = json.loads(args)
     except json.JSONDecodeError as exc:
         raise KbflowError(f"--args is not JSON: {exc.msg} at {exc.pos}") from exc
-    print_json(search.call_tool(settings, name, agent, arguments))
+    from kbflow.services.context import search_context
+    from kbflow.services.tools import call_tool
+
+    with search_context(settings, degrade=True) as ctx:
+        print_json(call_tool(ctx, name, agent, arguments))

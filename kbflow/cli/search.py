@@ -75,17 +75,20 @@ def search(
     cross-encoder from KBFLOW_RERANK_MODEL). When the vector store is unavailable the answer
     comes from the keyword fallback over the registry and is marked degraded.
     """
-    found = service.search(
-        settings,
-        query,
-        agent=agent,
-        org=org,
-        actor=actor,
-        mode=mode,
-        top_k=top_k,
-        audiences=audience or (),
-        collections=collection or (),
-    )
+    from kbflow.services.context import search_context
+
+    with search_context(settings, degrade=True) as ctx:
+        found = service.search(
+            ctx,
+            query,
+            agent=agent,
+            org=org,
+            actor=actor,
+            mode=mode,
+            top_k=top_k,
+            audiences=audience or (),
+            collections=collection or (),
+        )
     if as_json:
         print_json(found.to_dict(query))
         return

@@ -23,6 +23,6 @@ errors are `core.errors.KbflowError`s that name the bad value.
 | `orchestration` | whether a Prefect server is set; ``kbflow server`` |
 
 Heavy imports happen inside the functions, so importing a service is cheap. A long-lived
-server keeps a `kbflow.wiring.SearchContext` open and calls `kbflow.answers` and `kbflow.tools`
-on it directly; the services open one per call.
+server keeps a `kbflow.services.context.SearchContext` open and calls `kbflow.answers` and
+`kbflow.services.tools` on it directly; the services open one per call.
 """

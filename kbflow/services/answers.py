@@ -1,55 +1,251 @@
-"""Answers and the ledger, one call each (`kbflow ask`, `answer`, `replay`, `turns`,
-`provenance`).
+"""Agent answers and the ledger: the tri-state knowledge search (`ask`), cited answers
+(`answer`), `replay`, `turns` and `provenance`.
 
-The work is `kbflow.answers` (which a long-lived server calls on its own open
-`kbflow.wiring.SearchContext`); these functions open what one call needs and close it after.
+`ask` and `answer` take an open `SearchContext` (the CLI opens one per command, ``kbflow
+serve`` holds one): they turn an agent id into its scope (`tasks.query.scopes`), pick the
+knowledge model from the settings, run `tasks.answer.knowledge_search` or
+`tasks.answer.cited_answer`, and record every turn in the ledger before the result is returned:
+an answer that cannot be recorded is not served. Replay and provenance read the ledger.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from core.errors import KbflowError
+from core import faults
+from core.errors import ConfigError, KbflowError, NotFound
+from core.models import DocStatus, Turn
 from core.settings import Settings
+from kbflow.services.context import SearchContext
+from sinks.ledger import Ledger
+from sinks.registry import SqlRegistry
+from tasks.answer.cited_answer import answer as cited_answer
+from tasks.answer.knowledge import (
+    EXTRACTIVE_MODEL_IDS,
+    ClaudeKnowledgeModel,
+    ExtractiveKnowledgeModel,
+    KnowledgeModel,
+)
+from tasks.answer.knowledge_search import knowledge_search
+from tasks.answer.replay import Replay, check_replayable
+from tasks.answer.replay import replay as replay_synthesis
+from tasks.answer.turns import AnswerConfig
+from tasks.llm import AnthropicChat
+from tasks.query.bounds import check_queries, check_query
+from tasks.query.public_uri import publish_uris
+from tasks.query.scopes import agent_scope
 
-if TYPE_CHECKING:
-    from tasks.answer.replay import Replay
+STALE_STATUSES = (
+    DocStatus.REJECTED.value,
+    DocStatus.SUPERSEDED.value,
+    DocStatus.WITHDRAWN.value,
+)
 
 
-def ask(settings: Settings, agent: str, queries: Sequence[str]) -> dict[str, Any]:
-    """The tri-state knowledge search for an agent (yes / maybe / no), recorded in the ledger."""
-    from kbflow.answers import ask as knowledge_search
-    from kbflow.wiring import search_context
-
-    with search_context(settings, degrade=True) as ctx:
-        return knowledge_search(ctx, agent, queries)
-
-
-def answer(settings: Settings, agent: str, question: str) -> dict[str, Any]:
-    """A cited answer for an agent, or the refusal; recorded in the ledger."""
-    from kbflow.answers import answer_question
-    from kbflow.wiring import search_context
-
-    with search_context(settings, degrade=True) as ctx:
-        return answer_question(ctx, agent, question)
+def answer_config(settings: Settings) -> AnswerConfig:
+    return AnswerConfig(
+        threshold=settings.answer_min_confidence,
+        top_k=settings.answer_top_k,
+        reveal_contacts=settings.agent_contact_data == "reveal",
+    )
 
 
-def replay(settings: Settings, turn_id: str, prompt: str | None) -> tuple[Replay, str | None]:
-    """Re-run a recorded turn's synthesis (``prompt``: another system prompt); returns the
-    replay and a note when the prompt cannot apply."""
-    from kbflow.answers import replay_turn
+def knowledge_model(
+    settings: Settings, *, client: Any | None = None, model_id: str | None = None
+) -> tuple[KnowledgeModel | None, str | None]:
+    """The configured knowledge model, or None and why none can be used.
 
-    return replay_turn(settings, turn_id, prompt=prompt)
+    Args:
+        client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
+        model_id: this Claude model, whatever the settings say (replay of a recorded turn).
+    """
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    choice = settings.answer_model
+    if model_id is not None:
+        choice = "anthropic"
+    elif choice == "auto":
+        choice = "anthropic" if key or client is not None else "extractive"
+    if choice == "extractive":
+        return ExtractiveKnowledgeModel(settings.answer_min_confidence), None
+    if not key and client is None:
+        return None, (
+            "the answer model is Claude but ANTHROPIC_API_KEY is not set — set it, or "
+            "KBFLOW_ANSWER_MODEL=extractive to answer offline"
+        )
+    chat = AnthropicChat(key, model_id or settings.answer_llm, client=client)
+    return ClaudeKnowledgeModel(chat), None
+
+
+def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
+    return registry.get_agent(agent_id).org_id
+
+
+def ask(
+    ctx: SearchContext,
+    agent_id: str,
+    queries: Sequence[str],
+    *,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> dict[str, Any]:
+    """``research_knowledge_search`` for an agent; the turn is recorded, then returned."""
+    check_queries(queries)
+    return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger)
+
+
+def answer(
+    ctx: SearchContext,
+    agent_id: str,
+    question: str,
+    *,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> dict[str, Any]:
+    """Answer for an agent with a citation on every claim, or refuse; recorded, then returned."""
+    check_query(question, "question")
+    return _agent_turn(ctx, agent_id, cited_answer, question, client, ledger)
+
+
+def _agent_turn(
+    ctx: SearchContext,
+    agent_id: str,
+    run: Callable[..., Turn],
+    asked: Any,
+    client: Any | None,
+    ledger: Ledger | None,
+) -> dict[str, Any]:
+    """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it."""
+    config = answer_config(ctx.settings)
+    model, why = knowledge_model(ctx.settings, client=client)
+    org_id = _agent_org(ctx.registry, agent_id)
+    turn = run(
+        asked,
+        agent_scope(ctx.registry, agent_id),
+        org_id=org_id,
+        agent_id=agent_id,
+        retrieve_fn=lambda q, scope, k: ctx.retrieve(q, scope, mode=config.mode, top_k=k),
+        registry=ctx.registry,
+        embedder=ctx.embedder,
+        model=model,
+        config=config,
+        no_model_reason=why,
+    )
+    faults.point("answer.before_record")
+    (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
+    # The ledger keeps the sources' own URIs (provenance, replay); the agent gets public ones.
+    result = turn.delivered if turn.delivered is not None else turn.output
+    return dict(publish_uris(result, org_id))
+
+
+def replay(
+    settings: Settings,
+    turn_id: str,
+    prompt: str | None = None,
+    *,
+    client: Any | None = None,
+    ledger: Ledger | None = None,
+) -> tuple[Replay, str | None]:
+    """Re-run a recorded turn's synthesis with its recorded model; returns a note when
+    ``prompt`` cannot apply (the offline model has no prompt)."""
+    turn = (ledger or Ledger(settings.home, url=settings.warehouse_url)).get_turn(turn_id)
+    check_replayable(turn)
+    recorded = turn.replay_input
+    model: KnowledgeModel | None
+    if recorded["model"] in EXTRACTIVE_MODEL_IDS:
+        model = ExtractiveKnowledgeModel(float(recorded["threshold"]), str(recorded["model"]))
+    else:
+        model, why = knowledge_model(settings, client=client, model_id=str(recorded["model"]))
+        if model is None:
+            raise ConfigError(f"cannot replay {turn_id} with {recorded['model']}: {why}")
+    note = None
+    if prompt is not None and isinstance(model, ExtractiveKnowledgeModel):
+        note = "--prompt ignored: the offline extractive model has no prompt"
+        prompt = None
+    return replay_synthesis(turn, model, system=prompt), note
+
+
+def _trace(
+    settings: Settings,
+    registry: SqlRegistry,
+    *,
+    doc_id: str | None = None,
+    since: dt.datetime | None = None,
+    stale_only: bool = False,
+    ledger: Ledger | None = None,
+    org_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Answers that cited a document (or any), each with whether it needs revisiting;
+    ``org_id``: only answers given for that org (and a document of another org is unknown).
+
+    An answer is stale when a document it cited is now rejected, superseded or withdrawn, or
+    the cited
+    chunk no longer belongs to the document's current content: it was approved when cited
+    (citations are checked), so it changed later.
+
+    Raises:
+        NotFound: ``doc_id`` is neither in the registry nor cited by any recorded answer (a
+            document deleted after it was cited is still traced, its answers flagged stale).
+    """
+    ledger = ledger or Ledger(settings.home, url=settings.warehouse_url)
+    rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, org_id=org_id, since=since)
+    known = registry.get_documents([doc_id]) if doc_id else {}
+    if org_id is not None:
+        known = {k: d for k, d in known.items() if d.org_id == org_id}
+    if (
+        doc_id
+        and not rows
+        and not known
+        and (since is None or not ledger.citations(doc_ids=[doc_id], org_id=org_id))
+    ):
+        raise NotFound(
+            f"no document {doc_id!r}: the registry has no document with that id and no "
+            "recorded answer cites it — check the id (`kbflow docs list --org ORG` lists an "
+            "org's documents)"
+        )
+    docs = registry.get_documents({r["doc_id"] for r in rows})
+    owners = registry.chunk_owners([r["chunk_id"] for r in rows])
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        doc = docs.get(row["doc_id"])
+        current = owners.get(row["chunk_id"], (None, False))[1]
+        if doc is None:
+            stale = "document deleted"
+        elif doc.status in STALE_STATUSES:
+            stale = f"document {doc.status}"
+        elif not current:
+            stale = "document content changed"
+        else:
+            stale = None
+        if stale_only and stale is None:
+            continue
+        out.append(row | {"doc_status": doc.status if doc else None, "stale": stale})
+    return out
+
+
+def parse_since(value: str | None, *, now: dt.datetime | None = None) -> dt.datetime | None:
+    """``7d``, ``12h``, ``30m`` or an ISO date/time → the moment it names (UTC)."""
+    if value is None:
+        return None
+    now = now or dt.datetime.now(dt.UTC)
+    text = value.strip().lower()
+    units = {"d": "days", "h": "hours", "m": "minutes", "w": "weeks"}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return now - dt.timedelta(**{units[text[-1]]: int(text[:-1])})
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--since must be like 7d, 12h, 30m, 2w or an ISO date. Currently {value!r}."
+        ) from exc
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 def turns(
     settings: Settings, *, org: str | None, since: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """Recent turns from the ledger, newest first (``since``: 7d, 12h, 30m, 2w or a date)."""
-    from kbflow.answers import parse_since
-    from sinks.ledger import Ledger
-
     ledger = Ledger(settings.home, url=settings.warehouse_url)
     return ledger.turns(org_id=org, since=parse_since(since), limit=limit)
 
@@ -70,14 +266,12 @@ def provenance(
         KbflowError: neither ``doc`` nor ``stale``.
         NotFound: ``doc`` is unknown to the registry and the ledger.
     """
-    from kbflow.answers import parse_since
-    from kbflow.answers import provenance as trace
     from sinks.connect import open_registry
 
     if doc is None and not stale:
         raise KbflowError("say what to trace: --doc DOC_ID, or --stale for every answer to revisit")
     with open_registry(settings) as registry:
-        return trace(
+        return _trace(
             settings,
             registry,
             doc_id=doc,

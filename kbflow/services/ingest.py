@@ -27,7 +27,8 @@ def run_ingest(
 ) -> IngestReport:
     """Plan without Prefect; start the ingest flow only when there is work to do.
 
-    Unless ``wait``, audio, video and large files go to a background job (see `kbflow.jobs`);
+    Unless ``wait``, audio, video and large files go to a background job (see
+    `kbflow.services.job_runner`);
     the report's ``jobs`` lists them. ``progress`` hears ``("ingest", 0, n)`` just before the
     flow starts on ``n`` documents, then the flow's own ``(stage, advanced_by, total)`` calls
     (`kbflow.render.ingest_progress` draws them).

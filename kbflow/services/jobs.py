@@ -1,10 +1,12 @@
 """Background jobs: start one, read one, notice one whose run died.
 
-A job is a registry row (`sinks/registry/jobs.py`) and a run that does its work (`kbflow.jobs`):
+A job is a registry row (`sinks/registry/jobs.py`) and a run that does its work
+(`kbflow.services.job_runner`):
 an ingest of long files (``ingest``) or a research run (``research``). The row goes from
 PROCESSING to COMPLETE, or FAILED with the reason. ``KBFLOW_JOB_RUNNER`` says what runs it:
 
-- ``process`` (the default): a detached ``python -m kbflow.jobs JOB_ID`` on this machine,
+- ``process`` (the default): a detached ``python -m kbflow.services.job_runner JOB_ID`` on this
+machine,
   watched by its pid;
 - ``prefect``: a run of the ``kbflow-job`` deployment (``KBFLOW_JOB_DEPLOYMENT``) on a work
   pool, through the Prefect server at ``PREFECT_API_URL``, watched by its flow run id.
@@ -25,7 +27,8 @@ as a slot of its own org and a global one are free: `dispatch` starts them, call
 - by `refresh` (given settings), `list_jobs` and `get_job`, so a job process that was killed
   does not strand the queue: its row is failed and its slot given to the next job.
 
-A slot is held by a PROCESSING row whose process lives, and by any live ``python -m kbflow.jobs
+A slot is held by a PROCESSING row whose process lives, and by any live ``python -m
+kbflow.services.job_runner
 ID`` process of this registry (a finished job's process until it has exited). Counting and
 starting happen under an OS lock (`admission_lock`: ``flock`` on ``<jobs_dir>/.admission.lock``)
 so that threads and processes never admit more than the limits between them. Past
@@ -72,7 +75,8 @@ RESEARCH_KIND = "research"
 
 QUEUE_MARK = "_runner"
 """The params key that marks a job of the ``process`` runner, admitted through the queue: with
-no pid yet (and no flow run) the job is waiting for a slot. `kbflow.jobs` drops it before it
+no pid yet (and no flow run) the job is waiting for a slot. `kbflow.services.job_runner` drops it
+before it
 reads the params; the API does not show it."""
 PROCESS_RUNNER = "process"
 
@@ -194,14 +198,15 @@ def _child_env(settings: Settings) -> dict[str, str]:
 
 
 def _spawn(settings: Settings, registry: SqlRegistry, job: JobRecord) -> bool:
-    """Start ``python -m kbflow.jobs JOB_ID`` for a queued job (under the admission lock) and
+    """Start ``python -m kbflow.services.job_runner JOB_ID`` for a queued job (under the admission
+    lock) and
     record its pid; a process that cannot be started fails the job. True when started."""
     log_path = Path(job.log_path or settings.jobs_dir / f"{job.id}.log").resolve()
     env = _child_env(settings)
     try:
         with log_path.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "kbflow.jobs", job.id],
+                [sys.executable, "-m", "kbflow.services.job_runner", job.id],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -452,7 +457,8 @@ def _occupied(registry: SqlRegistry, processing: list[JobRecord]) -> dict[str, s
 
 
 def _live_job_ids() -> set[str]:
-    """The job ids of the ``python -m kbflow.jobs JOB_ID`` processes alive on this machine."""
+    """The job ids of the ``python -m kbflow.services.job_runner JOB_ID`` processes alive on this
+    machine."""
     import psutil
 
     found: set[str] = set()
@@ -464,7 +470,7 @@ def _live_job_ids() -> set[str]:
         except psutil.Error:
             continue
         for i in range(len(cmdline) - 2):
-            if cmdline[i] == "-m" and cmdline[i + 1] == "kbflow.jobs":
+            if cmdline[i] == "-m" and cmdline[i + 1] == "kbflow.services.job_runner":
                 if _JOB_ID.fullmatch(cmdline[i + 2]):
                     found.add(cmdline[i + 2])
                 break
@@ -475,7 +481,8 @@ def start_dispatcher(settings: Settings, log_path: Path | None = None) -> None:
     """Leave behind a small process that waits for this one to exit, then starts the queued
     jobs whose slot is free (`dispatch_after_exit`). A job process calls it as it ends: its
     successor starts only once it has gone, so the two never hold memory at the same time.
-    The helper runs ``python -c`` (no ``kbflow.jobs`` in its command line): it holds no slot."""
+    The helper runs ``python -c`` (no ``kbflow.services.job_runner`` in its command line): it holds
+    no slot."""
     out = log_path.open("ab") if log_path else open(os.devnull, "wb")  # noqa: SIM115
     try:
         subprocess.Popen(

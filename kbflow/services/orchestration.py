@@ -80,7 +80,7 @@ def serve_prefect(settings: Settings, port: int) -> int:
     """Run ``prefect server start`` on 127.0.0.1:``port`` with kbflow's data directory until it
     stops; SIGTERM, SIGINT and SIGHUP stop it and everything it started. Returns its exit code.
     """
-    from kbflow.processes import PREFECT_SERVER, run_supervised
+    from kbflow.services.processes import PREFECT_SERVER, run_supervised
 
     cmd = [
         sys.executable,

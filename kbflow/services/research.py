@@ -40,7 +40,7 @@ def run_research(
 
     ``review_timeout_s`` None waits `REVIEW_WAIT_S` when a Prefect server is set (its UI shows
     the form) and does not pause without one. ``job_id`` names the registry job this run does
-    (a background research job, `kbflow.jobs`): the flow records its run id on it.
+    (a background research job, `kbflow.services.job_runner`): the flow records its run id on it.
 
     Returns:
         The run's report, also when the run ended Failed: the budget stopped it

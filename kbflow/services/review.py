@@ -45,7 +45,7 @@ def list_drafts(
 def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
     """A document's record and full stored text, whatever its status; rights are checked
     before the store is opened."""
-    from kbflow.wiring import store_opener
+    from kbflow.services.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.inspection import inspect_draft
 
@@ -60,7 +60,7 @@ def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | 
         ReviewConflict: someone decided first (nothing changed).
         Forbidden: ``actor`` may not decide for the document's org.
     """
-    from kbflow.wiring import store_opener
+    from kbflow.services.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import approve, reject, withdraw
 
@@ -74,7 +74,7 @@ def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | 
 def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | None) -> DocRecord:
     """Replace a document's text, re-chunk and re-embed it and approve it (an approved
     document gets a new approved version that supersedes it)."""
-    from kbflow.wiring import store_opener
+    from kbflow.services.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import edit_and_approve
     from tasks.text.embed import embedder_for

@@ -1,7 +1,8 @@
 """Gated search and the agent's tools, for one call each (`kbflow search`, `kbflow tools`).
 
-A long-lived server keeps one `kbflow.wiring.SearchContext` open and calls `tasks.query.scopes`
-and `kbflow.tools` on it; these functions open one per call. No Prefect here: this is the
+A long-lived server keeps one `kbflow.services.context.SearchContext` open and calls
+`tasks.query.scopes`
+and `kbflow.services.tools` on it; these functions open one per call. No Prefect here: this is the
 query path.
 """
 
@@ -13,7 +14,9 @@ from typing import Any
 
 from core.errors import KbflowError
 from core.models import RetrievalResult, SearchMode
-from core.settings import Settings
+from kbflow.services.context import SearchContext
+from tasks.query.bounds import check_query
+from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class SearchOutcome:
 
 
 def search(
-    settings: Settings,
+    ctx: SearchContext,
     query: str,
     *,
     agent: str | None = None,
@@ -50,43 +53,22 @@ def search(
         KbflowError: neither or both of ``agent`` and ``org``; Forbidden or NotFound from the
             scope (an unknown agent, a person who may not search org-wide).
     """
-    from kbflow.wiring import search_context
-    from tasks.query.bounds import check_query
-    from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
-
     check_query(query)
     if (agent is None) == (org is None):
         raise KbflowError(
             "say whose search this is: --agent AGENT (scoped to its collections), or "
             "--org ORG --as USER (org-wide, for engineers and admins)"
         )
-    with search_context(settings, degrade=True) as ctx:
-        if agent is not None:
-            scope = agent_scope(ctx.registry, agent, tuple(collections))
-            who = f"agent {agent}"
-        else:
-            assert org is not None
-            scope = person_scope(ctx.registry, actor, org, tuple(collections))
-            who = f"user {actor}"
-        if scope is None:
-            result = RetrievalResult([], mode, reason=f"knowledge base is off for {agent}")
-        else:
-            scope = narrow_audiences(scope, tuple(audiences), who)
-            result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
+    if agent is not None:
+        scope = agent_scope(ctx.registry, agent, tuple(collections))
+        who = f"agent {agent}"
+    else:
+        assert org is not None
+        scope = person_scope(ctx.registry, actor, org, tuple(collections))
+        who = f"user {actor}"
+    if scope is None:
+        result = RetrievalResult([], mode, reason=f"knowledge base is off for {agent}")
+    else:
+        scope = narrow_audiences(scope, tuple(audiences), who)
+        result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
     return SearchOutcome(scope.org_id if scope else org, result)
-
-
-def call_tool(settings: Settings, name: str, agent: str, arguments: Any) -> dict[str, Any]:
-    """Call one of the agent's knowledge tools as that agent; returns the tool's JSON result."""
-    from kbflow.tools import call_tool as call
-    from kbflow.wiring import search_context
-
-    with search_context(settings, degrade=True) as ctx:
-        return call(ctx, name, agent, arguments)
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """The tools' names, descriptions and JSON schemas (inputs and outputs)."""
-    from kbflow.tools import export_schemas
-
-    return export_schemas()

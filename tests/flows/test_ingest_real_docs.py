@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from core.models import JobStatus, Scope, SearchMode
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.wiring import search_context
+from kbflow.services.context import search_context
 from sinks.connect import open_registry, open_vector_store
 from tests.conftest import datasets_dir, make_org, require_binaries
 
@@ -146,7 +146,7 @@ def test_a_job_whose_process_died_is_reported_failed(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from kbflow.jobs import refresh
+    from kbflow.services.job_runner import refresh
     from sinks.registry import SqlRegistry
 
     settings = Settings()

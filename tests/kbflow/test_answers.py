@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 
 from core.models import DocStatus
 from core.settings import Settings
-from kbflow import answers
-from kbflow.answers import parse_since, replay_turn
 from kbflow.cli import app
-from kbflow.wiring import SearchContext
+from kbflow.services import answers
+from kbflow.services.answers import parse_since
+from kbflow.services.answers import replay as replay_turn
+from kbflow.services.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
@@ -32,7 +33,7 @@ QUESTION = "How many days do employees have to submit expense reports?"
 
 
 def answer_question(ctx: SearchContext, agent: str, question: str, **kw: Any) -> dict[str, Any]:
-    return checked_output(ctx.registry, answers.answer_question(ctx, agent, question, **kw))
+    return checked_output(ctx.registry, answers.answer(ctx, agent, question, **kw))
 
 
 def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[str, Any]:
@@ -240,7 +241,7 @@ def test_provenance_still_traces_a_cited_document_that_was_deleted(world: Any) -
 
 
 def _provenance(settings: Settings, registry: SqlRegistry, **kw: Any) -> list[dict[str, Any]]:
-    from kbflow.answers import provenance
+    from kbflow.services.answers import _trace as provenance
 
     return provenance(settings, registry, **kw)
 
@@ -301,7 +302,7 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
 
 
 def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
-    from kbflow.tools import ToolError, call_tool
+    from kbflow.services.tools import ToolError, call_tool
 
     out = call_tool(world["ctx"], "research_knowledge_search", "helper",
                     {"queries": ["days to submit expense reports"]})  # fmt: skip

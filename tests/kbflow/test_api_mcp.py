@@ -23,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from kbflow.api.mcp import ANSWER_TOOL
-from kbflow.tools import TOOLS
+from kbflow.services.tools import TOOLS
 from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served
 
 __all__ = ["served"]  # the fixture, imported for these tests

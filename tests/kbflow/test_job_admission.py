@@ -2,7 +2,8 @@
 KBFLOW_JOBS_MAX_RUNNING_PER_ORG of one org's), the rest queued and started as slots free; and the
 upload folders, removed when their job is COMPLETE, kept a while when it FAILED.
 
-Real job processes (``python -m kbflow.jobs ID``) on a real SQLite registry in ``tmp_path``,
+Real job processes (``python -m kbflow.services.job_runner ID``) on a real SQLite registry in
+``tmp_path``,
 watched with psutil while they run. The test never asks the services for a job's status while it
 waits (that would start queued jobs too): the job processes alone must move the queue.
 
@@ -42,7 +43,8 @@ text file (the embedding model, Prefect, the extractors), with room to spare."""
 
 
 class JobSampler:
-    """Every 50 ms, the live processes whose command line holds ``kbflow.jobs``: their job id,
+    """Every 50 ms, the live processes whose command line holds ``kbflow.services.job_runner``:
+    their job id,
     RSS, and RSS with their children (the temporary Prefect server a job starts when no
     PREFECT_API_URL is set). `peak_*` count only the jobs given (other tests' jobs may run)."""
 
@@ -65,9 +67,9 @@ class JobSampler:
             seen: dict[str, tuple[int, int]] = {}
             for proc in psutil.process_iter(["cmdline"]):
                 cmdline = proc.info["cmdline"] or []
-                if "kbflow.jobs" not in cmdline:
+                if "kbflow.services.job_runner" not in cmdline:
                     continue
-                at = cmdline.index("kbflow.jobs")
+                at = cmdline.index("kbflow.services.job_runner")
                 job_id = cmdline[at + 1] if at + 1 < len(cmdline) else "?"
                 try:
                     rss = proc.memory_info().rss
@@ -186,7 +188,7 @@ def _job_processes(ids: Iterable[str]) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "kbflow.jobs" in cmdline and wanted & set(cmdline):
+        if "kbflow.services.job_runner" in cmdline and wanted & set(cmdline):
             found.append(proc)
     return found
 

@@ -25,7 +25,7 @@ from core.settings import Settings, configure_environment
 configure_environment(Settings())
 import psutil
 from prefect import flow
-from kbflow.processes import TEMPORARY_SERVER, looks_like
+from kbflow.services.processes import TEMPORARY_SERVER, looks_like
 from kbflow.services.orchestration import prefect_starting
 
 def servers():

@@ -1,4 +1,5 @@
-"""Process tracking (kbflow.processes) on stand-in processes: PID files, reaping, supervision.
+"""Process tracking (kbflow.services.processes) on stand-in processes: PID files, reaping,
+supervision.
 
 The stand-ins are tiny Python processes whose command line carries a Prefect server's marker,
 so these tests are fast and need no Prefect; tests/kbflow/test_processes_cli.py runs the real
@@ -21,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kbflow import processes
-from kbflow.processes import PREFECT_SERVER, TEMPORARY_SERVER, ChildRecord
+from kbflow.services import processes
+from kbflow.services.processes import PREFECT_SERVER, TEMPORARY_SERVER, ChildRecord
 from tests.conftest import running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,8 +146,8 @@ def test_an_unreadable_pid_file_is_discarded(tmp_path: Path) -> None:
         (PREFECT_SERVER, ["python", "-m", "prefect", "server", "start", "--port", "1"], True),
         (PREFECT_SERVER, ["/venv/bin/python", "/venv/bin/prefect", "server", "start"], True),
         (PREFECT_SERVER, ["python", "-m", "prefect", "worker", "start"], False),
-        (TEMPORARY_SERVER, ["python", "-m", "kbflow.jobs", "abc123"], False),
-        (PREFECT_SERVER, ["python", "-m", "kbflow.jobs", "abc123"], False),
+        (TEMPORARY_SERVER, ["python", "-m", "kbflow.services.job_runner", "abc123"], False),
+        (PREFECT_SERVER, ["python", "-m", "kbflow.services.job_runner", "abc123"], False),
     ],
 )
 def test_what_counts_as_a_recorded_kind(kind: str, cmdline: list[str], expected: bool) -> None:
@@ -159,7 +160,7 @@ SUPERVISOR = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from kbflow.processes import PREFECT_SERVER, run_supervised
+    from kbflow.services.processes import PREFECT_SERVER, run_supervised
 
     child = (
         "import signal, subprocess, sys, time\\n"
@@ -223,7 +224,7 @@ GUARDED = textwrap.dedent(
     """
     import subprocess, sys, time, types
     from pathlib import Path
-    from kbflow.processes import guard_process
+    from kbflow.services.processes import guard_process
 
     guard_process(Path(sys.argv[1]), watch_interval_s=0.05)
     sys.modules.setdefault("prefect", types.ModuleType("prefect"))  # what arms the watcher

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from kbflow.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
+from kbflow.services.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration

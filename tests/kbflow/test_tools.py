@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from core.errors import ConfigError
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.tools import TOOLS, ToolError, call_tool, export_schemas
-from kbflow.wiring import SearchContext
+from kbflow.services.context import SearchContext
+from kbflow.services.tools import TOOLS, ToolError, call_tool, export_schemas
 from sinks.registry import SqlRegistry
 from tasks.review.collections import delete_collection, move_collection
 from tests.conftest import index_records
@@ -243,7 +243,7 @@ def test_property_no_search_leaves_the_allowed_subtree(
 def test_agent_scope_and_org_wide_search_rights(world: dict[str, Any], registry: Any) -> None:
     from core.errors import Forbidden
     from core.models import Role
-    from tasks.query.scopes import agent_scope, check_org_wide_search
+    from tasks.query.scopes import agent_scope, person_scope
 
     _agent(world, "hr-bot", ["policies/hr"])
     scope = agent_scope(registry, "hr-bot")
@@ -260,14 +260,14 @@ def test_agent_scope_and_org_wide_search_rights(world: dict[str, Any], registry:
     registry.ensure_user("root", Role.SUPERADMIN)
     registry.ensure_user("ed", Role.ENGINEER, org_id="acme")
     registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-    check_org_wide_search(registry, "root", "acme")
-    check_org_wide_search(registry, "ed", "acme")
+    assert person_scope(registry, "root", "acme").all_audiences
+    assert person_scope(registry, "ed", "acme").org_id == "acme"
     with pytest.raises(Forbidden, match="belongs to org acme"):
-        check_org_wide_search(registry, "ed", "globex")
+        person_scope(registry, "ed", "globex")
     with pytest.raises(Forbidden, match="org-wide search is for engineers and superadmins"):
-        check_org_wide_search(registry, "amy", "acme")
+        person_scope(registry, "amy", "acme")
     with pytest.raises(Forbidden, match="needs --as USER"):
-        check_org_wide_search(registry, None, "acme")
+        person_scope(registry, None, "acme")
 
 
 def test_collection_and_agent_commands(tmp_path: Any) -> None:

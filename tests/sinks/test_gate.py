@@ -573,7 +573,8 @@ INJECTED = {
 
 
 @pytest.mark.parametrize(
-    "target", ["tasks/query/retrieve.py", "kbflow/wiring.py", "sinks/registry/documents.py"]
+    "target",
+    ["tasks/query/retrieve.py", "kbflow/services/context.py", "sinks/registry/documents.py"],
 )
 @pytest.mark.parametrize("snippet", list(INJECTED.values()), ids=list(INJECTED))
 def test_the_scan_catches_an_injected_filter(tmp_path: Path, target: str, snippet: str) -> None:

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from core.errors import NotFound
 from core.models import Turn
 from core.settings import Settings
-from kbflow import answers
 from kbflow.cli import app
-from kbflow.wiring import SearchContext
+from kbflow.services import answers
+from kbflow.services.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.sinks.test_ledger import (
@@ -173,7 +173,7 @@ def test_turns_dlt_recorded_replay_and_trace_through_the_cli(tmp_path: Path, wor
     recorded beside them."""
     settings: Settings = world["settings"]
     scratch = Ledger(tmp_path / "scratch")
-    out = answers.answer_question(world["ctx"], "helper", QUESTION, ledger=scratch)
+    out = answers.answer(world["ctx"], "helper", QUESTION, ledger=scratch)
     asked = answers.ask(world["ctx"], "helper", ["days to submit expense reports"], ledger=scratch)
     recorded: list[Turn] = [scratch.get_turn(o["turn_id"]) for o in (out, asked)]
     record_with_dlt(settings.home, *recorded)

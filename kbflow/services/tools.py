@@ -2,11 +2,13 @@
 
 Three tools. Progressive disclosure: `list_knowledge_collections` says what the agent may read
 (no embedding call), then `search_knowledge_base` searches all of it or one collection;
-`research_knowledge_search` answers yes / maybe / no with a cited synthesis (`kbflow.answers`).
+`research_knowledge_search` answers yes / maybe / no with a cited synthesis
+(`kbflow.services.answers`).
 All go through the gate: an agent's scope is its org, its allowed collections and their
 descendants, and nothing at all when its knowledge base is switched off. Usable from any agent
 framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates the
-arguments and the result. The schemas come from the pydantic models in `kbflow.tool_models`.
+arguments and the result. The schemas come from the pydantic models in
+`kbflow.services.tool_models`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from core.errors import KbflowError
-from core.models import Scope, SearchMode
-from kbflow.tool_models import (
+from kbflow.services.context import SearchContext
+from kbflow.services.search import search
+from kbflow.services.tool_models import (
     DEFAULT_TOP_K,
     ListInput,
     ListOutput,
@@ -32,7 +35,6 @@ from kbflow.tool_models import (
     SearchOutput,
     tool_schema,
 )
-from kbflow.wiring import SearchContext
 from sinks.registry import AgentRecord, SqlRegistry
 from tasks.query.bounds import check_query
 from tasks.query.public_uri import publish_uris
@@ -94,8 +96,8 @@ def search_knowledge_base(
     if not paths:
         out["note"] = f"agent {agent.id} may read no collection"
         return out
-    scope = Scope(agent.org_id, collections=paths, audiences=agent.audiences)
-    result = ctx.retrieve(query, scope, mode=SearchMode.HYBRID, top_k=top_k)
+    chosen_paths = paths if collection_id is not None else ()
+    result = search(ctx, query, agent=agent.id, top_k=top_k, collections=chosen_paths).result
     out.update(
         kb_context_provided=result.kb_context_provided,
         degraded=result.degraded,
@@ -123,8 +125,9 @@ def search_knowledge_base(
 def research_knowledge_search(
     ctx: SearchContext, agent_id: str, queries: list[str]
 ) -> dict[str, Any]:
-    """The tri-state knowledge search (recorded in the ledger): see `kbflow.answers.ask`."""
-    from kbflow.answers import ask
+    """The tri-state knowledge search (recorded in the ledger): see
+    `kbflow.services.answers.ask`."""
+    from kbflow.services.answers import ask
 
     return ask(ctx, _agent(ctx.registry, agent_id).id, queries)
 

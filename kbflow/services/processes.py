@@ -14,8 +14,8 @@ children of owners that died (`reap_orphans`), after checking that the pid still
 same process (create time) and that it still looks like a Prefect server (command line), so
 that a reused pid is never killed.
 
-Background ingest jobs (`kbflow.jobs`) are never recorded: they are meant to outlive the
-command that starts them. Their own temporary server is recorded by the job process itself.
+Background ingest jobs (`kbflow.services.job_runner`) are never recorded: they are meant to outlive
+the command that starts them. Their own temporary server is recorded by the job process itself.
 
 Usage, at a process's entry point (``kbflow``'s CLI and the job runner do this)::
 

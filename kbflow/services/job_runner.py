@@ -1,4 +1,5 @@
-"""The background job's run: ``python -m kbflow.jobs JOB_ID``, or the ``kbflow-job`` flow.
+"""The background job's run: ``python -m kbflow.services.job_runner JOB_ID``, or the ``kbflow-job``
+flow.
 
 `kbflow.services.jobs` records a PROCESSING job and starts this process detached (the
 ``process`` job runner), or a run of the ``kbflow-job`` deployment on a work pool
@@ -160,10 +161,10 @@ def _research_outcome(report: ResearchReport) -> tuple[JobStatus, str | None]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m kbflow.jobs JOB_ID\n")
+        sys.stderr.write("usage: python -m kbflow.services.job_runner JOB_ID\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kbflow.processes import guard_process
+    from kbflow.services.processes import guard_process
 
     settings = Settings()
     guard_process(settings.home)  # its temporary Prefect server must not outlive it either
