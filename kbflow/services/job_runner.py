@@ -16,7 +16,7 @@ finishing is noticed by `kbflow.services.jobs.refresh`.
 
 As it starts and as it ends, a run prunes the upload folders done with (a COMPLETE job's, its
 own included; a FAILED job's past KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H): see
-`kbflow.services.jobs.prune_uploads`. The job process (``main``), as it ends, leaves a helper
+`kbflow.services.uploads.prune_uploads`. The job process (``main``), as it ends, leaves a helper
 that starts the queued jobs once it has exited (`kbflow.services.jobs.start_dispatcher`); a
 worker's flow run does not (the ``prefect`` runner is not admitted through the queue).
 """
@@ -35,13 +35,12 @@ from kbflow.services.jobs import (
     INGEST_KIND,
     QUEUE_MARK,
     RESEARCH_KIND,
-    prune_uploads,
     refresh,
-    remove_uploads,
     start_dispatcher,
     submit_ingest_job,
     submit_research_job,
 )
+from kbflow.services.uploads import prune_uploads, remove_uploads
 from sinks.registry import JobRecord, SqlRegistry
 
 __all__ = [

@@ -1,15 +1,12 @@
 """Background jobs: start one, read one, notice one whose run died.
 
 A job is a registry row (`sinks/registry/jobs.py`) and a run that does its work
-(`kbflow.services.job_runner`):
-an ingest of long files (``ingest``) or a research run (``research``). The row goes from
-PROCESSING to COMPLETE, or FAILED with the reason. ``KBFLOW_JOB_RUNNER`` says what runs it:
-
-- ``process`` (the default): a detached ``python -m kbflow.services.job_runner JOB_ID`` on this
-machine,
-  watched by its pid;
-- ``prefect``: a run of the ``kbflow-job`` deployment (``KBFLOW_JOB_DEPLOYMENT``) on a work
-  pool, through the Prefect server at ``PREFECT_API_URL``, watched by its flow run id.
+(`kbflow.services.job_runner`): an ingest of long files (``ingest``) or a research run
+(``research``). The row goes from PROCESSING to COMPLETE, or FAILED with the reason.
+``KBFLOW_JOB_RUNNER`` says what runs it: ``process`` (the default), a detached ``python -m
+kbflow.services.job_runner JOB_ID`` on this machine, watched by its pid; or ``prefect``, a run
+of the ``kbflow-job`` deployment (``KBFLOW_JOB_DEPLOYMENT``) on a work pool, through the
+Prefect server at ``PREFECT_API_URL``, watched by its flow run id.
 
 Starting and reading jobs needs no Prefect import (`kbflow.services.prefect_api` speaks its REST
 API), so `kbflow serve` does both (tests/test_layers.py); only the job's own run imports flows.
@@ -27,32 +24,23 @@ as a slot of its own org and a global one are free: `dispatch` starts them, call
 - by `refresh` (given settings), `list_jobs` and `get_job`, so a job process that was killed
   does not strand the queue: its row is failed and its slot given to the next job.
 
-A slot is held by a PROCESSING row whose process lives, and by any live ``python -m
-kbflow.services.job_runner
-ID`` process of this registry (a finished job's process until it has exited). Counting and
-starting happen under an OS lock (`admission_lock`: ``flock`` on ``<jobs_dir>/.admission.lock``)
-so that threads and processes never admit more than the limits between them. Past
+A slot is held by a PROCESSING row whose process lives, and by any live job runner process of
+this registry (a finished job's until it has exited). Counting and starting happen under an OS
+lock (`admission_lock`, ``flock`` on ``<jobs_dir>/.admission.lock``), so threads and processes
+never admit more than the limits between them. Past
 ``KBFLOW_JOBS_MAX_QUEUED_PER_ORG`` waiting jobs of one org a submit is refused
 (:class:`~core.errors.JobQueueFull`, HTTP 429 with Retry-After) and nothing is recorded.
 
 The ``prefect`` runner is outside these limits: its work pool (and the pool's concurrency limit)
-decides when its runs start.
-
-**Uploads** (``<home>/uploads/<32 hex>/``, written by ``POST /v1/admin/orgs/{org}/documents``)
-end with their job: a COMPLETE job's upload folder is removed when it finishes; a FAILED job's is
-kept ``KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H`` hours (to look at, or send again), then pruned
-(`prune_uploads`, when a job starts or finishes). Only folders directly under ``uploads/`` are
-ever removed, and never through a symbolic link (`upload_folder`).
+decides when its runs start. Uploads end with their job (`kbflow.services.uploads`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -66,7 +54,7 @@ from core.contracts import IngestRequest
 from core.errors import JobQueueFull, JobRunnerUnavailable, KbflowError, NotFound
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.services import prefect_api
+from kbflow.services import prefect_api, uploads
 from sinks.connect import open_registry
 from sinks.registry import JobRecord, SqlRegistry
 
@@ -86,13 +74,6 @@ ADMISSION_LOCK_TIMEOUT_S = 60.0
 QUEUE_FULL_RETRY_S = 60
 """What a refused submit's Retry-After says: about one job's run."""
 
-UPLOADS_DIR = "uploads"
-UPLOAD_JOB_FILE = ".kbflow-job"
-"""Written into an upload folder when its job is recorded: the job's id, for `prune_uploads`."""
-ORPHAN_UPLOAD_MIN_AGE = dt.timedelta(hours=24)
-"""An upload folder no job names is removed only once older than this (and than the failed
-uploads' retention): an upload still arriving, or just recorded, is never one of them."""
-_UPLOAD_FOLDER = re.compile(r"[0-9a-f]{32}")
 _JOB_ID = re.compile(r"[0-9a-f]{12}")
 _SCAN = 100_000  # rows: every PROCESSING job, in practice
 _EXIT_WAIT_S = 900.0
@@ -175,7 +156,7 @@ def _start(
             )
             log_path = (settings.jobs_dir / f"{job.id}.log").resolve()
             registry.update_job_runner(job.id, log_path=str(log_path))
-            _mark_uploads(settings, job)
+            uploads.mark_uploads(settings, job)
             try:
                 _dispatch_locked(settings, registry)
             except Exception:  # recorded and queued: the next dispatch starts it
@@ -231,7 +212,7 @@ def _start_deployment_run(
     deployment = prefect_api.deployment_id(url, settings.job_deployment)
     with open_registry(settings) as registry:
         job = registry.create_job(org, kind=kind, inputs=inputs, params=params)
-        _mark_uploads(settings, job)
+        uploads.mark_uploads(settings, job)
         try:
             run_id = prefect_api.start_run(url, deployment, {"job_id": job.id}, key=job.id)
         except Exception as exc:  # no run will ever finish this row: finish it here
@@ -517,117 +498,3 @@ def dispatch_after_exit(pid: int) -> int:
     for job in started:
         sys.stdout.write(f"started queued job {job.id} (pid {job.pid})\n")
     return 0
-
-
-# --- uploads -----------------------------------------------------------------------------------
-
-
-def _uploads_root(settings: Settings) -> Path | None:
-    """``<home>/uploads`` (the home resolved), unless it is missing or a symbolic link."""
-    root = settings.home.resolve() / UPLOADS_DIR
-    if root.is_symlink() or not root.is_dir():
-        return None
-    return root
-
-
-def upload_folder(settings: Settings, path: str) -> Path | None:
-    """The upload folder a job input lies directly in: ``<home>/uploads/<32 hex>/NAME``, read
-    as written (no symbolic link followed), the folder a real directory; else None."""
-    root = _uploads_root(settings)
-    if root is None:
-        return None
-    file = Path(os.path.normpath(path))
-    folder = file.parent
-    if not file.is_absolute() or folder.parent != root:
-        return None
-    if not _UPLOAD_FOLDER.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
-        return None
-    return folder
-
-
-def _mark_uploads(settings: Settings, job: JobRecord) -> None:
-    """Write the job's id into each upload folder it reads (`prune_uploads` reads it back)."""
-    for path in job.inputs:
-        folder = upload_folder(settings, path)
-        if folder is None:
-            continue
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(folder / UPLOAD_JOB_FILE, flags, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(job.id)
-        except OSError as exc:
-            log.warning("could not mark upload folder %s for job %s: %s", folder, job.id, exc)
-
-
-def _job_of(folder: Path) -> str | None:
-    try:
-        fd = os.open(folder / UPLOAD_JOB_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd) as f:
-            text = f.read(64).strip()
-    except OSError:
-        return None
-    return text if _JOB_ID.fullmatch(text) else None
-
-
-def _remove(settings: Settings, folder: Path) -> bool:
-    root = _uploads_root(settings)
-    if root is None or folder.parent != root or folder.is_symlink() or not folder.is_dir():
-        return False
-    shutil.rmtree(folder, ignore_errors=True)  # never follows a link inside it
-    return not folder.exists()
-
-
-def remove_uploads(settings: Settings, job: JobRecord) -> list[Path]:
-    """Remove the upload folders of a COMPLETE job; returns those removed."""
-    if job.status is not JobStatus.COMPLETE:
-        return []
-    folders = {f for f in (upload_folder(settings, p) for p in job.inputs) if f is not None}
-    return [f for f in sorted(folders) if _job_of(f) in (None, job.id) and _remove(settings, f)]
-
-
-def prune_uploads(
-    settings: Settings, registry: SqlRegistry, *, now: dt.datetime | None = None
-) -> list[Path]:
-    """Remove the upload folders that are done with; returns those removed.
-
-    Those of COMPLETE jobs; of FAILED jobs once ``jobs_failed_upload_retention_h`` has passed
-    since they failed; and folders no job names (an upload whose request died) once older than
-    that and than `ORPHAN_UPLOAD_MIN_AGE`. A folder of a job still PROCESSING (queued or
-    running) is kept."""
-    root = _uploads_root(settings)
-    if root is None:
-        return []
-    now = now or dt.datetime.now(dt.UTC)
-    retention = dt.timedelta(hours=settings.jobs_failed_upload_retention_h)
-    orphan_age = max(retention, ORPHAN_UPLOAD_MIN_AGE)
-    removed: list[Path] = []
-    with os.scandir(root) as entries:
-        folders = [
-            Path(e.path)
-            for e in entries
-            if _UPLOAD_FOLDER.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-        ]
-    for folder in folders:
-        job_id = _job_of(folder)
-        job: JobRecord | None = None
-        if job_id is not None:
-            try:
-                job = registry.get_job(job_id)
-            except NotFound:
-                job = None
-        if job is None:
-            try:
-                born = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.UTC)
-            except OSError:
-                continue
-            expired = now - born > orphan_age
-        elif job.status is JobStatus.COMPLETE:
-            expired = True
-        elif job.status is JobStatus.FAILED:
-            expired = now - job.updated_at >= retention
-        else:
-            expired = False
-        if expired and _remove(settings, folder):
-            removed.append(folder)
-    return removed

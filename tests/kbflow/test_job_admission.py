@@ -30,6 +30,7 @@ from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
 from kbflow.services import jobs
+from kbflow.services import uploads as job_uploads
 from sinks.registry import JobRecord, SqlRegistry
 
 pytestmark = pytest.mark.integration
@@ -241,11 +242,11 @@ def test_jobs_past_the_limits_wait_and_run_in_turn(
         assert not Path(job.inputs[0]).parent.exists(), job
     kept = Path(failed.inputs[0]).parent
     assert kept.is_dir() and (kept / "broken.pdf").is_file()  # FAILED: kept for a while
-    assert jobs.prune_uploads(settings, jobs_registry) == []
+    assert job_uploads.prune_uploads(settings, jobs_registry) == []
     later = failed.updated_at + dt.timedelta(hours=23)
-    assert jobs.prune_uploads(settings, jobs_registry, now=later) == []
+    assert job_uploads.prune_uploads(settings, jobs_registry, now=later) == []
     expired = failed.updated_at + dt.timedelta(hours=24, seconds=1)
-    assert jobs.prune_uploads(settings, jobs_registry, now=expired) == [kept]
+    assert job_uploads.prune_uploads(settings, jobs_registry, now=expired) == [kept]
     assert not kept.exists() and list((settings.home / "uploads").iterdir()) == []
 
     peak_mb = sampler.peak_rss_mb(ids)
@@ -322,7 +323,7 @@ def _finished_job(
     registry: SqlRegistry, settings: Settings, inputs: list[str], status: JobStatus
 ) -> JobRecord:
     job = registry.create_job("acme", kind="ingest", inputs=inputs, params={})
-    jobs._mark_uploads(settings, job)
+    job_uploads.mark_uploads(settings, job)
     registry.finish_job(job.id, status, reason=None if status is JobStatus.COMPLETE else "x")
     return registry.get_job(job.id)
 
@@ -338,32 +339,32 @@ def test_uploads_are_removed_only_inside_uploads_and_never_through_a_link(
 
     # A COMPLETE job that read a file outside uploads/ (a CLI ingest): nothing removed.
     cli = _finished_job(jobs_registry, settings, [str(outside / "keep.md")], JobStatus.COMPLETE)
-    assert jobs.remove_uploads(settings, cli) == []
+    assert job_uploads.remove_uploads(settings, cli) == []
     # A link in uploads/ that looks like an upload folder, pointing out: never followed.
     link = uploads / uuid.uuid4().hex
     link.symlink_to(outside, target_is_directory=True)
     linked = _finished_job(jobs_registry, settings, [str(link / "keep.md")], JobStatus.COMPLETE)
-    assert jobs.upload_folder(settings, str(link / "keep.md")) is None
-    assert jobs.remove_uploads(settings, linked) == []
+    assert job_uploads.upload_folder(settings, str(link / "keep.md")) is None
+    assert job_uploads.remove_uploads(settings, linked) == []
     # A path that climbs out of an upload folder lexically.
     real = _upload(settings, "ok.md", b"x").parent
     climbing = str(real / ".." / ".." / ".." / "outside" / "keep.md")
-    assert jobs.upload_folder(settings, climbing) is None
+    assert job_uploads.upload_folder(settings, climbing) is None
     # Nested deeper, or not named as uploads are: not an upload folder.
     deep = real / "sub"
     deep.mkdir()
-    assert jobs.upload_folder(settings, str(deep / "x.md")) is None
+    assert job_uploads.upload_folder(settings, str(deep / "x.md")) is None
     odd = uploads / "not-an-upload"
     odd.mkdir()
-    assert jobs.upload_folder(settings, str(odd / "x.md")) is None
+    assert job_uploads.upload_folder(settings, str(odd / "x.md")) is None
     # An upload folder holding a link out: the folder goes, the link's target stays.
     (real / "escape").symlink_to(outside, target_is_directory=True)
     done = _finished_job(jobs_registry, settings, [str(real / "ok.md")], JobStatus.COMPLETE)
-    assert jobs.remove_uploads(settings, done) == [real]
+    assert job_uploads.remove_uploads(settings, done) == [real]
     assert not real.exists()
 
     far = dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
-    jobs.prune_uploads(settings, jobs_registry, now=far)
+    job_uploads.prune_uploads(settings, jobs_registry, now=far)
     assert (outside / "keep.md").read_text() == "mine"
     assert link.is_symlink() and odd.is_dir()  # not upload folders: left alone
 
@@ -376,8 +377,8 @@ def test_uploads_are_removed_only_inside_uploads_and_never_through_a_link(
     (target / "a.md").write_text("a")
     via_link = _finished_job(jobs_registry, settings, [str(uploads / target.name / "a.md")],
                              JobStatus.COMPLETE)  # fmt: skip
-    assert jobs.remove_uploads(settings, via_link) == []
-    assert jobs.prune_uploads(settings, jobs_registry, now=far) == []
+    assert job_uploads.remove_uploads(settings, via_link) == []
+    assert job_uploads.prune_uploads(settings, jobs_registry, now=far) == []
     assert (target / "a.md").exists()
 
 
@@ -386,15 +387,18 @@ def test_prune_keeps_running_and_young_uploads(
 ) -> None:
     waiting = _upload(settings, "w.md", b"w")
     job = jobs_registry.create_job("acme", kind="ingest", inputs=[str(waiting)], params={})
-    jobs._mark_uploads(settings, job)  # PROCESSING: kept however old
+    job_uploads.mark_uploads(settings, job)  # PROCESSING: kept however old
     arriving = _upload(settings, "new.md", b"n").parent  # no job yet: an upload still arriving
     complete = _finished_job(
         jobs_registry, settings, [str(_upload(settings, "c.md", b"c"))], JobStatus.COMPLETE
     )
     now = dt.datetime.now(dt.UTC)
-    assert jobs.prune_uploads(settings, jobs_registry, now=now) == [Path(complete.inputs[0]).parent]
+    assert job_uploads.prune_uploads(settings, jobs_registry, now=now) == [
+        Path(complete.inputs[0]).parent
+    ]
     assert waiting.exists() and arriving.exists()
     far = now + dt.timedelta(days=30)
-    assert jobs.prune_uploads(settings, jobs_registry, now=far) == [arriving]  # an orphan, old
+    # an orphan, old
+    assert job_uploads.prune_uploads(settings, jobs_registry, now=far) == [arriving]
     assert waiting.exists()
     assert os.listdir(settings.home / "uploads") == [waiting.parent.name]

@@ -1,0 +1,118 @@
+"""The research corpus as the extractive synthesizer reads it: distinct, informative sentences
+and table rows, each with its citation id and the headings above it."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.models import ResearchCorpus
+from tasks.research import extractive_cues as cues
+from tasks.text.citations import CITE_OPEN
+from tasks.text.sentences import HEADING, MarkdownTable, split_sentences, split_tables
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A corpus sentence, or a row of one of its tables (``header`` and ``cells`` set)."""
+
+    text: str
+    cite_id: str
+    source: str
+    header: tuple[str, ...] = ()
+    cells: tuple[str, ...] = ()
+    headings: str = ""  # the headings above it, " > "-joined (context, never quoted)
+
+    @property
+    def line(self) -> str:
+        return f"- {self.text} [{self.cite_id}]"
+
+    @property
+    def table(self) -> tuple[str, tuple[str, ...]] | None:
+        """Which table the row belongs to (entry and header), or None for a sentence."""
+        return (self.cite_id, self.header) if self.header else None
+
+
+def table_lines(rows: Sequence[Sentence]) -> list[str]:
+    """Rows of one table as Markdown, a line per row with its citation in a Source column;
+    the header and separator rows lead the first row's line, so that dropping rows to fit a
+    budget never leaves a table without rows."""
+    width = max(len(rows[0].header), *(len(r.cells) for r in rows))
+    header = [*rows[0].header, *[""] * (width - len(rows[0].header)), "Source"]
+    head = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+    lines = []
+    for row in rows:
+        cells = [*row.cells, *[""] * (width - len(row.cells)), f"[{row.cite_id}]"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines[0] = head + lines[0]
+    return lines
+
+
+def clean(sentence: str) -> str:
+    """One line of text; a quoted "[doc:..." in the corpus must not read as a citation."""
+    text = " ".join(sentence.split())
+    text = CITE_OPEN.sub(lambda m: "(" + m.group()[1:], text)
+    if len(text) > cues.MAX_SENTENCE_CHARS:
+        text = text[: cues.MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + "…"
+    return text
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """``text`` as (heading path, body) pairs: each heading starts a section, and its path is
+    the headings above it by level, " > "-joined."""
+    out: list[tuple[str, str]] = []
+    path: list[tuple[int, str]] = []
+    body: list[str] = []
+    for line in text.splitlines():
+        heading = HEADING.match(line)
+        if heading is None:
+            body.append(line)
+            continue
+        out.append((" > ".join(t for _, t in path), "\n".join(body)))
+        level = len(heading.group(1))
+        path = [(lv, t) for lv, t in path if lv < level] + [(level, heading.group(2))]
+        body = []
+    out.append((" > ".join(t for _, t in path), "\n".join(body)))
+    return [(headings, body) for headings, body in out if body.strip()]
+
+
+def corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[Sentence]:
+    """Distinct, informative sentences of the corpus, each with its entry's citation id and the
+    headings above it; a table's rows come as sentences that keep their cells and the table's
+    header. A lead-in ("How long we keep it:") says nothing without what follows: dropped."""
+    seen: set[str] = set()
+    out: list[Sentence] = []
+    for entry in corpus.entries:
+        for headings, section in sections(entry.text):
+            found = []
+            for part in split_tables(section):
+                if isinstance(part, MarkdownTable):
+                    header = tuple(clean(c) for c in part.header)
+                    for row in part.rows:
+                        cells = tuple(clean(c) for c in row)
+                        text = " | ".join(c for c in cells if c)
+                        found.append(
+                            Sentence(text, entry.cite_id, entry.source, header, cells, headings)
+                        )
+                else:
+                    found.extend(
+                        Sentence(clean(raw), entry.cite_id, entry.source, headings=headings)
+                        for raw in split_sentences(part)
+                    )
+            for sentence in found:
+                text = sentence.text
+                key = text.casefold()
+                contact = cues.EMAIL.search(text) or cues.PHONE.search(text)
+                short = len(re.findall(r"\w+", text)) < 4 or text.endswith(":")
+                if key in seen or (short and not (contact or cues.MONEY.search(text))):
+                    continue
+                seen.add(key)
+                out.append(sentence)
+                if len(out) >= limit:
+                    log.warning("corpus has more than %d sentences; the rest are not used", limit)
+                    return out
+    return out
