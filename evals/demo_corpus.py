@@ -1,3 +1,4 @@
+# Over 500 lines: mostly data, the demo's six sample documents as text.
 """Sample corpus for ``kbflow demo``: six documents about the fictional client Larkspur Cycles.
 
 Larkspur Cycles is an invented bicycle maker and retailer (head office and workshop in Utrecht,

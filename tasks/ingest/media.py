@@ -1,3 +1,4 @@
+# Over 500 lines: probe, decode and two speech engines under one transcription's limits.
 """Transcribe audio and video files into timed sections.
 
 ffprobe reads what a file holds; an ffmpeg subprocess decodes its audio to 16 kHz mono; a

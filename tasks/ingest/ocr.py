@@ -1,3 +1,4 @@
+# Over 500 lines: two OCR engines behind one interface and the rendering and limits they share.
 """OCR for images and for PDF pages that have no text layer.
 
 Two engines: Tesseract (the Debian ``tesseract`` CLI, run as a subprocess with a time limit) and

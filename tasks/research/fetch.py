@@ -1,3 +1,4 @@
+# Over 500 lines: the SSRF guard and the bounded fetch are one security boundary, reviewed as one.
 """Fetch one public web page for research, guarded against SSRF and bounded in size and time.
 
 `check_url` decides whether a URL may be fetched: http(s) only, no credentials, no internal host

@@ -1,3 +1,4 @@
+# Over 500 lines: the one module that moves documents between review states, each with its order.
 """The review state machine: the one module that moves documents between review states.
 
     pending_review -> approved | rejected        (approve, reject)
