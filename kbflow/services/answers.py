@@ -22,12 +22,9 @@ from kbflow.services.context import SearchContext
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer as cited_answer
-from tasks.answer.knowledge import (
-    EXTRACTIVE_MODEL_IDS,
-    ClaudeKnowledgeModel,
-    ExtractiveKnowledgeModel,
-    KnowledgeModel,
-)
+from tasks.answer.claude import ClaudeKnowledgeModel
+from tasks.answer.contract import KnowledgeModel
+from tasks.answer.extractive import EXTRACTIVE_MODEL_IDS, ExtractiveKnowledgeModel
 from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.replay import Replay, check_replayable
 from tasks.answer.replay import replay as replay_synthesis

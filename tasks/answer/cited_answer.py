@@ -10,22 +10,20 @@ is in `tasks.answer.turns`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
-from core.models import Citation, LlmCall, RetrievalCall, Scope, Turn
+from core.models import Citation, Scope, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import SUPPORT_VERSION
-from tasks.answer.knowledge import Claim, Evidence, KnowledgeModel
+from tasks.answer.contract import Claim, Evidence, KnowledgeModel
 from tasks.answer.turns import (
     AnswerConfig,
     Policy,
     RetrieveFn,
+    TurnRecorder,
     citation_sources,
-    model_text,
-    new_turn_id,
-    retrieve_and_score,
-    scrubbed_turn,
     served_citation,
     verify_citations,
 )
@@ -50,18 +48,10 @@ MODEL_FAILED = Policy(
 
 
 def answer(
-    question: str,
-    scope: Scope | None,
-    *,
-    org_id: str,
-    agent_id: str,
-    retrieve_fn: RetrieveFn,
-    registry: SqlRegistry,
-    embedder: Embedder,
-    model: KnowledgeModel | None,
-    config: AnswerConfig,
-    no_model_reason: str | None = None,
-) -> Turn:
+    question: str, scope: Scope | None, *, org_id: str, agent_id: str, retrieve_fn: RetrieveFn,
+    registry: SqlRegistry, embedder: Embedder, model: KnowledgeModel | None,
+    config: AnswerConfig, no_model_reason: str | None = None,
+) -> Turn:  # fmt: skip
     """Answer ``question`` with a citation on every claim, or refuse ("no chunk, no answer").
 
     Raises:
@@ -70,61 +60,24 @@ def answer(
     question = require_text(question, "The question").strip()
     if not question:
         raise ConfigError("The question is empty. Ask something.")
-    turn_id = new_turn_id()
-    clean, pseudonyms = model_text(config)
-    retrievals: list[RetrievalCall] = []
-    calls: list[LlmCall] = []
-    # the support signal the confidences come from (a threshold means something only with it)
-    facts: dict[str, Any] = {"best_confidence": None, "degraded": False, "support": SUPPORT_VERSION}
-
-    def refuse(
-        policy: Policy,
-        reason: str,
-        considered: Sequence[dict[str, Any]] = (),
-        replay_input: dict[str, Any] | None = None,
-    ) -> Turn:
-        output = {
-            "turn_id": turn_id,
-            "kind": "answer",
-            "agent": agent_id,
-            "question": question,
-            "status": "refused",
-            "answer": REFUSAL_TEXT,
-            "claims": [],
-            "citations": [],
-            "refusal": {
-                "policy_id": policy.id,
-                "policy_version": policy.version,
-                "reason": reason,
-                "evidence": [],
-                "considered": list(considered),
-            },
-            "threshold": config.threshold,
-            **facts,
-            "model": model.model_id if model else None,
-        }
-        return scrubbed_turn(turn_id=turn_id, kind="answer", scope_org=org_id,
-                             agent_id=agent_id, question=question, outcome="refused",
-                             output=output, replay_input=replay_input or {},
-                             retrievals=retrievals, calls=calls, citations=(),
-                             policy=policy, pseudonyms=pseudonyms)  # fmt: skip
-
+    rec = TurnRecorder("answer", question, org_id, agent_id, model, retrieve_fn, registry,
+                       embedder, config)  # fmt: skip
+    turn = _Answering(rec)
     if scope is None:
-        return refuse(NO_KNOWLEDGE, f"the knowledge base is switched off for {agent_id}")
-    got = retrieve_and_score(question, scope, retrieve_fn, registry, embedder, config)
-    retrievals.append(got.call)
-    facts["degraded"] = got.result.degraded
+        return turn.refuse(NO_KNOWLEDGE, f"the knowledge base is switched off for {agent_id}")
+    got = rec.retrieve(question, scope)
+    turn.degraded = got.result.degraded
     if got.result.paused:
-        return refuse(NO_KNOWLEDGE, got.result.reason or "retrieval is paused")
+        return turn.refuse(NO_KNOWLEDGE, got.result.reason or "retrieval is paused")
     scored = sorted(
         zip(got.result.hits, got.confidence, strict=True), key=lambda hc: -hc[1]
     )  # stable: ties keep retrieval order
-    facts["best_confidence"] = round(scored[0][1], 4) if scored else None
+    turn.best_confidence = round(scored[0][1], 4) if scored else None
     considered = [
         {"chunk_id": h.chunk_id, "uri": h.uri, "confidence": round(c, 4)} for h, c in scored[:3]
     ]
     evidence = [
-        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, clean(h.text), round(c, 6))
+        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, rec.clean(h.text), round(c, 6))
         for h, c in scored
         if c >= config.threshold
     ][: config.max_evidence]
@@ -137,22 +90,16 @@ def answer(
         why = f"no chunk reached confidence {config.threshold:.2f} ({best})"
         if got.result.degraded:
             why += f"; search was degraded: {got.result.reason}"
-        return refuse(NO_EVIDENCE, why, considered)
+        return turn.refuse(NO_EVIDENCE, why, considered)
     if model is None:
-        return refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
-    replay_input = {
-        "kind": "answer",
-        "question": scrub(question),
-        "evidence": [e.to_dict() for e in evidence],
-        "model": model.model_id,
-        "prompt_version": model.prompt_version,
-        "threshold": config.threshold,
-        "support": SUPPORT_VERSION,
-    }
+        return turn.refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
+    asked = scrub(question)
+    replay_input = rec.replay_input(model, question=asked, evidence=[e.to_dict() for e in evidence])
     try:
-        claims = model.answer(scrub(question), evidence, calls)
+        claims = model.answer(asked, evidence, rec.calls)
     except (LlmError, LlmReplyInvalid) as exc:
-        return refuse(MODEL_FAILED, f"the answer model failed: {exc}", considered, replay_input)
+        why = f"the answer model failed: {exc}"
+        return turn.refuse(MODEL_FAILED, why, considered, replay_input)
     valid = verify_citations(registry, scope, [c for claim in claims for c in claim.chunk_ids])
     kept = [
         Claim(claim.text, tuple(c for c in claim.chunk_ids if c in valid))
@@ -165,33 +112,62 @@ def answer(
             if not claims
             else ("no claim cited a servable chunk")
         )
-        return refuse(MODEL_FAILED, why, considered, replay_input)
+        return turn.refuse(MODEL_FAILED, why, considered, replay_input)
     citations = list({cid: valid[cid] for claim in kept for cid in claim.chunk_ids}.values())
     sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
-    output = {
-        "turn_id": turn_id,
-        "kind": "answer",
-        "agent": agent_id,
-        "question": question,
-        "status": "answered",
-        "answer": render_answer(kept, citations),
-        "claims": [
-            {
-                "text": c.text,
-                "citations": [served_citation(valid[cid], sources) for cid in c.chunk_ids],
-            }
-            for c in kept
-        ],
-        "citations": [served_citation(c, sources) for c in citations],
-        "refusal": None,
-        "threshold": config.threshold,
-        **facts,
-        "model": model.model_id,
-    }
-    return scrubbed_turn(turn_id=turn_id, kind="answer", scope_org=org_id, agent_id=agent_id,
-                         question=question, outcome="answered", output=output,
-                         replay_input=replay_input, retrievals=retrievals, calls=calls,
-                         citations=citations, pseudonyms=pseudonyms)  # fmt: skip
+    served = [
+        {
+            "text": c.text,
+            "citations": [served_citation(valid[cid], sources) for cid in c.chunk_ids],
+        }
+        for c in kept
+    ]
+    output = turn.output(
+        "answered",
+        render_answer(kept, citations),
+        claims=served,
+        citations=[served_citation(c, sources) for c in citations],
+    )
+    return rec.record("answered", output, replay_input, citations)
+
+
+@dataclass
+class _Answering:
+    """A cited answer as it runs: its recorder and the facts every output reports."""
+
+    rec: TurnRecorder
+    best_confidence: float | None = None  # of the best retrieved chunk
+    degraded: bool = False
+
+    def output(
+        self,
+        status: str,
+        text: str,
+        *,
+        claims: Sequence[dict[str, Any]] = (),
+        citations: Sequence[dict[str, Any]] = (),
+        refusal: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The answer's output; ``support`` names the signal the confidences come from (a
+        threshold means something only with it)."""
+        return self.rec.output(question=self.rec.question, status=status, answer=text,
+                               claims=list(claims), citations=list(citations), refusal=refusal,
+                               threshold=self.rec.config.threshold,
+                               best_confidence=self.best_confidence, degraded=self.degraded,
+                               support=SUPPORT_VERSION)  # fmt: skip
+
+    def refuse(
+        self,
+        policy: Policy,
+        reason: str,
+        considered: Sequence[dict[str, Any]] = (),
+        replay_input: dict[str, Any] | None = None,
+    ) -> Turn:
+        """The standard refusal, recorded with the policy that caused it and its reason."""
+        refusal = {"policy_id": policy.id, "policy_version": policy.version, "reason": reason,
+                   "evidence": [], "considered": list(considered)}  # fmt: skip
+        output = self.output("refused", REFUSAL_TEXT, refusal=refusal)
+        return self.rec.record("refused", output, replay_input, policy=policy)
 
 
 def render_answer(claims: Sequence[Claim], citations: Sequence[Citation]) -> str:

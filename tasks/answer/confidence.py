@@ -174,14 +174,9 @@ def _holds(term: str, present: set[str]) -> bool:
 
 
 def support_scores_v1(
-    query: str,
-    query_vector: Sequence[float],
-    hits: Sequence[SearchHit],
-    embedder: Embedder,
-    stats: TermStats,
-    *,
-    value_words: bool = True,
-) -> list[float]:
+    query: str, query_vector: Sequence[float], hits: Sequence[SearchHit], embedder: Embedder,
+    stats: TermStats, *, value_words: bool = True,
+) -> list[float]:  # fmt: skip
     """``support-v1``: 0.5 × cosine + 0.5 × coverage of each hit, in hit order.
 
     Args:
@@ -225,14 +220,9 @@ class SupportParts:
 
 
 def support_scores(
-    query: str,
-    query_vector: Sequence[float],
-    hits: Sequence[SearchHit],
-    embedder: Embedder,
-    stats: TermStats,
-    *,
-    model: SupportModel = SUPPORT_V2,
-) -> list[float]:
+    query: str, query_vector: Sequence[float], hits: Sequence[SearchHit], embedder: Embedder,
+    stats: TermStats, *, model: SupportModel = SUPPORT_V2,
+) -> list[float]:  # fmt: skip
     """The support of each hit for the query (``support-v2``, the module docstring), in hit
     order.
 

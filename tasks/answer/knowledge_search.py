@@ -14,32 +14,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
-from core.models import (
-    AnswerStatus,
-    Citation,
-    DocStatus,
-    LlmCall,
-    MissReason,
-    RetrievalCall,
-    Scope,
-    SearchHit,
-    Turn,
-)
+from core.models import AnswerStatus, Citation, DocStatus, MissReason, Scope, SearchHit, Turn
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
-from tasks.answer.confidence import SUPPORT_VERSION
-from tasks.answer.knowledge import Candidate, KnowledgeDoc, KnowledgeModel, Synthesis
+from tasks.answer.contract import Candidate, KnowledgeDoc, KnowledgeModel, Synthesis
 from tasks.answer.turns import (
     AnswerConfig,
     RetrieveFn,
+    TurnRecorder,
     citation_sources,
-    model_text,
-    new_turn_id,
-    retrieve_and_score,
-    scrubbed_turn,
     served_citation,
     verify_citations,
 )
@@ -56,19 +43,21 @@ TEXT_BUDGET_CHARS = 120_000
 DESCRIPTION_CHARS = 240
 
 
+@dataclass
+class DocMatch:
+    """A document's best match over a search's queries."""
+
+    hit: SearchHit  # its best-supported chunk
+    conf: float  # that chunk's support
+    rank: int  # the best rank any of its chunks reached in a retrieval
+    support: dict[str, float] = field(default_factory=dict)  # by scrubbed query: best support
+
+
 def knowledge_search(
-    queries: Sequence[str],
-    scope: Scope | None,
-    *,
-    org_id: str,
-    agent_id: str,
-    retrieve_fn: RetrieveFn,
-    registry: SqlRegistry,
-    embedder: Embedder,
-    model: KnowledgeModel | None,
-    config: AnswerConfig,
-    no_model_reason: str | None = None,
-) -> Turn:
+    queries: Sequence[str], scope: Scope | None, *, org_id: str, agent_id: str,
+    retrieve_fn: RetrieveFn, registry: SqlRegistry, embedder: Embedder,
+    model: KnowledgeModel | None, config: AnswerConfig, no_model_reason: str | None = None,
+) -> Turn:  # fmt: skip
     """``research_knowledge_search``: a yes / maybe / no verdict over the agent's knowledge.
 
     Args:
@@ -85,14 +74,111 @@ def knowledge_search(
             f"give 1 to {MAX_QUERIES} non-empty queries. Currently {len(queries)} "
             f"({sum(not q for q in queries)} empty)."
         )
-    model_queries = [scrub(q) for q in queries]
-    turn_id = new_turn_id()
-    clean, pseudonyms = model_text(config)
-    retrievals: list[RetrievalCall] = []
-    calls: list[LlmCall] = []
-    state: dict[str, Any] = {"candidates": 0, "chosen": [], "triage": None, "degraded": False}
+    model_queries = [scrub(q) for q in queries]  # models and the ledger only ever see these
+    rec = TurnRecorder("ask", "\n".join(queries), org_id, agent_id, model, retrieve_fn, registry,
+                       embedder, config)  # fmt: skip
+    turn = _Searching(rec, queries)
+    if scope is None:
+        return turn.miss(MissReason.DISABLED, f"the knowledge base is switched off for {agent_id}")
+    if model is None:
+        return turn.miss(MissReason.NO_MODEL, no_model_reason or "no knowledge model is configured")
+
+    # 1. Retrieve every query; remember each document's best chunk and support per query.
+    found: dict[str, DocMatch] = {}
+    for query, said in zip(queries, model_queries, strict=True):
+        got = rec.retrieve(query, scope)
+        if got.result.paused:
+            return turn.miss(MissReason.PAUSED, got.result.reason or "retrieval is paused")
+        turn.degraded = turn.degraded or got.result.degraded
+        for rank, (hit, conf) in enumerate(zip(got.result.hits, got.confidence, strict=True)):
+            match = found.setdefault(hit.doc_id, DocMatch(hit, conf, rank))
+            match.support[said] = max(match.support.get(said, -1.0), conf)
+            if conf > match.conf:
+                match.hit, match.conf = hit, conf
+            match.rank = min(match.rank, rank)
+    if not found:
+        if turn.degraded:
+            reasons = {r.reason for r in rec.retrievals if r.reason}
+            return turn.miss(MissReason.UNAVAILABLE, "; ".join(sorted(reasons)) or "search failed")
+        if not _has_servable_documents(registry, scope):
+            why = "the agent's collections hold no approved document"
+            return turn.miss(MissReason.STORE_EMPTY, why)
+        return turn.miss(MissReason.NO_RESULTS, "no approved chunk matched any query")
+
+    # 2. Candidates: one per document, best supported first, at most MAX_CANDIDATES.
+    ordered = sorted(found.items(), key=lambda kv: (-kv[1].conf, kv[1].rank, kv[0]))
+    candidates = [
+        Candidate(doc_id, m.hit.title, _describe(m.hit, rec.clean), m.conf)
+        for doc_id, m in ordered[:MAX_CANDIDATES]
+    ]
+    turn.candidates = len(candidates)
+
+    # 3. Triage: a fault fails open to every candidate; an empty verdict is an instant miss.
+    try:
+        chosen_idx = model.triage(model_queries, candidates, rec.calls)
+        turn.triage = "ok"
+    except LlmError as exc:
+        if exc.auth:
+            return turn.miss(MissReason.AUTH_FAILED, str(exc))
+        log.warning("triage failed (%s); failing open to all %d candidates", exc, len(candidates))
+        chosen_idx = list(range(len(candidates)))
+        turn.triage = f"failed open: {exc}"
+    except LlmReplyInvalid as exc:
+        log.warning("triage reply invalid (%s); failing open", exc)
+        chosen_idx = list(range(len(candidates)))
+        turn.triage = f"failed open: {exc}"
+    if not chosen_idx:
+        why = "triage found no candidate relevant to the queries"
+        return turn.miss(MissReason.NOT_RELEVANT, why)
+    chosen = [candidates[i] for i in chosen_idx][:MAX_DOCUMENTS]
+    turn.chosen = [c.doc_id for c in chosen]
+
+    # 4. Rebuild the chosen documents within the text budget.
+    docs = rebuild_documents(
+        registry,
+        [(c.doc_id, found[c.doc_id]) for c in chosen],
+        budget=TEXT_BUDGET_CHARS,
+        clean=rec.clean,
+    )
+    replay_input = rec.replay_input(
+        model, queries=model_queries, documents=[d.to_dict() for d in docs]
+    )
+
+    # 5. Synthesis; any failure is a safe "no" that says why.
+    try:
+        synthesis = model.synthesize(model_queries, docs, rec.calls)
+    except LlmError as exc:
+        reason = MissReason.AUTH_FAILED if exc.auth else MissReason.UNAVAILABLE
+        return turn.finish(AnswerStatus.NO, miss=(reason, str(exc)), replay_input=replay_input)
+    except LlmReplyInvalid as exc:
+        invalid = (MissReason.INVALID_REPLY, str(exc))
+        return turn.finish(AnswerStatus.NO, miss=invalid, replay_input=replay_input)
+    citations = _checked(registry, scope, synthesis.citations)
+    if synthesis.status is not AnswerStatus.NO and not citations:
+        nothing = (MissReason.INVALID_REPLY, "the synthesis cited no servable chunk")
+        return turn.finish(AnswerStatus.NO, miss=nothing, replay_input=replay_input)
+    said_no = None
+    if synthesis.status is AnswerStatus.NO:
+        said_no = (MissReason.NOT_RELEVANT, "the chosen documents do not answer the queries")
+    texts = {cid: text for d in docs for cid, text in d.chunks}
+    sources = citation_sources(registry, citations, texts)
+    return turn.finish(synthesis.status, synthesis, citations, said_no, replay_input, sources)
+
+
+@dataclass
+class _Searching:
+    """A knowledge search as it runs: its recorder, its queries, and how far it got (what
+    every output reports)."""
+
+    rec: TurnRecorder
+    queries: list[str]
+    candidates: int = 0
+    chosen: list[str] = field(default_factory=list)  # doc ids given to synthesis
+    triage: str | None = None  # "ok", or "failed open: <why>"
+    degraded: bool = False
 
     def finish(
+        self,
         status: AnswerStatus,
         synthesis: Synthesis | None = None,
         citations: Sequence[Citation] = (),
@@ -100,128 +186,25 @@ def knowledge_search(
         replay_input: dict[str, Any] | None = None,
         sources: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> Turn:
-        output = {
-            "turn_id": turn_id,
-            "kind": "ask",
-            "agent": agent_id,
-            "queries": queries,
-            "answer_status": status.value,
-            "steering": status.steering,
-            "synthesis": synthesis.text if synthesis else "",
-            "citations": [served_citation(c, sources or {}) for c in citations],
-            "miss": {"reason": miss[0].value, "detail": miss[1]} if miss else None,
-            **state,
-            "model": model.model_id if model else None,
-        }
-        return scrubbed_turn(turn_id=turn_id, kind="ask", scope_org=org_id, agent_id=agent_id,
-                             question="\n".join(queries), outcome=status.value, output=output,
-                             replay_input=replay_input or {}, retrievals=retrievals,
-                             calls=calls, citations=citations,
-                             pseudonyms=pseudonyms)  # fmt: skip
-
-    def miss(reason: MissReason, detail: str) -> Turn:
-        log.info("knowledge search miss: %s", reason.value)
-        return finish(AnswerStatus.NO, miss=(reason, detail))
-
-    if scope is None:
-        return miss(MissReason.DISABLED, f"the knowledge base is switched off for {agent_id}")
-    if model is None:
-        return miss(MissReason.NO_MODEL, no_model_reason or "no knowledge model is configured")
-
-    # 1. Retrieve every query; remember each document's best chunk and support per query.
-    found: dict[str, dict[str, Any]] = {}
-    for query in queries:
-        got = retrieve_and_score(query, scope, retrieve_fn, registry, embedder, config)
-        retrievals.append(got.call)
-        if got.result.paused:
-            return miss(MissReason.PAUSED, got.result.reason or "retrieval is paused")
-        state["degraded"] = state["degraded"] or got.result.degraded
-        for rank, (hit, conf) in enumerate(zip(got.result.hits, got.confidence, strict=True)):
-            entry = found.setdefault(
-                hit.doc_id, {"hit": hit, "conf": conf, "rank": rank, "support": {}}
-            )
-            said = scrub(query)  # models and the ledger only ever see scrubbed queries
-            entry["support"][said] = max(entry["support"].get(said, -1.0), conf)
-            if conf > entry["conf"]:
-                entry.update(hit=hit, conf=conf)
-            entry["rank"] = min(entry["rank"], rank)
-    if not found:
-        if state["degraded"]:
-            reasons = {r.reason for r in retrievals if r.reason}
-            return miss(MissReason.UNAVAILABLE, "; ".join(sorted(reasons)) or "search failed")
-        if not _has_servable_documents(registry, scope):
-            return miss(MissReason.STORE_EMPTY, "the agent's collections hold no approved document")
-        return miss(MissReason.NO_RESULTS, "no approved chunk matched any query")
-
-    # 2. Candidates: one per document, best supported first, at most MAX_CANDIDATES.
-    ordered = sorted(found.items(), key=lambda kv: (-kv[1]["conf"], kv[1]["rank"], kv[0]))
-    ordered = ordered[:MAX_CANDIDATES]
-    candidates = [
-        Candidate(
-            doc_id=doc_id,
-            title=entry["hit"].title,
-            description=_describe(entry["hit"], clean),
-            support=entry["conf"],
+        """The search's verdict, recorded."""
+        output = self.rec.output(
+            queries=self.queries,
+            answer_status=status.value,
+            steering=status.steering,
+            synthesis=synthesis.text if synthesis else "",
+            citations=[served_citation(c, sources or {}) for c in citations],
+            miss={"reason": miss[0].value, "detail": miss[1]} if miss else None,
+            candidates=self.candidates,
+            chosen=self.chosen,
+            triage=self.triage,
+            degraded=self.degraded,
         )
-        for doc_id, entry in ordered
-    ]
-    state["candidates"] = len(candidates)
+        return self.rec.record(status.value, output, replay_input, citations)
 
-    # 3. Triage: a fault fails open to every candidate; an empty verdict is an instant miss.
-    try:
-        chosen_idx = model.triage(model_queries, candidates, calls)
-        state["triage"] = "ok"
-    except LlmError as exc:
-        if exc.auth:
-            return miss(MissReason.AUTH_FAILED, str(exc))
-        log.warning("triage failed (%s); failing open to all %d candidates", exc, len(candidates))
-        chosen_idx = list(range(len(candidates)))
-        state["triage"] = f"failed open: {exc}"
-    except LlmReplyInvalid as exc:
-        log.warning("triage reply invalid (%s); failing open", exc)
-        chosen_idx = list(range(len(candidates)))
-        state["triage"] = f"failed open: {exc}"
-    if not chosen_idx:
-        return miss(MissReason.NOT_RELEVANT, "triage found no candidate relevant to the queries")
-    chosen = [candidates[i] for i in chosen_idx][:MAX_DOCUMENTS]
-    state["chosen"] = [c.doc_id for c in chosen]
-
-    # 4. Rebuild the chosen documents within the text budget.
-    docs = rebuild_documents(
-        registry,
-        [(c.doc_id, found[c.doc_id]) for c in chosen],
-        budget=TEXT_BUDGET_CHARS,
-        clean=clean,
-    )
-    replay_input = {
-        "kind": "ask",
-        "queries": model_queries,
-        "documents": [d.to_dict() for d in docs],
-        "model": model.model_id,
-        "prompt_version": model.prompt_version,
-        "threshold": config.threshold,
-        "support": SUPPORT_VERSION,
-    }
-
-    # 5. Synthesis; any failure is a safe "no" that says why.
-    try:
-        synthesis = model.synthesize(model_queries, docs, calls)
-    except LlmError as exc:
-        reason = MissReason.AUTH_FAILED if exc.auth else MissReason.UNAVAILABLE
-        return finish(AnswerStatus.NO, miss=(reason, str(exc)), replay_input=replay_input)
-    except LlmReplyInvalid as exc:
-        return finish(AnswerStatus.NO, miss=(MissReason.INVALID_REPLY, str(exc)),
-                      replay_input=replay_input)  # fmt: skip
-    citations = _checked(registry, scope, synthesis.citations)
-    if synthesis.status is not AnswerStatus.NO and not citations:
-        nothing = (MissReason.INVALID_REPLY, "the synthesis cited no servable chunk")
-        return finish(AnswerStatus.NO, miss=nothing, replay_input=replay_input)
-    said_no = None
-    if synthesis.status is AnswerStatus.NO:
-        said_no = (MissReason.NOT_RELEVANT, "the chosen documents do not answer the queries")
-    texts = {cid: text for d in docs for cid, text in d.chunks}
-    sources = citation_sources(registry, citations, texts)
-    return finish(synthesis.status, synthesis, citations, said_no, replay_input, sources)
+    def miss(self, reason: MissReason, detail: str) -> Turn:
+        """A "no" before synthesis, with why."""
+        log.info("knowledge search miss: %s", reason.value)
+        return self.finish(AnswerStatus.NO, miss=(reason, detail))
 
 
 def _has_servable_documents(registry: SqlRegistry, scope: Scope) -> bool:
@@ -249,7 +232,7 @@ def _checked(
 
 def rebuild_documents(
     registry: SqlRegistry,
-    chosen: Sequence[tuple[str, dict[str, Any]]],
+    chosen: Sequence[tuple[str, DocMatch]],
     *,
     budget: int,
     clean: Callable[[str], str] = scrub,
@@ -270,7 +253,7 @@ def rebuild_documents(
         allowance[doc_id] = min(sizes[doc_id], share)
         remaining -= allowance[doc_id]
     docs: list[KnowledgeDoc] = []
-    for doc_id, entry in chosen:
+    for doc_id, match in chosen:
         kept: list[tuple[str, str]] = []
         left = allowance[doc_id]
         for cid, text in texts[doc_id]:
@@ -278,14 +261,13 @@ def rebuild_documents(
                 break
             kept.append((cid, text[:left]))
             left -= len(kept[-1][1])
-        hit: SearchHit = entry["hit"]
         docs.append(
             KnowledgeDoc(
                 doc_id=doc_id,
-                title=hit.title,
-                uri=hit.uri,
+                title=match.hit.title,
+                uri=match.hit.uri,
                 chunks=tuple(kept),
-                support={q: round(v, 6) for q, v in entry["support"].items()},
+                support={q: round(v, 6) for q, v in match.support.items()},
                 truncated_chars=sizes[doc_id] - sum(len(t) for _, t in kept),
             )
         )

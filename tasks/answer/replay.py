@@ -9,7 +9,7 @@ from core.errors import ConfigError
 from core.models import Citation, LlmCall, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import REFUSAL_TEXT, render_answer
-from tasks.answer.knowledge import Evidence, KnowledgeDoc, KnowledgeModel
+from tasks.answer.contract import Evidence, KnowledgeDoc, KnowledgeModel
 from tasks.text.pii import scrub
 
 
@@ -59,20 +59,26 @@ def replay(
     Citations are rendered from the recorded evidence, so a replay does not depend on the
     registry's present state (a document approved then may be superseded now).
 
+    Args:
+        system: the system prompt to replay with instead of the model's own
+            (`KnowledgeModel.with_system`; the offline model has none).
+
     Raises:
         ConfigError: the turn never reached synthesis (it refused or missed before it).
     """
     check_replayable(turn)
+    if system is not None:
+        model = model.with_system(system)
     data = turn.replay_input
     calls: list[LlmCall] = []
     if data["kind"] == "ask":
         docs = [KnowledgeDoc.from_dict(d) for d in data["documents"]]
-        synthesis = model.synthesize(data["queries"], docs, calls, system=system)
+        synthesis = model.synthesize(data["queries"], docs, calls)
         text = f"answer_status: {synthesis.status.value}\n{synthesis.text}"
         return Replay(turn.turn_id, recorded_text(turn), scrub(text), model.model_id)
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     by_id = {e.chunk_id: e for e in evidence}
-    claims = model.answer(data["question"], evidence, calls, system=system)
+    claims = model.answer(data["question"], evidence, calls)
     cited = {
         cid: Citation(cid, by_id[cid].doc_id, by_id[cid].uri, by_id[cid].title)
         for claim in claims

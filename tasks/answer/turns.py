@@ -5,6 +5,8 @@ The turns themselves: `tasks.answer.knowledge_search` (``research_knowledge_sear
 tri-state verdict) and `tasks.answer.cited_answer` ("no chunk, no answer"); `tasks.answer.replay`
 re-runs either one's synthesis from the ledger.
 
+`TurnRecorder` is one turn as it runs: the setup both turns share and what the ledger records.
+
 Every chunk text, question and query is PII-scrubbed before a model sees it (retrieval, which
 stays in the process, uses the raw text), so the recorded replay input is exactly what
 synthesis saw and no personal data reaches a model provider; outputs are scrubbed again. Every
@@ -21,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.errors import ConfigError
@@ -37,7 +39,8 @@ from core.models import (
 )
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
-from tasks.answer.confidence import TermStats, support_scores
+from tasks.answer.confidence import SUPPORT_VERSION, TermStats, support_scores
+from tasks.answer.contract import KnowledgeModel
 from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
 from tasks.text.pii import Pseudonyms, map_strings, scrub, scrub_payload
@@ -203,7 +206,7 @@ def model_text(config: AnswerConfig) -> tuple[Callable[[str], str], Pseudonyms |
     """How knowledge text is cleaned before a model sees it, and the pseudonyms to restore.
 
     Always scrubbed (`scrub`); with ``reveal_contacts``, contact data gets numbered
-    placeholders that `scrubbed_turn` restores in what the agent receives.
+    placeholders that `TurnRecorder.record` restores in what the agent receives.
     """
     if not config.reveal_contacts:
         return scrub, None
@@ -211,44 +214,88 @@ def model_text(config: AnswerConfig) -> tuple[Callable[[str], str], Pseudonyms |
     return pseudonyms.mask, pseudonyms
 
 
-def scrubbed_turn(
-    *,
-    turn_id: str,
-    kind: str,
-    scope_org: str,
-    agent_id: str,
-    question: str,
-    outcome: str,
-    output: dict[str, Any],
-    replay_input: dict[str, Any],
-    retrievals: Sequence[RetrievalCall],
-    calls: Sequence[LlmCall],
-    citations: Sequence[Citation],
-    policy: Policy | None = None,
-    pseudonyms: Pseudonyms | None = None,
-) -> Turn:
-    """The `Turn` the ledger records, question, output, replay input and calls scrubbed; with
-    ``pseudonyms``, ``delivered`` holds the output with the contact data they masked restored,
-    for the asking agent only (the ledger keeps the numbered placeholders, which is what the
-    model saw, so a replay sends the same text)."""
-    recorded = scrub_payload(output)
-    return Turn(
-        turn_id=turn_id,
-        kind=kind,
-        org_id=scope_org,
-        agent_id=agent_id,
-        created_at=dt.datetime.now(dt.UTC),
-        question=scrub(question),
-        outcome=outcome,
-        output=recorded,
-        replay_input=scrub_payload(replay_input),
-        retrievals=tuple(scrub_retrieval_call(r) for r in retrievals),
-        llm_calls=tuple(scrub_llm_call(c) for c in calls),
-        citations=tuple(citations),
-        policy_id=policy.id if policy else None,
-        policy_version=policy.version if policy else None,
-        delivered=map_strings(recorded, pseudonyms.restore) if pseudonyms else None,
-    )
+@dataclass
+class TurnRecorder:
+    """One agent turn as it runs: the setup every turn shares, and what the ledger records.
+
+    Made as a turn starts (`tasks.answer.knowledge_search`, `tasks.answer.cited_answer`): a new
+    turn id, and how knowledge text is cleaned before a model sees it (`model_text`). While the
+    turn runs it keeps each retrieval (`retrieve`: the query, its embedding, the gate filter,
+    the hits with their support) and each model call (models append to ``calls``); `record`
+    makes the scrubbed `Turn` the ledger records.
+    """
+
+    kind: str  # "ask" (knowledge search) or "answer" (cited answer)
+    question: str  # as the ledger records it (a knowledge search: its queries, one a line)
+    org_id: str
+    agent_id: str
+    model: KnowledgeModel | None
+    retrieve_fn: RetrieveFn
+    registry: SqlRegistry
+    embedder: Embedder
+    config: AnswerConfig
+    turn_id: str = field(default_factory=new_turn_id)
+    retrievals: list[RetrievalCall] = field(default_factory=list)
+    calls: list[LlmCall] = field(default_factory=list)
+    clean: Callable[[str], str] = field(init=False, repr=False)
+    pseudonyms: Pseudonyms | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.clean, self.pseudonyms = model_text(self.config)
+
+    def retrieve(self, query: str, scope: Scope) -> Retrieved:
+        """Retrieve and score ``query`` (`retrieve_and_score`), recording the retrieval."""
+        got = retrieve_and_score(
+            query, scope, self.retrieve_fn, self.registry, self.embedder, self.config
+        )
+        self.retrievals.append(got.call)
+        return got
+
+    def output(self, **fields: Any) -> dict[str, Any]:
+        """The turn's output: which turn and agent, then ``fields``, then the model."""
+        return {"turn_id": self.turn_id, "kind": self.kind, "agent": self.agent_id, **fields,
+                "model": self.model.model_id if self.model else None}  # fmt: skip
+
+    def replay_input(self, model: KnowledgeModel, **inputs: Any) -> dict[str, Any]:
+        """What a replay needs to re-run the synthesis: ``inputs`` (exactly what ``model`` was
+        given), the model, its prompt version and the support signal it was judged by."""
+        return {"kind": self.kind, **inputs, "model": model.model_id,
+                "prompt_version": model.prompt_version, "threshold": self.config.threshold,
+                "support": SUPPORT_VERSION}  # fmt: skip
+
+    def record(
+        self,
+        outcome: str,
+        output: dict[str, Any],
+        replay_input: dict[str, Any] | None = None,
+        citations: Sequence[Citation] = (),
+        policy: Policy | None = None,
+    ) -> Turn:
+        """The `Turn` the ledger records, question, output, replay input and calls scrubbed.
+
+        With pseudonyms (``reveal_contacts``), ``delivered`` holds the output with the contact
+        data they masked restored, for the asking agent only (the ledger keeps the numbered
+        placeholders, which is what the model saw, so a replay sends the same text).
+        """
+        recorded = scrub_payload(output)
+        pseudonyms = self.pseudonyms
+        return Turn(
+            turn_id=self.turn_id,
+            kind=self.kind,
+            org_id=self.org_id,
+            agent_id=self.agent_id,
+            created_at=dt.datetime.now(dt.UTC),
+            question=scrub(self.question),
+            outcome=outcome,
+            output=recorded,
+            replay_input=scrub_payload(replay_input or {}),
+            retrievals=tuple(scrub_retrieval_call(r) for r in self.retrievals),
+            llm_calls=tuple(scrub_llm_call(c) for c in self.calls),
+            citations=tuple(citations),
+            policy_id=policy.id if policy else None,
+            policy_version=policy.version if policy else None,
+            delivered=map_strings(recorded, pseudonyms.restore) if pseudonyms else None,
+        )
 
 
 def scrub_retrieval_call(call: RetrievalCall) -> RetrievalCall:

@@ -13,14 +13,15 @@ from core.errors import ConfigError, LlmError
 from core.models import AnswerStatus, DocStatus, LlmCall, MissReason, Scope, SearchMode, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import NO_EVIDENCE, answer
-from tasks.answer.knowledge import (
-    ANSWER_SYSTEM,
-    Candidate,
-    ClaudeKnowledgeModel,
-    ExtractiveKnowledgeModel,
-    KnowledgeDoc,
+from tasks.answer.claude import ANSWER_SYSTEM, ClaudeKnowledgeModel
+from tasks.answer.contract import Candidate, KnowledgeDoc
+from tasks.answer.extractive import ExtractiveKnowledgeModel
+from tasks.answer.knowledge_search import (
+    MAX_DOCUMENTS,
+    DocMatch,
+    knowledge_search,
+    rebuild_documents,
 )
-from tasks.answer.knowledge_search import MAX_DOCUMENTS, knowledge_search, rebuild_documents
 from tasks.answer.replay import replay
 from tasks.answer.turns import AnswerConfig
 from tasks.llm import AnthropicChat
@@ -381,7 +382,7 @@ def test_claude_auth_failure_is_a_miss_that_says_so(kb: dict[str, Any]) -> None:
 def test_rebuild_marks_truncation_and_shares_the_budget(kb: dict[str, Any]) -> None:
     registry: SqlRegistry = kb["registry"]
     docs = kb["docs"]
-    hit = {"hit": type("H", (), {"title": "t", "uri": "u"})(), "support": {"q": 0.7}}
+    hit = DocMatch(type("H", (), {"title": "t", "uri": "u"})(), 0.7, 0, {"q": 0.7})
     full = rebuild_documents(registry, [(docs["travel"], hit)], budget=100_000)[0]
     assert full.truncated_chars == 0 and "".join(t for _, t in full.chunks) == TRAVEL
     cut = rebuild_documents(registry, [(docs["travel"], hit), (docs["expenses"], hit)], budget=80)
@@ -411,6 +412,29 @@ def test_candidates_are_one_per_document(kb: dict[str, Any]) -> None:
     ids = [c.doc_id for c in seen[0]]
     assert len(ids) == len(set(ids)) <= 24
     assert all(isinstance(c.description, str) and c.description for c in seen[0])
+
+
+def test_turns_keep_the_field_order_the_ledger_records(kb: dict[str, Any]) -> None:
+    """Both turns' outputs and replay inputs, field by field in order (the ledger stores them
+    as JSON text, so a reordering would change every recorded row)."""
+    answered = run_answer(kb, "Which class is standard for short flights?")
+    refused = run_answer(kb, "What is the airspeed velocity of an unladen swallow?")
+    assert list(answered.output) == list(refused.output) == [
+        "turn_id", "kind", "agent", "question", "status", "answer", "claims", "citations",
+        "refusal", "threshold", "best_confidence", "degraded", "support", "model",
+    ]  # fmt: skip
+    assert list(answered.replay_input) == [
+        "kind", "question", "evidence", "model", "prompt_version", "threshold", "support"
+    ]  # fmt: skip
+    said = run_search(kb, ["days to submit expense reports"])
+    missed = run_search(kb, ["x"], scope=None)
+    assert list(said.output) == list(missed.output) == [
+        "turn_id", "kind", "agent", "queries", "answer_status", "steering", "synthesis",
+        "citations", "miss", "candidates", "chosen", "triage", "degraded", "model",
+    ]  # fmt: skip
+    assert list(said.replay_input) == [
+        "kind", "queries", "documents", "model", "prompt_version", "threshold", "support"
+    ]  # fmt: skip
 
 
 def test_knowledge_doc_round_trips() -> None:

@@ -26,7 +26,8 @@ from tasks.answer.confidence import (
     support_scores,
     support_scores_v1,
 )
-from tasks.answer.knowledge import Evidence, ExtractiveKnowledgeModel
+from tasks.answer.contract import Evidence
+from tasks.answer.extractive import ExtractiveKnowledgeModel
 from tasks.answer.replay import replay
 from tasks.answer.turns import AnswerConfig
 from tasks.query.retrieve import retrieve

@@ -18,7 +18,7 @@ import pytest
 from core.models import DocStatus, Scope, SearchMode, SourceRef
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer
-from tasks.answer.knowledge import ExtractiveKnowledgeModel
+from tasks.answer.extractive import ExtractiveKnowledgeModel
 from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.turns import AnswerConfig
 from tasks.query.fallback import KeywordFallback

@@ -41,7 +41,7 @@ from kbflow.services.context import SearchContext
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer
-from tasks.answer.knowledge import ExtractiveKnowledgeModel
+from tasks.answer.extractive import ExtractiveKnowledgeModel
 from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.turns import AnswerConfig
 from tasks.query.retrieve import search

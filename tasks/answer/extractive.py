@@ -1,0 +1,227 @@
+"""The offline knowledge model, `ExtractiveKnowledgeModel`: deterministic, and it never writes
+a sentence of its own.
+
+It quotes the knowledge's sentences, each with its chunk id. Sentences are chosen by IDF-weighted
+overlap with the question (IDF over the sentences it was given), so a replay on the recorded
+knowledge needs no model at all and is byte-identical. Its triage keeps the candidates whose
+support reaches the calibrated confidence threshold. The contract: `tasks.answer.contract`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from core.models import AnswerStatus, LlmCall
+from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
+from tasks.text.sentences import split_sentences
+from tasks.text.sparse import analyze
+from tasks.text.values import holds_value_for, is_question
+
+EXTRACTIVE_MODEL_ID = "extractive-v2"
+EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
+# Every version a recorded turn may name; each replays byte-identically. v2 adds value words
+# (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
+EXTRACTIVE_MODEL_IDS = ("extractive-v1", EXTRACTIVE_MODEL_ID)
+MAX_CLAIMS = 3  # sentences an extractive answer quotes
+SENTENCES_PER_QUERY = 2  # sentences an extractive synthesis quotes per query
+_MIN_SENTENCE_CHARS = 20
+_QUOTE_CHARS = 400
+_TOKEN = re.compile(r"[a-z0-9]+")
+_STOPWORD_TEXT = (
+    "a an the and or but if of to in on at by for with from as is are was were be been being "
+    "do does did have has had what which who whom whose when where why how this that these "
+    "those it its i you we they he she our your their my me us them can could should would "
+    "will shall may might must not no yes any all some than then there here about into over "
+    "under up down out so such very just also more most other only own same too"
+)
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+def content_terms(text: str) -> list[str]:
+    """Lower-cased word tokens without stopwords (what lexical overlap counts).
+
+    Deliberately not the BM25 analyser (`tasks.text.sparse.analyze`): this is no retrieval
+    path but the offline model's sentence choice, and recorded answers are replayed under the
+    model id they were recorded with (``extractive-v1``, ``extractive-v2``) and must come out
+    byte-identical. Changing these terms means a new model id.
+    """
+    return [t for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+
+
+def _sentences(text: str) -> list[str]:
+    found = [s for s in split_sentences(text) if len(s) >= _MIN_SENTENCE_CHARS]
+    if found:
+        return found
+    flat = " ".join(text.split())
+    return [flat[:_QUOTE_CHARS]] if flat else []
+
+
+class _Overlap:
+    """IDF-weighted share of a query's terms that a sentence contains (IDF over the pool).
+
+    With ``value_words`` (extractive-v2), a question's word that asks for a kind of value
+    ("price") counts in a sentence that states such a value ("14.50 EUR").
+    """
+
+    def __init__(self, pool: Sequence[str], *, value_words: bool = False) -> None:
+        self._pool = list(pool)
+        self._value_words = value_words
+        self._terms = [set(content_terms(s)) for s in pool]
+        df: dict[str, int] = {}
+        for terms in self._terms:
+            for t in terms:
+                df[t] = df.get(t, 0) + 1
+        n = max(len(pool), 1)
+        self._idf = {t: math.log(1 + n / d) for t, d in df.items()}
+        self._unseen = math.log(1 + n)
+
+    def score(self, query: str, index: int, span: int = 1) -> float:
+        """The share for the sentences ``index`` .. ``index + span - 1`` taken together."""
+        terms = set(content_terms(query))
+        if not terms:
+            return 0.0
+        weights = {t: self._idf.get(t, self._unseen) for t in terms}
+        present = set().union(*self._terms[index : index + span])
+        text = " ".join(self._pool[index : index + span])
+        asks = self._value_words and is_question(query)
+        hit = sum(w for t, w in weights.items() if t in present or (asks and _holds_value(t, text)))
+        return hit / sum(weights.values())
+
+
+def _holds_value(word: str, sentence: str) -> bool:
+    """``sentence`` states a value of the kind ``word`` asks for ("price": an amount)."""
+    return any(holds_value_for(term, sentence) for term in analyze(word))
+
+
+def _quote(sentence: str) -> str:
+    flat = " ".join(sentence.split())
+    return flat if len(flat) <= _QUOTE_CHARS else flat[: _QUOTE_CHARS - 1] + "…"
+
+
+class ExtractiveKnowledgeModel:
+    """Offline: triage by calibrated support, answers and syntheses that quote and cite.
+
+    Args:
+        threshold: the confidence a chunk needs to count as support (the calibrated
+            ``KBFLOW_ANSWER_MIN_CONFIDENCE``); it decides triage and yes / maybe / no.
+    """
+
+    def __init__(self, threshold: float, model_id: str = EXTRACTIVE_MODEL_ID) -> None:
+        if model_id not in EXTRACTIVE_MODEL_IDS:
+            raise ValueError(
+                f"unknown offline model {model_id!r}: one of {', '.join(EXTRACTIVE_MODEL_IDS)}"
+            )
+        self.threshold = threshold
+        self.model_id = model_id
+        self.prompt_version = model_id
+        self._value_words = model_id != "extractive-v1"
+
+    def with_system(self, system: str | None) -> ExtractiveKnowledgeModel:
+        """Itself: the offline model has no prompt to replace."""
+        return self
+
+    def _record(self, purpose: str, payload: dict[str, Any], reply: str) -> LlmCall:
+        return LlmCall(
+            purpose=purpose,
+            model=self.model_id,
+            prompt_version=self.prompt_version,
+            system="",
+            messages=({"role": "user", "content": json.dumps(payload, sort_keys=True)},),
+            reply=reply,
+        )
+
+    def triage(
+        self, queries: Sequence[str], candidates: Sequence[Candidate], calls: list[LlmCall]
+    ) -> list[int]:
+        chosen = [i for i, c in enumerate(candidates) if c.support >= self.threshold]
+        calls.append(
+            self._record(
+                "triage",
+                {"queries": list(queries), "threshold": self.threshold,
+                 "support": [round(c.support, 6) for c in candidates]},
+                str(chosen),
+            )
+        )  # fmt: skip
+        return chosen
+
+    def synthesize(
+        self, queries: Sequence[str], docs: Sequence[KnowledgeDoc], calls: list[LlmCall]
+    ) -> Synthesis:
+        pool: list[tuple[str, str]] = [
+            (cid, s) for d in docs for cid, text in d.chunks for s in _sentences(text)
+        ]
+        overlap = _Overlap([s for _, s in pool], value_words=self._value_words)
+        lines: list[str] = []
+        cited: dict[str, str] = {}
+        supported = 0
+        for query in queries:
+            if any(d.support.get(query, 0.0) >= self.threshold for d in docs):
+                supported += 1
+            scores = [overlap.score(query, i) for i in range(len(pool))]
+            ranked = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
+            picks = [i for i in ranked if scores[i] > 0][:SENTENCES_PER_QUERY]
+            if not picks:
+                lines.append(f"{query}: no sentence of the knowledge mentions it.")
+                continue
+            quoted = " ".join(f"“{_quote(pool[i][1])}” [chunk:{pool[i][0]}]" for i in picks)
+            lines.append(f"{query}: {quoted}")
+            for i in picks:
+                cited.setdefault(pool[i][0], _quote(pool[i][1]))
+        if not cited or supported == 0:
+            status = AnswerStatus.NO
+        elif supported == len(queries):
+            status = AnswerStatus.YES
+        else:
+            status = AnswerStatus.MAYBE
+        text = "\n".join(lines)
+        calls.append(
+            self._record(
+                "synthesis",
+                {"queries": list(queries), "docs": [d.doc_id for d in docs]},
+                text,
+            )
+        )
+        return Synthesis(status, text, tuple(cited.items()))
+
+    def answer(
+        self, question: str, evidence: Sequence[Evidence], calls: list[LlmCall]
+    ) -> list[Claim]:
+        per_chunk = [[s for s in _sentences(e.text)] for e in evidence]
+        flat = [s for sentences in per_chunk for s in sentences]
+        overlap = _Overlap(flat, value_words=self._value_words)
+        best: list[tuple[float, int, str]] = []  # (score, evidence rank, sentence)
+        position = 0
+        # v2 also weighs each pair of neighbouring sentences, so a value stated in the sentence
+        # after the one that names the subject ("Arctic Breakfast: …. 14.50 EUR per guest.")
+        # is quoted with it; a pair wins only when it covers more than either sentence.
+        spans = (1, 2) if self._value_words else (1,)
+        for rank, sentences in enumerate(per_chunk):
+            scored = [
+                (overlap.score(question, position + j, n), -n, -j)
+                for n in spans
+                for j in range(len(sentences) - n + 1)
+            ]
+            position += len(sentences)
+            if not sentences:
+                continue
+            score, neg_n, neg_j = max(scored)
+            best.append((score, rank, " ".join(sentences[-neg_j : -neg_j - neg_n])))
+        # Best-supported first; a chunk that shares no word with the question still passed the
+        # calibrated threshold, so it may be quoted, after any that do share words.
+        best.sort(key=lambda b: (-b[0], b[1]))
+        claims = [
+            Claim(f"“{_quote(sentence)}”", (evidence[rank].chunk_id,))
+            for _, rank, sentence in best[:MAX_CLAIMS]
+        ]
+        calls.append(
+            self._record(
+                "answer",
+                {"question": question, "evidence": [e.chunk_id for e in evidence]},
+                "\n".join(f"{c.text} [{c.chunk_ids[0]}]" for c in claims),
+            )
+        )
+        return claims
