@@ -148,7 +148,7 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
                     synthesizer=synthesizer, public_context=False,
                 )  # fmt: skip
                 seconds = time.perf_counter() - started
-                drafts = {d.filename: d.content for d in outcome.response.documents}
+                drafts = {d.filename: d.content for d in outcome.documents}
                 if drafts_dir is not None:
                     (drafts_dir / name).mkdir(parents=True, exist_ok=True)
                     for filename, content in drafts.items():

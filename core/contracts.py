@@ -2,10 +2,10 @@
 
 Each is a pydantic model, so one definition serves as the CLI's arguments, a flow's parameters
 (Prefect renders them as the run form), a job row's stored parameters and the ``--json`` output
-(``model_dump(mode="json")``, key for key what the commands printed before these models).
+(`Report.to_dict`).
 
-A report also reads like that JSON (``report["documents"]``): the CLI's renderers and older
-callers index it, and that stays true.
+A report also reads like that JSON: ``report["documents"]``, ``"review" in report`` and
+``report.get("review")`` give what the JSON holds under that key.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core import ids
+from core.errors import IngestFailed
 from core.models import DocStatus
 
 
@@ -42,7 +43,7 @@ class Report(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the commands print: every field given when the report was made (a field
-        left at its default because its producer never reports it stays out, as before)."""
+        left at its default because its producer never reports it stays out)."""
         return self.model_dump(mode="json", exclude_unset=True)
 
 
@@ -121,6 +122,25 @@ class IngestReport(Report):
     empty: list[PathReason] = Field(default_factory=list)
     notes: list[PathNote] = Field(default_factory=list)
     jobs: list[JobRef] = Field(default_factory=list)
+
+    def raise_if_too_many_skipped(self, max_ratio: float) -> None:
+        """Fail the run when more than ``max_ratio`` of the attempted documents were skipped.
+
+        Unchanged documents count as fine: one newly unreadable file among a hundred unchanged
+        ones does not fail a re-run.
+
+        Raises:
+            IngestFailed: too many were skipped; the message names the first three and why.
+        """
+        attempted = self.documents + len(self.empty) + len(self.skipped) + self.unchanged
+        if attempted and len(self.skipped) / attempted > max_ratio:
+            names = "; ".join(f"{s.source} ({s.reason})" for s in self.skipped[:3])
+            raise IngestFailed(
+                f"{len(self.skipped)} of {attempted} documents could not be ingested "
+                f"(more than {max_ratio:.0%}), e.g. {names}. The {self.documents} that worked "
+                "are stored; see each reason in the report, fix the files and re-run "
+                "(unchanged documents are skipped)."
+            )
 
 
 # --- review ----------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+# Over 500 lines: the value types every layer shares, one vocabulary kept in one place.
 """Domain models shared by every layer: statuses, roles, documents, chunks, scopes and hits.
 
 One module on purpose: the vocabulary every floor shares, so any domain type is in one place.
@@ -427,7 +428,8 @@ class AmInput(BaseModel):
 
 
 class ResearchRequest(BaseModel):
-    """A research run's request, in the original API's shape (camelCase or snake_case)."""
+    """A research run's request; its ids read as camelCase or snake_case (``orgId`` or
+    ``org_id``) and dump by alias as camelCase."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -440,21 +442,6 @@ class ResearchRequest(BaseModel):
     am_inputs: list[AmInput] = Field(default_factory=list)
     budget_cap_tokens: int = Field(200_000, gt=0)
     model: str | None = None
-
-
-class ResearchDocumentOut(BaseModel):
-    filename: str
-    title: str
-    content: str
-
-
-class ResearchResponse(BaseModel):
-    """A research run's outcome, in the original API's shape."""
-
-    synthesis_run_id: str | None
-    budget_exceeded: bool
-    documents: list[ResearchDocumentOut] = Field(default_factory=list)
-    consumed_tokens: int = 0
 
 
 # --- answers, knowledge search and the ledger ------------------------------------------------

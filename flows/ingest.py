@@ -1,6 +1,11 @@
 """The ``ingest`` flow: discover -> plan (content hash) -> per batch: extract, chunk, embed,
 check, upsert -> report.
 
+The caller that starts it in this process may have discovered and planned already
+(`kbflow.services.ingest.run_ingest` does, to decide whether a flow is needed at all): the flow
+then takes that plan (`tasks.ingest.planned`) and reads and hashes nothing again. Started any
+other way (a deployment, a worker, a background job) it discovers and plans on its own.
+
 With ``KBFLOW_TASK_RUNNER=dask`` the batches are extracted and embedded on a Dask cluster
 (`flows.runners`) while the flow writes each one, in batch order, exactly as the default runner
 does: registry rows stay pending until their vectors are stored, whatever runs where.
@@ -23,7 +28,8 @@ from core.models import DocStatus
 from core.settings import Settings
 from flows.runners import ComputeRunner, compute_runner
 from sinks.connect import open_registry
-from tasks.ingest.index import BatchReport, IngestSummary, IngestTarget, WorkItem
+from tasks.ingest.index import BatchReport, IngestTarget, WorkItem, ingest_report
+from tasks.ingest.planned import take as take_planned
 from tasks.ingest.steps import (
     Prepared,
     discover_task,
@@ -84,9 +90,15 @@ def ingest(
         source_tag=source_tag,
         actor=actor,
     )
-    found = discover_task(paths)
+    handed = take_planned(paths, org)
+    if handed is None:
+        found = discover_task(paths)
+        plan = plan_task(found.sources, org, settings)
+    else:  # the caller that started this run discovered, hashed and planned them
+        found, plan = handed.found, handed.plan
+        started -= handed.seconds
+        logger.info("took the plan of the caller that started this run: nothing is read again")
     sources = found.sources
-    plan = plan_task(sources, org, settings)
     logger.info(
         "discovered %d sources: %d new, %d changed, %d unchanged",
         len(sources),
@@ -113,7 +125,7 @@ def ingest(
             for batch, prepared in _prepared_in_order(compute, batches, settings):
                 total.merge(index_batch_task(batch, target, {}, settings, prepared=prepared))
                 progress.advance("index", len(batch))
-    summary = IngestSummary.build(
+    report = ingest_report(
         plan,
         total,
         org=org,
@@ -127,10 +139,10 @@ def ingest(
         total.chunks,
         len(total.skipped),
         total.superseded,
-        summary.seconds,
+        report.seconds,
     )
-    summary.raise_if_too_many_skipped(settings.max_skip_ratio)
-    return summary.report()
+    report.raise_if_too_many_skipped(settings.max_skip_ratio)
+    return report
 
 
 def _prepared_in_order(

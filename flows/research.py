@@ -65,33 +65,32 @@ def research(
     public = not (settings.research_offline if offline is None else offline)
     gathered = gather_task(request, settings, public)
     if gathered.stopped:
-        outcome = stopped_outcome(gathered.notes, gathered.budget, _model_id(request, settings),
-                                  gathered.stopped)  # fmt: skip
+        report = stopped_outcome(gathered.notes, gathered.budget, _model_id(request, settings),
+                                 gathered.stopped)  # fmt: skip
     else:
         drafted = synthesize_task(gathered, settings)
         if drafted.stopped:
-            outcome = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
-                                      drafted.stopped)  # fmt: skip
+            report = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
+                                     drafted.stopped)  # fmt: skip
         else:
             run_id, doc_ids, superseded = persist_task(
                 drafted.drafts, gathered.corpus, org, settings
             )
-            outcome = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
-    report = ResearchReport.model_validate(outcome.to_dict())
+            report = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
     if settings.metrics_pushgateway:
         push_metrics(settings.metrics_pushgateway, org)
-    for note in outcome.notes:
+    for note in report.notes:
         logger.warning("research %s: %s", org, note)
-    if outcome.response.budget_exceeded:  # its note was logged above
+    if report.budget_exceeded:  # its note was logged above
         why = f"research budget exceeded for org {org!r}: " + (
-            outcome.budget_stop or "nothing was persisted"
+            report.budget_stop or "nothing was persisted"
         )
         return failed_run(why, report)
     logger.info(
         "research run %s: %d drafts pending review (%s)",
-        outcome.response.synthesis_run_id,
-        len(outcome.doc_ids),
-        outcome.synthesizer,
+        report.synthesis_run_id,
+        len(report.doc_ids),
+        report.synthesizer,
     )
     if review_timeout_s > 0:
         name = f"{flow_run.name or 'research'}-review"
@@ -100,7 +99,7 @@ def research(
                 org=org,
                 reviewer=reviewer,
                 timeout_s=review_timeout_s,
-                synthesis_run_id=outcome.response.synthesis_run_id,
+                synthesis_run_id=report.synthesis_run_id,
             )
             report = report.model_copy(update={"review": reviewed})
         except RunFailed as exc:  # it ran, and says why it failed
@@ -110,8 +109,8 @@ def research(
             report = report.model_copy(update={"review_failed": str(exc)})
         if report.review_failed is not None:
             why = (
-                f"the review of research run {outcome.response.synthesis_run_id} failed, its "
-                f"{len(outcome.doc_ids)} drafts stay pending_review: {report['review_failed']}"
+                f"the review of research run {report.synthesis_run_id} failed, its "
+                f"{len(report.doc_ids)} drafts stay pending_review: {report.review_failed}"
             )
             return failed_run(why, report)
     return report

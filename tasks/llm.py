@@ -1,9 +1,9 @@
 """Chat-model calls for the answer path: one retry layer, strict JSON, one repair, a record.
 
 `ChatModel` is the Protocol; `AnthropicChat` is the real one (Claude Messages API through the
-official SDK with ``max_retries=0``, so this module is the only retry layer). Every request is
-appended to the caller's call log as an `LlmCall`, failed ones included, so the ledger sees
-exactly what was sent and what came back.
+official SDK). Every call is appended to the caller's call log as an `LlmCall`, failed ones
+included, with the number of requests it took, so the ledger sees exactly what was sent and
+what came back.
 
 Retries are for transient failures only (`is_transient`): HTTP 408, 409, 429 and 5xx (529
 "overloaded" included), timeouts and connection errors/resets. Three attempts in all, with
@@ -11,6 +11,10 @@ exponential backoff, or the server's ``retry-after`` when it asks for longer. An
 (a 400, a bad key, an unknown model) fails at once. The SDK's typed errors decide
 (``anthropic.APIStatusError.status_code``, ``APITimeoutError``, ``APIConnectionError``), never an
 error's text: a message that merely mentions "503" or "timeout" is not transient.
+
+tenacity runs the retries; the SDK's own are off (``max_retries=0``), so this is the one retry
+layer, its delays are the caller's (``backoff_s``, an injectable ``sleep``) and the attempts it
+made are known on success and on failure alike.
 
 `complete_json` asks for a JSON object, parses it with the caller's validator and, when the
 reply breaks the contract, sends ONE repair turn quoting the exact error; a second bad reply
@@ -25,6 +29,8 @@ import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
 from core.models import LlmCall
@@ -164,45 +170,61 @@ class AnthropicChat:
             LlmError: the request failed (``transient``, ``auth`` and ``attempts`` set); the
                 provider's error is its ``__cause__``.
         """
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = self._messages_api().create(
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=self._delay,
+            retry=retry_if_exception(is_transient),
+            sleep=self._sleep,
+            before_sleep=lambda state: self._log_retry(purpose, state),
+            reraise=True,
+        )
+        try:
+            response = retrying(
+                lambda: self._messages_api().create(
                     model=self.model_id,
                     max_tokens=max_tokens,
                     system=system,
                     messages=messages,
                     timeout=self.timeout_s,
                 )
-                return response, attempt
-            except Exception as exc:  # classified below; never swallowed
-                transient = is_transient(exc)
-                if transient and attempt < self.attempts:
-                    delay = max(self.backoff_s * 2 ** (attempt - 1), retry_after_s(exc) or 0.0)
-                    log.warning(
-                        "%s %s: transient %s; retry %d/%d in %.1fs",
-                        purpose, self.model_id, type(exc).__name__, attempt,
-                        self.attempts - 1, delay,
-                    )  # fmt: skip
-                    self._sleep(delay)
-                    continue
-                auth = is_auth_error(exc)
-                if auth:
-                    hint = "check ANTHROPIC_API_KEY"
-                elif transient and attempt > 1:
-                    hint = f"still failing after {attempt} attempts; try again later"
-                elif transient:
-                    hint = "not retried here (attempts=1); a later retry may succeed"
-                else:
-                    hint = "not retried: check the model id and the request"
-                raise LlmError(
-                    f"{self.model_id} {purpose} call failed (HTTP {status_of(exc)}): {exc} — "
-                    f"{hint}",
-                    transient=transient,
-                    auth=auth,
-                    attempts=attempt,
-                ) from exc
+            )
+        except Exception as exc:  # classified below; never swallowed
+            raise self._failure(purpose, exc, retrying.statistics["attempt_number"]) from exc
+        return response, retrying.statistics["attempt_number"]
+
+    def _delay(self, state: RetryCallState) -> float:
+        """Before retry n: ``backoff_s * 2**(n-1)``, or the server's ``retry-after`` if longer."""
+        exc = state.outcome.exception() if state.outcome else None
+        backoff = self.backoff_s * 2 ** (state.attempt_number - 1)
+        return max(backoff, (retry_after_s(exc) if exc else None) or 0.0)
+
+    def _log_retry(self, purpose: str, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "%s %s: transient %s; retry %d/%d in %.1fs",
+            purpose, self.model_id, type(exc).__name__, state.attempt_number,
+            self.attempts - 1, delay,
+        )  # fmt: skip
+
+    def _failure(self, purpose: str, exc: Exception, attempts: int) -> LlmError:
+        """What a failed call raises: the provider's status, and whether a retry could help."""
+        transient = is_transient(exc)
+        auth = is_auth_error(exc)
+        if auth:
+            hint = "check ANTHROPIC_API_KEY"
+        elif transient and attempts > 1:
+            hint = f"still failing after {attempts} attempts; try again later"
+        elif transient:
+            hint = "not retried here (attempts=1); a later retry may succeed"
+        else:
+            hint = "not retried: check the model id and the request"
+        return LlmError(
+            f"{self.model_id} {purpose} call failed (HTTP {status_of(exc)}): {exc} — {hint}",
+            transient=transient,
+            auth=auth,
+            attempts=attempts,
+        )
 
     def complete(
         self,

@@ -5,9 +5,10 @@ its provider says may pass (a 429, a 529 "overloaded", a 5xx, a timeout, a lost 
 fetch timed out, lost its connection or got a 429/5xx. Everything else is permanent and fails at
 once: a 400, a bad key, an SSRF block, a budget overrun, invalid input, a validation failure.
 
-Prefect calls :func:`retry_transient` with ``(task, task_run, state)`` after a failed attempt;
-it reads the attempt's exception from the state. Plain code can ask :func:`is_transient`.
-Nothing here imports Prefect.
+A task that retries takes :data:`TASK_RETRIES` (``@task(..., **TASK_RETRIES)``); Prefect then
+calls :func:`retry_transient` with ``(task, task_run, state)`` after a failed attempt, and it
+reads the attempt's exception from the state. Plain code can ask :func:`is_transient`. Nothing
+here imports Prefect.
 """
 
 from __future__ import annotations
@@ -42,3 +43,11 @@ def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
     except Exception as error:  # the result could not be read: judge what was raised
         exc = error
     return is_transient(exc if isinstance(exc, BaseException) else None)
+
+
+# The retry keywords of every Prefect task that retries: ``@task(..., **TASK_RETRIES)``.
+TASK_RETRIES: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": retry_transient,
+}

@@ -25,7 +25,8 @@ def run_ingest(
     wait: bool = True,
     progress: Listener | None = None,
 ) -> IngestReport:
-    """Plan without Prefect; start the ingest flow only when there is work to do.
+    """Discover, hash and plan once, without Prefect; start the ingest flow only when there is
+    work to do, and hand it the plan (`tasks.ingest.planned`: it reads nothing again).
 
     Unless ``wait``, audio, video and large files go to a background job (see
     `kbflow.services.job_runner`);
@@ -44,7 +45,8 @@ def run_ingest(
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.discover import discover
     from tasks.ingest.extract import SUPPORTED_SUFFIXES, runs_long
-    from tasks.ingest.index import BatchReport, IngestSummary, plan_ingest, repair_shadowed
+    from tasks.ingest.index import BatchReport, ingest_report, plan_ingest, repair_shadowed
+    from tasks.ingest.planned import Planned, handing
 
     started = time.perf_counter()
     with open_registry(settings) as registry:
@@ -52,6 +54,7 @@ def run_ingest(
         found = discover(paths, SUPPORTED_SUFFIXES)
         sources = found.sources
         plan = plan_ingest(sources, registry, request.org)
+        planned = Planned(found, plan, seconds=time.perf_counter() - started)
         repaired = 0
         if plan.shadowed and not plan.work:  # nothing else to do: repair here, without a flow
             with open_vector_store(settings) as store:
@@ -68,30 +71,32 @@ def run_ingest(
             plan.work = [w for w in plan.work if w not in long_files]
             paths = sorted({str(w.source.path) for w in plan.work})
     if not plan.work:
-        summary = IngestSummary.build(
+        report = ingest_report(
             plan,
             BatchReport(skipped=list(found.skipped), notes=list(found.notes), superseded=repaired),
             org=request.org,
             collection=request.collection,
             discovered=len(sources),
             seconds=time.perf_counter() - started,
+            jobs=jobs,
         )
-        summary.raise_if_too_many_skipped(settings.max_skip_ratio)
-        return summary.report(jobs)
+        report.raise_if_too_many_skipped(settings.max_skip_ratio)
+        return report
     from flows.ingest import ingest as ingest_flow
     from kbflow.services.orchestration import prefect_starting
     from tasks.ingest.steps import warm_up
 
     with prefect_starting():
         warm_up(settings)
-    if progress is None:
-        report = ingest_flow(paths=paths, **request.flow_params())
-    else:
-        from core import progress as channel
-
-        progress("ingest", 0, len(plan.work))
-        with channel.listening(progress):
+    with handing(paths, request.org, planned):
+        if progress is None:
             report = ingest_flow(paths=paths, **request.flow_params())
+        else:
+            from core import progress as channel
+
+            progress("ingest", 0, len(plan.work))
+            with channel.listening(progress):
+                report = ingest_flow(paths=paths, **request.flow_params())
     return report.model_copy(update={"jobs": jobs})
 
 

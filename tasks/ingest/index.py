@@ -1,3 +1,4 @@
+# Over 500 lines: plan, index and supersede are one write protocol; its order is its safety.
 """Plan and index documents: the unit of work behind the ingest flow.
 
 ``plan_ingest`` compares discovered sources with the registry by content hash (unchanged sources
@@ -19,7 +20,7 @@ from typing import Any
 
 from core import faults
 from core.contracts import IngestReport, JobRef, PathNote, PathReason
-from core.errors import ExtractionError, IngestFailed
+from core.errors import ExtractionError
 from core.models import (
     SERVABLE_PARSE_STATUSES,
     Chunk,
@@ -482,76 +483,32 @@ def _resumed(item: WorkItem) -> bool:
     return item.resume and item.previous is not None
 
 
-@dataclass
-class IngestSummary:
-    """What an ingest run did, for the CLI, the logs and the benchmarks."""
-
-    org: str
-    collection: str
-    discovered: int
-    new: int
-    changed: int
-    unchanged: int
-    documents: int
-    chunks: int
-    superseded: int
-    skipped: list[tuple[str, str]]
-    seconds: float
-    embed_seconds: float
-    empty: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[tuple[str, str]] = field(default_factory=list)
-
-    @classmethod
-    def build(
-        cls,
-        plan: IngestPlan,
-        total: BatchReport,
-        *,
-        org: str,
-        collection: str,
-        discovered: int,
-        seconds: float,
-    ) -> IngestSummary:
-        return cls(
-            org=org,
-            collection=collection,
-            discovered=discovered,
-            new=plan.new,
-            changed=plan.changed,
-            unchanged=plan.unchanged,
-            documents=total.documents,
-            chunks=total.chunks,
-            superseded=total.superseded,
-            skipped=list(total.skipped),
-            seconds=round(seconds, 3),
-            embed_seconds=round(total.embed_seconds, 3),
-            empty=list(total.empty),
-            notes=list(total.notes),
-        )
-
-    def report(self, jobs: Sequence[JobRef] = ()) -> IngestReport:
-        """The typed report (``jobs``: the background jobs long files were handed to)."""
-        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        fields["skipped"] = [PathReason(source=s, reason=r) for s, r in self.skipped]
-        fields["empty"] = [PathReason(source=s, reason=r) for s, r in self.empty]
-        fields["notes"] = [PathNote(source=s, note=n) for s, n in self.notes]
-        return IngestReport(**fields, jobs=list(jobs))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.report().to_dict()
-        del out["jobs"]  # a flow's report names no jobs; the CLI's adds them
-        return out
-
-    def raise_if_too_many_skipped(self, max_ratio: float) -> None:
-        """Fail the run when more than ``max_ratio`` of the attempted documents were skipped."""
-        # Unchanged documents count as fine: one newly unreadable file among a hundred
-        # unchanged ones does not fail a re-run.
-        attempted = self.documents + len(self.empty) + len(self.skipped) + self.unchanged
-        if attempted and len(self.skipped) / attempted > max_ratio:
-            names = "; ".join(f"{s} ({r})" for s, r in self.skipped[:3])
-            raise IngestFailed(
-                f"{len(self.skipped)} of {attempted} documents could not be ingested "
-                f"(more than {max_ratio:.0%}), e.g. {names}. The {self.documents} that worked "
-                "are stored; see each reason in the report, fix the files and re-run "
-                "(unchanged documents are skipped)."
-            )
+def ingest_report(
+    plan: IngestPlan,
+    total: BatchReport,
+    *,
+    org: str,
+    collection: str,
+    discovered: int,
+    seconds: float,
+    jobs: Sequence[JobRef] = (),
+) -> IngestReport:
+    """What an ingest run did, from its plan and its batches' totals (``jobs``: the background
+    jobs long files were handed to)."""
+    return IngestReport(
+        org=org,
+        collection=collection,
+        discovered=discovered,
+        new=plan.new,
+        changed=plan.changed,
+        unchanged=plan.unchanged,
+        documents=total.documents,
+        chunks=total.chunks,
+        superseded=total.superseded,
+        skipped=[PathReason(source=s, reason=r) for s, r in total.skipped],
+        seconds=round(seconds, 3),
+        embed_seconds=round(total.embed_seconds, 3),
+        empty=[PathReason(source=s, reason=r) for s, r in total.empty],
+        notes=[PathNote(source=s, note=n) for s, n in total.notes],
+        jobs=list(jobs),
+    )

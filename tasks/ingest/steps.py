@@ -46,14 +46,9 @@ from tasks.ingest.index import (
     repair_shadowed,
 )
 from tasks.ingest.isolate import isolated_extractor
-from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.retries import TASK_RETRIES
 from tasks.text.embed import Embedder, PrecomputedEmbedder, embedder_for
 
-_RETRY: dict[str, Any] = {
-    "retries": RETRIES,
-    "retry_delay_seconds": RETRY_DELAYS_S,
-    "retry_condition_fn": retry_transient,
-}
 _open: dict[str, Callable[[Source], ExtractedDocument]] = {}
 _worker_lock = threading.Lock()
 _stack = ExitStack()
@@ -126,7 +121,7 @@ def plan_task(sources: list[Source], org: str, settings: Settings) -> IngestPlan
         return plan_ingest(sources, registry, org)
 
 
-@task(name="repair-shadowed-versions", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+@task(name="repair-shadowed-versions", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def repair_task(plan: IngestPlan, settings: Settings, actor: str) -> int:
     """Retire the versions a crash of an older release left servable beside a newer one."""
     with open_registry(settings) as registry, open_vector_store(settings) as store:
@@ -154,7 +149,7 @@ class Prepared:
     embed_seconds: float
 
 
-@task(name="prepare-batch", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+@task(name="prepare-batch", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def prepare_batch_task(items: list[WorkItem], settings: Settings, threads: int = 0) -> Prepared:
     """Extract and embed one batch wherever the task runner puts it (a Dask worker).
 
@@ -205,7 +200,7 @@ def _may_start_extractors() -> None:
         )
 
 
-@task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600, **_RETRY)
+@task(name="index-batch", cache_policy=NO_CACHE, timeout_seconds=3600, **TASK_RETRIES)
 def index_batch_task(
     items: list[WorkItem],
     target: IngestTarget,

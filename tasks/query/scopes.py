@@ -65,8 +65,3 @@ def narrow_audiences(scope: Scope, requested: tuple[str, ...], who: str) -> Scop
             "(`kbflow agents audience`), a person's follow from their role."
         )
     return replace(scope, audiences=wanted, all_audiences=False)
-
-
-def check_org_wide_search(registry: SqlRegistry, actor_id: str | None, org_id: str) -> None:
-    """An org-wide search (no agent scoping) is for engineers and superadmins only."""
-    authorize_org_wide_search(registry, actor_id, org_id)

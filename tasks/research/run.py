@@ -16,16 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.contracts import BudgetSpent, DraftOut, ResearchReport
 from core.errors import BudgetExceeded
-from core.models import (
-    DocStatus,
-    DraftDocument,
-    ResearchCorpus,
-    ResearchDocumentOut,
-    ResearchRequest,
-    ResearchResponse,
-    SourceTag,
-)
+from core.models import DocStatus, DraftDocument, ResearchCorpus, ResearchRequest, SourceTag
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source
@@ -45,39 +38,14 @@ DRAFTS_COLLECTION = "kb"
 MAX_OUTPUT_TOKENS = 16_000
 
 
-@dataclass
-class ResearchOutcome:
-    response: ResearchResponse
-    doc_ids: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    synthesizer: str = ""
-    superseded_drafts: int = 0
-    budget: dict[str, Any] = field(default_factory=dict)
-    """What the run spent of its caps: fetches, max_fetches, tokens, max_tokens, and
-    ``exceeded`` (``"fetches"``, ``"tokens"`` or None: which cap stopped it)."""
-    budget_stop: str | None = None
-    """When a cap stopped the run: which one, and the setting or flag that raises it."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.response.model_dump(),
-            "doc_ids": self.doc_ids,
-            "notes": self.notes,
-            "synthesizer": self.synthesizer,
-            "superseded_drafts": self.superseded_drafts,
-            "budget": self.budget,
-            "budget_stop": self.budget_stop,
-        }
-
-
-def _spent(budget: ResearchBudget) -> dict[str, Any]:
-    return {
-        "fetches": budget.fetches,
-        "max_fetches": budget.max_fetches,
-        "tokens": budget.tokens,
-        "max_tokens": budget.max_tokens,
-        "exceeded": budget.exceeded,
-    }
+def _spent(budget: ResearchBudget) -> BudgetSpent:
+    return BudgetSpent(
+        fetches=budget.fetches,
+        max_fetches=budget.max_fetches,
+        tokens=budget.tokens,
+        max_tokens=budget.max_tokens,
+        exceeded=budget.exceeded,
+    )
 
 
 @dataclass
@@ -165,14 +133,18 @@ def synthesize_drafts(gathered: Gathered, synthesizer: Synthesizer) -> Drafted:
 
 
 def stopped_outcome(notes: list[str], budget: ResearchBudget, model_id: str,
-                    why: str) -> ResearchOutcome:  # fmt: skip
-    """A run the budget stopped: nothing persisted."""
-    return ResearchOutcome(
-        ResearchResponse(
-            synthesis_run_id=None, budget_exceeded=True, documents=[], consumed_tokens=budget.tokens
-        ),
+                    why: str) -> ResearchReport:  # fmt: skip
+    """The report of a run the budget stopped: nothing persisted; ``budget_stop`` says which
+    cap, and the setting or flag that raises it."""
+    return ResearchReport(
+        synthesis_run_id=None,
+        budget_exceeded=True,
+        documents=[],
+        consumed_tokens=budget.tokens,
+        doc_ids=[],
         notes=notes,
         synthesizer=model_id,
+        superseded_drafts=0,
         budget=_spent(budget),
         budget_stop=why,
     )
@@ -180,23 +152,21 @@ def stopped_outcome(notes: list[str], budget: ResearchBudget, model_id: str,
 
 def persisted_outcome(
     gathered: Gathered, drafted: Drafted, run_id: str, doc_ids: list[str], superseded: int
-) -> ResearchOutcome:
-    """A finished run: its drafts persisted as pending_review under ``run_id``."""
-    return ResearchOutcome(
-        ResearchResponse(
-            synthesis_run_id=run_id,
-            budget_exceeded=False,
-            documents=[
-                ResearchDocumentOut(filename=d.filename, title=d.title, content=d.content)
-                for d in drafted.drafts
-            ],
-            consumed_tokens=drafted.budget.tokens,
-        ),
+) -> ResearchReport:
+    """The report of a finished run: its drafts persisted as pending_review under ``run_id``."""
+    return ResearchReport(
+        synthesis_run_id=run_id,
+        budget_exceeded=False,
+        documents=[
+            DraftOut(filename=d.filename, title=d.title, content=d.content) for d in drafted.drafts
+        ],
+        consumed_tokens=drafted.budget.tokens,
         doc_ids=doc_ids,
         notes=gathered.notes,
         synthesizer=drafted.model_id,
         superseded_drafts=superseded,
         budget=_spent(drafted.budget),
+        budget_stop=None,
     )
 
 
@@ -211,9 +181,10 @@ def run_research(
     fetch: Fetcher | None = None,
     search_provider: SearchProvider | None = None,
     public_context: bool = True,
-) -> ResearchOutcome:
+) -> ResearchReport:
     """Gather the corpus, synthesize and validate, and persist four pending drafts: the three
-    steps the research flow runs as Prefect tasks, here in one call.
+    steps the research flow runs as Prefect tasks, here in one call (its report has no
+    review).
 
     On a budget overrun: ``budget_exceeded`` is true, no documents, nothing persisted (the
     counter is incremented by the budget itself).

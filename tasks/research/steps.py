@@ -17,7 +17,6 @@ Gathering is not retried as a whole: its fetches are, one by one.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -36,17 +35,11 @@ from tasks.research.run import (
     synthesize_drafts,
 )
 from tasks.research.synthesize import resolve_model
-from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.retries import TASK_RETRIES
 from tasks.text.embed import embedder_for
 
-_RETRY: dict[str, Any] = {
-    "retries": RETRIES,
-    "retry_delay_seconds": RETRY_DELAYS_S,
-    "retry_condition_fn": retry_transient,
-}
 
-
-@task(name="fetch-page", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+@task(name="fetch-page", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def fetch_page_task(url: str, timeout_s: float) -> FetchResult:
     """One public page, SSRF-guarded (:func:`tasks.research.fetch.safe_get`)."""
     return safe_get(url, timeout_s=timeout_s)
@@ -67,7 +60,7 @@ def gather_task(request: ResearchRequest, settings: Settings, public_context: bo
         )
 
 
-@task(name="synthesize-drafts", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+@task(name="synthesize-drafts", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
     """Four validated drafts: Claude with a key (this task retries it), else offline."""
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
@@ -80,7 +73,7 @@ def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
     return synthesize_drafts(gathered, synthesizer)
 
 
-@task(name="persist-drafts", cache_policy=NO_CACHE, **_RETRY)
+@task(name="persist-drafts", cache_policy=NO_CACHE, **TASK_RETRIES)
 def persist_task(
     drafts: tuple[DraftDocument, ...], corpus: ResearchCorpus, org: str, settings: Settings
 ) -> tuple[str, list[str], int]:

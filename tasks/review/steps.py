@@ -5,7 +5,6 @@ decisions is never retried or cached (each is a compare-and-set with one audit r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -13,18 +12,12 @@ from prefect.cache_policies import NO_CACHE
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import DocRecord
-from tasks.retries import RETRIES, RETRY_DELAYS_S, retry_transient
+from tasks.retries import TASK_RETRIES
 from tasks.review.decisions import Decision, Outcome, apply_decisions
 from tasks.review.inspection import draft_texts
 from tasks.review.inspection import pending_documents as pending
 from tasks.review.machine import held
 from tasks.text.embed import embedder_for
-
-_RETRY: dict[str, Any] = {
-    "retries": RETRIES,
-    "retry_delay_seconds": RETRY_DELAYS_S,
-    "retry_condition_fn": retry_transient,
-}
 
 
 @task(name="list-pending-reviews", cache_policy=NO_CACHE, persist_result=False)
@@ -38,7 +31,7 @@ def list_pending_task(
 
 
 # Its result holds the drafts' text: never persisted.
-@task(name="read-draft-texts", cache_policy=NO_CACHE, persist_result=False, **_RETRY)
+@task(name="read-draft-texts", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def read_drafts_task(docs: Sequence[DocRecord], settings: Settings) -> dict[str, str]:
     """Each draft's Markdown for the review form, the store held only while reading."""
     with open_vector_store(settings) as store:

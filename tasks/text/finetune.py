@@ -31,7 +31,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -454,8 +454,3 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     staged = path.with_suffix(".tmp")
     staged.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(staged, path)
-
-
-def unique_pairs(pairs: Iterable[RelevancePair]) -> list[RelevancePair]:
-    """``pairs`` without exact repeats, first occurrence kept (a repeat only adds weight)."""
-    return list(dict.fromkeys(pairs))

@@ -1,4 +1,4 @@
-"""The typed contracts: a report prints the JSON the commands printed before these models, the
+"""The typed contracts: a report dumps exactly the keys the commands' ``--json`` prints, the
 ingest request is one definition for the CLI, the flow and the job row."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from core.contracts import IngestReport, IngestRequest, JobRef, ResearchReport, ReviewReport
 from core.models import DocStatus
-from tasks.ingest.index import BatchReport, IngestPlan, IngestSummary
+from tasks.ingest.index import BatchReport, IngestPlan, ingest_report
 
-RESEARCH_KEYS = {  # what `kbflow research --json` printed for a run without a review
+RESEARCH_KEYS = {  # what `kbflow research --json` prints for a run without a review
     "synthesis_run_id", "budget_exceeded", "documents", "consumed_tokens", "doc_ids", "notes",
     "synthesizer", "superseded_drafts", "budget", "budget_stop",
 }  # fmt: skip
@@ -73,11 +73,12 @@ def test_a_report_refuses_a_key_it_does_not_know() -> None:
         ResearchReport.model_validate(_research_dict() | {"surprise": 1})
 
 
-def test_the_ingest_summary_reports_the_flows_keys() -> None:
+def test_the_ingest_report_has_the_flows_keys() -> None:
     total = BatchReport(skipped=[("a.pdf", "encrypted")], notes=[("b.png", "OCR used")])
-    report = IngestSummary.build(
-        IngestPlan(), total, org="acme", collection="kb", discovered=2, seconds=0.5
-    ).report([JobRef(id="j1", status="processing", files=1)])
+    report = ingest_report(
+        IngestPlan(), total, org="acme", collection="kb", discovered=2, seconds=0.5,
+        jobs=[JobRef(id="j1", status="processing", files=1)],
+    )  # fmt: skip
     assert isinstance(report, IngestReport)
     out = report.to_dict()
     assert set(out) == INGEST_KEYS | {"jobs"}
@@ -85,6 +86,23 @@ def test_the_ingest_summary_reports_the_flows_keys() -> None:
     assert out["notes"] == [{"source": "b.png", "note": "OCR used"}]
     assert out["jobs"] == [{"id": "j1", "status": "processing", "files": 1}]
     assert report["skipped"][0]["reason"] == "encrypted"
+
+
+def test_an_ingest_fails_when_too_many_documents_were_skipped() -> None:
+    from core.errors import IngestFailed
+
+    def report(skipped: int, documents: int, unchanged: int = 0) -> IngestReport:
+        total = BatchReport(documents=documents, skipped=[(f"{i}.pdf", "encrypted")
+                                                         for i in range(skipped)])  # fmt: skip
+        plan = IngestPlan(unchanged=unchanged)
+        return ingest_report(plan, total, org="o", collection="kb", discovered=0, seconds=0)
+
+    report(skipped=1, documents=1).raise_if_too_many_skipped(0.5)  # half: not more than half
+    report(skipped=1, documents=0, unchanged=9).raise_if_too_many_skipped(0.5)  # unchanged: fine
+    with pytest.raises(
+        IngestFailed, match=r"^2 of 3 documents .*more than 50%.*0.pdf \(encrypted\)"
+    ):
+        report(skipped=2, documents=1).raise_if_too_many_skipped(0.5)
 
 
 def test_an_ingest_request_round_trips_through_a_job_row() -> None:

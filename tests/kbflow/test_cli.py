@@ -49,21 +49,22 @@ def test_search_rejects_a_bad_top_k() -> None:
 
 def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.research
+    from core.contracts import BudgetSpent, ResearchReport
     from core.errors import BudgetExceeded
-    from core.models import ResearchResponse
     from tasks.research.budget import ResearchBudget
-    from tasks.research.run import ResearchOutcome
 
     budget = ResearchBudget("acme-cli", max_fetches=0)
     with pytest.raises(BudgetExceeded) as err:
         budget.charge_fetch("https://acme.example/")
-    outcome = ResearchOutcome(
-        ResearchResponse(synthesis_run_id=None, budget_exceeded=True, consumed_tokens=42),
+    report = ResearchReport(
+        synthesis_run_id=None,
+        budget_exceeded=True,
+        consumed_tokens=42,
         notes=[str(err.value)],
-        budget={"exceeded": budget.exceeded},
+        budget=BudgetSpent(exceeded=budget.exceeded),
         budget_stop=budget.stop_reason(),
     )
-    monkeypatch.setattr(flows.research, "research", lambda **_: outcome.to_dict())
+    monkeypatch.setattr(flows.research, "research", lambda **_: report.to_dict())
     assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
     assert runner.invoke(app, ["orgs", "create", "acme-cli"]).exit_code == 0
 

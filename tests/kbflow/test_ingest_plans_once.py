@@ -165,3 +165,17 @@ def test_long_files_go_to_a_job_and_the_rest_is_read_once(
     assert submitted == [[str((folder / "manual.md").resolve())]]
     assert [(j.id, j.files) for j in report.jobs] == [("job-1", 1)]
     assert (report.discovered, report.new, report.unchanged, report.documents) == (6, 5, 0, 5)
+
+
+def test_the_flow_started_on_its_own_discovers_and_plans_once(
+    prefect_harness: None, tmp_path: Path, reads: Counter[str], plans: list[int]
+) -> None:
+    """As a deployment, a worker or a background job starts it: nothing handed, so the flow
+    finds, hashes and plans the files itself, once."""
+    from flows.ingest import ingest
+
+    make_org(ORG)
+    folder = _folder(tmp_path)
+    report = ingest(paths=[str(folder)], org=ORG, collection="kb")
+    assert dict(reads) == dict.fromkeys(FILES, 1) and plans == [5]
+    assert (report.discovered, report.new, report.documents) == (5, 5, 5)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from core.contracts import ResearchReport
 from core.models import KB_FILENAMES, ResearchRequest
 from core.settings import Settings
 from evals.research_coverage import CIDER, PHYSIO, Bundle, Coverage, score_drafts, scripted_reply
@@ -24,7 +25,7 @@ from sinks.registry import SqlRegistry
 from tasks.ingest.extract import file_to_document
 from tasks.research.claude import AnthropicSynthesizer
 from tasks.research.extractive import ExtractiveSynthesizer
-from tasks.research.run import MAX_OUTPUT_TOKENS, ResearchOutcome, run_research
+from tasks.research.run import MAX_OUTPUT_TOKENS, run_research
 from tasks.research.seed import SeedBundle, list_seeds, seed_bundle
 from tests.anthropic_mock import Recorder, anthropic_client, message
 
@@ -46,15 +47,15 @@ class Seeded:
         self.cites = {Path(d.uri).name: f"doc:{d.id}" for d in seeds}
         self.titles = {f"doc:{d.id}": d.title for d in seeds}
 
-    def research(self, synthesizer: Any) -> ResearchOutcome:
+    def research(self, synthesizer: Any) -> ResearchReport:
         return run_research(
             ResearchRequest(org_id=self.bundle.name, client_name=self.bundle.client_name),
             registry=self.registry, store=self.store, embedder=lambda: self.embedder,
             synthesizer=synthesizer, public_context=False,
         )  # fmt: skip
 
-    def score(self, outcome: ResearchOutcome) -> Coverage:
-        drafts = {d.filename: d.content for d in outcome.response.documents}
+    def score(self, outcome: ResearchReport) -> Coverage:
+        drafts = {d.filename: d.content for d in outcome.documents}
         return score_drafts(drafts, self.cites, self.bundle.facts())
 
 
@@ -78,7 +79,7 @@ def seeded(home: tuple[SqlRegistry, Any], embedder: Any) -> Seeded:
 
 
 @pytest.fixture(scope="module")
-def extractive(seeded: Seeded) -> tuple[ResearchOutcome, Coverage]:
+def extractive(seeded: Seeded) -> tuple[ResearchReport, Coverage]:
     outcome = seeded.research(ExtractiveSynthesizer(seeded.embedder))
     return outcome, seeded.score(outcome)
 
@@ -96,10 +97,10 @@ def test_the_bundle_has_the_facts_the_issue_asks_for(seeded: Seeded) -> None:
 
 
 def test_offline_research_puts_90_percent_of_the_facts_in_the_right_draft_cited(
-    extractive: tuple[ResearchOutcome, Coverage],
+    extractive: tuple[ResearchReport, Coverage],
 ) -> None:
     outcome, coverage = extractive
-    assert [d.filename for d in outcome.response.documents] == list(KB_FILENAMES)
+    assert [d.filename for d in outcome.documents] == list(KB_FILENAMES)
     assert coverage.total == 39
     assert coverage.cited_ratio >= 0.9, coverage.missing()
     assert coverage.found >= coverage.cited
@@ -108,11 +109,11 @@ def test_offline_research_puts_90_percent_of_the_facts_in_the_right_draft_cited(
 
 
 def test_offline_research_keeps_every_product_of_the_seed_table(
-    extractive: tuple[ResearchOutcome, Coverage], seeded: Seeded
+    extractive: tuple[ResearchReport, Coverage], seeded: Seeded
 ) -> None:
     """The reported fault: a seed naming three products, a product context keeping one."""
     outcome, coverage = extractive
-    product = next(d.content for d in outcome.response.documents if d.filename == PRODUCT)
+    product = next(d.content for d in outcome.documents if d.filename == PRODUCT)
     cite = seeded.cites["product-sheet.md"]
     for name, spec, price in (
         ("Saltmarsh Dry", "4.5 % ABV", "3.20 EUR"),
@@ -127,11 +128,11 @@ def test_offline_research_keeps_every_product_of_the_seed_table(
 
 
 def test_offline_drafts_stay_within_budget_and_cite_every_item(
-    extractive: tuple[ResearchOutcome, Coverage], seeded: Seeded
+    extractive: tuple[ResearchReport, Coverage], seeded: Seeded
 ) -> None:
     outcome, _ = extractive
     tags = tuple(f"[{cid}]" for cid in seeded.cites.values())
-    for doc in outcome.response.documents:
+    for doc in outcome.documents:
         body = doc.content.split("\n---\n## Citations\n")[0]
         assert len(body) <= MAX_OUTPUT_TOKENS  # the per-document character budget
         lines = body.splitlines()
@@ -149,10 +150,10 @@ def test_offline_drafts_stay_within_budget_and_cite_every_item(
 
 
 def test_offline_contacts_keep_the_sheet_whole_and_the_escalation_path(
-    extractive: tuple[ResearchOutcome, Coverage], seeded: Seeded
+    extractive: tuple[ResearchReport, Coverage], seeded: Seeded
 ) -> None:
     outcome, _ = extractive
-    contacts = next(d.content for d in outcome.response.documents if d.filename == CONTACTS)
+    contacts = next(d.content for d in outcome.documents if d.filename == CONTACTS)
     sheet = [
         line
         for line in contacts.splitlines()
@@ -207,5 +208,5 @@ def test_offline_research_on_the_second_bundle(
     outcome = physio.research(ExtractiveSynthesizer(embedder))
     coverage = physio.score(outcome)
     assert coverage.cited_ratio >= 0.85, coverage.missing()
-    product = next(d.content for d in outcome.response.documents if d.filename == PRODUCT)
+    product = next(d.content for d in outcome.documents if d.filename == PRODUCT)
     assert "### Initial assessment" in product and "Price: 85 EUR." in product

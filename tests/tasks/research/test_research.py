@@ -82,16 +82,15 @@ def _drafts(world: dict[str, Any], org: str) -> list[Any]:
 
 def test_offline_research_drafts_four_pending_documents(world: dict[str, Any]) -> None:
     outcome = _run(world)
-    response = outcome.response
-    assert not response.budget_exceeded and response.synthesis_run_id
-    assert [d.filename for d in response.documents] == list(KB_FILENAMES)
+    assert not outcome.budget_exceeded and outcome.synthesis_run_id
+    assert [d.filename for d in outcome.documents] == list(KB_FILENAMES)
     assert any("offline" in n for n in outcome.notes)  # public context failed fast, run went on
     drafts = _drafts(world, "lark")
     assert len(drafts) == 4
     assert {(d.status, d.synthesis_run_id) for d in drafts} == {
-        ("pending_review", response.synthesis_run_id)
+        ("pending_review", outcome.synthesis_run_id)
     }
-    contacts = next(d for d in response.documents if d.filename == "key-contacts-extracted.md")
+    contacts = next(d for d in outcome.documents if d.filename == "key-contacts-extracted.md")
     assert "wout.peeters@larkspur-cycles.example" in contacts.content
     for mode in SearchMode:
         hits = search("Aurora e-bike commuters warranty", Scope(org_id="lark"), mode=mode,
@@ -101,35 +100,35 @@ def test_offline_research_drafts_four_pending_documents(world: dict[str, Any]) -
 
 
 def test_a_second_run_supersedes_the_first_runs_pending_drafts(world: dict[str, Any]) -> None:
-    first = _run(world).response.synthesis_run_id
+    first = _run(world).synthesis_run_id
     second = _run(world)
     assert second.superseded_drafts == 4
     by_run: dict[str, set[str]] = {}
     for d in _drafts(world, "lark"):
         by_run.setdefault(d.synthesis_run_id, set()).add(d.status)
-    assert by_run == {first: {"superseded"}, second.response.synthesis_run_id: {"pending_review"}}
+    assert by_run == {first: {"superseded"}, second.synthesis_run_id: {"pending_review"}}
 
 
 def test_budget_caps_exactly_at_and_just_over(world: dict[str, Any]) -> None:
     ok = _run(world, "lark2")
-    spent = ok.response.consumed_tokens
+    spent = ok.consumed_tokens
     assert spent > 0
     # Just over the token cap: nothing persisted, the counter moves.
     before = _counter("lark")
     over = _run(world, "lark", budget_cap_tokens=spent - 1)
-    assert over.response.budget_exceeded and over.response.documents == []
-    assert over.response.synthesis_run_id is None
+    assert over.budget_exceeded and over.documents == []
+    assert over.synthesis_run_id is None
     assert _drafts(world, "lark") == []
     assert _counter("lark") == before + 1
     # Exactly at the caps: 4 fetches (homepage, X, two searches) and the same tokens.
     at = _run(world, "lark", budget_cap_tokens=spent, max_fetches=4)
-    assert not at.response.budget_exceeded and len(_drafts(world, "lark")) == 4
+    assert not at.budget_exceeded and len(_drafts(world, "lark")) == 4
 
 
 def test_crossing_the_fetch_cap_persists_nothing(world: dict[str, Any]) -> None:
     before = _counter("lark")
     out = _run(world, "lark", max_fetches=3)
-    assert out.response.budget_exceeded
+    assert out.budget_exceeded
     assert _drafts(world, "lark") == []
     assert _counter("lark") == before + 1
 
@@ -183,7 +182,7 @@ def test_offline_drafts_keep_a_seed_table_and_keep_their_footer_as_metadata(
 
     outcome = _run(world, "lark3")
 
-    contacts = next(d for d in outcome.response.documents if d.filename == KB_FILENAMES[3])
+    contacts = next(d for d in outcome.documents if d.filename == KB_FILENAMES[3])
     lines = contacts.content.splitlines()  # the seed's table, a row a line, cited per row
     header = lines.index("| Name | Role | Email | Phone | Source |")
     assert lines[header + 1] == "|---|---|---|---|---|"
