@@ -8,8 +8,8 @@ not called ``ledger.duckdb``: DuckDB names the catalog after the file, and a cat
 the dataset makes ``ledger.<table>`` ambiguous. One turn is spread over five tables
 (`sinks.ledger_rows`: their columns and keys, and a turn as rows and back), recorded in one
 transaction (`sinks.ledger_loads`): a reader sees the whole turn or nothing of it, and a record
-that fails half-way leaves nothing. Until issue 30 dlt loaded each turn; its tables, columns and
-bookkeeping are kept, so a ledger it wrote is read and appended to as it is.
+that fails half-way leaves nothing. The tables, columns and bookkeeping are the ones a dlt load
+makes, so a ledger that dlt loaded turn by turn is read and appended to as it is.
 
 DuckDB allows ONE writer process per file, and a writer also shuts readers out. Writers take
 ``<ledger file>.lock`` for the transaction alone (connect, write, commit, close), so writers
@@ -97,8 +97,6 @@ class Ledger:
 
     Args:
         home: kbflow's data directory; the ledger is ``ledger_path(home)``.
-        pipelines_dir: Unused: turns are no longer loaded through dlt (kept so callers that
-            pass it need not change).
         lock_wait_s: How long a write or read waits for another process to release the file.
         url: A SQL database to keep the ledger in instead of the DuckDB file (SQLAlchemy URL,
             ``KBFLOW_WAREHOUSE_URL``); its tables go to schema ``ledger``.
@@ -111,7 +109,6 @@ class Ledger:
         self,
         home: Path,
         *,
-        pipelines_dir: Path | None = None,
         lock_wait_s: float = 10.0,
         url: str | None = None,
     ) -> None:
@@ -121,7 +118,6 @@ class Ledger:
             )
         self.path = ledger_path(home)
         self.destination = destination(self.path, url)
-        self.pipelines_dir = pipelines_dir if pipelines_dir is not None else home / "dlt"
         self.lock_wait_s = lock_wait_s
 
     def record(self, turn: Turn) -> None:
@@ -170,8 +166,8 @@ class Ledger:
         """The turn exactly as it was recorded (``created_at`` in UTC).
 
         Raises:
-            NotFound: No turn with this id, no ledger yet, or a dlt load of the turn (before
-                issue 30) failed half-way.
+            NotFound: No turn with this id, no ledger yet, or a dlt load of the turn failed
+                half-way.
             LedgerError: Another process held the ledger for longer than ``lock_wait_s``.
         """
         if not self.destination.may_hold_data():

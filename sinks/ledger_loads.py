@@ -1,6 +1,6 @@
 """A turn's load: the ledger's tables in SQL, one transaction per turn, and what reads may show.
 
-The tables are the ones dlt made when it loaded each turn (before issue 30): the five of
+The tables are the ones a dlt load makes (ledgers were once loaded that way): the five of
 `sinks.ledger_rows`, each with dlt's ``_dlt_load_id`` and ``_dlt_id`` columns, and dlt's
 ``_dlt_loads``, where a load counts once it is noted with status 0. A ledger written by dlt is
 read and appended to as it is, and a new one gets the same names, types and nullability.

@@ -11,9 +11,9 @@ One turn is spread over five tables (in the dataset ``ledger``), each keyed by i
 - ``ledger_citations`` (``turn_id``, ``seq``): what the answer cited, with the turn's org, agent
   and time copied in so "who cited this document" is one table scan.
 
-Nested values (output, messages, filters, scores, the embedding) are JSON text columns (dlt,
-which loaded the ledger until issue 30, kept them in the row that way instead of exploding them
-into child tables); Python's JSON writes floats with ``repr``, so they read back bit for bit.
+Nested values (output, messages, filters, scores, the embedding) are JSON text columns (as a
+dlt load keeps them, in the row instead of in child tables); Python's JSON writes floats with
+``repr``, so they read back bit for bit.
 The column hints below are dlt's (``data_type``, ``nullable``): `sinks.ledger_loads` makes the
 tables from them with the types dlt gave them.
 """
