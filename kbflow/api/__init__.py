@@ -1,2 +1,2 @@
-"""The HTTP service (`kbflow serve`): the app, its routes, and kbflow's errors as HTTP
-answers."""
+"""The HTTP service (`kbflow serve`): the app, one router per domain, what they take and answer
+(`kbflow.api.schemas`), and kbflow's errors as HTTP answers."""

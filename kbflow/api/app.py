@@ -6,6 +6,10 @@ hence its org, audiences and readable collections (`tasks.query.scopes`). The ag
 the same functions and JSON shapes as ``kbflow tools call`` and ``kbflow ask``/``answer``, and
 the same tools are served over MCP at ``/mcp`` (`kbflow.api.mcp`).
 
+One router per domain (agent, review, seeds, research, documents, jobs, provenance, health),
+each declaring what its routes answer (`kbflow.api.schemas`); what they share is in
+`kbflow.api.auth` (the caller, the service) and `kbflow.api.deps` (path ids, audited checks).
+
 The query path imports no Prefect (tests/test_layers.py).
 """
 
@@ -18,20 +22,18 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.errors import StoreError
 from core.settings import Settings
-from kbflow.api import admin, admin_jobs, agent, errors
-from kbflow.api.auth import Service, ServiceDep
+from kbflow.api import agent, documents, errors, health, jobs, provenance, research, review, seeds
+from kbflow.api.auth import Service
 from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
 from kbflow.api.logs import drop_query_strings
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
+from kbflow.api.uploads import UPLOAD_PATHS, upload_body_cap
 from kbflow.services.context import search_context
 from sinks.connect import open_vector_store
 from sinks.vectors import VectorStore
@@ -86,48 +88,25 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     metrics = Metrics()
+    app.state.metrics = metrics  # /metrics reads it (`kbflow.api.health`)
     errors.install(app)
     app.add_middleware(
         BodyLimit,
         max_bytes=int(settings.api_max_body_mb * 1024 * 1024),
-        uploads=admin_jobs.UPLOAD_PATHS,
-        upload_max_bytes=admin_jobs.upload_body_cap(settings),
+        uploads=UPLOAD_PATHS,
+        upload_max_bytes=upload_body_cap(settings),
         read_timeout_s=settings.api_read_timeout_s,
     )
 
     app.add_middleware(Measured, metrics=metrics, mounted=(MCP_PATH,))
     app.include_router(agent.router)
-    app.include_router(admin.router)
+    app.include_router(review.router)
     # The MCP server, behind the same token checks as the agent routes. A plain route to an
     # ASGI app (Starlette's Route serves one as is; FastAPI's hint names request handlers only),
     # not a mount: a mount would answer /mcp with a redirect to /mcp/.
     app.add_route(MCP_PATH, mcp, include_in_schema=False)  # type: ignore[arg-type]
-    app.include_router(admin_jobs.router)
-
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        """The process is up."""
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["health"])
-    def readyz(service: ServiceDep) -> dict[str, Any]:
-        """The registry answers and the vector store is open (else degraded: keyword only);
-        ``shared``: this machine's other kbflow processes reach the embedded store through
-        this service."""
-        service.ctx.registry.list_orgs()
-        store = "open" if service.ctx.store is not None else "unavailable"
-        return {
-            "status": "ready" if store == "open" else "degraded",
-            "vector_store": store,
-            "shared": service.steward.sharing,
-        }
-
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    def prometheus() -> PlainTextResponse:
-        """Prometheus metrics: request latency by route, refusals, degraded searches, agent
-        outcomes (answered / refused; yes / maybe / no), the research budget spent."""
-        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
+    for domain in (seeds, research, documents, jobs, provenance, health):
+        app.include_router(domain.router)
     return app
 
 

@@ -2,9 +2,11 @@
 
 An MCP-capable agent runtime needs only the URL and an agent's bearer token. The tools are the
 agent routes' own: ``list_knowledge_collections``, ``search_knowledge_base`` and
-``research_knowledge_search`` go through `kbflow.services.tools.call_tool` (their published schemas,
-their checks), ``answer`` through `kbflow.services.answers.answer`; each runs in the service's
-store, for the agent the token names (a tool's arguments never name the caller).
+``research_knowledge_search`` go through `kbflow.services.tools.call_tool` (their published
+schemas, their checks: MCP arguments are raw JSON, checked once there), ``answer`` through
+`kbflow.services.answers.answer` after the same check against its published schema (the HTTP
+route's body, `kbflow.api.schemas.AnswerBody`); each runs in the service's store, for the agent
+the token names (a tool's arguments never name the caller).
 
 Transport: streamable HTTP, stateless, with JSON responses. Each POST stands alone (no session
 to keep, nothing to resume, no stream left open when uvicorn stops), and it is checked like any
@@ -36,8 +38,8 @@ from starlette.types import Receive, Scope, Send
 
 import kbflow
 from core.errors import KbflowError
-from kbflow.api.agent import AnswerBody
 from kbflow.api.auth import Service, agent_of, caller_of, service_of
+from kbflow.api.schemas import AnswerBody
 from kbflow.services import answers, tools
 from kbflow.services.context import SearchContext
 from kbflow.services.tool_models import tool_schema
@@ -92,9 +94,8 @@ class McpTool:
 
 
 def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
-    """One of `kbflow.services.tools.TOOLS`, run by `call_tool` exactly as the HTTP routes and the
-    CLI
-    run it."""
+    """One of `kbflow.services.tools.TOOLS`, run by `call_tool` as ``kbflow tools call`` runs
+    it: the raw JSON arguments checked once, against the tool's published schema."""
     tool = tools.TOOLS[name]
 
     def run(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:

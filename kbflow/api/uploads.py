@@ -11,26 +11,52 @@ is capped by `kbflow.api.limits.BodyLimit`.
 
 After a refusal the rest of the body is still read (and dropped, within BodyLimit's cap), so
 the client, still sending, gets the answer instead of a reset connection.
+
+The routes that take uploads (`UPLOAD_PATHS`: seed bundles, documents) check their text fields
+with a pydantic model (`checked_form`) and describe their body in OpenAPI (`multipart_body`).
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import tempfile
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import KbflowError, TooLarge, UnsupportedMediaType
+from core.settings import Settings
 from tasks.ingest.upload_types import check_upload_bytes, stored_name, upload_kind
+from tasks.research.seed import MAX_SEED_FILES
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks  # a TypedDict for type checkers
 
 MAX_NAME_BYTES = 200
+
+UPLOAD_PATHS = re.compile(r"/v1/admin/orgs/[^/]+/(?:seed|documents)")
+"""The routes whose bodies are uploads (POST): streamed, and capped by `upload_body_cap`."""
+
+_FORM_SLACK_BYTES = 1 << 20  # multipart headers, URLs and prompts beside the files
+
+
+def file_cap_bytes(settings: Settings) -> int:
+    """The most bytes one uploaded file may have (KBFLOW_API_MAX_UPLOAD_MB)."""
+    return int(settings.api_max_upload_mb * 1024 * 1024)
+
+
+def upload_body_cap(settings: Settings) -> int:
+    """The most bytes an upload's body may have: a full seed bundle, and its form fields."""
+    return MAX_SEED_FILES * file_cap_bytes(settings) + _FORM_SLACK_BYTES
 
 
 @dataclass(frozen=True)
@@ -261,3 +287,58 @@ class _Receiver:
             ReceivedFile(self._field, name, path, content_type, kind, self._size)
         )
         self._file_info = None
+
+
+# --- the text fields of an upload --------------------------------------------------------------
+
+
+class UploadForm(BaseModel):
+    """A multipart form's text fields; ``repeated`` names those that may come more than once."""
+
+    model_config = ConfigDict(extra="forbid")
+    repeated: ClassVar[frozenset[str]] = frozenset()
+
+
+FormT = TypeVar("FormT", bound=UploadForm)
+
+
+def checked_form(model: type[FormT], fields: dict[str, list[str]]) -> FormT:
+    """A form's fields checked by ``model``; a 422 names each bad field."""
+    data: dict[str, Any] = {}
+    for name, values in fields.items():
+        if name in model.repeated:
+            data[name] = values
+        elif len(values) > 1:
+            raise invalid(name, "given more than once")
+        else:
+            data[name] = values[0]
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{"loc": ("body", *e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        raise RequestValidationError(errors) from exc
+
+
+FILE_PART: dict[str, Any] = {"type": "string", "format": "binary"}
+TEXT_PART: dict[str, Any] = {"type": "string"}
+
+
+def multipart_body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The OpenAPI description of a multipart body (the route reads it as a stream), for a
+    route's ``openapi_extra``."""
+    schema = {"type": "object", "properties": properties, "required": required}
+    return {
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+    }
+
+
+@contextmanager
+def private_folder(settings: Settings) -> Iterator[Path]:
+    """A folder only this process may read, under the kbflow home, removed after."""
+    parent = settings.home.resolve() / "tmp"
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder = Path(tempfile.mkdtemp(prefix="upload-", dir=parent))  # mode 0700
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

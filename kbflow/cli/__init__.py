@@ -2,17 +2,27 @@
 
 | module | commands |
 |---|---|
-| `ingest` | ``ingest``, ``jobs list/status`` |
-| `search` | ``search``, ``docs list``, ``store optimize/migrate/reembed`` |
-| `orgs` | ``orgs create/assign-am/list``, ``users add/list`` |
-| `tokens` | ``tokens create/list/revoke`` (API tokens) |
+| `ingest` | ``ingest`` |
+| `search` | ``search`` |
+| `research` | ``research`` |
 | `review` | ``review list/show/approve/reject/withdraw/edit/flow``, ``audit``, ``reconcile`` |
-| `research` | ``seed``, ``seed list``, ``research`` |
-| `catalog` | ``collections …``, ``agents …``, ``tools schema/call`` |
-| `answers` | ``ask``, ``answer``, ``replay``, ``turns``, ``provenance`` |
+| `server` | ``demo``, ``server``, ``serve`` |
 | `evals` | ``eval run/report/baseline/golden``, ``serve-schedules`` |
+| `answers` | ``ask``, ``answer``, ``replay``, ``turns``, ``provenance`` |
+| `docs` | ``docs list`` |
+| `store` | ``store optimize/migrate/reembed`` |
+| `orgs` | ``orgs create/assign-am/list`` |
+| `users` | ``users add/list`` |
+| `tokens` | ``tokens create/list/revoke`` (API tokens) |
+| `seed` | ``seed``, ``seed list`` |
+| `jobs` | ``jobs list/status`` |
 | `models` | ``models finetune/list`` (fine-tuned embedding models) |
-| `server` | ``server``, ``demo`` |
+| `collections` | ``collections create/list/describe/move/delete`` |
+| `agents` | ``agents create/allow/disallow/audience/show`` |
+| `tools` | ``tools schema/call`` |
+
+A module with top-level commands holds them in ``commands``; a module with a command group holds
+it in ``group``, a `typer.Typer` named for the group.
 
 A command parses its arguments, calls a service (`kbflow.services`) and renders the result;
 `kbflow.cli.common.command` loads the settings and turns kbflow's errors into a message and an
@@ -28,17 +38,24 @@ import typer
 
 from core.settings import Settings
 from kbflow.cli import (
+    agents,
     answers,
-    catalog,
+    collections,
+    docs,
     evals,
     ingest,
+    jobs,
     models,
     orgs,
     research,
     review,
     search,
+    seed,
     server,
+    store,
     tokens,
+    tools,
+    users,
 )
 from kbflow.cli.common import EXIT_CONFLICT
 
@@ -74,16 +91,19 @@ app = _Program(
 # Top-level commands, in the order `kbflow --help` lists them, then the command groups.
 for module in (ingest, search, research, review, server, evals, answers):
     app.add_typer(module.commands)
-app.add_typer(search.docs_app, name="docs")
-app.add_typer(search.store_app, name="store")
-app.add_typer(orgs.orgs_app, name="orgs")
-app.add_typer(orgs.users_app, name="users")
-app.add_typer(tokens.tokens_app, name="tokens")
-app.add_typer(review.review_app, name="review")
-app.add_typer(research.seed_app, name="seed")
-app.add_typer(ingest.jobs_app, name="jobs")
-app.add_typer(evals.eval_app, name="eval")
-app.add_typer(models.models_app, name="models")
-app.add_typer(catalog.collections_app, name="collections")
-app.add_typer(catalog.agents_app, name="agents")
-app.add_typer(catalog.tools_app, name="tools")
+for module in (
+    docs,
+    store,
+    orgs,
+    users,
+    tokens,
+    review,
+    seed,
+    jobs,
+    evals,
+    models,
+    collections,
+    agents,
+    tools,
+):
+    app.add_typer(module.group)

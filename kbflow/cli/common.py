@@ -1,9 +1,10 @@
 """What every command module shares: the one wrapper a command runs in (settings in, kbflow's
-errors out as a message and an exit code), the options several commands take, and JSON out.
+errors out as a message and an exit code), the options several commands take, a command group's
+`typer.Typer`, and JSON and tables out.
 
 A command reads like this::
 
-    @orgs_app.command("list")
+    @group.command("list")
     @command
     def orgs_list(settings: Settings, as_json: JsonOpt = False) -> None:
         orgs = org_service.list_orgs(settings)   # parse, call a service ...
@@ -27,13 +28,14 @@ from typing import Annotated, Any, TypeVar, overload
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from core import ids
 from core.contracts import Report
 from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
 from core.models import SourceRef
 from core.settings import Settings, configure_environment
-from kbflow.render import err_console
+from kbflow.render import console, err_console
 
 EXIT_CONFLICT = 3
 """Exit code of a review decision that lost a race (the document was no longer pending)."""
@@ -117,11 +119,27 @@ def command(fn: Any = None, /, *, review: bool = False) -> Any:
     return wrap(fn) if fn is not None else wrap
 
 
+def command_group(name: str, help: str) -> typer.Typer:
+    """The `typer.Typer` of the command group ``kbflow NAME``; run bare, it shows its help."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True)
+
+
 def print_json(data: Any) -> None:
     """``data`` as indented JSON on stdout (dates and paths as text; a report as its JSON)."""
     if isinstance(data, Report):
         data = data.to_dict()
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]]) -> None:
+    """A table on stdout: ``title`` above it, one plain column per name, one row per item of
+    ``rows`` (cells are rich markup: escape what users wrote)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def checked(rule: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -12,17 +12,14 @@ from rich.table import Table
 
 from core.settings import Settings
 from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
-from kbflow.cli.common import JsonOpt, command, print_json
+from kbflow.cli.common import JsonOpt, command, command_group, print_json
 from kbflow.render import console, stage_progress
 from kbflow.services import evals as service
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
 
-eval_app = typer.Typer(
-    help="Retrieval evals: BEIR datasets, every mode, a warehouse of results.",
-    no_args_is_help=True,
-)
+group = command_group("eval", "Retrieval evals: BEIR datasets, every mode, a warehouse of results.")
 
 DatasetOpt = Annotated[
     Path,
@@ -32,7 +29,7 @@ DatasetOpt = Annotated[
 ]
 
 
-@eval_app.command("run")
+@group.command("run")
 @command
 def eval_run(
     settings: Settings,
@@ -88,7 +85,7 @@ def eval_run(
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
 
 
-@eval_app.command("report")
+@group.command("report")
 @command
 def eval_report(
     settings: Settings,
@@ -126,7 +123,7 @@ def eval_report(
     console.print(f"plot: {written}")
 
 
-@eval_app.command("baseline")
+@group.command("baseline")
 @command
 def eval_baseline(
     settings: Settings,
@@ -143,7 +140,7 @@ def eval_baseline(
     console.print(f"baseline for {escape(dataset)} written to {path}")
 
 
-@eval_app.command("golden")
+@group.command("golden")
 @command
 def eval_golden(
     settings: Settings,  # unused, but read first like every command's: it sets up the data dir

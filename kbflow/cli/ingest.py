@@ -1,4 +1,5 @@
-"""``kbflow ingest`` and ``kbflow jobs``: documents in, and the background jobs of long media."""
+"""``kbflow ingest``: documents into an org's collection (long media handed to a background job,
+followed with ``kbflow jobs``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,16 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from core import ids
 from core.contracts import IngestReport, IngestRequest
 from core.errors import ConfigError, KbflowError
-from core.models import DocStatus, JobStatus
+from core.models import DocStatus
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, checked, command, print_json
+from kbflow.cli.common import JsonOpt, OrgOpt, command, print_json
 from kbflow.render import console, ingest_progress
 from kbflow.services import ingest as service
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
-
-jobs_app = typer.Typer(
-    help="Background ingest jobs (audio, video, large files).", no_args_is_help=True
-)
 
 
 @commands.command()
@@ -134,52 +130,3 @@ def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
             f"(audio, video or large) ingesting in the background — `kbflow jobs status "
             f"{job['id']}`"
         )
-
-
-def _job_line(job: Any) -> str:
-    when = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
-    line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {len(job.inputs)} file(s)  {when}"
-    return line + (f"\n    {job.reason}" if job.reason else "")
-
-
-@jobs_app.command("list")
-@command
-def jobs_list(
-    settings: Settings,
-    org: Annotated[
-        str | None, typer.Option(help="Only this org's jobs.", callback=checked(ids.org_id))
-    ] = None,
-    status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this state.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
-    as_json: JsonOpt = False,
-) -> None:
-    """List recent jobs, newest first: PROCESSING, COMPLETE or FAILED (with the reason)."""
-    jobs = service.list_jobs(settings, org=org, status=status, limit=limit)
-    if as_json:
-        print_json([job.to_dict() for job in jobs])
-        return
-    if not jobs:
-        console.print("no jobs.")
-    for job in jobs:
-        console.print(_job_line(job), markup=False, highlight=False)
-
-
-@jobs_app.command("status")
-@command
-def jobs_status(
-    settings: Settings,
-    job_id: Annotated[str, typer.Argument(help="The id `kbflow ingest` printed.")],
-    as_json: JsonOpt = False,
-) -> None:
-    """Show one job: its state, the Prefect flow run doing it, and its report when done."""
-    job = service.get_job(settings, job_id)
-    if as_json:
-        print_json(job.to_dict())
-        return
-    console.print(_job_line(job), markup=False, highlight=False)
-    console.print(f"  flow run: {job.flow_run_id or '(not started yet)'}", markup=False)
-    console.print(f"  log: {job.log_path or '-'}", markup=False)
-    for path in job.inputs:
-        console.print(f"  input: {path}", markup=False)
-    if job.report:
-        print_ingest_report(job.report)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, command, print_json
+from kbflow.cli.common import JsonOpt, command, command_group, print_json
 from kbflow.render import console
 from kbflow.services import models as service
 
@@ -18,13 +18,12 @@ USE_PROMOTED = (
     "`kbflow store reembed` (re-embeds the chunks the current model made)"
 )
 
-models_app = typer.Typer(
-    help="Fine-tuned embedding models: adapt the embedder to judged pairs, list the results.",
-    no_args_is_help=True,
+group = command_group(
+    "models", "Fine-tuned embedding models: adapt the embedder to judged pairs, list the results."
 )
 
 
-@models_app.command("finetune")
+@group.command("finetune")
 @command
 def models_finetune(
     settings: Settings,
@@ -79,7 +78,7 @@ def models_finetune(
         console.print(USE_PROMOTED)
 
 
-@models_app.command("list")
+@group.command("list")
 @command
 def models_list(settings: Settings, as_json: JsonOpt = False) -> None:
     """List the fine-tuned embedding models and which one is promoted."""

@@ -1,4 +1,4 @@
-"""``kbflow orgs`` and ``kbflow users``: client orgs, their account managers, and who may review."""
+"""``kbflow orgs``: client orgs and the account manager who approves each one's documents."""
 
 from __future__ import annotations
 
@@ -6,20 +6,16 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from core import ids
-from core.models import Role
 from core.settings import Settings
-from kbflow.cli.common import AdminOpt, JsonOpt, checked, command, print_json
+from kbflow.cli.common import AdminOpt, JsonOpt, command, command_group, print_json, print_table
 from kbflow.render import console
 from kbflow.services import orgs as service
 
-orgs_app = typer.Typer(help="Client orgs and their account managers.", no_args_is_help=True)
-users_app = typer.Typer(help="Users and their roles (who may review what).", no_args_is_help=True)
+group = command_group("orgs", "Client orgs and their account managers.")
 
 
-@orgs_app.command("create")
+@group.command("create")
 @command
 def orgs_create(
     settings: Settings,
@@ -51,7 +47,7 @@ def orgs_create(
     )
 
 
-@orgs_app.command("assign-am")
+@group.command("assign-am")
 @command
 def orgs_assign_am(
     settings: Settings,
@@ -69,7 +65,7 @@ def orgs_assign_am(
     console.print(f"org [bold]{escape(record.id)}[/bold]: account manager is now {escape(user)}")
 
 
-@orgs_app.command("list")
+@group.command("list")
 @command
 def orgs_list(settings: Settings, as_json: JsonOpt = False) -> None:
     """List organisations and their assigned account managers."""
@@ -77,66 +73,8 @@ def orgs_list(settings: Settings, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([service.org_dict(o) for o in orgs])
         return
-    table = Table(title=f"orgs ({len(orgs)})")
-    for col in ("id", "name", "account manager"):
-        table.add_column(col)
-    for o in orgs:
-        table.add_row(escape(o.id), escape(o.name), escape(o.am_user_id or "—"))
-    console.print(table)
-
-
-@users_app.command("add")
-@command
-def users_add(
-    settings: Settings,
-    user: Annotated[str, typer.Argument(help="User id, e.g. an email address or a handle.")],
-    role: Annotated[
-        Role,
-        typer.Option(
-            help="superadmin: decides for every org; account_manager: decides for the orgs "
-            "assigned to them; expert: reads the drafts of their org (or of every org without "
-            "--org); engineer: no review rights."
-        ),
-    ],
-    name: Annotated[str | None, typer.Option(help="Display name (default: the id).")] = None,
-    org: Annotated[
-        str | None,
-        typer.Option(
-            "--org",
-            help="The user's organisation (must exist; omit for agency-wide).",
-            callback=checked(ids.org_id),
-        ),
-    ] = None,
-    actor: AdminOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Add a user, or update an existing one (its role and org are replaced by what you give).
-
-    Managing users and roles needs --as a superadmin; only the very first superadmin of a
-    registry that has none is created without it. Every change is audited
-    (`kbflow audit`).
-    """
-    record = service.add_user(settings, user, role, name=name, org=org, actor=actor)
-    if as_json:
-        print_json(service.user_dict(record))
-        return
-    console.print(
-        f"user [bold]{escape(record.id)}[/bold] ({escape(record.name)}): {record.role.value}"
-        + (f" of {escape(record.org_id)}" if record.org_id else "")
+    print_table(
+        f"orgs ({len(orgs)})",
+        ("id", "name", "account manager"),
+        ((escape(o.id), escape(o.name), escape(o.am_user_id or "—")) for o in orgs),
     )
-
-
-@users_app.command("list")
-@command
-def users_list(settings: Settings, as_json: JsonOpt = False) -> None:
-    """List users with their roles and organisations."""
-    users = service.list_users(settings)
-    if as_json:
-        print_json([service.user_dict(u) for u in users])
-        return
-    table = Table(title=f"users ({len(users)})")
-    for col in ("id", "name", "role", "org"):
-        table.add_column(col)
-    for u in users:
-        table.add_row(escape(u.id), escape(u.name), u.role.value, escape(u.org_id or "—"))
-    console.print(table)

@@ -28,7 +28,9 @@ from kbflow.cli.common import (
     NoteOpt,
     OrgOpt,
     command,
+    command_group,
     print_json,
+    print_table,
     source_lines,
 )
 from kbflow.render import console, err_console
@@ -40,9 +42,9 @@ if TYPE_CHECKING:
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
 
-review_app = typer.Typer(
-    help="Review drafts: list, read, approve, reject or edit them (only approved is searchable).",
-    no_args_is_help=True,
+group = command_group(
+    "review",
+    "Review drafts: list, read, approve, reject or edit them (only approved is searchable).",
 )
 
 
@@ -50,7 +52,7 @@ def _when(at: dt.datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "—"
 
 
-@review_app.command("list")
+@group.command("list")
 @command(review=True)
 def review_list(
     settings: Settings,
@@ -96,7 +98,7 @@ def review_list(
         console.print(table)
 
 
-@review_app.command("show")
+@group.command("show")
 @command(review=True)
 def review_show(
     settings: Settings,
@@ -161,7 +163,7 @@ DECIDED_FIRST = (
 def _draft_decision(verb: Literal["approve", "reject"], done: str, summary: str) -> None:
     """Register ``kbflow review VERB DOC_ID``: one decision on a pending_review draft."""
 
-    @review_app.command(verb, help=f"{summary}\n\n{DECIDED_FIRST}")
+    @group.command(verb, help=f"{summary}\n\n{DECIDED_FIRST}")
     @command(review=True)
     def decide(
         settings: Settings,
@@ -184,7 +186,7 @@ _draft_decision(
 )
 
 
-@review_app.command("withdraw")
+@group.command("withdraw")
 @command(review=True)
 def review_withdraw(
     settings: Settings,
@@ -206,7 +208,7 @@ def review_withdraw(
     _print_decision(doc, "withdrew", actor, as_json)
 
 
-@review_app.command("edit")
+@group.command("edit")
 @command(review=True)
 def review_edit(
     settings: Settings,
@@ -255,7 +257,7 @@ def _edited_text(file: Path | None, content: str | None) -> str:
         ) from exc
 
 
-@review_app.command("flow")
+@group.command("flow")
 @command(review=True)
 def review_flow(
     settings: Settings,
@@ -353,20 +355,16 @@ def audit(
         print_json([audit_dict(r) for r in rows])
         return
     title = f"audit log of {escape(org)}" if org else "agency-wide audit log"
-    table = Table(title=f"{title} ({len(rows)} rows)")
-    for col in ("time", "actor", "action", "doc", "run", "tag", "before → after"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            _when(r.at),
-            escape(r.actor),
-            escape(r.action.removeprefix("kb.document.")),
-            (r.doc_id or "—")[:12],
-            escape((r.synthesis_run_id or "—")[:12]),
-            escape(r.source_tag or "—"),
-            escape(_audit_change(r.before, r.after)),
-        )
-    console.print(table)
+    print_table(
+        f"{title} ({len(rows)} rows)",
+        ("time", "actor", "action", "doc", "run", "tag", "before → after"),
+        (
+            (_when(r.at), escape(r.actor), escape(r.action.removeprefix("kb.document.")),
+             (r.doc_id or "—")[:12], escape((r.synthesis_run_id or "—")[:12]),
+             escape(r.source_tag or "—"), escape(_audit_change(r.before, r.after)))
+            for r in rows
+        ),
+    )  # fmt: skip
 
 
 @commands.command()

@@ -8,17 +8,23 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from core import ids
 from core.settings import Settings
-from kbflow.cli.common import ActorOpt, JsonOpt, checked, command, print_json
+from kbflow.cli.common import (
+    ActorOpt,
+    JsonOpt,
+    checked,
+    command,
+    command_group,
+    print_json,
+    print_table,
+)
 from kbflow.render import console, err_console
 from kbflow.services import tokens as service
 
-tokens_app = typer.Typer(
-    help="Bearer tokens of the HTTP API (one user or one agent each; the secret shown once).",
-    no_args_is_help=True,
+group = command_group(
+    "tokens", "Bearer tokens of the HTTP API (one user or one agent each; the secret shown once)."
 )
 
 SHOWN_ONCE = (
@@ -40,7 +46,7 @@ def _when(at: dt.datetime | None, never: str = "never") -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if at else never
 
 
-@tokens_app.command("create")
+@group.command("create")
 @command
 def tokens_create(
     settings: Settings,
@@ -80,7 +86,7 @@ def tokens_create(
     typer.echo(secret)
 
 
-@tokens_app.command("list")
+@group.command("list")
 @command
 def tokens_list(
     settings: Settings,
@@ -95,23 +101,18 @@ def tokens_list(
     if as_json:
         print_json([service.token_dict(t) for t in tokens])
         return
-    table = Table(title=f"tokens ({len(tokens)})")
-    for col in ("id", "for", "name", "status", "expires", "last used", "created by"):
-        table.add_column(col)
-    for t in tokens:
-        table.add_row(
-            escape(t.id),
-            escape(t.subject),
-            escape(t.name or "—"),
-            t.status(),
-            _when(t.expires_at),
-            _when(t.last_used_at, "—"),
-            escape(t.created_by),
-        )
-    console.print(table)
+    print_table(
+        f"tokens ({len(tokens)})",
+        ("id", "for", "name", "status", "expires", "last used", "created by"),
+        (
+            (escape(t.id), escape(t.subject), escape(t.name or "—"), t.status(),
+             _when(t.expires_at), _when(t.last_used_at, "—"), escape(t.created_by))
+            for t in tokens
+        ),
+    )  # fmt: skip
 
 
-@tokens_app.command("revoke")
+@group.command("revoke")
 @command
 def tokens_revoke(
     settings: Settings,

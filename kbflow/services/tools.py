@@ -6,9 +6,10 @@ Three tools. Progressive disclosure: `list_knowledge_collections` says what the 
 (`kbflow.services.answers`).
 All go through the gate: an agent's scope is its org, its allowed collections and their
 descendants, and nothing at all when its knowledge base is switched off. Usable from any agent
-framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates the
-arguments and the result. The schemas come from the pydantic models in
-`kbflow.services.tool_models`.
+framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates raw JSON
+arguments and the result (the CLI, the MCP server); `run_tool` takes arguments already checked
+by the tool's input model (the HTTP routes, whose response model checks the result). The
+schemas come from the pydantic models in `kbflow.services.tool_models`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from core.errors import KbflowError
+from kbflow.services import search as searching
 from kbflow.services.context import SearchContext
-from kbflow.services.search import search
 from kbflow.services.tool_models import (
     DEFAULT_TOP_K,
     ListInput,
@@ -97,7 +98,9 @@ def search_knowledge_base(
         out["note"] = f"agent {agent.id} may read no collection"
         return out
     chosen_paths = paths if collection_id is not None else ()
-    result = search(ctx, query, agent=agent.id, top_k=top_k, collections=chosen_paths).result
+    result = searching.search(
+        ctx, query, agent=agent.id, top_k=top_k, collections=chosen_paths
+    ).result
     out.update(
         kb_context_provided=result.kb_context_provided,
         degraded=result.degraded,
@@ -251,6 +254,13 @@ def export_schemas() -> list[dict[str, Any]]:
     return [tool.export() for tool in TOOLS.values()]
 
 
+def _tool(name: str) -> Tool:
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
+    return tool
+
+
 def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
     """Refuse ``arguments`` that do not fit ``schema``, the input schema of tool ``name``.
 
@@ -278,12 +288,28 @@ def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
 
 
 def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
-    """Validate the arguments against the tool's input schema, call it, validate the result."""
-    tool = TOOLS.get(name)
-    if tool is None:
-        raise ToolError(f"unknown tool {name!r} — tools: {', '.join(TOOLS)}")
+    """Validate raw JSON arguments against the tool's input schema, call it, validate the
+    result against its output schema (``kbflow tools call``, the MCP server)."""
+    tool = _tool(name)
     check_arguments(name, tool.input_schema, arguments)
     result = tool.func(ctx, agent_id, **arguments)
     # our own contract: a bug if it fails
     _output_validator_of(json.dumps(tool.output_schema, sort_keys=True)).validate(result)
     return result
+
+
+def run_tool(ctx: SearchContext, name: str, agent_id: str, arguments: BaseModel) -> dict[str, Any]:
+    """Call tool ``name`` with arguments its input model has already checked (an HTTP body that
+    FastAPI validated: pydantic refuses a lone surrogate too, so nothing is left to check). The
+    result is returned unchecked: the caller checks it with the tool's output model (the
+    route's response model).
+
+    Raises:
+        TypeError: ``arguments`` is not an instance of the tool's input model (a bug).
+        ToolError: an unknown tool, or the tool's own refusal.
+    """
+    tool = _tool(name)
+    if not isinstance(arguments, tool.input_model):
+        raise TypeError(f"{name} takes {tool.input_model.__name__}, not {type(arguments).__name__}")
+    # The keys sent only: a left-out argument takes the tool's default, as with call_tool.
+    return tool.func(ctx, agent_id, **arguments.model_dump(exclude_unset=True))

@@ -1,6 +1,6 @@
-"""The admin routes, for people: the review queue, a draft's text, decisions (409 when someone
-else decided first), and the audit log. The same rules as the CLI (`tasks.review.access`), with
-the person taken from the token instead of ``--as``.
+"""The review routes, for people: the review queue, a document's text, decisions (409 when
+someone else decided first), and the audit log. The same rules as the CLI
+(`tasks.review.access`), with the person taken from the token instead of ``--as``.
 
 Decisions write through the store this process holds open (`tasks.review.machine.held`): the
 embedded store has one owner, and while ``kbflow serve`` runs, that is the service.
@@ -12,22 +12,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ConfigError, Forbidden, NotFound
 from core.models import DocStatus
 from kbflow.api.auth import ServiceDep, UserId
+from kbflow.api.deps import ADMIN_PREFIX, ID_PATTERN, DocId, OrgId
+from kbflow.api.schemas import AuditEntry, DocumentOut, DocumentView, DraftsResponse
 from sinks.registry import SqlRegistry
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix=ADMIN_PREFIX, tags=["review"])
 
 MAX_NOTE_CHARS = 2000
 MAX_CONTENT_CHARS = 1_000_000
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-
-DocId = Annotated[str, Path(pattern=ID_PATTERN, description="A document id.")]
-OrgId = Annotated[str, Path(pattern=ID_PATTERN, description="An org id.")]
 
 
 class DecisionBody(BaseModel):
@@ -42,19 +40,6 @@ class EditBody(DecisionBody):
     """The document's new content (Markdown), approved with the edit."""
 
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-
-
-@contextmanager
-def refusals_audited(
-    registry: SqlRegistry, user: str, attempted: str, *, org_id: str | None
-) -> Iterator[None]:
-    """A refused admin action leaves an audit row (``kb.access.denied``) saying who tried
-    what, on which org, and why not."""
-    try:
-        yield
-    except Forbidden as exc:
-        registry.record_denied(user, attempted, org_id=org_id, reason=str(exc))
-        raise
 
 
 @contextmanager
@@ -74,7 +59,7 @@ def _refusals_audited(
         raise
 
 
-@router.get("/orgs/{org}/drafts")
+@router.get("/orgs/{org}/drafts", response_model=DraftsResponse)
 def list_drafts(
     org: OrgId,
     user: UserId,
@@ -99,7 +84,7 @@ def list_drafts(
     }
 
 
-@router.get("/documents/{doc_id}")
+@router.get("/documents/{doc_id}", response_model=DocumentView)
 def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str, Any]:
     """A document's record and full stored text, whatever its status (`kbflow review show`)."""
     from tasks.review.inspection import inspect_draft
@@ -111,7 +96,7 @@ def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str,
 
 
 # Registered before the decisions: `/edit` is not a decision's verb.
-@router.post("/documents/{doc_id}/edit")
+@router.post("/documents/{doc_id}/edit", response_model=DocumentOut)
 def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> dict[str, Any]:
     """Replace a document's content and approve it (an approved document gets a new approved
     version); 409 when someone decided first."""
@@ -133,7 +118,7 @@ def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> di
     return dict(doc.to_dict())
 
 
-@router.post("/documents/{doc_id}/{verb}")
+@router.post("/documents/{doc_id}/{verb}", response_model=DocumentOut)
 def decide(
     doc_id: DocId,
     verb: Literal["approve", "reject", "withdraw"],
@@ -156,7 +141,7 @@ def decide(
     return dict(doc.to_dict())
 
 
-@router.get("/orgs/{org}/audit")
+@router.get("/orgs/{org}/audit", response_model=list[AuditEntry])
 def audit(
     org: OrgId,
     user: UserId,

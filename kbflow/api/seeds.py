@@ -1,0 +1,134 @@
+"""The seed routes: an org's seed bundle (files, URLs and prompts for its research), sent and
+listed, as ``kbflow seed --json`` and ``kbflow seed list --json`` give them.
+
+Seeding is for the org's account manager or a superadmin (a refusal is an audit row); listing
+for whoever may inspect the org's drafts. The bundle streams to a private folder under the
+kbflow home (`kbflow.api.uploads`) and is seeded in the request, through the store this process
+holds open, like a decision.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import Field, field_validator
+
+from kbflow.api.auth import Service, ServiceDep, UserId
+from kbflow.api.deps import ADMIN_PREFIX, OrgId, may_decide, scrubbed
+from kbflow.api.schemas import DocumentOut, SeedResult
+from kbflow.api.uploads import (
+    FILE_PART,
+    TEXT_PART,
+    Received,
+    UploadForm,
+    UploadLimits,
+    checked_form,
+    file_cap_bytes,
+    invalid,
+    multipart_body,
+    private_folder,
+    receive_upload,
+)
+from kbflow.services import seeds
+from tasks.research.seed import MAX_SEED_FILE_BYTES, MAX_SEED_FILES
+
+router = APIRouter(prefix=ADMIN_PREFIX, tags=["seeds"])
+
+MAX_URL_CHARS = 2000
+MAX_PROMPT_CHARS = 20_000
+MAX_SEED_ITEMS = 50
+
+
+class SeedForm(UploadForm):
+    """Besides the ``files``: URLs to research and free-text guidance, each field repeatable."""
+
+    repeated = frozenset({"urls", "prompts"})
+
+    urls: list[Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SEED_ITEMS
+    )
+    prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SEED_ITEMS
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url[:100]!r} is not an http(s) URL with a host")
+        return urls
+
+    @field_validator("prompts")
+    @classmethod
+    def _not_blank(cls, prompts: list[str]) -> list[str]:
+        if any(not p.strip() for p in prompts):
+            raise ValueError("a prompt is blank")
+        return prompts
+
+
+@router.post(
+    "/orgs/{org}/seed",
+    response_model=SeedResult,
+    openapi_extra=multipart_body(
+        {
+            "files": {"type": "array", "items": FILE_PART, "maxItems": MAX_SEED_FILES},
+            "urls": {"type": "array", "items": TEXT_PART},
+            "prompts": {"type": "array", "items": TEXT_PART},
+        },
+        [],
+    ),
+)
+async def seed_inputs(
+    org: OrgId, request: Request, user: UserId, service: ServiceDep
+) -> dict[str, Any]:
+    """Seed research inputs for an org (`kbflow seed --json`): multipart ``files`` (at most 20
+    per bundle, 25 MB each), ``urls`` and ``prompts`` (each field repeatable).
+
+    For the org's account manager or a superadmin. The files are read from a private folder
+    under the kbflow home, deleted after; each is keyed ``upload:ORG/NAME``, so sending a file
+    of the same name again updates that input. 413 past a cap, 415 for a type kbflow does not
+    read; a bundle that would pass the org's cap stores nothing (422)."""
+    settings = service.settings
+    await run_in_threadpool(may_decide, service, user, org, "seed", "seed research inputs")
+    limits = UploadLimits(
+        max_files=MAX_SEED_FILES,
+        max_file_bytes=min(file_cap_bytes(settings), MAX_SEED_FILE_BYTES),
+    )
+    with private_folder(settings) as folder:
+        received = await receive_upload(
+            request, folder, file_fields=frozenset({"files"}), limits=limits
+        )
+        form = checked_form(SeedForm, received.fields)
+        if not (received.files or form.urls or form.prompts):
+            raise invalid("files", "give at least one of files, urls or prompts")
+        result = await run_in_threadpool(_seed, service, org, user, received, form)
+    return scrubbed(result, folder)
+
+
+def _seed(
+    service: Service, org: str, user: str, received: Received, form: SeedForm
+) -> dict[str, Any]:
+    from tasks.review.machine import held
+
+    with service.use() as ctx:
+        return seeds.seed(
+            service.settings,
+            org,
+            actor=user,
+            files=[f.path for f in received.files],
+            urls=form.urls,
+            prompts=form.prompts,
+            file_uris=[f"upload:{org}/{f.name}" for f in received.files],
+            open_store=held(ctx.vector_store),
+        )
+
+
+@router.get("/orgs/{org}/seed", response_model=list[DocumentOut])
+def list_seed_inputs(org: OrgId, user: UserId, service: ServiceDep) -> list[dict[str, Any]]:
+    """An org's seed inputs (`kbflow seed list --json`), for those who may inspect its drafts."""
+    return [d.to_dict() for d in seeds.list_seeds(service.settings, org, user)]

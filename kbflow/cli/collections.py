@@ -1,0 +1,100 @@
+"""``kbflow collections``: where an org's documents are filed — named, described, nested
+collections that agents pick by their descriptions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from core.settings import Settings
+from kbflow.cli.common import JsonOpt, OrgOpt, command, command_group, print_json
+from kbflow.render import console
+from kbflow.services import catalog as service
+
+group = command_group("collections", "An org's named, described, nested collections.")
+
+CollectionRef = Annotated[str, typer.Argument(help="Collection id or path (e.g. policies/hr).")]
+NewParentOpt = Annotated[
+    str | None, typer.Option(help="New parent id or path; omit for the top level.")
+]
+MoveToOpt = Annotated[str | None, typer.Option(help="Move its documents to this collection first.")]
+
+
+@group.command("create")
+@command
+def collections_create(
+    settings: Settings,
+    org: OrgOpt,
+    name: Annotated[str, typer.Argument(help="The collection's name (no '/').")],
+    description: Annotated[
+        str, typer.Option(help="What it holds: agents read this to pick a collection.")
+    ],
+    parent: Annotated[str | None, typer.Option(help="Parent collection id or path.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a collection (optionally nested under a parent); a description is required."""
+    made = service.create_collection(settings, org, name, description, parent)
+    if as_json:
+        print_json(made.to_dict())
+        return
+    console.print(f"created collection {made.id} {escape(made.path)}")
+
+
+@group.command("list")
+@command
+def collections_list(settings: Settings, org: OrgOpt, as_json: JsonOpt = False) -> None:
+    """List an org's collections as a tree."""
+    found = service.list_collections(settings, org)
+    if as_json:
+        print_json([c.to_dict() for c in found])
+        return
+    for c in found:
+        indent = "  " * c.path.count("/")
+        console.print(f"{indent}{c.id:>4}  {escape(c.name)}  [dim]{escape(c.description)}[/dim]")
+
+
+@group.command("describe")
+@command
+def collections_describe(
+    settings: Settings,
+    org: OrgOpt,
+    ref: CollectionRef,
+    description: Annotated[str, typer.Argument(help="The new description.")],
+) -> None:
+    """Set a collection's description."""
+    done = service.describe_collection(settings, org, ref, description)
+    console.print(f"described {escape(done.path)}")
+
+
+@group.command("move")
+@command
+def collections_move(
+    settings: Settings,
+    org: OrgOpt,
+    ref: CollectionRef,
+    parent: NewParentOpt = None,
+) -> None:
+    """Move a collection (with its sub-collections and documents) under another parent."""
+    moved, docs = service.move_collection(settings, org, ref, parent)
+    console.print(f"moved to {escape(moved.path)}; {docs} document(s) re-filed")
+
+
+@group.command("delete")
+@command
+def collections_delete(
+    settings: Settings,
+    org: OrgOpt,
+    ref: CollectionRef,
+    move_to: MoveToOpt = None,
+    delete_contents: Annotated[
+        bool, typer.Option("--delete-contents", help="Delete its documents too.")
+    ] = False,
+) -> None:
+    """Delete a collection and its sub-collections; refused while it holds documents unless
+    they are moved (--move-to) or deleted (--delete-contents)."""
+    counts = service.delete_collection(
+        settings, org, ref, move_to=move_to, delete_contents=delete_contents
+    )
+    console.print(f"deleted; {counts['moved']} document(s) moved, {counts['deleted']} deleted")

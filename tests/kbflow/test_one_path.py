@@ -1,0 +1,165 @@
+"""One path: the CLI's ``kbflow search --agent``, the HTTP ``/v1/agent/search`` and the MCP
+``search_knowledge_base`` of the same agent and query reach the same service function,
+`kbflow.services.search.search`, and return the same hits.
+
+Everything runs in this process so that one spy sees every call: the CLI through typer's
+runner, then ``kbflow serve``'s app (`kbflow.api.app.create_app`) under uvicorn in a thread,
+called over real HTTP and by the MCP SDK's client. The CLI goes first: the embedded store has
+one owner, and once the service holds it the service is that owner.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from typer.testing import CliRunner
+
+from core.settings import Settings
+from tests.conftest import index_records
+
+pytestmark = pytest.mark.integration
+
+QUERY = "How many days of annual leave does a new employee get?"
+RECORDS = [
+    {
+        "key": "leave",
+        "title": "Leave policy",
+        "markdown": True,
+        "text": "# Leave policy\n\n## Annual leave\n\n"
+        "A new employee gets 25 days of annual leave a year, pro rata in the first year.\n\n"
+        "| Years of service | Days of leave |\n|---|---|\n| 0-4 | 25 |\n| 5-9 | 27 |\n"
+        "| 10+ | 30 |\n\n## Carry-over\n\n- Up to 5 days carry over to the next year.\n"
+        "- Days beyond that lapse on 31 March.\n- Ask your manager to approve a carry-over.\n",
+    },
+    {
+        "key": "expenses",
+        "title": "Expense rules",
+        "text": "Expenses are reimbursed within 30 days of a claim with receipts attached. "
+        "Travel by train is preferred over flights under 500 km.",
+    },
+    {
+        "key": "security",
+        "title": "Security basics",
+        "text": "Lock your screen when you leave your desk. Report a lost laptop to IT at once.",
+    },
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def home(settings: Settings, embedder: Any) -> dict[str, Any]:
+    from sinks.qdrant_edge import QdrantEdgeStore
+    from sinks.registry import SqlRegistry
+
+    registry = SqlRegistry.open(settings.registry_url)
+    store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
+    try:
+        registry.ensure_org("acme")
+        registry.create_collection("acme", "hr", "People policies.", None)
+        index_records(
+            RECORDS, org="acme", collection="hr", store=store, registry=registry, embedder=embedder
+        )
+        registry.create_agent("acme", "hr-bot", "answers staff")
+        registry.set_allowed("hr-bot", ["hr"], allow=True)
+        secret = registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root")[1]
+    finally:
+        store.close()
+        registry.close()
+    return {"token": secret}
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every call of `kbflow.services.search.search`: its agent and query, and the hits."""
+    from kbflow.services import search as service
+
+    seen: list[dict[str, Any]] = []
+    real = service.search
+
+    def spy(ctx: Any, query: str, **kw: Any) -> Any:
+        outcome = real(ctx, query, **kw)
+        hits = [(h.doc_id, h.chunk_id) for h in outcome.result.hits]
+        seen.append({"agent": kw.get("agent"), "query": query, "hits": hits})
+        return outcome
+
+    monkeypatch.setattr(service, "search", spy)
+    return seen
+
+
+@pytest.fixture
+def server(settings: Settings) -> Iterator[str]:
+    import uvicorn
+
+    from kbflow.api.app import create_app
+
+    port = _free_port()
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="error")
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not running.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        running.should_exit = True
+        thread.join(timeout=60)
+
+
+def _mcp_search(base: str, token: str) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=auth, timeout=120) as http,
+            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("search_knowledge_base", {"query": QUERY})
+            assert not result.is_error, result
+            return dict(json.loads(result.content[0].text))
+
+    return anyio.run(main)
+
+
+def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
+    settings: Settings, home: dict[str, Any], calls: list[dict[str, Any]], request: Any
+) -> None:
+    from kbflow.cli import app
+
+    done = CliRunner().invoke(app, ["search", QUERY, "--agent", "hr-bot", "--json"])
+    assert done.exit_code == 0, done.output
+    cli_hits = [(h["doc_id"], h["chunk_id"]) for h in json.loads(done.stdout)["hits"]]
+
+    base = request.getfixturevalue("server")
+    auth = {"Authorization": f"Bearer {home['token']}"}
+    answer = httpx.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
+    assert answer.status_code == 200, answer.text
+    http_hits = [(h["doc_id"], h["chunk_id"]) for h in answer.json()["results"]]
+    mcp_hits = [(h["doc_id"], h["chunk_id"]) for h in _mcp_search(base, home["token"])["results"]]
+
+    assert [c["agent"] for c in calls] == ["hr-bot"] * 3, calls
+    assert [c["query"] for c in calls] == [QUERY] * 3
+    assert cli_hits, "the search found nothing: the proof needs hits"
+    assert cli_hits == http_hits == mcp_hits
+    assert [c["hits"] for c in calls] == [cli_hits] * 3
+    # the leave policy answers the question: the same first hit everywhere
+    assert calls[0]["hits"][0][0] == calls[1]["hits"][0][0] == calls[2]["hits"][0][0]
