@@ -75,4 +75,3 @@ def test_no_product_file_is_long_without_a_reason() -> None:
         and not path.read_text(encoding="utf-8").startswith(REASON)
     ]
     assert not long, f"over {LONG} lines with no '{REASON} …' line at the top: {long}"
-

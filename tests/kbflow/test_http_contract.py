@@ -758,9 +758,7 @@ def test_the_table_calls_every_route() -> None:
     app = create_app(Settings(home=Path("unused")))  # only built: it opens nothing
     # the OpenAPI document lists every included router's routes (app.routes may hold them lazily)
     routes = {
-        (method.upper(), path)
-        for path, item in app.openapi()["paths"].items()
-        for method in item
+        (method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item
     }
     assert len(routes) >= 15, routes  # the whole service, not a lazily filled list
     called = set()
