@@ -90,8 +90,10 @@ def worker(home: Path, questions: list[str]) -> int:
     from tasks.text.embed import embedder_for
 
     settings = Settings(home=home)
-    config = AnswerConfig(threshold=settings.answer_min_confidence, top_k=settings.answer_top_k)
-    model = ExtractiveKnowledgeModel(settings.answer_min_confidence)
+    config = AnswerConfig(
+        threshold=settings.answers.answer_min_confidence, top_k=settings.answers.answer_top_k
+    )
+    model = ExtractiveKnowledgeModel(settings.answers.answer_min_confidence)
     embedder = embedder_for(settings)
     scope = Scope(org_id=ORG)
     asks = [

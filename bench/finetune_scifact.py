@@ -58,8 +58,8 @@ def open_data(settings: Any) -> Any:
 
     return AdaptationData(
         load_beir(DATASETS / "scifact", "dev"),
-        max_words=settings.chunk_max_words,
-        overlap_words=settings.chunk_overlap_words,
+        max_words=settings.ingest.chunk_max_words,
+        overlap_words=settings.ingest.chunk_overlap_words,
         cache_path=settings.home / "cache" / "embeddings.sqlite",
         threads=THREADS,
     )

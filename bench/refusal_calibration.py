@@ -116,8 +116,8 @@ def main() -> int:
     from tasks.answer.confidence import SUPPORT_VERSION, support_scores, support_scores_v1
 
     dataset = load_beir(DATASETS / "scifact", "dev")
-    top_k = settings.answer_top_k
-    threshold = settings.answer_min_confidence
+    top_k = settings.answers.answer_top_k
+    threshold = settings.answers.answer_min_confidence
     embedder = cached_embedder(settings)
     relevant = relevant_documents(dataset.qrels)
     best: dict[str, list[float]] = {"answerable": [], "unanswerable": []}

@@ -143,7 +143,7 @@ def main() -> int:
     ingest_s = time.perf_counter() - started
 
     config = answer_config(settings)
-    model, why = knowledge_model(settings.model_copy(update={"answer_model": "extractive"}))
+    model, why = knowledge_model(settings.replace(answer_model="extractive"))
     rows: list[dict[str, Any]] = []
     timings: dict[str, list[float]] = {"v1": [], "v2_cold": [], "v2_warm": []}
     with search_context(settings) as ctx:

@@ -120,7 +120,7 @@ def main() -> int:
     vectors: dict[str, dict[str, Any]] = {}
 
     def index_vectors(settings: Settings) -> dict[str, Any]:
-        key = settings.embedding_model
+        key = settings.ingest.embedding_model
         if key not in vectors:
             with open_vector_store(eval_settings(settings, dataset)) as store:
                 vectors[key] = export_vectors(store)
@@ -171,11 +171,11 @@ def main() -> int:
     if "simulate" in args.phases:
         out["simulate"] = simulate(base, dataset, split)
         if args.model is not None:
-            settings = base.model_copy(update={"embedding_model": str(args.model.resolve())})
+            settings = base.replace(embedding_model=str(args.model.resolve()))
             out["simulate_model"] = simulate(settings, dataset, split)
 
     if args.model is not None and "model" in args.phases:
-        settings = base.model_copy(update={"embedding_model": str(args.model.resolve())})
+        settings = base.replace(embedding_model=str(args.model.resolve()))
         out["model"] = {"path": str(args.model), "runs": []}
         print(f"\n{args.model.name}\n{HEADER}")
         for name, override in chosen.items():

@@ -68,7 +68,7 @@ def main() -> int:
         out["fusion"] = []
         print("\n| fusion | MRR@10 | nDCG@10 | Recall@100 |\n|---|---|---|---|")
         for variant in FUSIONS:
-            settings = base.model_copy(update=variant)
+            settings = base.replace(**variant)
             result = run_eval(dataset, settings, (SearchMode.HYBRID,))
             metrics = result.record.modes["hybrid"]
             out["fusion"].append({"settings": variant, "hybrid": metrics})

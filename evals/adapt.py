@@ -283,8 +283,8 @@ class AdaptationData:
 
     Args:
         dataset: The benchmark.
-        max_words: Chunk word cap (the index's `Settings.chunk_max_words`).
-        overlap_words: Chunk overlap (`Settings.chunk_overlap_words`).
+        max_words: Chunk word cap (the index's `Settings.ingest.chunk_max_words`).
+        overlap_words: Chunk overlap (`Settings.ingest.chunk_overlap_words`).
         cache_path: The embedding cache (``<KBFLOW_HOME>/cache/embeddings.sqlite``).
         threads: CPU threads per embedding call.
         backend: ``onnx`` or ``torch`` (`tasks.text.embed.MiniLMEmbedder`).
@@ -374,11 +374,11 @@ def open_adaptation(
 
     return AdaptationData(
         load_beir(dataset_dir, split),
-        max_words=settings.chunk_max_words,
-        overlap_words=settings.chunk_overlap_words,
+        max_words=settings.ingest.chunk_max_words,
+        overlap_words=settings.ingest.chunk_overlap_words,
         cache_path=settings.home / "cache" / "embeddings.sqlite",
         threads=threads,
-        backend=settings.embedding_backend,
+        backend=settings.ingest.embedding_backend,
     )
 
 

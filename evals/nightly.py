@@ -31,7 +31,7 @@ def eval_dataset_task(folder: str, split: str | None, modes: str | None) -> Eval
 @task(name="record-eval", cache_policy=NO_CACHE)
 def record_eval_task(result: EvalResult) -> dict[str, int]:
     settings = Settings()
-    return write_eval(result.record, home=settings.home, url=settings.warehouse_url)
+    return write_eval(result.record, home=settings.home, url=settings.stores.warehouse_url)
 
 
 @task(name="write-question-set", cache_policy=NO_CACHE)

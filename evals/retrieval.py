@@ -80,8 +80,8 @@ def index_fingerprint(settings: Settings) -> str:
 
     parts = (
         embedder_for(settings).model_id,
-        settings.chunk_max_words,
-        settings.chunk_overlap_words,
+        settings.ingest.chunk_max_words,
+        settings.ingest.chunk_overlap_words,
         CHUNKER_VERSION,
         BM25_K1,
         BM25_B,
@@ -96,7 +96,7 @@ def eval_settings(settings: Settings, dataset: BeirDataset) -> Settings:
     (one per index fingerprint, so changing chunking, BM25 or its analyser never reuses a stale
     index)."""
     home = settings.home / "evals" / _slug(dataset.name) / index_fingerprint(settings)
-    return settings.model_copy(update={"home": home, "database_url": None, "qdrant_url": None})
+    return settings.replace(home=home, database_url=None, qdrant_url=None)
 
 
 def cached_embedder(settings: Settings) -> CachedEmbedder:
@@ -132,8 +132,8 @@ def build_index(
                         registry=registry,
                         embedder=embedder,
                         extract_file=_no_files,
-                        max_words=home.chunk_max_words,
-                        overlap_words=home.chunk_overlap_words,
+                        max_words=home.ingest.chunk_max_words,
+                        overlap_words=home.ingest.chunk_overlap_words,
                     )
                     if report.skipped:
                         log.warning("eval index: %d records skipped", len(report.skipped))
@@ -313,7 +313,7 @@ def run_eval(
     refusal_metrics: dict[str, float] = {}
     if refusal is not None:
         # stored beside hybrid's retrieval metrics: the answer path retrieves in hybrid mode
-        refusal_metrics = refusal.metrics(settings.answer_min_confidence)
+        refusal_metrics = refusal.metrics(settings.answers.answer_min_confidence)
         hybrid = SearchMode.HYBRID.value
         means[hybrid] = {**means[hybrid], **refusal_metrics}
         for qid, supports in refusal.per_query().items():
@@ -394,7 +394,7 @@ def eval_situations(
                 judged, relevant_documents(dataset.qrels), dataset.unanswerable, org_id=EVAL_ORG,
                 store=store, registry=registry, embedder=embedder,
                 config=config or RetrievalConfig.from_settings(home), corpus_ids=ids,
-                top_k=settings.answer_top_k if top_k is None else top_k,
+                top_k=settings.answers.answer_top_k if top_k is None else top_k,
             )  # fmt: skip
             yield EvalSituations(cases, stats, ids)
     finally:
@@ -405,14 +405,14 @@ def _eval_settings_record(settings: Settings, reranker: Reranker | None) -> dict
     from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
     return {
-        "embedding_model": settings.embedding_model,
+        "embedding_model": settings.ingest.embedding_model,
         "embedding_id": embedder_for(settings).model_id,  # the int8 form's id when it ran
-        "chunk_max_words": settings.chunk_max_words,
-        "chunk_overlap_words": settings.chunk_overlap_words,
-        "fusion": settings.fusion,
-        "rrf_k": settings.rrf_k,
-        "dense_weight": settings.dense_weight,
-        "prefetch_limit": settings.prefetch_limit,
+        "chunk_max_words": settings.ingest.chunk_max_words,
+        "chunk_overlap_words": settings.ingest.chunk_overlap_words,
+        "fusion": settings.retrieval.fusion,
+        "rrf_k": settings.retrieval.rrf_k,
+        "dense_weight": settings.retrieval.dense_weight,
+        "prefetch_limit": settings.retrieval.prefetch_limit,
         "bm25": {
             "k1": BM25_K1,
             "b": BM25_B,

@@ -75,7 +75,7 @@ def finetune_embedder_flow(
         min_gain: Held-out nDCG@10 the candidate must gain over the base to be promoted.
     """
     logger = get_run_logger()
-    base = base or Settings().embedding_model
+    base = base or Settings().ingest.embedding_model
     candidate = train_candidate_task(dataset, split, base, params or FinetuneParams(), negatives)
     logger.info("candidate %s trained on %s pairs", candidate.model_id,
                 candidate.manifest["data"]["pairs"])  # fmt: skip

@@ -111,7 +111,7 @@ def ingest(
     total = BatchReport(skipped=list(found.skipped), notes=list(found.notes))
     if plan.shadowed:  # left by a crash of an older release: a re-run converges
         total.superseded += repair_task(plan, settings, actor)
-    size = settings.ingest_batch_docs
+    size = settings.ingest.ingest_batch_docs
     batches = [plan.work[start : start + size] for start in range(0, len(plan.work), size)]
     with compute_runner(settings if batches else None) as compute:
         if compute is None:
@@ -141,7 +141,7 @@ def ingest(
         total.superseded,
         report.seconds,
     )
-    report.raise_if_too_many_skipped(settings.max_skip_ratio)
+    report.raise_if_too_many_skipped(settings.ingest.max_skip_ratio)
     return report
 
 

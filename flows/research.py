@@ -62,7 +62,7 @@ def research(
             registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
         # Only the org's AM or a superadmin may start research (deployments included).
         authorize_decision(registry, reviewer, org, what="run research")
-    public = not (settings.research_offline if offline is None else offline)
+    public = not (settings.research.research_offline if offline is None else offline)
     gathered = gather_task(request, settings, public)
     if gathered.stopped:
         report = stopped_outcome(gathered.notes, gathered.budget, _model_id(request, settings),
@@ -77,8 +77,8 @@ def research(
                 drafted.drafts, gathered.corpus, org, settings
             )
             report = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
-    if settings.metrics_pushgateway:
-        push_metrics(settings.metrics_pushgateway, org)
+    if settings.research.metrics_pushgateway:
+        push_metrics(settings.research.metrics_pushgateway, org)
     for note in report.notes:
         logger.warning("research %s: %s", org, note)
     if report.budget_exceeded:  # its note was logged above
@@ -120,6 +120,6 @@ def _model_id(request: ResearchRequest, settings: Settings) -> str:
     """The synthesizer a run would have used (for a run the budget stopped before it)."""
     return (
         resolve_model(request.model)
-        if settings.anthropic_api_key
+        if settings.answers.anthropic_api_key
         else ExtractiveSynthesizer.model_id
     )

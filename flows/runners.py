@@ -32,7 +32,7 @@ class ComputeRunner:
 def compute_runner(settings: Settings | None) -> Iterator[ComputeRunner | None]:
     """The settings' runner for the block, stopped after it: ``None`` for ``default`` (and for
     no settings: nothing to run)."""
-    if settings is None or settings.task_runner != "dask":
+    if settings is None or settings.ingest.task_runner != "dask":
         yield None
         return
     try:
@@ -41,11 +41,11 @@ def compute_runner(settings: Settings | None) -> Iterator[ComputeRunner | None]:
         raise ConfigError(
             f"KBFLOW_TASK_RUNNER=dask needs prefect-dask: `make install` installs it ({exc})"
         ) from exc
-    if settings.dask_address:
-        runner = DaskTaskRunner(address=settings.dask_address)
+    if settings.ingest.dask_address:
+        runner = DaskTaskRunner(address=settings.ingest.dask_address)
         workers, threads = 0, 0
     else:
-        workers = settings.dask_workers
+        workers = settings.ingest.dask_workers
         # One process per worker, one task at a time each, and the cores shared out between
         # them, so two workers on two cores do not both spin up two embedding threads.
         threads = max(1, (os.cpu_count() or 1) // workers)
@@ -66,7 +66,7 @@ def compute_runner(settings: Settings | None) -> Iterator[ComputeRunner | None]:
         runner.__enter__()
     except (OSError, TimeoutError) as exc:
         raise ConfigError(
-            f"cannot reach the Dask scheduler at {settings.dask_address}: {exc}. Start one "
+            f"cannot reach the Dask scheduler at {settings.ingest.dask_address}: {exc}. Start one "
             "(`dask scheduler`, then `dask worker ADDRESS` on each machine) or unset "
             "KBFLOW_DASK_ADDRESS for a local cluster."
         ) from exc

@@ -44,12 +44,16 @@ def open_vector_store(
     ``share=False`` is for the owner itself (``kbflow serve``); ``own=False`` for a process
     that must never own it (a worker of ``kbflow serve --workers``, whose parent owns it)."""
     store: VectorStore
-    if settings.qdrant_url:
+    if settings.stores.qdrant_url:
         from sinks.qdrant_server import QdrantServerStore
 
-        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        key = (
+            settings.stores.qdrant_api_key.get_secret_value()
+            if settings.stores.qdrant_api_key
+            else None
+        )
         store = QdrantServerStore.connect(
-            settings.qdrant_url, collection=settings.qdrant_collection, api_key=key
+            settings.stores.qdrant_url, collection=settings.stores.qdrant_collection, api_key=key
         )
     elif not own:
         store = connect_embedded(settings)
@@ -59,7 +63,7 @@ def open_vector_store(
         from sinks.qdrant_edge import QdrantEdgeStore
 
         store = QdrantEdgeStore.open(
-            settings.vectors_dir, lock_timeout_s=settings.store_lock_timeout_s
+            settings.vectors_dir, lock_timeout_s=settings.stores.store_lock_timeout_s
         )
     try:
         yield store
@@ -78,7 +82,7 @@ def open_embedded(settings: Settings) -> VectorStore:
     from sinks.shared_store import SharedStoreClient
 
     path = settings.vectors_dir
-    deadline = time.monotonic() + settings.store_lock_timeout_s
+    deadline = time.monotonic() + settings.stores.store_lock_timeout_s
     while True:
         owned = QdrantEdgeStore.try_open(path)
         if owned is not None:
@@ -100,7 +104,7 @@ def connect_embedded(settings: Settings) -> VectorStore:
     from core.errors import StoreError
     from sinks.shared_store import SharedStoreClient
 
-    deadline = time.monotonic() + settings.store_lock_timeout_s
+    deadline = time.monotonic() + settings.stores.store_lock_timeout_s
     while True:
         client = SharedStoreClient.connect(settings.vectors_dir)
         if client is not None:

@@ -332,7 +332,7 @@ def test_each_prefect_file_names_flows_that_exist(prefect_file: str) -> None:
         assert isinstance(found, Flow), f"{name}: {deployment['entrypoint']} is not a flow"
         flow_names[name] = found.name
     # The job runner's default deployment is this file's kbflow-job: FLOW/DEPLOYMENT.
-    assert f"{flow_names['kbflow-job']}/kbflow-job" == Settings().job_deployment
+    assert f"{flow_names['kbflow-job']}/kbflow-job" == Settings().jobs.job_deployment
     pools = {d["work_pool"]["name"] for d in deployments.values()}
     assert pools == ({POOL} if prefect_file == "prefect.yaml" else {"kbflow-k8s"})
     if prefect_file != "prefect.yaml":

@@ -64,7 +64,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             metrics.watch_research(
                 lambda after: ctx.registry.finished_jobs("research", after=after)
             )
-            threads = settings.api_torch_threads or (1 if worker else 0)
+            threads = settings.api.api_torch_threads or (1 if worker else 0)
             if threads and isinstance(ctx.embedder, MiniLMEmbedder):
                 # workers: one core each, so concurrent requests use them all
                 ctx.embedder.limit_threads(threads)
@@ -73,14 +73,14 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
                 settings,
                 ctx,
                 threading.Lock(),
-                TokenBuckets(settings.api_rate_per_minute, settings.api_rate_burst),
+                TokenBuckets(settings.api.api_rate_per_minute, settings.api.api_rate_burst),
                 metrics,
                 steward,
             )
             # MCP requests are served inside this; it stops before the store closes.
             async with mcp.run():
                 yield
-        _stop_if_work_lingers(app.state.service, settings.api_drain_s)
+        _stop_if_work_lingers(app.state.service, settings.api.api_drain_s)
 
     app = FastAPI(
         title="kbflow",
@@ -92,10 +92,10 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
     errors.install(app)
     app.add_middleware(
         BodyLimit,
-        max_bytes=int(settings.api_max_body_mb * 1024 * 1024),
+        max_bytes=int(settings.api.api_max_body_mb * 1024 * 1024),
         uploads=UPLOAD_PATHS,
         upload_max_bytes=upload_body_cap(settings),
-        read_timeout_s=settings.api_read_timeout_s,
+        read_timeout_s=settings.api.api_read_timeout_s,
     )
 
     app.add_middleware(Measured, metrics=metrics, mounted=(MCP_PATH,))
@@ -159,7 +159,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
     os.environ["KBFLOW_HOME"] = str(settings.home.resolve())  # the workers' settings
     held = _Held()
     with ExitStack() as stack:
-        if not settings.qdrant_url:
+        if not settings.stores.qdrant_url:
             try:
                 held.store = stack.enter_context(open_vector_store(settings, share=False))
             except StoreError as exc:  # held by a command: taken over when it lets go
@@ -175,7 +175,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
             workers=workers,
             log_level="info",
             timeout_keep_alive=5,
-            timeout_graceful_shutdown=settings.api_drain_s,
+            timeout_graceful_shutdown=settings.api.api_drain_s,
         )
         sock = config.bind_socket()
         # The workers get this socket rebuilt from its descriptor, which hides that it is TCP

@@ -68,7 +68,7 @@ class Service:
         to finish on its own: Python cannot stop a thread, and the query bounds
         (`tasks.query.bounds`) keep what one request does short.
         """
-        limit = self.settings.api_request_timeout_s
+        limit = self.settings.api.api_request_timeout_s
 
         def tracked() -> T:
             with self._in_flight_lock:

@@ -111,8 +111,8 @@ def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> di
             registry=ctx.registry,
             open_store=held(ctx.vector_store),
             embedder=ctx.embedder,
-            max_words=settings.chunk_max_words,
-            overlap_words=settings.chunk_overlap_words,
+            max_words=settings.ingest.chunk_max_words,
+            overlap_words=settings.ingest.chunk_overlap_words,
             note=body.note,
         )
     return dict(doc.to_dict())

@@ -50,7 +50,7 @@ class StoreSteward:
 
     @property
     def embedded(self) -> bool:
-        return not self.settings.qdrant_url
+        return not self.settings.stores.qdrant_url
 
     @property
     def sharing(self) -> bool:

@@ -51,7 +51,7 @@ _FORM_SLACK_BYTES = 1 << 20  # multipart headers, URLs and prompts beside the fi
 
 def file_cap_bytes(settings: Settings) -> int:
     """The most bytes one uploaded file may have (KBFLOW_API_MAX_UPLOAD_MB)."""
-    return int(settings.api_max_upload_mb * 1024 * 1024)
+    return int(settings.api.api_max_upload_mb * 1024 * 1024)
 
 
 def upload_body_cap(settings: Settings) -> int:

@@ -70,7 +70,8 @@ def eval_run(
     refusal = summary.get("refusal") or {}
     if refusal:
         console.print(
-            f"refusal (the answer path's support, threshold {settings.answer_min_confidence:.2f}):"
+            "refusal (the answer path's support, threshold "
+            f"{settings.answers.answer_min_confidence:.2f}):"
             f" ROC AUC {refusal['refusal_auc']:.4f}, answerable answered "
             f"{refusal['answered']:.1%}, unanswerable refused {refusal['refused']:.1%}"
         )

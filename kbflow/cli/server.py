@@ -80,4 +80,4 @@ def serve(
         return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
                 timeout_keep_alive=5,
-                timeout_graceful_shutdown=settings.api_drain_s)  # fmt: skip
+                timeout_graceful_shutdown=settings.api.api_drain_s)  # fmt: skip

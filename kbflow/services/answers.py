@@ -43,9 +43,9 @@ STALE_STATUSES = (
 
 def answer_config(settings: Settings) -> AnswerConfig:
     return AnswerConfig(
-        threshold=settings.answer_min_confidence,
-        top_k=settings.answer_top_k,
-        reveal_contacts=settings.agent_contact_data == "reveal",
+        threshold=settings.answers.answer_min_confidence,
+        top_k=settings.answers.answer_top_k,
+        reveal_contacts=settings.answers.agent_contact_data == "reveal",
     )
 
 
@@ -58,20 +58,24 @@ def knowledge_model(
         client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
         model_id: this Claude model, whatever the settings say (replay of a recorded turn).
     """
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
-    choice = settings.answer_model
+    key = (
+        settings.answers.anthropic_api_key.get_secret_value()
+        if settings.answers.anthropic_api_key
+        else ""
+    )
+    choice = settings.answers.answer_model
     if model_id is not None:
         choice = "anthropic"
     elif choice == "auto":
         choice = "anthropic" if key or client is not None else "extractive"
     if choice == "extractive":
-        return ExtractiveKnowledgeModel(settings.answer_min_confidence), None
+        return ExtractiveKnowledgeModel(settings.answers.answer_min_confidence), None
     if not key and client is None:
         return None, (
             "the answer model is Claude but ANTHROPIC_API_KEY is not set — set it, or "
             "KBFLOW_ANSWER_MODEL=extractive to answer offline"
         )
-    chat = AnthropicChat(key, model_id or settings.answer_llm, client=client)
+    chat = AnthropicChat(key, model_id or settings.answers.answer_llm, client=client)
     return ClaudeKnowledgeModel(chat), None
 
 
@@ -130,7 +134,7 @@ def _agent_turn(
         no_model_reason=why,
     )
     faults.point("answer.before_record")
-    (ledger or Ledger(ctx.settings.home, url=ctx.settings.warehouse_url)).record(turn)
+    (ledger or Ledger(ctx.settings.home, url=ctx.settings.stores.warehouse_url)).record(turn)
     # The ledger keeps the sources' own URIs (provenance, replay); the agent gets public ones.
     result = turn.delivered if turn.delivered is not None else turn.output
     return dict(publish_uris(result, org_id))
@@ -146,7 +150,7 @@ def replay(
 ) -> tuple[Replay, str | None]:
     """Re-run a recorded turn's synthesis with its recorded model; returns a note when
     ``prompt`` cannot apply (the offline model has no prompt)."""
-    turn = (ledger or Ledger(settings.home, url=settings.warehouse_url)).get_turn(turn_id)
+    turn = (ledger or Ledger(settings.home, url=settings.stores.warehouse_url)).get_turn(turn_id)
     check_replayable(turn)
     recorded = turn.replay_input
     model: KnowledgeModel | None
@@ -185,7 +189,7 @@ def _trace(
         NotFound: ``doc_id`` is neither in the registry nor cited by any recorded answer (a
             document deleted after it was cited is still traced, its answers flagged stale).
     """
-    ledger = ledger or Ledger(settings.home, url=settings.warehouse_url)
+    ledger = ledger or Ledger(settings.home, url=settings.stores.warehouse_url)
     rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, org_id=org_id, since=since)
     known = registry.get_documents([doc_id]) if doc_id else {}
     if org_id is not None:
@@ -243,7 +247,7 @@ def turns(
     settings: Settings, *, org: str | None, since: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """Recent turns from the ledger, newest first (``since``: 7d, 12h, 30m, 2w or a date)."""
-    ledger = Ledger(settings.home, url=settings.warehouse_url)
+    ledger = Ledger(settings.home, url=settings.stores.warehouse_url)
     return ledger.turns(org_id=org, since=parse_since(since), limit=limit)
 
 

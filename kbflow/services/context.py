@@ -72,7 +72,7 @@ class SearchContext:
             top_k=top_k,
             config=RetrievalConfig.from_settings(self.settings),
             reranker=self.reranker() if mode is SearchMode.HYBRID_RERANK else None,
-            paused=self.settings.retrieval_paused,
+            paused=self.settings.retrieval.retrieval_paused,
             store_error=self.store_error,
         )
 

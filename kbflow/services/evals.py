@@ -45,7 +45,7 @@ def run_eval(
     chosen = parse_modes(modes)
     result = evaluate(ds, settings, chosen, progress=progress)
     if record:
-        write_eval(result.record, home=settings.home, url=settings.warehouse_url)
+        write_eval(result.record, home=settings.home, url=settings.stores.warehouse_url)
     return result.summary()
 
 
@@ -56,7 +56,7 @@ def eval_history(
     (``plot``, default ``<home>/evals/history.png``; None when nothing is recorded)."""
     from evals.warehouse import plot_history, read_history
 
-    rows = read_history(settings.home, dataset, url=settings.warehouse_url)
+    rows = read_history(settings.home, dataset, url=settings.stores.warehouse_url)
     out = plot or settings.home / "evals" / "history.png"
     return rows, plot_history(rows, out) if rows else None
 
@@ -68,7 +68,7 @@ def save_baseline(settings: Settings, dataset: str, tolerance: float, out: Path 
     from evals.regression import save_baseline as save
     from evals.warehouse import latest
 
-    modes = latest(settings.home, dataset, url=settings.warehouse_url)
+    modes = latest(settings.home, dataset, url=settings.stores.warehouse_url)
     if not modes:
         raise KbflowError(
             f"no recorded run of {dataset!r} — run `kbflow eval run --dataset DIR` first"

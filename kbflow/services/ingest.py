@@ -61,7 +61,7 @@ def run_ingest(
                 repaired = repair_shadowed(plan, registry, store, actor="system")
     jobs: list[JobRef] = []
     if not wait:
-        threshold = int(settings.job_threshold_mb * 1024 * 1024)
+        threshold = int(settings.jobs.job_threshold_mb * 1024 * 1024)
         long_files = [w for w in plan.work if runs_long(w.source.path, threshold)]
         if long_files:
             job = submit_ingest_job(
@@ -80,7 +80,7 @@ def run_ingest(
             seconds=time.perf_counter() - started,
             jobs=jobs,
         )
-        report.raise_if_too_many_skipped(settings.max_skip_ratio)
+        report.raise_if_too_many_skipped(settings.ingest.max_skip_ratio)
         return report
     from flows.ingest import ingest as ingest_flow
     from kbflow.services.orchestration import prefect_starting

@@ -123,7 +123,7 @@ def submit_research_job(
 def _start(
     settings: Settings, org: str, kind: str, inputs: list[str], params: dict[str, Any]
 ) -> JobRecord:
-    """Record the job and start its run by ``settings.job_runner``.
+    """Record the job and start its run by ``settings.jobs.job_runner``.
 
     With the ``process`` runner the job is admitted under `admission_lock`: recorded, then
     started at once if a slot is free (`dispatch`), else left queued (`is_queued`) for the next
@@ -137,17 +137,17 @@ def _start(
             run (the job is recorded FAILED with the reason); or the admission lock stayed
             held past ``ADMISSION_LOCK_TIMEOUT_S``.
     """
-    if settings.job_runner == "prefect":
+    if settings.jobs.job_runner == "prefect":
         return _start_deployment_run(settings, org, kind, inputs, params)
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     with open_registry(settings) as registry:
         with admission_lock(settings):
             waiting = sum(1 for j in _queue(registry) if j.org_id == org)
-            if waiting >= settings.jobs_max_queued_per_org:
+            if waiting >= settings.jobs.jobs_max_queued_per_org:
                 raise JobQueueFull(
                     f"org {org!r} already has {waiting} background jobs waiting to start "
-                    f"(KBFLOW_JOBS_MAX_QUEUED_PER_ORG={settings.jobs_max_queued_per_org}; at "
-                    f"most {settings.jobs_max_running_per_org} of an org's jobs run at once, "
+                    f"(KBFLOW_JOBS_MAX_QUEUED_PER_ORG={settings.jobs.jobs_max_queued_per_org}; at "
+                    f"most {settings.jobs.jobs_max_running_per_org} of an org's jobs run at once, "
                     f"KBFLOW_JOBS_MAX_RUNNING_PER_ORG) — try again once some have finished",
                     retry_after_s=QUEUE_FULL_RETRY_S,
                 )
@@ -171,10 +171,10 @@ def _child_env(settings: Settings) -> dict[str, str]:
     return dict(
         os.environ,
         KBFLOW_HOME=str(settings.home.resolve()),
-        KBFLOW_JOBS_MAX_RUNNING=str(settings.jobs_max_running),
-        KBFLOW_JOBS_MAX_RUNNING_PER_ORG=str(settings.jobs_max_running_per_org),
-        KBFLOW_JOBS_MAX_QUEUED_PER_ORG=str(settings.jobs_max_queued_per_org),
-        KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H=str(settings.jobs_failed_upload_retention_h),
+        KBFLOW_JOBS_MAX_RUNNING=str(settings.jobs.jobs_max_running),
+        KBFLOW_JOBS_MAX_RUNNING_PER_ORG=str(settings.jobs.jobs_max_running_per_org),
+        KBFLOW_JOBS_MAX_QUEUED_PER_ORG=str(settings.jobs.jobs_max_queued_per_org),
+        KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H=str(settings.jobs.jobs_failed_upload_retention_h),
     )
 
 
@@ -209,7 +209,7 @@ def _start_deployment_run(
 ) -> JobRecord:
     # Both checks come before the row: a runner that cannot start anything records nothing.
     url = prefect_api.api_url()
-    deployment = prefect_api.deployment_id(url, settings.job_deployment)
+    deployment = prefect_api.deployment_id(url, settings.jobs.job_deployment)
     with open_registry(settings) as registry:
         job = registry.create_job(org, kind=kind, inputs=inputs, params=params)
         uploads.mark_uploads(settings, job)
@@ -219,7 +219,7 @@ def _start_deployment_run(
             registry.finish_job(
                 job.id,
                 JobStatus.FAILED,
-                reason=f"could not start a run of {settings.job_deployment}: {exc}",
+                reason=f"could not start a run of {settings.jobs.job_deployment}: {exc}",
             )
             raise
         registry.update_job_runner(job.id, flow_run_id=run_id)
@@ -406,9 +406,9 @@ def _dispatch_locked(settings: Settings, registry: SqlRegistry) -> list[JobRecor
     per_org = Counter(busy.values())
     started: list[JobRecord] = []
     for job in queued:
-        if len(busy) >= settings.jobs_max_running:
+        if len(busy) >= settings.jobs.jobs_max_running:
             break
-        if per_org[job.org_id] >= settings.jobs_max_running_per_org:
+        if per_org[job.org_id] >= settings.jobs.jobs_max_running_per_org:
             continue
         if _spawn(settings, registry, job):
             busy[job.id] = job.org_id

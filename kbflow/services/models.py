@@ -47,5 +47,5 @@ def list_models(settings: Settings) -> dict[str, Any]:
     return {
         "models": manifests(settings.models_dir),
         "promoted": promoted_model(settings.models_dir),
-        "configured": settings.embedding_model,
+        "configured": settings.ingest.embedding_model,
     }

@@ -87,8 +87,8 @@ def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | Non
             registry=registry,
             open_store=store_opener(settings),
             embedder=embedder_for(settings),
-            max_words=settings.chunk_max_words,
-            overlap_words=settings.chunk_overlap_words,
+            max_words=settings.ingest.chunk_max_words,
+            overlap_words=settings.ingest.chunk_overlap_words,
             note=note,
         )
 

@@ -73,8 +73,8 @@ def migrate_org(
     A side given as None is the embedded Edge store of ``settings.home``, whatever
     ``KBFLOW_QDRANT_URL`` says; a URL side is a Qdrant server (``http://…``), ``:memory:`` or
     a qdrant-client local folder (``file:///path``), in ``collection`` (default
-    ``settings.qdrant_collection``). The embedded store is opened as its owner (the copy needs
-    its export path, which a process sharing it cannot offer), so it must not be held by
+    ``settings.stores.qdrant_collection``). The embedded store is opened as its owner (the copy
+    needs its export path, which a process sharing it cannot offer), so it must not be held by
     ``kbflow serve`` for the copy.
 
     Args:
@@ -96,7 +96,7 @@ def migrate_org(
             "give --to URL to copy from the embedded store to a Qdrant server, or --from URL "
             "to copy from a server into the embedded store (both for server to server)"
         )
-    collection = collection or settings.qdrant_collection
+    collection = collection or settings.stores.qdrant_collection
     if _same_place(from_url, to_url):
         raise ConfigError(
             f"the source and the destination are the same store ({to_url}, collection "
@@ -240,12 +240,10 @@ def _open_side(
     from sinks.connect import open_vector_store
 
     if url is None:
-        side = settings.model_copy(update={"qdrant_url": None})
+        side = settings.replace(qdrant_url=None)
     else:
-        key = SecretStr(api_key) if api_key else settings.qdrant_api_key
-        side = settings.model_copy(
-            update={"qdrant_url": url, "qdrant_collection": collection, "qdrant_api_key": key}
-        )
+        key = SecretStr(api_key) if api_key else settings.stores.qdrant_api_key
+        side = settings.replace(qdrant_url=url, qdrant_collection=collection, qdrant_api_key=key)
     try:
         # share=False: the copy reads the embedded store's export path, which only its owner
         # has (a process sharing it through `kbflow serve` gets the search calls only).

@@ -110,7 +110,7 @@ def prune_uploads(
     if root is None:
         return []
     now = now or dt.datetime.now(dt.UTC)
-    retention = dt.timedelta(hours=settings.jobs_failed_upload_retention_h)
+    retention = dt.timedelta(hours=settings.jobs.jobs_failed_upload_retention_h)
     orphan_age = max(retention, ORPHAN_UPLOAD_MIN_AGE)
     removed: list[Path] = []
     with os.scandir(root) as entries:

@@ -40,22 +40,31 @@ class ExtractOptions:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExtractOptions:
+        """The extraction group's values (same names where units match), the ingest file cap,
+        and the Whisper folder under ``<home>``."""
+        ex = settings.extraction
         return cls(
-            max_bytes=int(settings.max_file_mb * 1024 * 1024),
-            artifacts_path=settings.docling_artifacts_path,
-            max_pdf_pages=settings.max_pdf_pages,
-            max_image_pixels=int(settings.max_image_megapixels * 1_000_000),
-            ocr_engine=settings.ocr_engine,
-            ocr_language=settings.ocr_language,
-            ocr_dpi=settings.ocr_dpi,
-            ocr_timeout_s=min(settings.extract_timeout_s, 600.0),
-            zip_max_ratio=settings.zip_max_ratio,
-            zip_max_total_bytes=int(settings.zip_max_total_mb * 1024 * 1024),
-            zip_max_entries=settings.zip_max_entries,
-            asr_engine=settings.asr_engine,
-            whisper_model=settings.whisper_model,
+            **ex.model_dump(include=_SAME_NAMES),
+            max_bytes=int(settings.ingest.max_file_mb * 1024 * 1024),
+            artifacts_path=ex.docling_artifacts_path,
+            max_image_pixels=int(ex.max_image_megapixels * 1_000_000),
+            ocr_timeout_s=min(ex.extract_timeout_s, 600.0),
+            zip_max_total_bytes=int(ex.zip_max_total_mb * 1024 * 1024),
             whisper_dir=settings.whisper_dir.resolve(),
-            asr_language=settings.asr_language,
-            max_media_s=settings.max_media_minutes * 60,
-            media_timeout_s=settings.media_timeout_s,
+            max_media_s=ex.max_media_minutes * 60,
         )
+
+
+_SAME_NAMES = {
+    "max_pdf_pages",
+    "ocr_engine",
+    "ocr_language",
+    "ocr_dpi",
+    "zip_max_ratio",
+    "zip_max_entries",
+    "asr_engine",
+    "whisper_model",
+    "asr_language",
+    "media_timeout_s",
+}
+"""The options that are an extraction setting of the same name and unit."""

@@ -207,8 +207,8 @@ def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], Extrac
     from tasks.ingest.extract_options import ExtractOptions
 
     options = ExtractOptions.from_settings(settings)
-    documents = Limits(settings.extract_timeout_s, settings.extract_memory_mb)
-    media = Limits(settings.media_timeout_s, settings.extract_memory_mb)
+    documents = Limits(settings.extraction.extract_timeout_s, settings.extraction.extract_memory_mb)
+    media = Limits(settings.extraction.media_timeout_s, settings.extraction.extract_memory_mb)
 
     def extract(source: Source) -> ExtractedDocument:
         limits = media if is_media(source.path) else documents

@@ -62,7 +62,7 @@ def warm_up(settings: Settings) -> None:
     from tasks.ingest.validate import warm_up as warm_checks
 
     warm_checks()
-    if settings.task_runner == "default":
+    if settings.ingest.task_runner == "default":
         embedder_for(settings).load()
 
 
@@ -89,9 +89,9 @@ def _extraction_fingerprint(settings: Settings) -> str:
     options = ExtractOptions.from_settings(settings)
     data = {
         **{k: str(v) for k, v in vars(options).items()},
-        "extract_timeout_s": settings.extract_timeout_s,
-        "media_timeout_s": settings.media_timeout_s,
-        "extract_memory_mb": settings.extract_memory_mb,
+        **settings.extraction.model_dump(
+            include={"extract_timeout_s", "media_timeout_s", "extract_memory_mb"}
+        ),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -177,8 +177,8 @@ def prepare_batch(items: list[WorkItem], settings: Settings, threads: int = 0) -
     texts = batch_texts(
         items,
         prefetched(extracted),
-        max_words=settings.chunk_max_words,
-        overlap_words=settings.chunk_overlap_words,
+        max_words=settings.ingest.chunk_max_words,
+        overlap_words=settings.ingest.chunk_overlap_words,
     )
     embedder = embedder_for(settings)
     if threads:
@@ -225,8 +225,8 @@ def index_batch_task(
             registry=registry,
             embedder=embedder,
             extract_file=prefetched(extracted),
-            max_words=settings.chunk_max_words,
-            overlap_words=settings.chunk_overlap_words,
+            max_words=settings.ingest.chunk_max_words,
+            overlap_words=settings.ingest.chunk_overlap_words,
         )
     if prepared is not None:
         report.embed_seconds += prepared.embed_seconds

@@ -420,10 +420,10 @@ def _short(text: str, limit: int = _MAX_DETAIL) -> str:
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
     """The reranker the settings ask for (`KBFLOW_RERANK` and its keys), or None."""
-    key = settings.cohere_api_key
+    key = settings.retrieval.cohere_api_key
     return build_reranker(
-        settings.rerank,
+        settings.retrieval.rerank,
         cohere_api_key=key.get_secret_value() if key else None,
-        cohere_model=settings.cohere_rerank_model,
-        cross_encoder_path=settings.rerank_model,
+        cohere_model=settings.retrieval.cohere_rerank_model,
+        cross_encoder_path=settings.retrieval.rerank_model,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
@@ -57,13 +57,8 @@ class RetrievalConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetrievalConfig:
-        return cls(
-            prefetch_limit=settings.prefetch_limit,
-            fusion=settings.fusion,
-            rrf_k=settings.rrf_k,
-            dense_weight=settings.dense_weight,
-            rerank_candidates=settings.rerank_candidates,
-        )
+        """The retrieval group's values for the fields this config has (same names)."""
+        return cls(**settings.retrieval.model_dump(include={f.name for f in fields(cls)}))
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:

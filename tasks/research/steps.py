@@ -48,13 +48,13 @@ def fetch_page_task(url: str, timeout_s: float) -> FetchResult:
 @task(name="gather-corpus", cache_policy=NO_CACHE, persist_result=False)
 def gather_task(request: ResearchRequest, settings: Settings, public_context: bool) -> Gathered:
     """The seed bundle and public context as one corpus (its text is never persisted)."""
-    timeout_s = settings.research_fetch_timeout_s
+    timeout_s = settings.research.research_fetch_timeout_s
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         return gather_corpus(
             request,
             registry=registry,
             store=store,
-            max_fetches=settings.research_max_fetches,
+            max_fetches=settings.research.research_max_fetches,
             fetch=lambda url: fetch_page_task(url, timeout_s),
             public_context=public_context,
         )
@@ -63,7 +63,11 @@ def gather_task(request: ResearchRequest, settings: Settings, public_context: bo
 @task(name="synthesize-drafts", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
     """Four validated drafts: Claude with a key (this task retries it), else offline."""
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    key = (
+        settings.answers.anthropic_api_key.get_secret_value()
+        if settings.answers.anthropic_api_key
+        else None
+    )
     synthesizer: AnthropicSynthesizer | ExtractiveSynthesizer
     if key:
         model = resolve_model(gathered.request.model)

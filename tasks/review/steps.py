@@ -35,7 +35,9 @@ def list_pending_task(
 def read_drafts_task(docs: Sequence[DocRecord], settings: Settings) -> dict[str, str]:
     """Each draft's Markdown for the review form, the store held only while reading."""
     with open_vector_store(settings) as store:
-        return draft_texts(docs, store, max_overlap_words=max(64, settings.chunk_overlap_words))
+        return draft_texts(
+            docs, store, max_overlap_words=max(64, settings.ingest.chunk_overlap_words)
+        )
 
 
 @task(name="apply-review-decisions", cache_policy=NO_CACHE)
@@ -50,6 +52,6 @@ def apply_decisions_task(
             registry=registry,
             open_store=held(store),
             embedder=lambda: embedder_for(settings),
-            max_words=settings.chunk_max_words,
-            overlap_words=settings.chunk_overlap_words,
+            max_words=settings.ingest.chunk_max_words,
+            overlap_words=settings.ingest.chunk_overlap_words,
         )

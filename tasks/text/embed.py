@@ -346,10 +346,10 @@ def embedder_for(settings: Settings) -> MiniLMEmbedder:
     """The process's embedder for these settings (model, batch size, backend, precision);
     ``KBFLOW_EMBEDDING_MODEL=promoted`` is resolved here (`resolve_model`)."""
     return get_embedder(
-        resolve_model(settings.embedding_model, settings.models_dir),
-        settings.embed_batch_size,
-        settings.embedding_backend,
-        settings.embedding_precision,
+        resolve_model(settings.ingest.embedding_model, settings.models_dir),
+        settings.ingest.embed_batch_size,
+        settings.ingest.embedding_backend,
+        settings.ingest.embedding_precision,
     )
 
 

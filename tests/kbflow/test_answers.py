@@ -95,7 +95,7 @@ def test_the_org_s_own_agent_gets_the_contact_data_its_approved_documents_hold(
 ) -> None:
     """KBFLOW_AGENT_CONTACT_DATA=reveal (the default): the answer holds the address the
     expense policy gives; the ledger and the model's input hold a numbered placeholder."""
-    assert world["settings"].agent_contact_data == "reveal"
+    assert world["settings"].answers.agent_contact_data == "reveal"
     out = answer_question(world["ctx"], "helper", CONTACT_QUESTION)
     assert out["status"] == "answered", out["refusal"]
     assert ADDRESS in out["answer"]
@@ -109,7 +109,7 @@ def test_the_org_s_own_agent_gets_the_contact_data_its_approved_documents_hold(
 def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> None:
     ctx: SearchContext = world["ctx"]
     scrubbed = SearchContext(
-        settings=ctx.settings.model_copy(update={"agent_contact_data": "scrub"}),
+        settings=ctx.settings.replace(agent_contact_data="scrub"),
         registry=ctx.registry, store=ctx.store, embedder=ctx.embedder,
     )  # fmt: skip
     out = answer_question(scrubbed, "helper", CONTACT_QUESTION)
@@ -178,7 +178,7 @@ def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(wor
 
 def test_anthropic_without_a_key_is_no_model(world: Any) -> None:
     ctx: SearchContext = world["ctx"]
-    ctx.settings = world["settings"].model_copy(update={"answer_model": "anthropic"})
+    ctx.settings = world["settings"].replace(answer_model="anthropic")
     out = ask(ctx, "helper", ["days to submit expense reports"])
     assert out["miss"]["reason"] == "no_model" and "ANTHROPIC_API_KEY" in out["miss"]["detail"]
 

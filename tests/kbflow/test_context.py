@@ -15,7 +15,7 @@ def test_a_held_store_degrades_with_its_reason_told_once(
     registry.ensure_org("acme")
     holder = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
-        quick = settings.model_copy(update={"store_lock_timeout_s": 0.2})
+        quick = settings.replace(store_lock_timeout_s=0.2)
         with search_context(quick, degrade=True) as ctx:
             result = ctx.retrieve("leave policy", Scope("acme"), top_k=3)
     finally:

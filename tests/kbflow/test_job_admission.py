@@ -263,7 +263,7 @@ def test_a_killed_job_process_does_not_strand_the_queue(
 ) -> None:
     """The running job's process is killed: looking at the jobs (`get_job`) fails it and starts
     the one queued behind it."""
-    settings = settings.model_copy(update={"jobs_max_running": 1})
+    settings = settings.replace(jobs_max_running=1)
     first, second = _submit_all(
         settings,
         [
@@ -307,7 +307,7 @@ def test_an_org_past_its_queue_cap_is_refused_and_nothing_recorded(
         jobs_registry.create_job(
             "acme", kind="ingest", inputs=[], params={jobs.QUEUE_MARK: jobs.PROCESS_RUNNER}
         )
-    capped = settings.model_copy(update={"jobs_max_queued_per_org": 2})
+    capped = settings.replace(jobs_max_queued_per_org=2)
     before = jobs_registry.list_jobs("acme")
     with pytest.raises(JobQueueFull) as refused:
         jobs.submit_ingest_job(capped, ["/data/x.md"], IngestRequest(org="acme"))

@@ -35,7 +35,7 @@ def harness_api(prefect_harness: None, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def prefect_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"job_runner": "prefect"})
+    return settings.replace(job_runner="prefect")
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_a_deployment_name_must_say_flow_and_deployment(
 ) -> None:
     from core.errors import ConfigError
 
-    odd = prefect_settings.model_copy(update={"job_deployment": "kbflow-job"})
+    odd = prefect_settings.replace(job_deployment="kbflow-job")
     with pytest.raises(ConfigError, match=r"FLOW/DEPLOYMENT.*'kbflow-job'"):
         _submit(odd)
     assert jobs_registry.list_jobs("acme") == []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from core.settings import Settings, configure_environment
+from core.settings import FIELD_GROUPS, Settings, configure_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,13 +20,13 @@ def test_defaults_and_derived_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert s.home == tmp_path / "h"
     assert s.registry_url == f"sqlite:///{(tmp_path / 'h' / 'registry.db').resolve()}"
     assert s.vectors_dir == tmp_path / "h" / "vectors"
-    assert s.qdrant_url is None
+    assert s.stores.qdrant_url is None
 
 
 def test_env_values_are_parsed_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KBFLOW_TOP_SECRET_UNKNOWN", "ignored")
     monkeypatch.setenv("KBFLOW_EMBED_BATCH_SIZE", "16")
-    assert Settings().embed_batch_size == 16
+    assert Settings().ingest.embed_batch_size == 16
     monkeypatch.setenv("KBFLOW_EMBED_BATCH_SIZE", "0")
     with pytest.raises(ValidationError, match="embed_batch_size"):
         Settings()
@@ -53,10 +53,77 @@ def test_configure_environment_keeps_state_under_home(
 def test_readme_and_env_example_document_every_setting() -> None:
     readme = (REPO / "README.md").read_text()
     example = (REPO / ".env.example").read_text()
-    for name in Settings.model_fields:
+    names = ["home", *FIELD_GROUPS]  # every field of every group keeps its flat env name
+    assert set(FIELD_GROUPS) >= {"rrf_k", "answer_top_k", "database_url", "api_drain_s"}
+    for name in names:
         var = f"KBFLOW_{name.upper()}"
         assert f"`{var}`" in readme, f"{var} missing from the README settings table"
         assert var in example, f"{var} missing from .env.example"
+
+
+def test_flat_names_reach_their_group_with_env_dotenv_default_precedence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(
+        "KBFLOW_RRF_K=5\nKBFLOW_PREFETCH_LIMIT=11\nKBFLOW_ANSWER_TOP_K=3\nKBFLOW_OCR_DPI=300\n"
+    )
+    monkeypatch.setenv("KBFLOW_RRF_K", "7")  # the environment beats .env
+    monkeypatch.setenv("KBFLOW_DENSE_WEIGHT", "0.25")
+    s = Settings()
+    assert (s.retrieval.rrf_k, s.retrieval.prefetch_limit, s.retrieval.dense_weight) == (
+        7,
+        11,
+        0.25,
+    )
+    assert (s.answers.answer_top_k, s.extraction.ocr_dpi, s.retrieval.fusion) == (
+        3,
+        300,
+        "weighted",
+    )
+    # Flat keyword arguments beat both, and the fields not given are still read.
+    s = Settings(home=tmp_path / "h", rrf_k=2, answer_top_k=4, answer_model="extractive")
+    assert (s.retrieval.rrf_k, s.answers.answer_top_k, s.answers.answer_model) == (
+        2,
+        4,
+        "extractive",
+    )
+    assert (s.retrieval.prefetch_limit, s.retrieval.dense_weight, s.extraction.ocr_dpi) == (
+        11,
+        0.25,
+        300,
+    )
+    assert Settings.model_validate({"rrf_k": 8}).retrieval.rrf_k == 8
+    with pytest.raises(ValidationError, match="answer_top_k"):
+        Settings(answer_top_k=0)
+
+
+def test_secret_aliases_stay_and_stay_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-plain")
+    monkeypatch.setenv("KBFLOW_DOCLING_ARTIFACTS", "/models/docling")
+    s = Settings()
+    assert s.answers.anthropic_api_key is not None
+    assert s.answers.anthropic_api_key.get_secret_value() == "sk-plain"
+    assert "sk-plain" not in repr(s) and "sk-plain" not in str(s.model_dump())
+    assert s.extraction.docling_artifacts_path == Path("/models/docling")
+
+
+def test_replace_takes_flat_names_and_model_copy_refuses_them(tmp_path: Path) -> None:
+    s = Settings(home=tmp_path, rrf_k=3)
+    t = s.replace(rrf_k=9, ocr_dpi=300, home=tmp_path / "other", anthropic_api_key="k")
+    assert (t.retrieval.rrf_k, t.extraction.ocr_dpi, t.home) == (9, 300, tmp_path / "other")
+    assert t.answers.anthropic_api_key is not None
+    assert (s.retrieval.rrf_k, s.extraction.ocr_dpi, s.home) == (3, 200, tmp_path)  # unchanged
+    assert t.ingest == s.ingest
+    with pytest.raises(ValidationError, match="chunk_overlap_words must be smaller"):
+        s.replace(chunk_overlap_words=500)
+    with pytest.raises(TypeError, match="no setting"):
+        s.replace(rrf=1)
+    with pytest.raises(TypeError, match="replace"):
+        s.model_copy(update={"rrf_k": 1})  # codemod: keep
+    assert s.model_copy(update={"home": tmp_path / "x"}).home == tmp_path / "x"  # codemod: keep
+    with pytest.raises(AttributeError):
+        s.rrf_k  # type: ignore[attr-defined]  # noqa: B018  # codemod: keep
 
 
 def test_readme_starts_with_the_two_commands() -> None:

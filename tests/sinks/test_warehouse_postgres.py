@@ -318,7 +318,10 @@ def test_answers_are_recorded_in_postgres_and_replay_from_it(world: dict[str, An
     result, note = replay_turn(settings, out["turn_id"])
 
     assert result.identical and note is None
-    assert Ledger(settings.home, url=settings.warehouse_url).get_turn(out["turn_id"]).output == out
+    assert (
+        Ledger(settings.home, url=settings.stores.warehouse_url).get_turn(out["turn_id"]).output
+        == out
+    )
     assert not ledger_path(settings.home).exists()
 
 

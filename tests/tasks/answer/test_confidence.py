@@ -133,7 +133,7 @@ def test_the_price_of_a_menu_item_is_answered_from_its_amount_at_the_default_thr
     """The paraphrase the issue found refused (support 0.499): the document says "14.50 EUR",
     the question says "price"."""
     turn = _answer_from_menu(
-        "What is the price of Arctic Breakfast?", Settings().answer_min_confidence,
+        "What is the price of Arctic Breakfast?", Settings().answers.answer_min_confidence,
         registry, edge_store, embedder,
     )  # fmt: skip
     assert turn.output["status"] == "answered", turn.output["refusal"]
@@ -263,7 +263,7 @@ def test_support_embeds_each_text_once_per_process(embedder: Any) -> None:
 
 def test_the_default_threshold_is_support_v2_s() -> None:
     assert SUPPORT_VERSION == SUPPORT_V2.version == "support-v2"
-    assert Settings().answer_min_confidence == pytest.approx(V2_THRESHOLD)
+    assert Settings().answers.answer_min_confidence == pytest.approx(V2_THRESHOLD)
 
 
 def test_a_turn_recorded_under_support_v1_replays_unchanged(

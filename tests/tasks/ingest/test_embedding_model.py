@@ -33,7 +33,7 @@ DRAFT = [{"key": "draft", "title": "Draft", "text": "Remote work is allowed two 
 
 
 def int8_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"embedding_precision": "int8"})
+    return settings.replace(embedding_precision="int8")
 
 
 def _open(settings: Settings) -> QdrantEdgeStore:
@@ -252,7 +252,7 @@ def test_promoted_resolves_to_the_promoted_folder_or_says_what_is_missing(
     with pytest.raises(ConfigError, match="no model is promoted"):
         resolve_model("promoted", models)
     with pytest.raises(ConfigError, match="no model is promoted"):
-        embedder_for(settings.model_copy(update={"embedding_model": "promoted"}))
+        embedder_for(settings.replace(embedding_model="promoted"))
     assert resolve_model(PACKAGED_MINILM, models) == PACKAGED_MINILM  # others pass through
 
     folder = models / "minilm-ft-aaaaaaaaaaaa"
@@ -260,7 +260,7 @@ def test_promoted_resolves_to_the_promoted_folder_or_says_what_is_missing(
     (folder / MANIFEST).write_text(json.dumps({"model_id": "minilm-ft-aaaaaaaaaaaa"}))
     promote(models, FinetunedModel("minilm-ft-aaaaaaaaaaaa", folder, {}), {"reason": "won"})
     assert resolve_model("promoted", models) == str(folder)
-    chosen = embedder_for(settings.model_copy(update={"embedding_model": "promoted"}))
+    chosen = embedder_for(settings.replace(embedding_model="promoted"))
     assert chosen.model == str(folder)
 
     (models / "promoted.json").write_text("{not json")

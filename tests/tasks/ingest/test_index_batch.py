@@ -58,8 +58,8 @@ def test_warm_up_loads_the_checks_and_the_model_the_batches_will_use(settings: A
     from tasks.ingest.steps import warm_up
     from tasks.text.embed import embedder_for
 
-    here = settings.model_copy(update={"embed_batch_size": 7})  # an embedder of its own
-    on_dask = settings.model_copy(update={"embed_batch_size": 9, "task_runner": "dask"})
+    here = settings.replace(embed_batch_size=7)  # an embedder of its own
+    on_dask = settings.replace(embed_batch_size=9, task_runner="dask")
     warm_up(here)
     warm_up(on_dask)
     assert validate._state["suite"] is not None

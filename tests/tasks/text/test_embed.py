@@ -280,12 +280,16 @@ def test_int8_and_fp32_vectors_never_share_a_cache_or_an_eval_index(tmp_path: Pa
     second.close()
 
     plain = Settings(home=tmp_path / "home")
-    quantised = plain.model_copy(update={"embedding_precision": "int8"})
+    quantised = plain.replace(embedding_precision="int8")
     assert index_fingerprint(quantised) != index_fingerprint(plain)
     # fp32 evals keep their index: the embedding part of the fingerprint is the model setting
     from tasks.text.chunk import CHUNKER_VERSION
     from tasks.text.sparse import ANALYZER_VERSION, BM25_AVG_LEN, BM25_B, BM25_K1
 
-    before = (plain.embedding_model, plain.chunk_max_words, plain.chunk_overlap_words)
+    before = (
+        plain.ingest.embedding_model,
+        plain.ingest.chunk_max_words,
+        plain.ingest.chunk_overlap_words,
+    )
     before += (CHUNKER_VERSION, BM25_K1, BM25_B, BM25_AVG_LEN, ANALYZER_VERSION)
     assert index_fingerprint(plain) == hashlib.sha256(repr(before).encode()).hexdigest()[:10]
