@@ -11,11 +11,11 @@ progress is a callback (`kbflow.render` draws it for the CLI and the demo), and 
 | module | concern |
 |---|---|
 | `context` | what a query needs, opened once (`SearchContext`, `search_context`, `store_opener`) |
-| `search` | gated search as an agent or a person: the one function every surface's search reaches |
-| `tools` | the agent's knowledge tools (`TOOLS`, `call_tool`, `run_tool`); `tool_models` their schemas |
+| `search` | gated search as an agent or a person: the one function every search reaches |
+| `tools` | the agent's tools (`TOOLS`, `call_tool`, `run_tool`); `tool_models`: their schemas |
 | `answers` | cited answers, the knowledge search, replay, turns, provenance |
 | `ingest` | plan an ingest once, hand long media to jobs, run the flow |
-| `jobs` | background jobs: start, admit, read, notice a dead one; `job_runner` is the job's process |
+| `jobs` | background jobs: start, admit, read, notice a dead one; `job_runner`: their process |
 | `uploads` | upload folders, removed or pruned as their jobs end |
 | `orgs` | orgs, account managers, users and roles |
 | `tokens` | API tokens: create (the secret once), list, revoke |
