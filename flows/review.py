@@ -249,9 +249,9 @@ def review(
     logger.info(
         "reviewer %s: %d applied, %d skipped, %d not applied (%s)",
         answer.reviewer,
-        report["applied"],
-        report["skipped"],
-        report["failed"],
+        report.applied,
+        report.skipped,
+        report.failed,
         ", ".join(f"{o.doc_id}: {o.result}" for o in outcomes if not o.applied) or "none",
     )
     failure = review_failure(org, answer.reviewer, outcomes)

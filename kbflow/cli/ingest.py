@@ -109,6 +109,7 @@ def _request(**fields: Any) -> IngestRequest:
 
 def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
     """An ingest report: the counts on one line, then each note, empty file, skip and job."""
+    r = r.to_dict() if isinstance(r, IngestReport) else r  # a job's report is its JSON
     empty = f", {len(r['empty'])} empty" if r.get("empty") else ""
     console.print(
         f"[bold]{escape(r['org'])}/{escape(r['collection'])}[/bold]: {r['discovered']} found, "

@@ -70,30 +70,30 @@ def research(
         )
     # A review that failed (nobody answered, or it refused its reviewer) exits 1 after the
     # report: the drafts are still pending_review.
-    review_failed = report.get("review_failed")
+    review_failed = report.review_failed
     if as_json:
         print_json(report)
         if review_failed:
             err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
             raise typer.Exit(1)
         return
-    if report["budget_exceeded"]:
+    if report.budget_exceeded:
         # Which cap stopped it (the fetch cap or the token budget) and what raises that one.
-        console.print(f"[red]research budget exceeded[/red]: {escape(report['budget_stop'])}")
-        for note in report["notes"]:
+        console.print(f"[red]research budget exceeded[/red]: {escape(report.budget_stop or '')}")
+        for note in report.notes:
             console.print(f"  {escape(note)}")
         raise typer.Exit(1)
     console.print(
-        f"research run [bold]{report['synthesis_run_id']}[/bold] ({report['synthesizer']}, "
-        f"{report['consumed_tokens']} tokens): {len(report['documents'])} drafts pending review"
+        f"research run [bold]{report.synthesis_run_id}[/bold] ({report.synthesizer}, "
+        f"{report.consumed_tokens} tokens): {len(report.documents)} drafts pending review"
     )
-    for doc_id, doc in zip(report["doc_ids"], report["documents"], strict=False):
-        console.print(f"  {doc_id}  {escape(doc['filename'])}")
-    for note in report["notes"]:
+    for doc_id, doc in zip(report.doc_ids, report.documents, strict=False):
+        console.print(f"  {doc_id}  {escape(doc.filename)}")
+    for note in report.notes:
         console.print(f"  [dim]{escape(note)}[/dim]")
     if review_failed:
         err_console.print(f"[red]review failed:[/red] {escape(review_failed)}", soft_wrap=True)
-    if "review" not in report or review_failed:
+    if report.review is None or review_failed:
         console.print(
             f"review them: kbflow review list --org {org} --as USER, then "
             "kbflow review approve|edit|reject DOC_ID --as USER"

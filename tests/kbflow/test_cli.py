@@ -64,7 +64,7 @@ def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPat
         budget=BudgetSpent(exceeded=budget.exceeded),
         budget_stop=budget.stop_reason(),
     )
-    monkeypatch.setattr(flows.research, "research", lambda **_: report.to_dict())
+    monkeypatch.setattr(flows.research, "research", lambda **_: report)
     assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
     assert runner.invoke(app, ["orgs", "create", "acme-cli"]).exit_code == 0
 
