@@ -22,7 +22,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar, overload
 
@@ -140,6 +140,23 @@ def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def print_listing(
+    items: Sequence[Any],
+    *,
+    as_json: bool,
+    to_json: Callable[[Any], Any],
+    title: str,
+    columns: Iterable[str],
+    row: Callable[[Any], Iterable[str]],
+) -> None:
+    """A list command's output: the items' JSON with ``--json``, else a table titled with
+    their count."""
+    if as_json:
+        print_json([to_json(item) for item in items])
+        return
+    print_table(f"{title} ({len(items)})", columns, (row(item) for item in items))
 
 
 def checked(rule: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -8,7 +8,14 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import AdminOpt, JsonOpt, command, command_group, print_json, print_table
+from kbflow.cli.common import (
+    AdminOpt,
+    JsonOpt,
+    command,
+    command_group,
+    print_json,
+    print_listing,
+)
 from kbflow.render import console
 from kbflow.services import orgs as service
 
@@ -69,12 +76,11 @@ def orgs_assign_am(
 @command
 def orgs_list(settings: Settings, as_json: JsonOpt = False) -> None:
     """List organisations and their assigned account managers."""
-    orgs = service.list_orgs(settings)
-    if as_json:
-        print_json([service.org_dict(o) for o in orgs])
-        return
-    print_table(
-        f"orgs ({len(orgs)})",
-        ("id", "name", "account manager"),
-        ((escape(o.id), escape(o.name), escape(o.am_user_id or "—")) for o in orgs),
+    print_listing(
+        service.list_orgs(settings),
+        as_json=as_json,
+        to_json=service.org_dict,
+        title="orgs",
+        columns=("id", "name", "account manager"),
+        row=lambda o: (escape(o.id), escape(o.name), escape(o.am_user_id or "—")),
     )

@@ -17,7 +17,7 @@ from kbflow.cli.common import (
     command,
     command_group,
     print_json,
-    print_table,
+    print_listing,
 )
 from kbflow.render import console
 from kbflow.services import orgs as service
@@ -70,12 +70,11 @@ def users_add(
 @command
 def users_list(settings: Settings, as_json: JsonOpt = False) -> None:
     """List users with their roles and organisations."""
-    users = service.list_users(settings)
-    if as_json:
-        print_json([service.user_dict(u) for u in users])
-        return
-    print_table(
-        f"users ({len(users)})",
-        ("id", "name", "role", "org"),
-        ((escape(u.id), escape(u.name), u.role.value, escape(u.org_id or "—")) for u in users),
+    print_listing(
+        service.list_users(settings),
+        as_json=as_json,
+        to_json=service.user_dict,
+        title="users",
+        columns=("id", "name", "role", "org"),
+        row=lambda u: (escape(u.id), escape(u.name), u.role.value, escape(u.org_id or "—")),
     )
