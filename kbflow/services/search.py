@@ -15,6 +15,7 @@ from typing import Any
 from core.errors import KbflowError
 from core.models import RetrievalResult, SearchMode
 from kbflow.services.context import SearchContext
+from sinks.registry import AgentRecord, CollectionRecord
 from tasks.query.bounds import check_query
 from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
 
@@ -42,6 +43,7 @@ def search(
     top_k: int = 10,
     audiences: Sequence[str] = (),
     collections: Sequence[str] = (),
+    agent_read: tuple[AgentRecord, Sequence[CollectionRecord]] | None = None,
 ) -> SearchOutcome:
     """Search as an agent (its collections and audiences) or org-wide as a person (``org`` and
     ``actor``: an engineer or superadmin); exactly one of ``agent`` and ``org``.
@@ -52,6 +54,9 @@ def search(
     Raises:
         KbflowError: neither or both of ``agent`` and ``org``; Forbidden or NotFound from the
             scope (an unknown agent, a person who may not search org-wide).
+
+    ``agent_read``: the agent's record and readable collections, when the caller (a tool that
+    checked its arguments against them) has just read them.
     """
     check_query(query)
     if (agent is None) == (org is None):
@@ -60,7 +65,7 @@ def search(
             "--org ORG --as USER (org-wide, for engineers and admins)"
         )
     if agent is not None:
-        scope = agent_scope(ctx.registry, agent, tuple(collections))
+        scope = agent_scope(ctx.registry, agent, tuple(collections), read=agent_read)
         who = f"agent {agent}"
     else:
         assert org is not None

@@ -99,7 +99,12 @@ def search_knowledge_base(
         return out
     chosen_paths = paths if collection_id is not None else ()
     result = searching.search(
-        ctx, query, agent=agent.id, top_k=top_k, collections=chosen_paths
+        ctx,
+        query,
+        agent=agent.id,
+        top_k=top_k,
+        collections=chosen_paths,
+        agent_read=(agent, readable),
     ).result
     out.update(
         kb_context_provided=result.kb_context_provided,

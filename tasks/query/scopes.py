@@ -4,24 +4,33 @@ of their role). A request may narrow a scope, never widen it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from core.errors import Forbidden
 from core.models import Scope
-from sinks.registry import SqlRegistry
+from sinks.registry import AgentRecord, CollectionRecord, SqlRegistry
 from tasks.review.access import authorize_org_wide_search, person_audiences
 
 
 def agent_scope(
-    registry: SqlRegistry, agent_id: str, collections: tuple[str, ...] = ()
+    registry: SqlRegistry,
+    agent_id: str,
+    collections: tuple[str, ...] = (),
+    *,
+    read: tuple[AgentRecord, Sequence[CollectionRecord]] | None = None,
 ) -> Scope | None:
     """The scope a search on behalf of this agent gets: its org and readable collections
     (narrowed to ``collections``, which must be readable); None when its knowledge base is off.
+
+    ``read``: the agent's record and readable collections, when the caller has just read them
+    from ``registry`` (a tool checking its arguments): they are not read twice.
     """
-    agent = registry.get_agent(agent_id)
+    agent = read[0] if read is not None else registry.get_agent(agent_id)
     if not agent.knowledge_base_enabled:
         return None
-    readable = [c.path for c in registry.readable_collections(agent)]
+    readable_records = read[1] if read is not None else registry.readable_collections(agent)
+    readable = [c.path for c in readable_records]
     if collections:
         outside = [
             c for c in collections if not any(c == r or c.startswith(r + "/") for r in readable)
