@@ -28,9 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.serve import ORG, _agent_token, _answers, _http, _kbflow  # noqa: E402
-from kbflow.api.launch import free_port  # noqa: E402
+from kbflow.api.launch import launched  # noqa: E402
 
 DATASETS = Path(os.environ.get("KBFLOW_DATASETS", REPO.parent / "shared" / "datasets"))
+UNLIMITED = {"KBFLOW_API_RATE_PER_MINUTE": "1000000", "KBFLOW_API_RATE_BURST": "100000"}
 CASES = ("search_1_client", "search_8_clients", "answer_1_client")
 
 
@@ -62,47 +60,6 @@ def _home(home: Path, docs: int) -> None:
     done = _kbflow(home, "ingest", str(subset), "--org", ORG, "--json")
     if done.returncode != 0:
         raise SystemExit(f"the ingest failed:\n{done.stderr[-3000:]}")
-
-
-@contextmanager
-def _served(tree: Path, home: Path, log: Path) -> Iterator[str]:
-    """``kbflow serve`` run from ``tree``'s code over ``home``; yields its base URL."""
-    import httpx
-
-    port = free_port()
-    env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(tree)}
-    env |= {"KBFLOW_API_RATE_PER_MINUTE": "1000000", "KBFLOW_API_RATE_BURST": "100000"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port)],
-            cwd=tree,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    f"kbflow serve from {tree} did not start:\n{log.read_text()[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _round(base: str, token: str, texts: list[str], claims: list[str], n: int) -> dict[str, Any]:
@@ -146,8 +103,9 @@ def main() -> int:
     for k in range(args.rounds):
         order = ["baseline", "current"] if k % 2 == 0 else ["current", "baseline"]
         for name in order:
-            with _served(trees[name], home, home / f"serve-{name}.log") as base:
-                figures = _round(base, token, texts, claims, args.requests)
+            log = home / f"serve-{name}.log"
+            with launched(home, log, env=UNLIMITED, code=trees[name]) as service:
+                figures = _round(service.base, token, texts, claims, args.requests)
             runs[name].append(figures)
             line = ", ".join(f"{c} p50 {figures[c]['median_ms']} ms" for c in CASES)
             print(f"round {k + 1} {name}: {line}", flush=True)

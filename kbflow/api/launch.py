@@ -47,6 +47,7 @@ def launched(
     args: Sequence[str] = (),
     require_ready: bool = True,
     wait_s: float = 180,
+    code: Path = REPO,
 ) -> Iterator[Launched]:
     """``kbflow serve [args]`` over the data in ``home`` until the block ends.
 
@@ -56,6 +57,7 @@ def launched(
         env: more environment for it.
         require_ready: wait for ``status: ready``; False accepts a degraded start too.
         wait_s: how long it may take to answer.
+        code: the checkout whose code it runs (a benchmark's baseline); default this one.
 
     Raises:
         ServiceDidNotStart: it exited or did not answer in time.
@@ -63,13 +65,13 @@ def launched(
     port = free_port()
     environ = {**os.environ, "KBFLOW_HOME": str(Path(home).resolve()), **(env or {})}
     environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p
     )
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbflow.cli", "serve", "--port", str(port), *args],
-            cwd=REPO,
+            cwd=code,
             env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,
