@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ from tasks.query.fallback import KeywordFallback
 from tasks.query.retrieve import retrieve
 from tasks.review import machine as review
 from tests.conftest import index_records
+from tests.tasks.ingest.test_ingest_crash import MemoEmbedder
 
 ORG, AM = "acme", "am@agency"
 REPO = Path(__file__).resolve().parents[3]
@@ -50,23 +51,6 @@ def _text(name: str, version: int) -> str:
         f"The lighthouse lamp service interval, {name} edition {version}: check the lamp every "
         f"{10 * version} days. Marker {name} v{version}."
     )
-
-
-class MemoEmbedder:
-    """The real MiniLM, its document vectors remembered across the many runs."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.model_id, self.dim = inner, inner.model_id, inner.dim
-        self.memo: dict[str, list[float]] = {}
-
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if missing:
-            self.memo.update(zip(missing, self.inner.embed_documents(missing), strict=True))
-        return [self.memo[t] for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.inner.embed_query(text)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
