@@ -371,6 +371,103 @@ class ApiSettings(_Group):
     )
 
 
+class InboxSettings(_Group):
+    """The review inbox in `kbflow serve` (under /review): logins, sessions, its address."""
+
+    review_url: str | None = Field(
+        None,
+        description="Address reviewers open the inbox at (e.g. https://kb.example.com); a paused "
+        "review run's form links each draft's page there. Unset: it names `kbflow review show`.",
+    )
+    login_max_failures: int = Field(
+        5, ge=1, description="Failed logins in a row that lock a user's login."
+    )
+    login_lock_s: int = Field(
+        900, ge=1, description="How long a locked login stays locked (a password reset ends it)."
+    )
+    session_idle_s: int = Field(
+        1800, ge=60, description="An inbox session idle this long ends (log in again)."
+    )
+    session_absolute_s: int = Field(
+        43200, ge=60, description="An inbox session ends this long after login, idle or not."
+    )
+    cookie_secure: bool | None = Field(
+        None,
+        description="Mark the session cookie Secure. Unset: when the request came over https "
+        "(directly or as X-Forwarded-Proto from a proxy on loopback).",
+    )
+
+
+PREFECT_AUTH_FILE = "prefect-auth"
+"""File under KBFLOW_HOME holding the credential of `kbflow server --auth` (mode 0600)."""
+
+_NOT_ORIGINS = {"*": "any web page", "null": "sandboxed frames and file:// pages"}
+
+
+class OrchestrationSettings(_Group):
+    """The Prefect servers kbflow starts: who may call them from a web page, and the
+    credential kbflow's clients pass (docs/SECURITY.md)."""
+
+    prefect_cors_origins: str = Field(
+        "",
+        description="Web origins (`scheme://host[:port]`, comma-separated) allowed to call the "
+        "Prefect servers kbflow starts from a browser, besides `kbflow server`'s own UI "
+        "(`http://HOST:PORT`). Unset: no other page. `*` and `null` are refused.",
+    )
+    prefect_auth_string: SecretStr | None = Field(
+        None,
+        description="Credential (`user:password`, 16+ characters) that `kbflow server --auth` "
+        "requires and kbflow's clients send (as PREFECT_API_AUTH_STRING). Unset: the server "
+        "generates one into <home>/prefect-auth (mode 0600), which clients of that home read.",
+    )
+
+    @field_validator("prefect_cors_origins")
+    @classmethod
+    def _origins(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        origins: list[str] = []
+        for raw in v.split(","):
+            origin = raw.strip().rstrip("/")
+            if not origin:
+                continue
+            if origin.lower() in _NOT_ORIGINS:
+                raise ValueError(
+                    f"prefect_cors_origins may not hold {origin!r}: it would let "
+                    f"{_NOT_ORIGINS[origin.lower()]} call the Prefect API. List origins such "
+                    "as https://prefect.example.com."
+                )
+            parts = urlsplit(origin)
+            if (
+                parts.scheme not in ("http", "https")
+                or not parts.hostname
+                or parts.path
+                or parts.query
+                or parts.fragment
+                or parts.username
+                or parts.password
+            ):
+                raise ValueError(
+                    "prefect_cors_origins takes origins, scheme://host[:port] with no path, "
+                    f"comma-separated (e.g. https://prefect.example.com). Currently {origin!r}."
+                )
+            origins.append(origin.lower())
+        return ",".join(dict.fromkeys(origins))
+
+    @field_validator("prefect_auth_string")
+    @classmethod
+    def _credential(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None:
+            return None
+        value = v.get_secret_value()
+        if len(value) < 16 or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(
+                "prefect_auth_string must be 16 or more printable characters without spaces "
+                "(e.g. kbflow:<a long random password>)."
+            )
+        return v
+
+
 _GROUPS: dict[str, type[_Group]] = {
     "stores": StoreSettings,
     "ingest": IngestSettings,
@@ -380,6 +477,8 @@ _GROUPS: dict[str, type[_Group]] = {
     "answers": AnswerSettings,
     "research": ResearchSettings,
     "api": ApiSettings,
+    "inbox": InboxSettings,
+    "orchestration": OrchestrationSettings,
 }
 
 
@@ -452,6 +551,8 @@ class Settings(BaseSettings):
     answers: AnswerSettings = Field(default_factory=AnswerSettings)
     research: ResearchSettings = Field(default_factory=ResearchSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    orchestration: OrchestrationSettings = Field(default_factory=OrchestrationSettings)
+    inbox: InboxSettings = Field(default_factory=InboxSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -536,11 +637,18 @@ class Settings(BaseSettings):
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
 
+    @property
+    def prefect_auth_file(self) -> Path:
+        """The credential `kbflow server --auth` generates (mode 0600), read by its clients."""
+        return self.home / PREFECT_AUTH_FILE
+
 
 def configure_environment(settings: Settings) -> None:
     """Point Prefect, dlt and Hugging Face at the data dir and turn telemetry off.
 
-    Call before importing prefect. Values the user already exported win.
+    Call before importing prefect. Values the user already exported win, except Prefect's
+    CORS settings, which kbflow sets (KBFLOW_PREFECT_CORS_ORIGINS adds origins). Exports this
+    home's Prefect credential as PREFECT_API_AUTH_STRING (see `prefect_auth_string`).
     """
     home = settings.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -560,3 +668,60 @@ def configure_environment(settings: Settings) -> None:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    _secure_prefect_environment(settings)
+
+
+# --- the Prefect servers kbflow starts, and the credential its clients send -----------------
+
+PREFECT_CORS_METHODS = "GET,POST,PUT,PATCH,DELETE,OPTIONS"
+"""What a listed origin's page may call the Prefect API with (Prefect's default: any)."""
+PREFECT_CORS_HEADERS = (
+    "Authorization,Content-Type,X-Prefect-UI,Prefect-Csrf-Token,Prefect-Csrf-Client,"
+    "Prefect-Csrf-Retry"
+)
+"""The headers the Prefect UI sends (Prefect's default: any)."""
+
+_exported_auth: str | None = None
+"""The PREFECT_API_AUTH_STRING this process exported (a later call may replace it)."""
+
+
+def prefect_cors_environment(origins: str) -> dict[str, str]:
+    """Prefect's CORS settings for a server that answers only pages of ``origins`` (comma-
+    separated; empty: no other page), under both names Prefect reads."""
+    values = {"ORIGINS": origins, "METHODS": PREFECT_CORS_METHODS, "HEADERS": PREFECT_CORS_HEADERS}
+    return {
+        f"PREFECT_SERVER_{infix}CORS_ALLOWED_{what}": value
+        for infix in ("API_", "")
+        for what, value in values.items()
+    }
+
+
+def prefect_auth_string(settings: Settings) -> str | None:
+    """The credential kbflow's clients send to its Prefect server: KBFLOW_PREFECT_AUTH_STRING,
+    else the one `kbflow server --auth` generated under the home; None when neither is set."""
+    given = settings.orchestration.prefect_auth_string
+    if given is not None:
+        return given.get_secret_value()
+    try:
+        text = settings.prefect_auth_file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeError):
+        return None
+    return text or None
+
+
+def _secure_prefect_environment(settings: Settings) -> None:
+    """Prefect's CORS for the temporary servers this process may start: no web page but the
+    listed ones (Prefect's default answers any); and PREFECT_API_AUTH_STRING for its clients
+    when this home has a credential, unless the user exported their own (or uses an API key:
+    Prefect would send the credential instead)."""
+    global _exported_auth
+    os.environ.update(prefect_cors_environment(settings.orchestration.prefect_cors_origins))
+    current = os.environ.get("PREFECT_API_AUTH_STRING")
+    if current is not None and current != _exported_auth:
+        return  # the user's own
+    auth = prefect_auth_string(settings)
+    if auth and not os.environ.get("PREFECT_API_KEY"):
+        os.environ["PREFECT_API_AUTH_STRING"] = _exported_auth = auth
+    elif current is not None:
+        del os.environ["PREFECT_API_AUTH_STRING"]
+        _exported_auth = None

@@ -17,6 +17,7 @@ migrations in ``sinks/migrations``. Status changes are compare-and-set
 | chunk texts | ``chunks`` |
 | background jobs | ``jobs`` |
 | API tokens (hashed secrets) | ``tokens`` |
+| passwords, browser sessions, review codes | ``logins`` |
 | the audit log | ``audit`` |
 | row snapshots (``DocRecord`` …) | ``records`` |
 | tables | ``schema`` |
@@ -30,6 +31,7 @@ from sinks.registry.catalog import AgentRecord, CatalogMixin, CollectionRecord
 from sinks.registry.chunks import ChunksMixin
 from sinks.registry.documents import DocumentsMixin, citations_column
 from sinks.registry.jobs import JobRecord, JobsMixin
+from sinks.registry.logins import IssuedCode, LoginsMixin, LoginState, WebSession
 from sinks.registry.people import PeopleMixin
 from sinks.registry.records import (
     NO_DESCRIPTION,
@@ -49,12 +51,15 @@ __all__ = [
     "AgentRecord",
     "CollectionRecord",
     "DocRecord",
+    "IssuedCode",
     "JobRecord",
+    "LoginState",
     "NewDocument",
     "OrgRecord",
     "SqlRegistry",
     "TokenRecord",
     "UserRecord",
+    "WebSession",
     "citations_column",
     "collection_ancestry",
     "normalize_collection_path",
@@ -68,6 +73,7 @@ class SqlRegistry(
     ChunksMixin,
     JobsMixin,
     TokensMixin,
+    LoginsMixin,
     AuditMixin,
     RegistryBase,
 ):

@@ -195,3 +195,48 @@ class ApiTokenRow(Base):
         Index("ix_api_tokens_user", "user_id"),
         Index("ix_api_tokens_agent", "agent_id"),
     )
+
+
+class UserLoginRow(Base):
+    """How a person logs in to the review inbox: an argon2 hash of their password (never the
+    password), whether they must choose a new one, and the failed attempts that lock it."""
+
+    __tablename__ = "user_logins"
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    password_hash: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    must_change: Mapped[bool] = mapped_column(Boolean, default=False)
+    failed_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    locked_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    changed_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebSessionRow(Base):
+    """A browser session of the review inbox: only the sha256 of its cookie is kept; it ends at
+    ``expires_at`` (absolute), after an idle spell (``last_seen_at``) or when revoked."""
+
+    __tablename__ = "web_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    __table_args__ = (Index("ix_web_sessions_user", "user_id"),)
+
+
+class ReviewCodeRow(Base):
+    """A one-time review code: proof, typed into a paused review run's form (or sent by the
+    inbox), that a registered user decides for an org. Only its sha256 is kept; it is used once
+    and expires."""
+
+    __tablename__ = "review_codes"
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
+    flow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    used_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    used_by_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    __table_args__ = (Index("ix_review_codes_user", "user_id"),)
