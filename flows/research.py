@@ -39,8 +39,10 @@ def research(
 ) -> ResearchReport:
     """Draft the four KB documents for ``org`` and pause for their review.
 
-    ``reviewer`` is who runs it: the org's account manager or a superadmin (anyone else, or
-    nobody, is refused before anything is fetched); the review form is prefilled with them.
+    ``reviewer`` is who runs it: the org's account manager or a superadmin (anyone else is
+    refused before anything is fetched). Left out (a deployment run with its defaults, a
+    schedule), the run drafts for the org and its review waits for whoever proves with a
+    review code that they may decide (see :mod:`flows.review`).
 
     With ``review_timeout_s=0`` the flow returns after persisting the drafts (review them later
     with ``kbflow review``). A budget overrun persists nothing and skips the review.
@@ -60,8 +62,16 @@ def research(
     with open_registry(settings) as registry:
         if job_id is not None and flow_run.parent_flow_run_id is None:  # else: the parent's
             registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
-        # Only the org's AM or a superadmin may start research (deployments included).
-        authorize_decision(registry, reviewer, org, what="run research")
+        if reviewer is not None:  # a named starter must be the org's AM or a superadmin
+            authorize_decision(registry, reviewer, org, what="run research")
+        else:  # a deployment run with its defaults: nothing is published without a code
+            registry.get_org(org)  # an unknown org is a clear error, not a traceback
+            logger.info(
+                "research for org %s started without a named reviewer (a deployment or a "
+                "schedule); its review waits for whoever proves with a review code that they "
+                "may decide for the org",
+                org,
+            )
     public = not (settings.research.research_offline if offline is None else offline)
     gathered = gather_task(request, settings, public)
     if gathered.stopped:

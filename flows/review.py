@@ -1,22 +1,28 @@
 """The ``review`` flow: list an org's drafts -> pause for a reviewer's form -> apply decisions.
 
 The flow pauses with :func:`prefect.flow_runs.pause_flow_run`, so the Prefect UI renders a form
-(one row per pending document) and whoever resumes the run fills it in. The form's description
-shows each draft's text (rebuilt from its stored chunks, cut to a share of
-``DESCRIPTION_TEXT_CHARS`` and saying so), and each row's ``content`` is prefilled with the whole
-draft, so an ``edit`` is a change to it; an ``edit`` that leaves it unchanged is applied as an
-approve of the stored draft (nothing is re-chunked or re-embedded). Nothing is held while paused:
-the embedded vector store is opened only briefly to read the drafts before pausing and again to
-apply the decisions after the resume, and the registry is closed in between. Just before it
-pauses, the run announces its id and UI address on :func:`core.progress.waiting`.
+(one row per pending document) and whoever resumes the run fills it in. Anyone who reaches the
+Prefect API can read that form and submit it, so:
+
+- **the form holds no draft text**: each row names its draft (title, collection, version, id)
+  and where to read it behind a login (the review inbox's page, or `kbflow review show`);
+  an ``edit`` row carries the whole new Markdown; an ``edit`` equal to the stored draft is
+  applied as an approve of it (nothing is re-chunked or re-embedded);
+- **a typed name proves nothing**: the form asks for a one-time review code
+  (:mod:`tasks.review.codes`), which the run redeems before it applies anything. A missing,
+  wrong, used, expired or foreign code ends the run Failed with nothing applied; the code's user
+  is the reviewer of every decision, checked like `kbflow review approve`.
+
+Nothing is held while paused: the registry and the embedded vector store are opened only to
+list the drafts before pausing and to apply the decisions after the resume. Just before it
+pauses, the run announces its id and UI address on :func:`core.progress.waiting`. After the
+resume, the run's logs and a Markdown artifact on its page say what was decided, by whom.
 
 Every decision goes through :func:`tasks.review.machine.apply_decisions`, which authorises the
-reviewer
-and moves each document exactly once; ``skip`` leaves a document pending. The run ends Failed
-(its report in the error, see :class:`~core.errors.RunFailed`) when it did not do its job, by
-the rule of :func:`tasks.review.machine.review_failure`: a refused reviewer, or only invalid rows.
-Lost
-races and skipped rows are reported, and the run completes.
+reviewer and moves each document exactly once; ``skip`` leaves a document pending. The run ends
+Failed (its report in the error, see :class:`~core.errors.RunFailed`) when it did not do its
+job, by the rule of :func:`tasks.review.machine.review_failure`: a refused reviewer, or only
+invalid rows. Lost races and skipped rows are reported, and the run completes.
 
 If nobody answers within ``timeout_s``, the run fails (:class:`~core.errors.ReviewTimeout`;
 Prefect records "The flow was paused and never resumed.") and every document stays
@@ -29,10 +35,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from logging import Logger, LoggerAdapter
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pydantic
 from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
@@ -44,26 +51,20 @@ from pydantic.json_schema import SkipJsonSchema
 
 from core import progress
 from core.contracts import Report, ReviewReport
-from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
+from core.errors import ConfigError, Forbidden, ReviewTimeout, RunFailed, StoreBusy, Unauthorized
 from core.settings import Settings
 from sinks.registry import DocRecord
 from tasks.review.decisions import Decision, Outcome, review_failure, same_content
-from tasks.review.steps import apply_decisions_task, list_pending_task, read_drafts_task
+from tasks.review.steps import (
+    apply_decisions_task,
+    list_pending_task,
+    prove_reviewer_task,
+    read_drafts_task,
+)
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).
 POLL_INTERVAL_S = 2
-# Draft text shown in the form's description, all drafts together: each draft gets an equal
-# share (at least MIN_TEXT_CHARS_PER_DRAFT) and a longer text is cut there, saying so. The
-# description is one Markdown block in the resume dialog; past this it is a wall to scroll.
-DESCRIPTION_TEXT_CHARS = 40_000
-MIN_TEXT_CHARS_PER_DRAFT = 1_500
-# A row's content is prefilled with the whole draft up to this size, never with a cut one (an
-# unchanged edit of a cut text would replace the draft with its beginning). Longer drafts are
-# edited with `kbflow review edit --file`.
-PREFILL_MAX_CHARS = 200_000
 UNCHANGED_EDIT = "the edit left the draft's text unchanged: the stored draft was approved as is"
-
-Form = TypeVar("Form", bound=RunInput)
 
 
 class DocDecision(BaseModel):
@@ -99,8 +100,9 @@ class DraftDecision(BaseModel):
     )
     content: str = Field(
         "",
-        description="The draft's Markdown, prefilled: for edit, change it here (left "
-        "unchanged, the draft is approved as it is).",
+        description="For edit only: the whole new Markdown of the draft (copy it from the "
+        "inbox's editor or `kbflow review show`, change it, paste it here). Equal to the "
+        "draft, it is approved as it is.",
     )
     note: str = Field("", description="Why (optional): kept with the decision in the audit log.")
 
@@ -122,9 +124,17 @@ class ReviewDecision(RunInput):
     # (see above), and the server checks submissions against that schema.
     model_config = ConfigDict(extra="ignore")
 
-    reviewer: str = Field(
-        description="Your kbflow user id: a superadmin or the org's assigned account manager."
+    code: str = Field(
+        "",
+        title="Your review code",
+        description="A one-time code that proves who you are: get it from the review inbox, "
+        "or run `kbflow review code --org ORG --as YOU`. It works once, for 15 minutes, and "
+        "only for the org it was issued for. Without a valid code nothing is applied and the "
+        "run fails.",
     )
+    # Accepted and ignored (older forms and scripts sent it): a typed name proves nothing, the
+    # reviewer is the user the code was issued to.
+    reviewer: SkipJsonSchema[str | None] = Field(None, exclude=True)
     # Rows as sent: each is checked here (a bad one is reported, not a crash of the run), as
     # the server does not see them in the schema.
     decisions: SkipJsonSchema[list[Any]] = Field(
@@ -171,7 +181,8 @@ def review(
 
     Args:
         org: the org whose pending_review documents are reviewed.
-        reviewer: user id to prefill in the form (whoever resumes may change it).
+        reviewer: who is expected to decide (named in the run's logs only: the reviewer is
+            whoever the form's review code proves).
         timeout_s: how long to wait for the form; after that the run fails and every document
             stays pending_review.
         synthesis_run_id: review only the drafts of this research run.
@@ -195,17 +206,18 @@ def review(
         logger.info("org %s has no documents pending review; nothing to decide", org)
         return _report(org, reviewer, pending, outcomes=[], skipped=[])
 
-    texts = _read_drafts(settings, pending, logger)
     logger.info("org %s has %d documents pending review:", org, len(pending))
     for doc in pending:
         logger.info("  %s  %r (v%d, %s)", doc.id, doc.title, doc.version, doc.collection_path)
-    form = _form_for(org, pending, reviewer, texts)
+    form = _form_for(org, pending, settings.inbox.review_url)
     run_id = str(flow_run.id)
     url = url_for("flow-run", obj_id=run_id)
     logger.info(
-        "waiting up to %ds for a reviewer to resume this run with decisions (%s); if none "
-        "arrives, the run fails and all %d documents stay pending_review (hidden from search)",
+        "waiting up to %ds for a reviewer%s to resume this run with decisions and a review "
+        "code (%s); if none arrives, the run fails and all %d documents stay pending_review "
+        "(hidden from search)",
         timeout_s,
+        f" ({reviewer} expected)" if reviewer else "",
         url or "no UI URL known",
         len(pending),
     )
@@ -216,9 +228,10 @@ def review(
             url=url,
             what=f"decisions on {len(pending)} drafts of org {org}",
             todo=(
-                "open it in the Prefect UI, press Resume, choose approve, edit (change the "
-                "prefilled content), reject or skip for each draft and submit; after "
-                f"{timeout_s}s the run fails and every draft stays pending_review."
+                "decide in the review inbox (`kbflow serve`, /review), or open the run in the "
+                "Prefect UI, press Resume, enter a review code (`kbflow review code --org "
+                f"{org} --as YOU`), choose approve, edit, reject or skip for each draft and "
+                f"submit; after {timeout_s}s the run fails and every draft stays pending_review."
             ),
         )
     )
@@ -234,31 +247,80 @@ def review(
         ) from exc
 
     rows, bad = answer.rows()
+    try:
+        proven = prove_reviewer_task(answer.code, org, run_id, settings)
+    except (Unauthorized, Forbidden) as exc:
+        why = f"nothing was applied: {exc}"
+        logger.error("review refused: %s", why)
+        refused = [
+            Outcome(r.doc_id, r.action, "forbidden", why) for r in rows if r.action != "skip"
+        ]
+        report = _report(org, None, pending, outcomes=[*bad, *refused],
+                         skipped=[d.id for d in pending])  # fmt: skip
+        _summarize(org, None, report, why)
+        return failed_run(f"review of org {org!r} refused: {why}", report)
+    edited = [d for d in pending if any(r.doc_id == d.id and r.action == "edit" for r in rows)]
+    texts = _read_drafts(settings, edited, logger) if edited else {}
     slots, decisions, skipped, unchanged = _sort_decisions(rows, pending, texts)
     slots = [*bad, *slots]
     applied: list[Outcome] = []
     if decisions:
-        applied = apply_decisions_task(decisions, answer.reviewer, settings)
+        applied = apply_decisions_task(decisions, proven, settings)
     results = iter(applied)
     outcomes = [slot if slot is not None else next(results) for slot in slots]
     outcomes = [
         replace(o, message=UNCHANGED_EDIT) if o.applied and o.doc_id in unchanged else o
         for o in outcomes
     ]
-    report = _report(org, answer.reviewer, pending, outcomes=outcomes, skipped=skipped)
-    logger.info(
-        "reviewer %s: %d applied, %d skipped, %d not applied (%s)",
-        answer.reviewer,
-        report.applied,
-        report.skipped,
-        report.failed,
-        ", ".join(f"{o.doc_id}: {o.result}" for o in outcomes if not o.applied) or "none",
-    )
-    failure = review_failure(org, answer.reviewer, outcomes)
+    report = _report(org, proven, pending, outcomes=outcomes, skipped=skipped)
+    failure = review_failure(org, proven, outcomes)
+    _summarize(org, proven, report, failure)
     if failure is not None:
         logger.error("review failed: %s", failure)  # the run's logs in the UI say why, too
         return failed_run(failure, report)
     return report
+
+
+def _summarize(org: str, reviewer: str | None, report: ReviewReport, failure: str | None) -> None:
+    """What was decided, by whom: one log line per decision and a Markdown artifact on the
+    run's page (the run page otherwise says only Completed or Failed)."""
+    logger = get_run_logger()
+    who = reviewer or "nobody proven"
+    logger.info(
+        "reviewer %s: %d applied, %d skipped, %d not applied",
+        who, report.applied, report.skipped, report.failed,
+    )  # fmt: skip
+    for o in report.outcomes:
+        logger.info("  %s %s: %s%s", o.action, o.doc_id, o.result,
+                    f" ({o.message})" if o.message else "")  # fmt: skip
+    lines = [
+        f"# Review of org `{org}`",
+        "",
+        f"**Reviewer** (proven by a review code): {who}  ",
+        f"**Applied** {report.applied} · **skipped** {report.skipped} · "
+        f"**not applied** {report.failed}",
+        "",
+    ]
+    if failure:
+        lines += [f"**The run failed:** {_cell(failure)}", ""]
+    if report.outcomes:
+        lines += ["| document | action | result | message |", "|---|---|---|---|"]
+        lines += [
+            f"| `{o.doc_id}` | {o.action} | {o.result} | {_cell(o.message or '')} |"
+            for o in report.outcomes
+        ]
+    try:
+        create_markdown_artifact(
+            markdown="\n".join(lines), key=f"review-{_artifact_key(org)}",
+            description=f"Decisions on org {org}'s drafts",
+        )  # fmt: skip
+    except Exception as exc:
+        logger.warning("could not attach the review summary to the run: %s", exc)
+
+
+def _artifact_key(org: str) -> str:
+    """An artifact key Prefect accepts (lowercase letters, digits and dashes)."""
+    return re.sub(r"[^a-z0-9-]+", "-", org.lower()).strip("-") or "org"
 
 
 def failed_run(message: str, report: Report) -> Any:
@@ -273,114 +335,69 @@ def failed_run(message: str, report: Report) -> Any:
 
 
 def _read_drafts(
-    settings: Settings, pending: Sequence[DocRecord], logger: Logger | LoggerAdapter[Logger]
+    settings: Settings, docs: Sequence[DocRecord], logger: Logger | LoggerAdapter[Logger]
 ) -> dict[str, str]:
-    """The drafts' Markdown for the form, the store held only while reading (never paused).
+    """The stored Markdown of the drafts a form edits, to tell an unchanged edit (an approve
+    of the stored draft) from a change; the store is held only while reading.
 
-    A busy store (another process holds it) costs the form its texts, not the review.
+    A busy store (another process holds it) costs that comparison, not the review: every edit
+    is then applied as an edit.
     """
     try:
-        texts: dict[str, str] = read_drafts_task(pending, settings)
+        texts: dict[str, str] = read_drafts_task(docs, settings)
     except StoreBusy as exc:
-        logger.warning("the form shows no draft text: %s", exc)
+        logger.warning("could not compare edits with the stored drafts: %s", exc)
         return {}
     return texts
 
 
 def _form_for(
-    org: str, pending: Sequence[DocRecord], reviewer: str | None, texts: dict[str, str]
+    org: str, pending: Sequence[DocRecord], review_url: str | None
 ) -> type[ReviewDecision]:
-    """The review form: one field per draft, titled with the draft's title, its description
-    the draft's text (cut to a share of ``DESCRIPTION_TEXT_CHARS``, saying so), starting on
-    ``skip`` with ``content`` prefilled with the whole draft (when it is not too long)."""
-    share = max(MIN_TEXT_CHARS_PER_DRAFT, DESCRIPTION_TEXT_CHARS // len(pending))
+    """The review form: a review-code field, then one field per draft, titled with the
+    draft's title and starting on ``skip``. No draft text is in it (the form is readable by
+    anyone who reaches the Prefect API): each field says where to read its draft."""
+    where = (
+        f"in the review inbox ({review_url.rstrip('/')}/review)"
+        if review_url
+        else "in the review inbox (`kbflow serve`, /review) or with `kbflow review show`"
+    )
     description = (
-        f"**{len(pending)} documents of org `{org}` await review.** Read each draft below, then "
-        "choose its action: approve, edit (change the prefilled content; left unchanged it is "
-        "an approve), reject, or skip (it stays pending_review). Only a superadmin or the "
-        "org's assigned account manager may decide."
+        f"**{len(pending)} documents of org `{org}` await review.** Read each draft {where}, "
+        "then choose its action here: approve, edit (paste the whole new text), reject, or "
+        "skip (it stays pending_review). Enter your one-time review code first: only a "
+        "superadmin or the org's assigned account manager gets one, and without it nothing is "
+        "applied."
     )
     fields: dict[str, Any] = {}
     for number, doc in enumerate(pending, start=1):
-        text = texts.get(doc.id)
         fields[f"{DRAFT_FIELD_PREFIX}{doc.id}"] = (
             DraftDecision,
             Field(
-                DraftDecision(content=_prefill(text) or ""),
+                DraftDecision(),
                 title=f"Draft {number} of {len(pending)}: {' '.join(doc.title.split())}",
-                description=_draft_section(doc, text, share),
+                description=_draft_section(doc, review_url),
             ),
         )
     form: type[ReviewDecision] = pydantic.create_model(
         ReviewDecision.__name__, __base__=ReviewDecision, **fields
     )
-    return with_initial_data(form, description, **({"reviewer": reviewer} if reviewer else {}))
-
-
-def with_initial_data(model: type[Form], description: str, **defaults: Any) -> type[Form]:
-    """``model`` with new defaults for some fields and a description, like Prefect's
-    ``RunInput.with_initial_data``, but keeping each field's title and description.
-
-    Prefect's version re-declares a prefilled field as ``(annotation, value)``, which drops its
-    ``Field(description=...)``: the schema stored for the pause, which the UI renders as the
-    form, then lacks the help text of exactly the fields that were prefilled.
-    """
-    fields: dict[str, Any] = {}
-    for name, value in defaults.items():
-        info = model.model_fields[name]
-        fields[name] = (
-            info.annotation,
-            Field(value, title=info.title, description=info.description),
-        )
-    form: type[Form] = pydantic.create_model(model.__name__, __base__=model, **fields)
-    form._description = description  # what Prefect's version sets: the form's description
+    form._description = description  # what Prefect's RunInput.with_initial_data sets
     return form
-
-
-def _prefill(text: str | None) -> str | None:
-    return text if text and len(text) <= PREFILL_MAX_CHARS else None
 
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _draft_section(doc: DocRecord, text: str | None, share: int) -> str:
-    """One draft in the description: a heading, its id, then its text (cut to ``share``)."""
+def _draft_section(doc: DocRecord, review_url: str | None) -> str:
+    """One draft's field description: its id, collection and version, and where to read it."""
     head = f"`{doc.id}` · {_cell(doc.collection_path)} · version {doc.version}"
-    show = f"`kbflow review show {doc.id} --as USER`"
-    if text is None:
-        return f"{head}\n\n*The text could not be read for this form; {show} prints it.*"
-    if not text.strip():
-        return f"{head}\n\n*No text is stored for this draft.*"
-    notes = []
-    shown = text
-    if len(text) > share:
-        cut = text[:share]
-        space = cut.rfind(" ")
-        shown = (cut[:space] if space > share * 0.8 else cut) + " …"
-        where = "its row's content field" if _prefill(text) else show
-        notes.append(
-            f"*Cut here: {len(shown) - 2:,} of {len(text):,} characters shown; the whole text is "
-            f"in {where}.*"
-        )
-    if _prefill(text) is None:
-        notes.append(
-            f"*Too long ({len(text):,} characters) to prefill its content field: to edit it, "
-            f"use `kbflow review edit {doc.id} --file FILE --as USER`.*"
-        )
-    return "\n\n".join([head, _inert_markdown(shown), *notes])
-
-
-_HEADING = re.compile(r"^(#{1,6})(?=\s)", re.MULTILINE)
-
-
-def _inert_markdown(text: str) -> str:
-    """A draft's Markdown as it sits in the description: its headings below the draft's own
-    (``###``), raw HTML shown as text, images as text (a draft may quote public web pages,
-    and the form must not fetch anything)."""
-    text = _HEADING.sub(lambda m: "#" * min(len(m.group(1)) + 3, 6), text)
-    return text.replace("<", "&lt;").replace("![", "!\\[")
+    show = f"`kbflow review show {doc.id} --as YOU`"
+    if review_url:
+        page = f"{review_url.rstrip('/')}/review/drafts/{doc.id}"
+        return f"{head}\n\nRead it (after logging in): {page} — or {show}."
+    return f"{head}\n\nRead it in the review inbox or with {show}."
 
 
 def _sort_decisions(

@@ -181,6 +181,14 @@ class QdrantEdgeStore:
         records = self._shard.retrieve(list(point_ids), with_payload=True, with_vector=False)
         return {str(r.id): dict(r.payload or {}) for r in records}
 
+    def retrieve_points(self, point_ids: Sequence[str]) -> list[ChunkPoint]:
+        """These points (those that exist) with their vectors and payloads. Ungated: for a
+        document's own points (a restore copies a withdrawn version's vectors), never search."""
+        if not point_ids:
+            return []
+        records = self._shard.retrieve(list(point_ids), with_payload=True, with_vector=True)
+        return [stored_point(r.id, r.vector, r.payload) for r in records]
+
     def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
         import qdrant_edge as qe
 

@@ -210,6 +210,16 @@ class QdrantServerStore:
         )
         return {str(r.id): dict(r.payload or {}) for r in records}
 
+    def retrieve_points(self, point_ids: Sequence[str]) -> list[ChunkPoint]:
+        """These points (those that exist) with their vectors and payloads. Ungated: for a
+        document's own points (a restore copies a withdrawn version's vectors), never search."""
+        if not point_ids:
+            return []
+        records = self._client.retrieve(
+            self.collection, ids=list(point_ids), with_payload=True, with_vectors=True
+        )
+        return [stored_point(r.id, r.vector, r.payload) for r in records]
+
     def inspect_document_chunks(self, doc_id: str) -> list[StoredHit]:
         out: list[StoredHit] = []
         offset = None

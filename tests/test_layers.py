@@ -306,5 +306,11 @@ def test_search_never_uses_the_inspection_or_maintenance_paths() -> None:
     ]
     for path in query_path:
         source = path.read_text()
-        for name in ("inspect_document_chunks", "iter_payloads", "export_points", "inspect_draft"):
+        for name in (
+            "inspect_document_chunks",
+            "iter_payloads",
+            "export_points",
+            "inspect_draft",
+            "retrieve_points",
+        ):
             assert name not in source, f"{path.name} uses {name}"

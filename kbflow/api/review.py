@@ -19,7 +19,13 @@ from core.errors import ConfigError, Forbidden, NotFound
 from core.models import DocStatus
 from kbflow.api.auth import ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, ID_PATTERN, DocId, OrgId
-from kbflow.api.schemas import AuditEntry, DocumentOut, DocumentView, DraftsResponse
+from kbflow.api.schemas import (
+    AuditEntry,
+    DocumentOut,
+    DocumentView,
+    DraftsResponse,
+    ReviewCodeOut,
+)
 from sinks.registry import SqlRegistry
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["review"])
@@ -118,6 +124,29 @@ def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> di
     return dict(doc.to_dict())
 
 
+# Registered before the decisions too: `/restore` takes an embedder (a fallback) and a note.
+@router.post("/documents/{doc_id}/restore", response_model=DocumentOut)
+def restore(
+    doc_id: DocId, user: UserId, service: ServiceDep, body: DecisionBody | None = None
+) -> dict[str, Any]:
+    """Put a withdrawn document back in service: a new approved version with its text (the
+    withdrawn version stays withdrawn; answers that cited it keep their provenance); the note
+    is required. 409 when it is not withdrawn, a newer version of its source is approved or
+    withdrawn too, or someone decided first (nothing changed)."""
+    from tasks.review.machine import held
+    from tasks.review.machine import restore as restore_document
+
+    note = body.note if body else None
+    if not (note and note.strip()):
+        raise ConfigError("restoring needs a note saying why (it is audited)")
+    with service.use() as ctx, _refusals_audited(ctx.registry, user, "restore", doc_id):
+        doc = restore_document(
+            doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store), note=note,
+            embedder=ctx.embedder,
+        )  # fmt: skip
+    return dict(doc.to_dict())
+
+
 @router.post("/documents/{doc_id}/{verb}", response_model=DocumentOut)
 def decide(
     doc_id: DocId,
@@ -157,3 +186,35 @@ def audit(
     authorize_inspection(registry, user, org)
     rows = registry.audit_trail(org, doc, last=limit)
     return [audit_dict(row) for row in rows]
+
+
+class CodeBody(BaseModel):
+    """Optionally, the one paused review run the code is for."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    flow_run_id: str | None = Field(None, pattern=r"^[0-9a-fA-F-]{36}$")
+
+
+@router.post("/orgs/{org}/review-codes", response_model=ReviewCodeOut)
+def review_code(
+    org: OrgId, user: UserId, service: ServiceDep, body: CodeBody | None = None
+) -> dict[str, Any]:
+    """A one-time review code for the caller (a superadmin or the org's account manager): the
+    proof a paused review run's form asks for (`kbflow review code`). Refusals are audited."""
+    from tasks.review.codes import issue_code
+
+    registry = service.read().registry
+    run = body.flow_run_id if body else None
+    try:
+        issued = issue_code(registry, user, org, flow_run_id=run)
+    except Forbidden as exc:
+        registry.record_denied(user, "get a review code", org_id=org, reason=str(exc))
+        raise
+    return {
+        "code": issued.code,
+        "user_id": issued.user_id,
+        "org_id": issued.org_id,
+        "flow_run_id": issued.flow_run_id,
+        "expires_at": issued.expires_at.isoformat(timespec="seconds"),
+    }

@@ -283,3 +283,13 @@ class Readiness(ApiModel):
     status: Literal["ready", "degraded"]
     vector_store: Literal["open", "unavailable"]
     shared: bool = Field(description="Local processes reach the embedded store through this one.")
+
+
+class ReviewCodeOut(ApiModel):
+    """A one-time review code (shown once): type it into a paused review run's form."""
+
+    code: str = Field(description="The code, e.g. ABCD-EFGH-JKMN: once, for 15 minutes.")
+    user_id: str = Field(description="Who it proves: the caller.")
+    org_id: str
+    flow_run_id: str | None = Field(None, description="The one run it is bound to, if any.")
+    expires_at: str = Field(description="When it stops working (ISO 8601, UTC).")

@@ -83,12 +83,20 @@ def research(
         for note in report.notes:
             console.print(f"  {escape(note)}")
         raise typer.Exit(1)
+    reviewed = report.review
+    decided = {o.doc_id: o for o in reviewed.outcomes if o.result == "applied"} if reviewed else {}
+    waiting = len(report.documents) - len(decided)
+    summary = f"{len(report.documents)} drafts, {waiting} pending review"
+    if reviewed is not None:
+        summary += f"; {reviewed.reviewer or 'nobody'} decided {len(decided)}"
     console.print(
         f"research run [bold]{report.synthesis_run_id}[/bold] ({report.synthesizer}, "
-        f"{report.consumed_tokens} tokens): {len(report.documents)} drafts pending review"
+        f"{report.consumed_tokens} tokens): {summary}"
     )
     for doc_id, doc in zip(report.doc_ids, report.documents, strict=False):
-        console.print(f"  {doc_id}  {escape(doc.filename)}")
+        outcome = decided.get(doc_id)
+        state = f"{outcome.action}: {outcome.status}" if outcome else "pending_review"
+        console.print(f"  {doc_id}  {escape(doc.filename)}  ({state})")
     for note in report.notes:
         console.print(f"  [dim]{escape(note)}[/dim]")
     if review_failed:

@@ -208,6 +208,31 @@ def review_withdraw(
     _print_decision(doc, "withdrew", actor, as_json)
 
 
+@group.command("restore")
+@command(review=True)
+def review_restore(
+    settings: Settings,
+    doc_id: Annotated[str, typer.Argument(help="Document id of a withdrawn document.")],
+    actor: ActorOpt,
+    note: Annotated[
+        str,
+        typer.Option("--note", help="Why it goes back into service (required; audited)."),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Undo a withdrawal: the withdrawn document's text goes back into service as a new
+    approved version (searchable at once, audited with your note; --json prints the new
+    version). The withdrawn version stays withdrawn, so `kbflow provenance` still flags the
+    answers that cited it.
+
+    Only a superadmin or the org's assigned account manager may. Exit code 3 means it is not
+    withdrawn, a newer version of its source is approved (or withdrawn too), or someone else
+    acted first (nothing was changed).
+    """
+    doc = service.restore(settings, doc_id, actor, note)
+    _print_decision(doc, f"restored {escape(doc_id)} as", actor, as_json)
+
+
 @group.command("edit")
 @command(review=True)
 def review_edit(
@@ -257,6 +282,46 @@ def _edited_text(file: Path | None, content: str | None) -> str:
         ) from exc
 
 
+@group.command("code")
+@command(review=True)
+def review_code(
+    settings: Settings,
+    org: OrgOpt,
+    actor: ActorOpt,
+    run: Annotated[
+        str | None,
+        typer.Option("--run", help="Bind the code to one paused review run (its flow run id)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Get a one-time review code: the proof a paused review run's form asks for.
+
+    Only a superadmin or ORG's assigned account manager gets one. Type it into the form's
+    "Your review code" field when you resume the run in the Prefect UI; the run then applies
+    your decisions as you. A code works once, for 15 minutes, for ORG only (and for one run,
+    with --run). The registry keeps only its hash.
+    """
+    issued = service.review_code(settings, org, actor, flow_run_id=run)
+    if as_json:
+        print_json(
+            {
+                "code": issued.code,
+                "user_id": issued.user_id,
+                "org_id": issued.org_id,
+                "flow_run_id": issued.flow_run_id,
+                "expires_at": issued.expires_at.isoformat(timespec="seconds"),
+            }
+        )
+        return
+    console.print(issued.code, highlight=False)
+    bound = f" in run {escape(run)}" if run else ""
+    err_console.print(
+        f"one-time review code for {escape(issued.user_id)} on org {escape(org)}{bound}: "
+        f"valid once, until {issued.expires_at:%H:%M:%S} UTC. Type it into the review form's "
+        '"Your review code" field.'
+    )
+
+
 @group.command("flow")
 @command(review=True)
 def review_flow(
@@ -265,7 +330,9 @@ def review_flow(
     actor: Annotated[
         str | None,
         typer.Option(
-            "--as", help="Prefill the form's reviewer (whoever resumes the run may change it)."
+            "--as",
+            help="Who is expected to decide (named in the run's logs); the reviewer is whoever "
+            "the form's review code proves.",
         ),
     ] = None,
     timeout: Annotated[
@@ -283,10 +350,13 @@ def review_flow(
     Start `kbflow server` in another shell first, then in this one export
     PREFECT_API_URL=http://127.0.0.1:4200/api
 
-    While it waits, the run's id and UI link are printed on stderr: open it, press Resume,
-    pick approve, edit, reject or skip for each draft and submit. Each draft's text is shown
-    in the form and prefilled for edit. Decisions are checked like `kbflow review approve`;
-    a refused reviewer ends the run Failed (the report still prints, exit code 0).
+    While it waits, the run's id and UI link are printed on stderr: decide in the review inbox
+    (`kbflow serve`, /review), or open the run, press Resume, enter a one-time review code
+    (`kbflow review code --org ORG --as YOU`), pick approve, edit, reject or skip for each
+    draft and submit. The form holds no draft text (read the drafts in the inbox or with
+    `kbflow review show`); an edit carries the whole new text. Decisions are checked like
+    `kbflow review approve`; a missing or wrong code, or a refused reviewer, ends the run
+    Failed with nothing applied (the report still prints, exit code 1).
     """
     from kbflow.flow_cli import running_flow
 

@@ -14,7 +14,7 @@ from core.models import DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from sinks.registry import DocRecord
+    from sinks.registry import DocRecord, IssuedCode
     from sinks.registry.schema import AuditRow
     from tasks.review.inspection import DraftView
     from tasks.review.machine import ReconcileReport
@@ -93,6 +93,31 @@ def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | Non
         )
 
 
+def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord:
+    """Put a withdrawn document back in service: a new approved version with its text (the
+    withdrawn version and the answers that cited it are left as they are); a note is required.
+
+    Raises:
+        ReviewConflict: it is not withdrawn, a newer version of its source is approved or
+            withdrawn too, or someone decided first (nothing changed).
+        Forbidden: ``actor`` may not decide for the document's org.
+    """
+    from kbflow.services.context import store_opener
+    from sinks.connect import open_registry
+    from tasks.review.machine import restore as restore_document
+    from tasks.text.embed import embedder_for
+
+    with open_registry(settings) as registry:
+        return restore_document(
+            doc_id,
+            actor,
+            registry=registry,
+            open_store=store_opener(settings),
+            note=note,
+            embedder=embedder_for(settings),  # loaded only if the stored vectors cannot be read
+        )
+
+
 def run_review_flow(
     settings: Settings, org: str, *, reviewer: str | None, timeout_s: int
 ) -> tuple[ReviewReport, str | None]:
@@ -138,3 +163,21 @@ def reconcile(settings: Settings, *, org: str | None, dry_run: bool) -> Reconcil
 
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         return reconcile_payloads(registry, store, org_id=org, dry_run=dry_run)
+
+
+def review_code(
+    settings: Settings, org: str, actor: str | None, *, flow_run_id: str | None = None
+) -> IssuedCode:
+    """A one-time review code for ``actor`` (who must be allowed to decide for ``org``): the
+    proof a paused review run's form asks for. A refusal is audited."""
+    from core.errors import Forbidden
+    from sinks.connect import open_registry
+    from tasks.review.codes import issue_code
+
+    with open_registry(settings) as registry:
+        try:
+            return issue_code(registry, actor, org, flow_run_id=flow_run_id)
+        except Forbidden as exc:
+            registry.record_denied(actor or "(anonymous)", "get a review code",
+                                   org_id=org, reason=str(exc))  # fmt: skip
+            raise

@@ -1,3 +1,4 @@
+# Over 500 lines: every compare-and-set commit of a document version, kept beside the others.
 """Documents, their versions and review states: compare-and-set transitions, and the commits
 that keep one servable version per source."""
 
@@ -218,6 +219,61 @@ class DocumentsMixin(RegistryBase):
             retired = _supersede_older(s, row, actor=actor)
         return self.get_document(new_id), retired
 
+    def restore_version(
+        self,
+        withdrawn_id: str,
+        new_id: str,
+        *,
+        actor: str,
+        changes: dict[str, Any] | None = None,
+        note: str | None = None,
+    ) -> tuple[DocRecord, list[str]]:
+        """A withdrawn document back in service as a new version, in one transaction:
+        ``withdrawn_id`` must still be withdrawn and no other version of its source above it
+        may be approved, status-less or withdrawn (else ReviewConflict and nothing changes:
+        another restore or decision came first); the new version ``new_id`` (its copy) goes
+        pending_review -> approved with ``changes`` and a ``restored`` audit row naming
+        ``withdrawn_id``, and every older live version of the source is superseded. The
+        withdrawn version itself is not written. Returns the new version and the ids it
+        superseded."""
+        with self.session() as s, s.begin():
+            old = s.scalars(
+                select(DocumentRow).where(DocumentRow.id == withdrawn_id).with_for_update()
+            ).first()
+            if old is None:
+                raise NotFound(f"document {withdrawn_id} does not exist.")
+            if old.status != DocStatus.WITHDRAWN.value:
+                raise ReviewConflict(
+                    f"document {withdrawn_id} is no longer withdrawn (it is "
+                    f"{old.status or 'unset'}); another decision was applied first. Reload it "
+                    "and decide again."
+                )
+            newer = s.scalars(
+                select(DocumentRow)
+                .where(
+                    DocumentRow.org_id == old.org_id,
+                    DocumentRow.source_key == old.source_key,
+                    DocumentRow.version > old.version,
+                    DocumentRow.id != new_id,
+                    DocumentRow.status.in_(RESTORE_BLOCKERS) | DocumentRow.status.is_(None),
+                )
+                .order_by(DocumentRow.version.desc())
+            ).first()
+            if newer is not None:
+                raise ReviewConflict(
+                    f"document {withdrawn_id} can no longer be restored: version "
+                    f"v{newer.version} ({newer.id}) of its source is {newer.status or 'unset'} "
+                    "now; another restore or decision was applied first. Reload it and decide "
+                    "again."
+                )
+            row = self._compare_and_set(
+                s, new_id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED,
+                actor=actor, action=AuditAction.RESTORED, changes=changes, note=note,
+                extra={"restored_from": withdrawn_id},
+            )  # fmt: skip
+            retired = _supersede_older(s, row, actor=actor)
+        return self.get_document(new_id), retired
+
     def _compare_and_set(
         self,
         s: Session,
@@ -229,6 +285,7 @@ class DocumentsMixin(RegistryBase):
         action: AuditAction,
         changes: dict[str, Any] | None,
         note: str | None,
+        extra: dict[str, Any] | None = None,
     ) -> DocumentRow:
         row = s.get(DocumentRow, doc_id)
         if row is None:
@@ -259,7 +316,7 @@ class DocumentsMixin(RegistryBase):
                 synthesis_run_id=row.synthesis_run_id,
                 source_tag=row.source_tag,
                 before={"status": expected.value if expected else None},
-                after=audit_after(new, changes, note),
+                after=audit_after(new, changes, note) | (extra or {}),
             )
         )
         s.refresh(row)
@@ -416,6 +473,12 @@ class DocumentsMixin(RegistryBase):
             if limit:
                 stmt = stmt.limit(limit)
             return [record_of(row, path) for row, path in s.execute(stmt)]
+
+
+RESTORE_BLOCKERS: tuple[str, ...] = (DocStatus.APPROVED.value, DocStatus.WITHDRAWN.value)
+"""A version above a withdrawn one in one of these statuses (or status-less) means the
+withdrawn one can no longer be restored: a newer version is in service, or was itself withdrawn
+(restore that one instead)."""
 
 
 def citations_column(citations: Sequence[SourceRef]) -> list[dict[str, Any]] | None:

@@ -5,6 +5,8 @@
     pending_review -> approved, new content      (edit = replace, re-chunk, re-embed, approve)
     approved -> new approved version             (edit of an approved document)
     approved | legacy -> withdrawn               (withdraw: taken out of service, with a note)
+    withdrawn -> new approved version            (restore: back in service, with a note; the
+                                                  withdrawn version stays as it is)
     approved | legacy | pending -> superseded    (a newer version of the same source is approved,
                                                   in the same registry transaction)
 
@@ -18,7 +20,8 @@ registry commit is the switch and the payload is written around it:
 
 - a transition that only hides (reject, withdraw) hides the chunks *before* the commit: a crash
   can leave a document hidden too early, never servable in both places once it is retired;
-- a first version (nothing to retire) is shown *after* the commit that approves it;
+- a first version (nothing to retire) is shown *after* the commit that approves it, and so
+  is a restored version (the version it copies is withdrawn: nothing is served before it);
 - a version that replaces another (approve of a v2 draft, edit of an approved document) is shown
   *before* the commit and the version it retires hidden *after* it (`_publish_decision` says
   why): every instant, crash or not, serves exactly one version of the source.
@@ -38,12 +41,12 @@ import datetime as dt
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import faults
-from core.errors import ConfigError, ReviewConflict
+from core.errors import ConfigError, EmbeddingModelMismatch, ReviewConflict
 from core.models import (
     RETIRABLE_STATUSES,
     AuditAction,
@@ -51,11 +54,12 @@ from core.models import (
     ChunkPoint,
     DocStatus,
     ExtractedDocument,
+    Location,
     ParseStatus,
     SourceRef,
 )
 from sinks.registry import DocRecord, SqlRegistry, UserRecord, citations_column
-from sinks.vectors import VectorStore
+from sinks.vectors import VectorStore, point_id_for
 from tasks.review.access import (  # noqa: F401  (re-exported: the review commands' authorisation)
     authorize_decision,
     authorize_document,
@@ -67,7 +71,7 @@ from tasks.text.chunk import document_to_chunks, markdown_to_sections
 from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
-from tasks.text.points import chunk_to_point
+from tasks.text.points import EMBEDDING_MODEL, chunk_to_point
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,10 @@ def _authorized(
 
 
 def _why_not(verb: str, status: str | None) -> str:
+    if verb == "restore":
+        return ", and only a withdrawn document can be restored" + _RESTORE_HINTS.get(
+            status or "", " (it is in service already; `kbflow review edit` corrects it)."
+        )
     if status == DocStatus.SUPERSEDED.value:
         return " (a superseded document cannot be acted on; act on its newest version)."
     if verb in ("approve", "reject") and status in (DocStatus.APPROVED.value, None):
@@ -115,6 +123,21 @@ def _why_not(verb: str, status: str | None) -> str:
     if verb == "withdraw":
         return ", and only an approved document can be withdrawn."
     return ", and only pending_review documents can be decided."
+
+
+_RESTORE_HINTS = {
+    DocStatus.PENDING_REVIEW.value: (
+        " (it is a draft awaiting review: decide it with `kbflow review approve` or "
+        "`kbflow review reject`)."
+    ),
+    DocStatus.REJECTED.value: (
+        " (a rejected draft was never in service: ingest or research its source again for a "
+        "new draft)."
+    ),
+    DocStatus.SUPERSEDED.value: (
+        " (a newer version of its source replaced it: act on the newest version instead)."
+    ),
+}
 
 
 # --- transitions ---------------------------------------------------------------------------
@@ -341,6 +364,206 @@ def withdraw(
     except ReviewConflict:
         sync_payload(doc_id, registry=registry, open_store=open_store)
         raise
+
+
+def restore(
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    note: str,
+    embedder: Embedder | None = None,
+) -> DocRecord:
+    """withdrawn -> a new approved version of the document, with the withdrawn version's text.
+
+    A note saying why is required (it is kept in the audit row). The withdrawn version is left
+    exactly as it is (its row, its chunks, its hidden vectors), so the answers that cited it
+    still cite a withdrawn document (``kbflow provenance``). The new version is numbered like
+    an edit of an approved document (`edit_approved`: the source's next version) and registered
+    as a hidden draft holding copies of the withdrawn version's chunks under new chunk ids,
+    with its citations; their dense vectors are the stored ones when the store can read them
+    back (`_stored_dense`), else ``embedder`` embeds the texts again. One registry commit
+    (`SqlRegistry.restore_version`) then approves it, checking in the same transaction that the
+    document is still withdrawn and that no newer version of its source is approved or
+    withdrawn: of two restores (or a restore and another decision) exactly one wins, the other
+    gets ReviewConflict and its copy is deleted from the store and rejected (or was retired by
+    the winner's commit already), never served.
+
+    The copy is shown in the store *after* that commit, as a first version is
+    (`_publish_decision`): no version of the source is served before it, so a crash in between
+    leaves it hidden in the store (never shown early), and `reconcile` shows it.
+
+    Raises:
+        ConfigError: no note, or nothing stored to restore.
+        Forbidden: ``actor_id`` may not decide for the document's org (nothing changes).
+        ReviewConflict: the document is not withdrawn, a newer version of its source is in
+            service or withdrawn too, or another decision came first.
+    """
+    if not note or not note.strip():
+        raise ConfigError(
+            f"restoring document {doc_id} needs a note saying why (--note): it is kept in the "
+            "audit log beside the withdrawal's."
+        )
+    doc, user = _authorized(
+        registry, doc_id, actor_id, "restore", states=(DocStatus.WITHDRAWN.value,)
+    )
+    _refuse_newer(doc, registry.versions_of(doc.org_id, doc.source_key))
+    with open_store() as store:
+        chunks = _restorable_chunks(registry, store, doc)
+        stored = _stored_dense(registry, store, doc, chunks)
+    if stored is None:
+        if embedder is None:
+            raise ConfigError(
+                f"the vectors of document {doc_id} cannot be read back from this store, and "
+                "no embedder was given to embed its text again."
+            )
+        model_id = embedder.model_id
+        require_org_model(registry, doc.org_id, model_id, action="restore a document of")
+        dense = embedder.embed_documents([c.embed_text for c in chunks])
+    else:
+        model_id, dense = stored
+    created = registry.create_document(
+        org_id=doc.org_id,
+        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
+        source_key=doc.source_key,
+        title=doc.title,
+        uri=doc.uri,
+        content_hash=doc.content_hash,
+        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
+        status=DocStatus.PENDING_REVIEW,
+        source_tag=doc.source_tag,
+        synthesis_run_id=doc.synthesis_run_id,
+        audience=doc.audience,
+        effective_date=doc.effective_date,
+        actor=user.id,
+        citations=doc.citations,
+    )
+    copies = [
+        replace(c, chunk_id=f"{created.id}:{c.chunk_index}", doc_id=created.id) for c in chunks
+    ]
+    # Hidden until the publish: the payload says what the registry says now (pending_review,
+    # parse status pending), so a crash before the commit leaves nothing for `reconcile`.
+    hidden = {"status": created.status, "parse_status": created.parse_status}
+    points = [
+        replace(p, payload=p.payload | hidden)
+        for p in (
+            chunk_to_point(c, v, created, model_id=model_id)
+            for c, v in zip(copies, dense, strict=True)
+        )
+    ]
+    registry.put_chunks(created, created.content_hash, copies, embedding_model=model_id)
+    with open_store() as store:
+        store.upsert(points)
+    changes = {
+        "approved_by": user.id,
+        "approved_at": _now(),
+        "chunk_count": len(copies),
+        "parse_status": ParseStatus.INGESTED.value,
+    }
+    try:
+        return _publish_decision(
+            created,
+            registry=registry,
+            open_store=open_store,
+            decide=lambda: registry.restore_version(
+                doc.id, created.id, actor=user.id, changes=changes, note=note.strip()
+            ),
+        )
+    except ReviewConflict as exc:
+        with open_store() as store:
+            store.delete_document(created.id)
+        # A winner's commit may have retired this copy already (superseded): never served.
+        with suppress(ReviewConflict):
+            registry.transition(
+                created.id,
+                expected=DocStatus.PENDING_REVIEW,
+                new=DocStatus.REJECTED,
+                actor=user.id,
+                action=AuditAction.REJECTED,
+                note=f"restore of {doc.id} not applied: {exc}",
+            )
+        raise
+
+
+def _refuse_newer(doc: DocRecord, versions: Sequence[DocRecord]) -> None:
+    """Refuse to restore ``doc`` when a newer version of its source is approved (its text would
+    replace newer text) or withdrawn too (restore that one instead). `restore_version` checks
+    the same again in its commit."""
+    newer = [v for v in versions if v.version > doc.version]
+    live = [v for v in newer if v.status in (DocStatus.APPROVED.value, None)]
+    withdrawn = [v for v in newer if v.status == DocStatus.WITHDRAWN.value]
+    if live:
+        top = live[-1]
+        raise ReviewConflict(
+            f"cannot restore document {doc.id} (v{doc.version}): a newer version of its "
+            f"source, {top.id} (v{top.version}), is {top.status or 'unset'} and in service, and "
+            f"restoring would put older text in its place. Correct that version with `kbflow "
+            f"review edit {top.id}` instead. Nothing was changed."
+        )
+    if withdrawn:
+        top = withdrawn[-1]
+        raise ReviewConflict(
+            f"cannot restore document {doc.id} (v{doc.version}): a newer version of its "
+            f"source, {top.id} (v{top.version}), was withdrawn too. Restore that one instead "
+            f"(`kbflow review restore {top.id}`). Nothing was changed."
+        )
+
+
+def _restorable_chunks(registry: SqlRegistry, store: VectorStore, doc: DocRecord) -> list[Chunk]:
+    """The chunks of ``doc``'s content: the registry's, or (a document stored before the
+    registry kept chunk texts) its stored points' payloads."""
+    chunks = registry.document_chunks([doc.id]).get(doc.id, [])
+    if not chunks:
+        hits = [
+            h
+            for h in store.inspect_document_chunks(doc.id)
+            if h.payload.get("content_hash") in (None, doc.content_hash)
+        ]
+        chunks = [
+            Chunk(
+                chunk_id=str(h.payload.get("chunk_id") or f"{doc.id}:{index}"),
+                doc_id=doc.id,
+                chunk_index=int(h.payload.get("chunk_index", index)),
+                text=str(h.payload.get("text", "")),
+                heading_path=tuple(h.payload.get("heading_path") or ()),
+                location=Location.from_payload(h.payload),
+            )
+            for index, h in enumerate(hits)
+        ]
+    if not chunks:
+        raise ConfigError(
+            f"document {doc.id} has no stored text to restore (no chunks in the registry or "
+            "the vector store); ingest its source again instead."
+        )
+    return chunks
+
+
+def _stored_dense(
+    registry: SqlRegistry, store: VectorStore, doc: DocRecord, chunks: Sequence[Chunk]
+) -> tuple[str, list[list[float]]] | None:
+    """The stored dense vectors of ``chunks`` and the model that made them, when the store can
+    read points back (``retrieve_points``: the Qdrant stores, not a client of another process's
+    store), every chunk has one from one recorded model, and that model is the org's. None
+    otherwise: the caller embeds the texts again. (Sparse vectors are cheap and always made
+    again by the one BM25 analyser, so they match the query side.)"""
+    read = getattr(store, "retrieve_points", None)
+    if read is None:
+        return None
+    ids = [point_id_for(c.chunk_id) for c in chunks]
+    found = {p.point_id: p for p in read(ids)}
+    points = [found.get(i) for i in ids]
+    if any(p is None or not p.dense for p in points):
+        return None
+    models = {p.payload.get(EMBEDDING_MODEL) for p in points if p is not None}
+    model = models.pop() if len(models) == 1 else None
+    if not isinstance(model, str):
+        return None
+    try:
+        require_org_model(registry, doc.org_id, model, action="restore a document of")
+    except EmbeddingModelMismatch:
+        return None
+    return model, [p.dense for p in points if p is not None]
 
 
 def _write_hidden_edit(

@@ -13,6 +13,7 @@ from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import DocRecord
 from tasks.retries import TASK_RETRIES
+from tasks.review.codes import prove_reviewer
 from tasks.review.decisions import Decision, Outcome, apply_decisions
 from tasks.review.inspection import draft_texts
 from tasks.review.inspection import pending_documents as pending
@@ -55,3 +56,11 @@ def apply_decisions_task(
             max_words=settings.ingest.chunk_max_words,
             overlap_words=settings.ingest.chunk_overlap_words,
         )
+
+
+@task(name="prove-reviewer", cache_policy=NO_CACHE, persist_result=False)
+def prove_reviewer_task(code: str, org: str, flow_run_id: str, settings: Settings) -> str:
+    """Who submitted the form, proven by their one-time review code (used up here): their
+    user id. Raises Unauthorized or Forbidden (nothing is applied then)."""
+    with open_registry(settings) as registry:
+        return prove_reviewer(registry, code, org, flow_run_id).id

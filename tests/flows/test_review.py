@@ -333,6 +333,12 @@ def _visible(settings: Settings, registry: SqlRegistry, embedder: Any) -> dict[s
     return found
 
 
+def code_for(registry: SqlRegistry, user: str = AM, org: str = ORG) -> str:
+    """A one-time review code for ``user``, issued as `kbflow review code` does (the registry
+    call, without the rights check: a test may issue one to someone who may not decide)."""
+    return registry.issue_review_code(user, org).code
+
+
 def _decisions_audit(registry: SqlRegistry) -> list[tuple[str, str, str]]:
     return [
         (row.action, row.doc_id, row.actor)
@@ -366,13 +372,13 @@ def test_review_is_paused_then_resumed_with_decisions(
     # paused; rows of `decisions` (for programs, not in the form) are checked by the flow.
     with pytest.raises(RuntimeError, match="publish"):
         prefect_server.resume(
-            run_id, {"reviewer": AM, f"doc_{drafts['kiln']}": {"action": "publish"}}
+            run_id, {"code": code_for(registry), f"doc_{drafts['kiln']}": {"action": "publish"}}
         )
 
     prefect_server.resume(
         run_id,
         {
-            "reviewer": AM,
+            "code": code_for(registry),
             "decisions": [
                 {"doc_id": drafts["kiln"], "action": "approve", "note": "checked"},
                 {"doc_id": drafts["glaze"], "action": "reject"},
@@ -427,7 +433,7 @@ def test_edit_replaces_the_draft_and_skip_leaves_it_pending(
     prefect_server.resume(
         run_id,
         {
-            "reviewer": AM,
+            "code": code_for(registry),
             "decisions": [
                 {"doc_id": drafts["kiln"], "action": "edit", "content": corrected},
                 {"doc_id": drafts["glaze"], "action": "skip"},
@@ -500,7 +506,7 @@ def test_unauthorised_reviewer_changes_nothing(
     prefect_server.resume(
         run_id,
         {
-            "reviewer": EXPERT,
+            "code": code_for(registry, EXPERT),  # issued before their rights were checked
             "decisions": [
                 {"doc_id": drafts["kiln"], "action": "approve"},
                 {"doc_id": drafts["glaze"], "action": "reject"},
@@ -517,8 +523,7 @@ def test_unauthorised_reviewer_changes_nothing(
     state = _final_state(prefect_server, run_id)
     assert state.is_failed(), state
     assert state.message.startswith(
-        f"reviewer {EXPERT!r} may not review org {ORG!r}; nothing was applied (2 decisions "
-        f"refused): user {EXPERT!r} (expert) may not review documents: document"
+        f"review of org {ORG!r} refused: nothing was applied: user {EXPERT!r} (expert)"
     ), state.message
     assert f"FAILED {state.message}" in child.output()
 
@@ -528,56 +533,65 @@ def test_unauthorised_reviewer_changes_nothing(
     assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
 
 
-def test_the_form_shows_each_draft_and_prefills_it_for_edit(
+def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
     prefect_server: Server,
     start_review: Any,
     drafts: dict[str, str],
     registry: SqlRegistry,
 ) -> None:
-    """The stored form keeps its field descriptions, has one field per draft whose description
-    is the draft's text (the UI collapses the form's own description once the form is taller
-    than the dialog; a field's stays), prefills each draft's content, and leaves `decisions`
-    (for programs) out; an edit that leaves the content unchanged approves the draft as is."""
+    """Anyone who reaches the Prefect API can read the stored form (hostile review): it names
+    each draft (title, id) and where to read it, asks for a review code, and holds no draft
+    text anywhere; `decisions` (for programs) stays out of it. An edit whose content equals
+    the stored draft approves it as it is (nothing re-embedded)."""
     from flows.review import DraftDecision, ReviewDecision
 
-    child = start_review(reviewer=AM)  # a prefilled field used to lose its description
+    child = start_review(reviewer=AM)
     run_id = child.wait_until_waiting_for_input(prefect_server)
-    with prefect_server.client() as client:
-        keyset = client.read_flow_run(run_id).state.state_details.run_input_keyset
-        form = json.loads(client.read_flow_run_input(run_id, keyset["schema"]))
+    with httpx.Client(base_url=prefect_server.api_url) as anonymous:  # no credential at all
+        keyset = anonymous.get(f"/flow_runs/{run_id}").json()["state"]["state_details"][
+            "run_input_keyset"
+        ]
+        stored = {
+            key: anonymous.get(f"/flow_runs/{run_id}/input/{name}").text
+            for key, name in keyset.items()
+        }
+    for draft in DRAFTS:
+        for key, text in stored.items():
+            assert draft["text"] not in text, key
+            assert draft["text"][:30] not in text, key
+    form = (
+        json.loads(json.loads(stored["schema"]))
+        if stored["schema"].startswith('"')
+        else (json.loads(stored["schema"]))
+    )
     props = form["properties"]
-    assert props["reviewer"]["description"] == ReviewDecision.model_fields["reviewer"].description
-    assert props["reviewer"]["default"] == AM
-    assert "decisions" not in props
+    assert props["code"]["description"] == ReviewDecision.model_fields["code"].description
+    assert "reviewer" not in props and "decisions" not in props
     definition = form["definitions"]["DraftDecision"]["properties"]
     assert definition["content"]["description"] == DraftDecision.model_fields["content"].description
     ordered = sorted(DRAFTS, key=lambda d: d["title"])
     for number, draft in enumerate(ordered, start=1):
         field = props[f"doc_{drafts[draft['key']]}"]
         assert field["title"] == f"Draft {number} of {len(DRAFTS)}: {draft['title']}"
-        assert draft["text"] in field["description"]  # a known sentence of each draft
-        assert field["default"] == {
-            "action": "skip",
-            "content": f"# {draft['title']}\n\n{draft['text']}\n",
-            "note": "",
-        }
-    kiln = props[f"doc_{drafts['kiln']}"]["default"]
-    glaze = props[f"doc_{drafts['glaze']}"]["default"]
-    rows = {drafts["kiln"]: kiln, drafts["glaze"]: glaze}
+        assert drafts[draft["key"]] in field["description"]
+        assert "kbflow review show" in field["description"]
+        assert field["default"] == {"action": "skip", "content": "", "note": ""}
 
     before = registry.get_document(drafts["kiln"])
-    # What the UI sends for an edit whose prefilled text was left as it was.
+    kiln = next(d for d in DRAFTS if d["key"] == "kiln")
     prefect_server.resume(
         run_id,
-        {"reviewer": AM,
-         f"doc_{drafts['kiln']}": {**rows[drafts["kiln"]], "action": "edit", "note": "ok"},
-         f"doc_{drafts['glaze']}": rows[drafts["glaze"]]},
+        {"code": code_for(registry),
+         f"doc_{drafts['kiln']}": {"action": "edit", "note": "ok",
+                                   "content": f"# {kiln['title']}\n\n{kiln['text']}\n"},
+         f"doc_{drafts['glaze']}": {"action": "skip", "content": "", "note": ""}},
     )  # fmt: skip
     rc, report = child.finish()
     assert rc == 0, child.output()
     assert report is not None
     from flows.review import UNCHANGED_EDIT
 
+    assert report["reviewer"] == AM  # the code's user, not a typed name
     assert report["outcomes"] == [
         {
             "doc_id": drafts["kiln"],
@@ -593,6 +607,70 @@ def test_the_form_shows_each_draft_and_prefills_it_for_edit(
     assert _decisions_audit(registry) == [(AuditAction.APPROVED.value, drafts["kiln"], AM)]
     assert registry.get_document(drafts["glaze"]).status == DocStatus.PENDING_REVIEW.value
     assert _final_state(prefect_server, run_id).is_completed()
+    with prefect_server.client() as client:  # the run's page says what was decided, by whom
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+        (artifact,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        )
+    assert AM in str(artifact.data) and drafts["kiln"] in str(artifact.data)
+
+
+@pytest.mark.parametrize("typed", [AM, "root"])
+def test_a_typed_name_without_a_code_applies_nothing_and_the_run_fails(
+    typed: str,
+    prefect_server: Server,
+    start_review: Any,
+    drafts: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+) -> None:
+    """The hostile review's replay: an anonymous resume naming the org's AM (or a superadmin)
+    and replacing a draft with the attacker's text applies nothing; the run ends Failed."""
+    registry.ensure_user("root", Role.SUPERADMIN)
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    with httpx.Client(base_url=prefect_server.api_url) as anonymous:
+        answer = anonymous.post(
+            f"/flow_runs/{run_id}/resume",
+            json={"run_input": {
+                "reviewer": typed,
+                f"doc_{drafts['kiln']}": {"action": "edit", "content": "ATTACKER TEXT",
+                                          "note": ""},
+                f"doc_{drafts['glaze']}": {"action": "approve", "content": "", "note": ""},
+            }},
+        )  # fmt: skip
+    assert answer.status_code < 300, answer.text  # Prefect accepts it; the flow refuses it
+    rc, report = child.finish()
+    assert rc == 0, child.output()
+    assert report is not None and report["applied"] == 0
+    state = _final_state(prefect_server, run_id)
+    assert state.is_failed(), state
+    assert "no review code was given" in state.message, state.message
+    docs = registry.get_documents(drafts.values())
+    assert {d.status for d in docs.values()} == {DocStatus.PENDING_REVIEW.value}
+    assert _decisions_audit(registry) == []
+    refused = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.refused"]
+    assert len(refused) == 1
+    assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
+
+
+def test_a_used_code_is_refused_and_nothing_is_applied(
+    prefect_server: Server, start_review: Any, drafts: dict[str, str], registry: SqlRegistry
+) -> None:
+    code = code_for(registry)
+    registry.redeem_review_code(code, org_id=ORG, flow_run_id="an-earlier-run")
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    prefect_server.resume(
+        run_id, {"code": code, "decisions": [{"doc_id": drafts["kiln"], "action": "approve"}]}
+    )
+    rc, report = child.finish()
+    assert rc == 0 and report is not None and report["applied"] == 0, child.output()
+    state = _final_state(prefect_server, run_id)
+    assert state.is_failed() and "already used" in state.message, state
+    assert registry.get_document(drafts["kiln"]).status == DocStatus.PENDING_REVIEW.value
 
 
 def test_a_lost_race_is_reported_and_the_run_still_completes(
@@ -610,7 +688,7 @@ def test_a_lost_race_is_reported_and_the_run_still_completes(
         approve(drafts["kiln"], AM, registry=registry, open_store=held(store))
     prefect_server.resume(
         run_id,
-        {"reviewer": AM, "decisions": [
+        {"code": code_for(registry), "decisions": [
             {"doc_id": drafts["kiln"], "action": "reject"},
             {"doc_id": drafts["glaze"], "action": "approve"},
         ]},
@@ -644,7 +722,7 @@ def test_review_flow_command_prints_the_run_and_its_link_while_waiting(
     assert cli.proc.poll() is None
     prefect_server.resume(
         UUID(run_id),
-        {"reviewer": AM, "decisions": [
+        {"code": code_for(registry), "decisions": [
             {"doc_id": drafts["kiln"], "action": "approve"},
             {"doc_id": drafts["glaze"], "action": "reject"},
         ]},
@@ -743,7 +821,7 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
         prefect_server.resume(
             run_id,
             {
-                "reviewer": AM,
+                "code": code_for(registry, AM, org),
                 "decisions": [{"doc_id": d, "action": "approve"} for d in approve]
                 + [{"doc_id": d, "action": "reject"} for d in reject],
             },

@@ -2,12 +2,13 @@
 Playwright in Debian's Chromium, against `kbflow server` on a free loopback port.
 
 A brand-new org is seeded, `kbflow research` runs until its review pauses, and the AM opens the
-paused run's page, reads every draft in the form, approves one, edits one (changing a sentence
-of the prefilled content), rejects one, skips one and submits. kbflow then has to agree: the
-approved and edited drafts are searchable (the edit's new sentence, not the old one), the
-rejected one never is, the skipped one is still pending, and the audit log holds exactly those
-three decisions by that AM. A second run, submitted as a user who may not review, ends Failed
-with the reason on the run's page.
+paused run's page: the form names every draft but shows none of its text (anyone who reaches
+the Prefect API can read the form). The AM gets a one-time review code (`kbflow review code`),
+types it in, approves one draft, edits one (pasting its text with a sentence changed), rejects
+one, skips one and submits. kbflow then has to agree: the approved and edited drafts are
+searchable (the edit's new sentence, not the old one), the rejected one never is, the skipped
+one is still pending, and the audit log holds exactly those three decisions by that AM. A
+second run, submitted with a made-up code, ends Failed with the reason on the run's page.
 
 Screenshots of the form (before and after submit) are saved under the test's tmp dir, and into
 ``$KBFLOW_UI_SCREENSHOTS`` when it is set (`make screenshots` writes docs/img).
@@ -142,7 +143,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
             time.sleep(0.5)
         ui = Ui(home=home, url=f"http://127.0.0.1:{port}", env=env)
         ui.kbflow("users", "add", "root", "--role", "superadmin")
-        ui.kbflow("orgs", "create", ORG, "--name", "Larch Cycles")
+        ui.kbflow("orgs", "create", ORG, "--name", "Larch Cycles", "--as", "root")
         ui.kbflow("users", "add", AM, "--role", "account_manager", "--as", "root")
         ui.kbflow("users", "add", INTRUDER, "--role", "engineer", "--org", ORG, "--as", "root")
         ui.kbflow("orgs", "assign-am", ORG, AM, "--as", "root")
@@ -243,13 +244,13 @@ def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path
     expect = playwright_api.expect
     for number, (title, (sentence, _)) in enumerate(sorted(DRAFTS.items()), start=1):
         draft = field(dialog, page, f"Draft {number} of 4: {title}").first
-        shown = draft.get_by_text(sentence).first
-        shown.scroll_into_view_if_needed()
-        expect(shown).to_be_visible()
-        expect(shown).to_be_in_viewport()  # shown, not clipped away by the dialog
+        draft.scroll_into_view_if_needed()
+        expect(draft.get_by_text(by_title[title]["id"]).first).to_be_visible()
+        expect(draft.get_by_text(sentence)).to_have_count(0)  # no draft text in the form
         content = field(draft, page, "Content").last.locator("textarea")
-        expect(content).to_have_value(re.compile(re.escape(sentence)))  # prefilled for edit
-    expect(field(dialog, page, "Reviewer").first.locator("textarea")).to_have_value(AM)
+        expect(content).to_have_value("")
+    code = ui.data("review", "code", "--org", ORG, "--as", AM, "--json")["code"]
+    field(dialog, page, "Your review code").first.locator("textarea").fill(code)
     shoot(page, tmp_path, "review-form", whole_form=True)
     page.locator(".p-modal__body").evaluate("body => { body.scrollTop = 0 }")
     shoot(page, tmp_path, "review-form-top", dialog=True)
@@ -259,9 +260,10 @@ def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path
         if action == "skip":
             continue
         choose(page, draft, action)
-        if action == "edit":
+        if action == "edit":  # the AM copies the draft's text (inbox, `review show`), edits it
+            text = ui.data("review", "show", by_title[title]["id"], "--as", AM, "--json")["text"]
             content = field(draft, page, "Content").last.locator("textarea")
-            content.fill(content.input_value().replace(OLD, NEW))
+            content.fill(text.replace(OLD, NEW))
         field(draft, page, "Note").last.locator("textarea").fill(f"{action} in the UI")
     shoot(page, tmp_path, "review-form-filled", whole_form=True)
     dialog.get_by_role("button", name="Submit").click()
@@ -309,9 +311,7 @@ def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path
     print(f"browser review took {time.monotonic() - started:.0f}s")
 
 
-def test_a_submission_by_someone_who_may_not_review_fails_the_run(
-    ui: Ui, page: Any, tmp_path: Path
-) -> None:
+def test_a_submission_without_a_valid_code_fails_the_run(ui: Ui, page: Any, tmp_path: Path) -> None:
     # The draft skipped above is still pending: a new review run pauses for it.
     review = ui.start("review", "flow", "--org", ORG, "--as", AM, "--timeout", "600",
                       name="review")  # fmt: skip
@@ -319,7 +319,7 @@ def test_a_submission_by_someone_who_may_not_review_fails_the_run(
     before = ui.data("docs", "list", "--org", ORG)
 
     dialog = open_form(page, url)
-    field(dialog, page, "Reviewer").first.locator("textarea").fill(INTRUDER)
+    field(dialog, page, "Your review code").first.locator("textarea").fill("MADE-UPCO-DE42")
     draft = field(dialog, page, "Draft 1 of 1: Key contacts").first
     choose(page, draft, "approve")
     dialog.get_by_role("button", name="Submit").click()
@@ -330,7 +330,9 @@ def test_a_submission_by_someone_who_may_not_review_fails_the_run(
     expect = playwright_api.expect
     expect(page.get_by_text("Failed", exact=True).first).to_be_visible(timeout=30_000)
     page.get_by_text("Details", exact=True).click()
-    reason = page.get_by_text(re.compile(f"reviewer '{INTRUDER}' may not review org"))
+    # The UI shortens a long state message ("… See More"): its start says it was refused.
+    reason = page.get_by_text(re.compile("refused: nothing was applied"))
     expect(reason.first).to_be_visible()
     shoot(page, tmp_path, "review-refused")
     assert ui.data("docs", "list", "--org", ORG) == before  # nothing was applied
+    assert "the review code is not valid" in (ui.home.parent / "review.err").read_text()

@@ -83,7 +83,7 @@ class Seeded:
 def seeded(embedder: Any) -> Seeded:
     """Org acme (AM amy, expert eve, engineer ed), org globex (AM gus), three acme drafts."""
     ok("users", "add", "root", "--role", "superadmin")  # the first superadmin needs no --as
-    ok("orgs", "create", "acme", "--name", "Acme Cycles")
+    ok("orgs", "create", "acme", "--name", "Acme Cycles", *ROOT)
     ok("users", "add", "amy", "--role", "account_manager", "--name", "Amy Reviewer", *ROOT)
     ok("users", "add", "gus", "--role", "account_manager", *ROOT)
     ok("users", "add", "eve", "--role", "expert", "--org", "acme", *ROOT)
@@ -268,6 +268,49 @@ def test_edit_replaces_the_text_and_approves_it(seeded: Seeded, tmp_path: Path) 
 # --- reading drafts --------------------------------------------------------------------------
 
 
+def test_a_withdrawal_is_undone_by_restore(seeded: Seeded) -> None:
+    leave, returns = seeded.docs["leave"], seeded.docs["returns"]
+    ok("review", "approve", leave, "--as", "amy")
+    ok("review", "withdraw", leave, "--as", "amy", "--note", "recalled by legal")
+    assert leave not in found_ids("annual leave Heron portal")
+    before = (statuses(), audit_rows())
+
+    assert kb("review", "restore", leave, "--as", "amy").exit_code == 2  # --note is required
+    for actor in ("gus", "ed", "eve"):  # another org's AM, an engineer, an expert
+        refused = kb("review", "restore", leave, "--as", actor, "--note", "mine now")
+        assert refused.exit_code == 1 and "forbidden:" in refused.output, refused.output
+    pending = kb("review", "restore", returns, "--as", "amy", "--note", "x")
+    assert pending.exit_code == EXIT_CONFLICT
+    assert f"cannot restore document {returns}: it is pending_review" in flat(pending)
+    assert "kbflow review approve" in flat(pending)
+    assert (statuses(), audit_rows()) == before  # nothing changed
+
+    restored = data("review", "restore", leave, "--as", "amy", "--note", "legal cleared it")
+    assert restored["id"] != leave and restored["version"] == 2
+    assert (restored["status"], restored["approved_by"]) == ("approved", "amy")
+    assert statuses()[leave] == "withdrawn"  # the withdrawn version stays as it was
+    assert found_ids("annual leave Heron portal") == {restored["id"]}
+    assert any("Heron portal" in h["text"] for h in hits("Heron portal", "keyword"))
+    rows = audit_rows("--doc", restored["id"])
+    assert [r["action"] for r in rows] == [CREATED, "kb.document.restored"]
+    assert (rows[-1]["actor"], rows[-1]["after"]["note"], rows[-1]["after"]["restored_from"]) == (
+        "amy", "legal cleared it", leave,
+    )  # fmt: skip
+    assert "kb.document.restored" not in [r["action"] for r in audit_rows("--doc", leave)]
+
+    again = kb("review", "restore", leave, "--as", "amy", "--note", "twice")
+    assert again.exit_code == EXIT_CONFLICT and "conflict:" in again.output
+    assert f"{restored['id']} (v2), is approved and in service" in flat(again)
+
+    # Withdrawn again, the newest version is restored again; the text output names both ids.
+    ok("review", "withdraw", restored["id"], "--as", "root", "--note", "recalled again")
+    done = flat(ok("review", "restore", restored["id"], "--as", "root", "--note", "cleared"))
+    newest = next(d["id"] for d in data("docs", "list", "--org", "acme") if d["version"] == 3)
+    assert f"restored {restored['id']} as {newest}" in done and "now approved" in done
+    assert found_ids("annual leave Heron portal") == {newest}
+    assert data("reconcile")["repaired"] == []
+
+
 def test_an_expert_lists_and_reads_drafts_an_engineer_may_not(seeded: Seeded) -> None:
     listed = data("review", "list", "--org", "acme", "--as", "eve")
     assert [run["synthesis_run_id"] for run in listed["runs"]] == [None]
@@ -399,8 +442,9 @@ def test_help_describes_the_review_commands() -> None:
     for command in ("orgs", "users", "review", "audit", "reconcile"):
         assert command in top
     review = ok("review", "--help").output
-    for command in ("list", "show", "approve", "reject", "edit", "flow"):
+    for command in ("list", "show", "approve", "reject", "withdraw", "restore", "edit", "flow"):
         assert command in review
+    assert "Undo a withdrawal" in flat(ok("review", "restore", "--help"))
     flow = flat(ok("review", "flow", "--help"))
     assert "Prefect UI" in flow and "kbflow server" in flow and "PREFECT_API_URL" in flow
     assert "Exit code 3" in flat(ok("review", "approve", "--help"))

@@ -567,6 +567,29 @@ CALLS: list[Call] = [
     GET("mcp: GET", "/mcp", "agent", headers=MCP_HEADERS),
     # what the calls above counted
     GET("metrics", "/metrics", view=_metrics),
+    # a withdrawal undone (after the metrics, so their counters stay as recorded): the cited
+    # policy withdrawn above comes back as a new approved version; its answers' provenance
+    # still names the withdrawn version
+    POST("restore: no note", f"{DOCS}/{{leave}}/restore", "amy"),
+    POST("restore: another org's AM", f"{DOCS}/{{leave}}/restore", "gus", json={"note": "x"}),
+    POST("restore: an expert", f"{DOCS}/{{leave}}/restore", "eve", json={"note": "x"}),
+    POST("restore: not withdrawn", f"{DOCS}/{{draft-holidays}}/restore", "amy",
+         json={"note": "x"}),
+    POST("restore", f"{DOCS}/{{leave}}/restore", "amy",
+         json={"note": "the rewrite was dropped"}),
+    POST("restore: again", f"{DOCS}/{{leave}}/restore", "root", json={"note": "twice"}),
+    GET("document: the withdrawn version after the restore", f"{DOCS}/{{leave}}", "eve"),
+    GET("provenance: after the restore", f"{ACME}/provenance", "eve", params={"doc": "{leave}"}),
+    GET("audit: after the restore", f"{ACME}/audit", "amy", params={"limit": 2}),
+    # one-time review codes (the proof a paused review run's form asks for)
+    POST("review code", f"{ACME}/review-codes", "amy"),
+    POST("review code: for one run", f"{ACME}/review-codes", "root",
+         json={"flow_run_id": "0c1d2e3f-0000-4000-8000-000000000001"}),
+    POST("review code: a bad run id", f"{ACME}/review-codes", "amy", json={"flow_run_id": "x"}),
+    POST("review code: another org's AM", f"{ACME}/review-codes", "gus"),
+    POST("review code: an expert", f"{ACME}/review-codes", "eve"),
+    POST("review code: an agent", f"{ACME}/review-codes", "agent"),
+    POST("review code: no token", f"{ACME}/review-codes"),
 ]  # fmt: skip
 
 
@@ -580,6 +603,7 @@ GENERATED = (
     (re.compile(r"tok_[0-9a-f]{12}"), "token"),
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "uuid"),
     (re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])"), "id"),
+    (re.compile(r"\b[A-Z2-9]{4}-[A-Z2-9]{4}-[A-Z2-9]{4}\b"), "review-code"),
 )
 ID_KEYS = {"job_id": "job"}
 DURATION_KEYS = re.compile(r"(^|_)(ms|seconds|elapsed|duration|latency|took)($|_)|_s$")

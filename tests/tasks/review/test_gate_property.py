@@ -2,7 +2,8 @@
 
 A Hypothesis state machine drives real components (Qdrant Edge in a temp dir, SQLite, MiniLM,
 the review state machine): it creates documents in two orgs and several collections with random
-initial statuses (including none), adds new versions, approves, rejects and edits them; it also
+initial statuses (including none), adds new versions, approves, rejects, edits, withdraws and
+restores them; it also
 creates agents with random allow-lists, flips their master switch and moves a collection. After
 every step it searches in hybrid, dense and keyword mode (for each org in turn) and as one of the
 agents, and checks every hit against an independently written rule over the registry's truth:
@@ -156,12 +157,25 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             org, key = source
             return self.registry.current_documents(org)[f"test://{org}/{key}"]
 
-        @rule(source=docs, decision=st.sampled_from(["approve", "reject", "edit"]))
+        @rule(
+            source=docs,
+            decision=st.sampled_from(["approve", "reject", "edit", "withdraw", "restore"]),
+        )
         def decide(self, source: tuple[str, str], decision: str) -> None:
             doc = self._latest(source)
             opener = review.held(self.store)
+            actor = AMS[doc.org_id]
             try:
-                if decision == "approve":
+                if decision == "withdraw":
+                    review.withdraw(
+                        doc.id, actor, registry=self.registry, open_store=opener, note="out"
+                    )
+                elif decision == "restore":
+                    review.restore(
+                        doc.id, actor, registry=self.registry, open_store=opener, note="back",
+                        embedder=embedder,
+                    )  # fmt: skip
+                elif decision == "approve":
                     review.approve(
                         doc.id, AMS[doc.org_id], registry=self.registry, open_store=opener
                     )
@@ -179,7 +193,9 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
                         embedder=embedder,
                     )
             except ReviewConflict:
-                assert doc.status != "pending_review"
+                # Refused only when the newest version is not in the state the decision needs.
+                needs = {"withdraw": ("approved", None), "restore": ("withdrawn",)}
+                assert doc.status not in needs.get(decision, ("pending_review",)), decision
 
         @precondition(lambda self: self.keys > 0)
         @rule(source=consumes(docs))

@@ -105,12 +105,14 @@ def _doc_id(registry: SqlRegistry, name: str, version: int) -> str:
 class Scenario:
     """One review transition: ``run`` applies it; ``target`` is the source it acts on and
     ``versions`` the versions of it that may be served (old, new); a hiding transition's
-    target may be served in none (hidden before its commit)."""
+    target may be served in none (hidden before its commit), and so may one that is shown only
+    after its commit (a restore: the store's filter holds it back until the store is written)."""
 
     run: Callable[[dict[str, Any]], Any]
     target: str
     versions: tuple[int, ...]
     hides: bool = False
+    shows_after_commit: bool = False  # nothing of the target served before: shown after it
 
 
 def _edit(name: str, version: int, new: int) -> Callable[[dict[str, Any]], Any]:
@@ -141,6 +143,14 @@ SCENARIOS = {
     "approve-v2-draft": Scenario(_act(review.approve, MANUAL, 2), MANUAL, (1, 2)),
     # a v2 draft edited in place and approved: its edited text replaces v1 (marked v3)
     "edit-v2-draft": Scenario(_edit(MANUAL, 2, 3), MANUAL, (1, 3)),
+    # a withdrawn document restored: a new version with its text (marked v1), shown after
+    # the commit, as a first version is
+    "restore": Scenario(
+        _act(review.restore, "withdrawn", 1, note="back in service"),
+        "withdrawn",
+        (1,),
+        shows_after_commit=True,
+    ),
     # hiding transitions: hidden before the commit, never served once retired
     "withdraw": Scenario(
         _act(review.withdraw, BEACON, 1, note="out of date"), BEACON, (1,), hides=True
@@ -206,7 +216,9 @@ def check(world: dict[str, Any], scenario: Scenario, where: str) -> None:
     found = served(world)
     for name in (*SERVED, DRAFT, REJECTED, "withdrawn"):
         allowed = scenario.versions if name == scenario.target else (1,) * (name in SERVED)
-        absent_ok = not allowed or (scenario.hides and name == scenario.target)
+        absent_ok = not allowed or (
+            (scenario.hides or scenario.shows_after_commit) and name == scenario.target
+        )
         per_path = {path: sorted(per_source.get(name, ())) for path, per_source in found.items()}
         fine = [[v] for v in allowed] + [[]] * absent_ok
         wrong = {path: versions for path, versions in per_path.items() if versions not in fine}
