@@ -217,7 +217,7 @@ def run_cli(home: Path) -> dict[str, Any]:
     kbflow("users", "add", "bench", "--role", "superadmin")
     for bundle in (CIDER, PHYSIO):
         org = bundle.name
-        kbflow("orgs", "create", org, "--name", bundle.client_name)
+        kbflow("orgs", "create", org, "--name", bundle.client_name, "--as", "bench")
         files = [arg for path in bundle.seed_files() for arg in ("--file", str(path))]
         kbflow("seed", "--org", org, "--as", "bench", *files)
         started = time.perf_counter()

@@ -127,7 +127,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
         try:
             catalog.get_agent(DEMO_AGENT)
         except NotFound:
-            catalog.create_agent(DEMO_ORG, DEMO_AGENT, "Larkspur help-desk agent")
+            catalog.create_agent(DEMO_ORG, DEMO_AGENT, "Larkspur help-desk agent", actor=DEMO_AM)
         for q in questions:
             out = answer(ctx, DEMO_AGENT, q.question)
             cited = {_file_of(c["uri"]) for c in out["citations"]}

@@ -239,7 +239,8 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
         {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
     ]
     processes.start("worker", [*prefect, "worker", "start", "--pool", POOL], env)
-    _run([*kbflow, "orgs", "create", ORG], env)  # ingest may refuse an org that does not exist
+    _run([*kbflow, "users", "add", "root", "--role", "superadmin"], env)
+    _run([*kbflow, "orgs", "create", ORG, "--as", "root"], env)  # ingest refuses unknown orgs
 
     ingest_run = _run_deployment(api, "ingest/ingest", {"paths": [str(doc)], "org": ORG})
     eval_run = _run_deployment(

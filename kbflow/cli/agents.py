@@ -1,5 +1,6 @@
 """``kbflow agents``: the agents (specialists) of an org, the collections each may read and the
-audiences it reads as."""
+audiences it reads as. Changing an agent needs ``--as`` a superadmin or its org's assigned
+account manager; its audiences, a superadmin (audited)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import AdminOpt, JsonOpt, OrgOpt, command, command_group, print_json
+from kbflow.cli.common import (
+    AdminOpt,
+    JsonOpt,
+    OrgAdminOpt,
+    OrgOpt,
+    command,
+    command_group,
+    print_json,
+)
 from kbflow.render import console
 from kbflow.services import catalog as service
 
@@ -36,9 +45,10 @@ def agents_create(
             "Without: only documents meant for everyone."
         ),
     ] = None,
-    actor: AdminOpt = None,
+    actor: OrgAdminOpt = None,
 ) -> None:
     """Create an agent; it may read every collection of its org until you `allow` some.
+    Needs --as a superadmin or the org's assigned account manager (--audience: a superadmin).
 
     Its audiences are a property of the agent (never of a request): documents ingested for an
     audience reach only agents given it here or with `kbflow agents audience`.
@@ -50,25 +60,33 @@ def agents_create(
     console.print(f"created agent {escape(made.id)} in {escape(made.org_id)}")
 
 
-def _allow(settings: Settings, agent_id: str, refs: list[str], *, allow: bool) -> None:
-    agent = service.set_allowed(settings, agent_id, refs, allow=allow)
+def _allow(
+    settings: Settings, agent_id: str, refs: list[str], *, allow: bool, actor: str | None
+) -> None:
+    agent = service.set_allowed(settings, agent_id, refs, allow=allow, actor=actor)
     allowed = agent.allowed_collection_ids
     console.print(f"{agent.id} may read: {', '.join(map(str, allowed)) or 'every collection'}")
 
 
 @group.command("allow")
 @command
-def agents_allow(settings: Settings, agent_id: AgentArg, collection: CollectionsArg) -> None:
-    """Let an agent read these collections (and their descendants)."""
-    _allow(settings, agent_id, collection, allow=True)
+def agents_allow(
+    settings: Settings, agent_id: AgentArg, collection: CollectionsArg, actor: OrgAdminOpt = None
+) -> None:
+    """Let an agent read these collections (and their descendants). Needs --as a superadmin or
+    the assigned account manager of the agent's org."""
+    _allow(settings, agent_id, collection, allow=True, actor=actor)
 
 
 @group.command("disallow")
 @command
-def agents_disallow(settings: Settings, agent_id: AgentArg, collection: CollectionsArg) -> None:
+def agents_disallow(
+    settings: Settings, agent_id: AgentArg, collection: CollectionsArg, actor: OrgAdminOpt = None
+) -> None:
     """Take collections off an agent's allow-list. The last one cannot be removed (an empty
-    list means every collection): allow another first, or `agents show ID --disable`."""
-    _allow(settings, agent_id, collection, allow=False)
+    list means every collection): allow another first, or `agents show ID --disable`. Needs
+    --as a superadmin or the assigned account manager of the agent's org."""
+    _allow(settings, agent_id, collection, allow=False, actor=actor)
 
 
 @group.command("audience")
@@ -104,9 +122,11 @@ def agents_show(
         bool | None, typer.Option("--enable/--disable", help="Switch its knowledge base.")
     ] = None,
     as_json: JsonOpt = False,
+    actor: OrgAdminOpt = None,
 ) -> None:
-    """Show an agent, what it may read; `--enable/--disable` flips its master switch."""
-    data = service.show_agent(settings, agent_id, enable=enable)
+    """Show an agent, what it may read; `--enable/--disable` flips its master switch (needs
+    --as a superadmin or the assigned account manager of the agent's org)."""
+    data = service.show_agent(settings, agent_id, enable=enable, actor=actor)
     if as_json:
         print_json(data)
         return

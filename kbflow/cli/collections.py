@@ -1,5 +1,6 @@
 """``kbflow collections``: where an org's documents are filed — named, described, nested
-collections that agents pick by their descriptions."""
+collections that agents pick by their descriptions. Changing them needs ``--as`` a superadmin
+or the org's assigned account manager (audited)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, command, command_group, print_json
+from kbflow.cli.common import (
+    JsonOpt,
+    OrgAdminOpt,
+    OrgOpt,
+    command,
+    command_group,
+    print_json,
+)
 from kbflow.render import console
 from kbflow.services import catalog as service
 
@@ -33,9 +41,11 @@ def collections_create(
     ],
     parent: Annotated[str | None, typer.Option(help="Parent collection id or path.")] = None,
     as_json: JsonOpt = False,
+    actor: OrgAdminOpt = None,
 ) -> None:
-    """Create a collection (optionally nested under a parent); a description is required."""
-    made = service.create_collection(settings, org, name, description, parent)
+    """Create a collection (optionally nested under a parent); a description is required.
+    Needs --as a superadmin or the org's assigned account manager."""
+    made = service.create_collection(settings, org, name, description, parent, actor=actor)
     if as_json:
         print_json(made.to_dict())
         return
@@ -62,9 +72,10 @@ def collections_describe(
     org: OrgOpt,
     ref: CollectionRef,
     description: Annotated[str, typer.Argument(help="The new description.")],
+    actor: OrgAdminOpt = None,
 ) -> None:
-    """Set a collection's description."""
-    done = service.describe_collection(settings, org, ref, description)
+    """Set a collection's description (--as a superadmin or the org's account manager)."""
+    done = service.describe_collection(settings, org, ref, description, actor=actor)
     console.print(f"described {escape(done.path)}")
 
 
@@ -75,9 +86,11 @@ def collections_move(
     org: OrgOpt,
     ref: CollectionRef,
     parent: NewParentOpt = None,
+    actor: OrgAdminOpt = None,
 ) -> None:
-    """Move a collection (with its sub-collections and documents) under another parent."""
-    moved, docs = service.move_collection(settings, org, ref, parent)
+    """Move a collection (with its sub-collections and documents) under another parent (--as a
+    superadmin or the org's account manager)."""
+    moved, docs = service.move_collection(settings, org, ref, parent, actor=actor)
     console.print(f"moved to {escape(moved.path)}; {docs} document(s) re-filed")
 
 
@@ -91,10 +104,12 @@ def collections_delete(
     delete_contents: Annotated[
         bool, typer.Option("--delete-contents", help="Delete its documents too.")
     ] = False,
+    actor: OrgAdminOpt = None,
 ) -> None:
     """Delete a collection and its sub-collections; refused while it holds documents unless
-    they are moved (--move-to) or deleted (--delete-contents)."""
+    they are moved (--move-to) or deleted (--delete-contents). Needs --as a superadmin or the
+    org's account manager."""
     counts = service.delete_collection(
-        settings, org, ref, move_to=move_to, delete_contents=delete_contents
+        settings, org, ref, move_to=move_to, delete_contents=delete_contents, actor=actor
     )
     console.print(f"deleted; {counts['moved']} document(s) moved, {counts['deleted']} deleted")

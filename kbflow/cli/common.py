@@ -217,6 +217,14 @@ AdminOpt = Annotated[
         help="Your user id: a superadmin (not needed to create the very first superadmin).",
     ),
 ]
+OrgAdminOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Your user id: a superadmin or the org's assigned account manager (see `kbflow "
+        "users list`).",
+    ),
+]
 NoteOpt = Annotated[
     str | None, typer.Option("--note", help="Why: kept with the decision in the audit log.")
 ]

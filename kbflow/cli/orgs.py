@@ -41,8 +41,8 @@ def orgs_create(
 ) -> None:
     """Create an org; if it exists, rename it (--name) or assign its account manager (--am).
 
-    The id is a short lowercase slug (letters, digits, '-' and '_'). Assigning the account
-    manager needs --as a superadmin.
+    The id is a short lowercase slug (letters, digits, '-' and '_'). Creating, renaming and
+    assigning the account manager need --as a superadmin (audited; a refusal exits 1).
     """
     record = service.create_org(settings, org, name=name, am=am, actor=actor)
     if as_json:

@@ -4,21 +4,25 @@ vector store's maintenance (`kbflow docs`, `kbflow collections`, `kbflow agents`
 
 Collections are named by id or path as text ("3", "policies/hr"); :func:`collection_ref` reads
 one. Moves and deletes rewrite vector payloads, so they hold the store while they run.
+
+Every change needs ``actor``: a superadmin or the org's assigned account manager (giving an
+agent audiences: a superadmin), checked by `tasks.review.access` before anything is changed or
+the store is opened; a refusal is audited and changes nothing, a change is audited as the
+actor's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from core import ids
 from core.errors import KbflowError
 from core.models import AuditAction, DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from sinks.registry import AgentRecord, CollectionRecord, DocRecord, SqlRegistry
-    from sinks.vectors import VectorStore
+    from sinks.registry import AgentRecord, CollectionRecord, DocRecord
 
 
 def collection_ref(value: str | None) -> int | str | None:
@@ -28,15 +32,6 @@ def collection_ref(value: str | None) -> int | str | None:
 
 def _required_ref(value: str) -> int | str:
     return collection_ref(value) or value
-
-
-@contextmanager
-def _catalog_and_store(settings: Settings) -> Iterator[tuple[SqlRegistry, VectorStore]]:
-    """The registry and the vector store, for moves and deletes (they rewrite payloads)."""
-    from sinks.connect import open_registry, open_vector_store
-
-    with open_registry(settings) as registry, open_vector_store(settings) as store:
-        yield registry, store
 
 
 def list_documents(
@@ -70,13 +65,27 @@ def optimize_store(settings: Settings) -> int:
 
 
 def create_collection(
-    settings: Settings, org: str, name: str, description: str, parent: str | None
+    settings: Settings,
+    org: str,
+    name: str,
+    description: str,
+    parent: str | None,
+    *,
+    actor: str | None,
 ) -> CollectionRecord:
-    """A new collection, at the top or under ``parent``; a description is required."""
+    """A new collection, at the top or under ``parent``; a description is required. ``actor``:
+    a superadmin or the org's assigned account manager."""
     from sinks.connect import open_registry
+    from tasks.review.access import authorize_org_admin
 
+    name = ids.collection_name(name.strip())  # a bad name is told before anything else
     with open_registry(settings) as registry:
-        return registry.create_collection(org, name, description, collection_ref(parent))
+        admin = authorize_org_admin(
+            registry, actor, f"create collection {name!r} in org {org!r}", org
+        )
+        return registry.create_collection(
+            org, name, description, collection_ref(parent), actor=admin
+        )
 
 
 def list_collections(settings: Settings, org: str) -> list[CollectionRecord]:
@@ -88,38 +97,62 @@ def list_collections(settings: Settings, org: str) -> list[CollectionRecord]:
 
 
 def describe_collection(
-    settings: Settings, org: str, ref: str, description: str
+    settings: Settings, org: str, ref: str, description: str, *, actor: str | None
 ) -> CollectionRecord:
-    """Set a collection's description."""
+    """Set a collection's description (``actor``: a superadmin or the org's assigned AM)."""
     from sinks.connect import open_registry
+    from tasks.review.access import authorize_org_admin
 
     with open_registry(settings) as registry:
-        return registry.describe_collection(org, _required_ref(ref), description)
+        admin = authorize_org_admin(
+            registry, actor, f"describe collection {ref!r} of org {org!r}", org
+        )
+        return registry.describe_collection(org, _required_ref(ref), description, actor=admin)
 
 
 def move_collection(
-    settings: Settings, org: str, ref: str, parent: str | None
+    settings: Settings, org: str, ref: str, parent: str | None, *, actor: str | None
 ) -> tuple[CollectionRecord, int]:
     """Move a collection (with what it holds) under ``parent`` (None: the top level); returns
-    it and how many documents were re-filed."""
+    it and how many documents were re-filed. ``actor``: a superadmin or the org's assigned AM
+    (checked before the store is opened)."""
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.review.access import authorize_org_admin
     from tasks.review.collections import move_collection as move
 
-    with _catalog_and_store(settings) as (registry, store):
-        return move(registry, store, org, _required_ref(ref), collection_ref(parent))
+    with open_registry(settings) as registry:
+        admin = authorize_org_admin(registry, actor, f"move collection {ref!r} of org {org!r}", org)
+        with open_vector_store(settings) as store:
+            return move(
+                registry, store, org, _required_ref(ref), collection_ref(parent), actor=admin
+            )
 
 
 def delete_collection(
-    settings: Settings, org: str, ref: str, *, move_to: str | None, delete_contents: bool
+    settings: Settings,
+    org: str,
+    ref: str,
+    *,
+    move_to: str | None,
+    delete_contents: bool,
+    actor: str | None,
 ) -> dict[str, int]:
     """Delete a collection and its sub-collections; refused while it holds documents unless
-    they are moved (``move_to``) or deleted (``delete_contents``). Returns the counts."""
+    they are moved (``move_to``) or deleted (``delete_contents``). Returns the counts.
+    ``actor``: a superadmin or the org's assigned AM (checked before the store is opened)."""
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.review.access import authorize_org_admin
     from tasks.review.collections import delete_collection as delete
 
-    with _catalog_and_store(settings) as (registry, store):
-        return delete(
-            registry, store, org, _required_ref(ref),
-            move_to=collection_ref(move_to), delete_contents=delete_contents,
-        )  # fmt: skip
+    with open_registry(settings) as registry:
+        admin = authorize_org_admin(
+            registry, actor, f"delete collection {ref!r} of org {org!r}", org
+        )
+        with open_vector_store(settings) as store:
+            return delete(
+                registry, store, org, _required_ref(ref),
+                move_to=collection_ref(move_to), delete_contents=delete_contents, actor=admin,
+            )  # fmt: skip
 
 
 def create_agent(
@@ -132,28 +165,40 @@ def create_agent(
     audiences: Sequence[str],
     actor: str | None,
 ) -> AgentRecord:
-    """A new agent, reading every collection of its org until some are allowed; giving it
-    audiences needs ``actor`` a superadmin."""
+    """A new agent, reading every collection of its org until some are allowed. ``actor``: a
+    superadmin or the org's assigned account manager; giving it audiences needs a superadmin."""
     from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin, authorize_org_admin
 
+    ids.agent_id(agent_id)  # a bad id is told before anything else
     with open_registry(settings) as registry:
         if audiences:
-            from tasks.review.access import authorize_admin
-
-            authorize_admin(registry, actor, "give agents audiences", org_id=org)
+            admin = authorize_admin(registry, actor, "give agents audiences", org_id=org)
+        else:
+            admin = authorize_org_admin(
+                registry, actor, f"create agent {agent_id!r} in org {org!r}", org
+            )
         return registry.create_agent(
-            org, agent_id, name, enabled=enabled, audiences=tuple(audiences)
+            org, agent_id, name, enabled=enabled, audiences=tuple(audiences), actor=admin
         )
 
 
 def set_allowed(
-    settings: Settings, agent_id: str, refs: Sequence[str], *, allow: bool
+    settings: Settings, agent_id: str, refs: Sequence[str], *, allow: bool, actor: str | None
 ) -> AgentRecord:
-    """Add collections to an agent's allow-list (``allow``) or take them off it."""
+    """Add collections to an agent's allow-list (``allow``) or take them off it. ``actor``: a
+    superadmin or the assigned account manager of the agent's org."""
     from sinks.connect import open_registry
+    from tasks.review.access import authorize_agent_admin
 
+    verb = "allow" if allow else "disallow"
     with open_registry(settings) as registry:
-        return registry.set_allowed(agent_id, [_required_ref(r) for r in refs], allow=allow)
+        admin, _agent = authorize_agent_admin(
+            registry, actor, f"{verb} collections for agent {agent_id!r}", agent_id
+        )
+        return registry.set_allowed(
+            agent_id, [_required_ref(r) for r in refs], allow=allow, actor=admin
+        )
 
 
 def set_audiences(
@@ -179,14 +224,21 @@ def set_audiences(
         return agent
 
 
-def show_agent(settings: Settings, agent_id: str, *, enable: bool | None) -> dict[str, Any]:
+def show_agent(
+    settings: Settings, agent_id: str, *, enable: bool | None, actor: str | None = None
+) -> dict[str, Any]:
     """An agent and the collections it may read (``readable``); ``enable`` switches its
-    knowledge base on or off first."""
+    knowledge base on or off first, which needs ``actor``: a superadmin or the assigned account
+    manager of the agent's org."""
     from sinks.connect import open_registry
+    from tasks.review.access import authorize_agent_admin
 
     with open_registry(settings) as registry:
-        agent = registry.get_agent(agent_id)
-        if enable is not None:
-            agent = registry.set_enabled(agent_id, enable)
+        if enable is None:
+            agent = registry.get_agent(agent_id)
+        else:
+            switch = f"switch the knowledge base of agent {agent_id!r} {'on' if enable else 'off'}"
+            admin, agent = authorize_agent_admin(registry, actor, switch, agent_id)
+            agent = registry.set_enabled(agent_id, enable, actor=admin)
         readable = registry.readable_collections(agent)
     return agent.to_dict() | {"readable": [c.to_dict() for c in readable]}

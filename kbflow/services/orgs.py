@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core import ids
-from core.errors import Forbidden, KbflowError
+from core.errors import Forbidden, KbflowError, NotFound
 from core.models import Role
 from core.settings import Settings
 
@@ -30,22 +30,26 @@ def user_dict(user: UserRecord) -> dict[str, Any]:
 def create_org(
     settings: Settings, org: str, *, name: str | None, am: str | None, actor: str | None
 ) -> OrgRecord:
-    """Create an org, or rename an existing one; assign its account manager when ``am`` is
-    given, which needs ``actor`` to be a superadmin.
+    """Create an org, or rename an existing one, and assign its account manager when ``am``
+    is given: all a superadmin's (``actor``) decisions, audited (a refusal too, and it changes
+    nothing).
 
     An org saved before its account manager could be assigned stays saved; the error says so
     and how to assign one later.
     """
     from sinks.connect import open_registry
-    from tasks.review.access import authorize_admin
+    from tasks.review.access import authorize_org_admin
 
     ids.org_id(org)
     with open_registry(settings) as registry:
-        admin = (
-            authorize_admin(registry, actor, "assign account managers", org_id=org)
-            if am
-            else actor or "cli"
-        )
+        try:
+            registry.get_org(org)
+            what = f"{'rename' if name else 'change'} org {org!r}"
+        except NotFound:
+            what = f"create org {org!r}"
+        if am:
+            what += " and assign its account manager"
+        admin = authorize_org_admin(registry, actor, what, org, superadmin_only=True)
         registry.ensure_org(org, name=name, actor=admin)
         record = registry.get_org(org)
         if am:

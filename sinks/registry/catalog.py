@@ -5,6 +5,8 @@ ancestors). Every org has a ``Default`` collection (path ``default``), which can
 deleted. An agent reads the collections on its allow-list and their descendants (an empty list
 means every collection of its org), and nothing at all when its knowledge base is switched off.
 Vector payloads are not touched here: `tasks.review.collections` keeps them in line after a move.
+Every change writes an audit row naming its ``actor`` in the same transaction; who may make it
+is checked before (`tasks.review.access.authorize_org_admin`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from sqlalchemy.orm import Session
 
 from core import ids
 from core.errors import ConfigError, NotFound
+from core.models import AuditAction
+from sinks.registry.audit import admin_audit
 from sinks.registry.base import RegistryBase
-from sinks.registry.records import NO_DESCRIPTION, collection_ancestry, normalize_collection_path
+from sinks.registry.records import (
+    NO_DESCRIPTION,
+    SYSTEM_ACTOR,
+    collection_ancestry,
+    normalize_collection_path,
+)
 from sinks.registry.schema import AgentRow, ChunkRow, CollectionRow, DocumentRow, OrgRow
 
 DEFAULT_PATH = "default"
@@ -160,9 +169,16 @@ class CatalogMixin(RegistryBase):
         return row
 
     def create_collection(
-        self, org_id: str, name: str, description: str, parent: int | str | None = None
+        self,
+        org_id: str,
+        name: str,
+        description: str,
+        parent: int | str | None = None,
+        *,
+        actor: str = SYSTEM_ACTOR,
     ) -> CollectionRecord:
-        """Create a collection; a description is required (agents read it to pick one)."""
+        """Create a collection; a description is required (agents read it to pick one).
+        Audited as ``actor``'s."""
         name = ids.collection_name(name.strip() if isinstance(name, str) else name)
         if not description or not description.strip():
             raise ConfigError(
@@ -184,16 +200,31 @@ class CatalogMixin(RegistryBase):
             )
             s.add(row)
             s.flush()
+            s.add(
+                admin_audit(
+                    actor, AuditAction.COLLECTION_CREATED, org_id, None,
+                    {"collection": row.path, "id": row.id, "description": row.description},
+                )
+            )  # fmt: skip
             return _collection(row)
 
     def describe_collection(
-        self, org_id: str, ref: int | str, description: str
+        self, org_id: str, ref: int | str, description: str, *, actor: str = SYSTEM_ACTOR
     ) -> CollectionRecord:
+        """Set a collection's description (audited as ``actor``'s)."""
         if not description.strip():
             raise ConfigError("the description is empty — say what the collection holds")
         with self.session() as s, s.begin():
             row = self._find(s, org_id, ref)
+            before = row.description
             row.description = description.strip()
+            s.add(
+                admin_audit(
+                    actor, AuditAction.COLLECTION_DESCRIBED, org_id,
+                    {"collection": row.path, "description": before},
+                    {"collection": row.path, "description": row.description},
+                )
+            )  # fmt: skip
             return _collection(row)
 
     def collection_subtree(self, org_id: str, ref: int | str) -> list[CollectionRecord]:
@@ -219,10 +250,16 @@ class CatalogMixin(RegistryBase):
             )
 
     def move_collection_rows(
-        self, org_id: str, ref: int | str, new_parent: int | str | None
+        self,
+        org_id: str,
+        ref: int | str,
+        new_parent: int | str | None,
+        *,
+        actor: str = SYSTEM_ACTOR,
     ) -> tuple[CollectionRecord, list[str]]:
         """Re-parent a collection (None: to the top level); returns it and the ids of the
-        documents whose collection path changed (their vector payloads need the new path)."""
+        documents whose collection path changed (their vector payloads need the new path).
+        A move is audited as ``actor``'s (a move to where it already is changes nothing)."""
         with self.session() as s, s.begin():
             row = self._find(s, org_id, ref)
             if row.path == DEFAULT_PATH:
@@ -254,6 +291,12 @@ class CatalogMixin(RegistryBase):
             s.flush()
             ids = [c.id for c in moved]
             docs = list(s.scalars(select(DocumentRow.id).where(DocumentRow.collection_id.in_(ids))))
+            s.add(
+                admin_audit(
+                    actor, AuditAction.COLLECTION_MOVED, org_id, {"collection": old},
+                    {"collection": new, "documents": len(docs)},
+                )
+            )  # fmt: skip
             return _collection(row), docs
 
     def delete_collection_rows(
@@ -263,8 +306,9 @@ class CatalogMixin(RegistryBase):
         *,
         move_to: int | str | None = None,
         delete_contents: bool = False,
+        actor: str = SYSTEM_ACTOR,
     ) -> tuple[list[str], list[str], CollectionRecord | None]:
-        """Delete a collection and its sub-collections.
+        """Delete a collection and its sub-collections (audited as ``actor``'s).
 
         A non-empty collection is refused unless its documents are moved (``move_to``) or
         deleted (``delete_contents``). Returns (moved doc ids, deleted doc ids, target).
@@ -303,6 +347,15 @@ class CatalogMixin(RegistryBase):
                         agent.knowledge_base_enabled = False
             for c in sorted(tree, key=lambda c: -c.path.count("/")):
                 s.execute(delete(CollectionRow).where(CollectionRow.id == c.id))
+            s.add(
+                admin_audit(
+                    actor, AuditAction.COLLECTION_DELETED, org_id,
+                    {"collection": root.path, "collections": [c.path for c in tree]},
+                    {"documents_moved": len(docs) if target is not None else 0,
+                     "documents_deleted": len(docs) if target is None else 0,
+                     "moved_to": target.path if target is not None else None},
+                )
+            )  # fmt: skip
         moved = docs if target is not None else []
         deleted = docs if target is None else []
         return moved, deleted, target
@@ -317,7 +370,10 @@ class CatalogMixin(RegistryBase):
         *,
         enabled: bool = True,
         audiences: tuple[str, ...] = (),
+        actor: str = SYSTEM_ACTOR,
     ) -> AgentRecord:
+        """Create an agent (audited as ``actor``'s); it reads every collection of its org until
+        some are allowed."""
         ids.agent_id(agent_id)
         wanted = _audiences(audiences)
         with self.session() as s, s.begin():
@@ -335,6 +391,13 @@ class CatalogMixin(RegistryBase):
             )
             s.add(row)
             s.flush()
+            s.add(
+                admin_audit(
+                    actor, AuditAction.AGENT_CREATED, org_id, None,
+                    {"agent": agent_id, "name": row.name, "knowledge_base_enabled": enabled,
+                     "audiences": list(wanted)},
+                )
+            )  # fmt: skip
             return _agent(row)
 
     def get_agent(self, agent_id: str) -> AgentRecord:
@@ -346,8 +409,11 @@ class CatalogMixin(RegistryBase):
                 )
             return _agent(row)
 
-    def set_allowed(self, agent_id: str, refs: list[int | str], *, allow: bool) -> AgentRecord:
-        """Add (``allow``) or remove collections from the agent's allow-list."""
+    def set_allowed(
+        self, agent_id: str, refs: list[int | str], *, allow: bool, actor: str = SYSTEM_ACTOR
+    ) -> AgentRecord:
+        """Add (``allow``) or remove collections from the agent's allow-list (a change is
+        audited as ``actor``'s)."""
         agent = self.get_agent(agent_id)
         with self.session() as s, s.begin():
             ids = {self._find(s, agent.org_id, r).id for r in refs}
@@ -363,6 +429,14 @@ class CatalogMixin(RegistryBase):
                     f"{agent_id} --disable`)"
                 )
             row.allowed_collection_ids = sorted(wanted)
+            if wanted != current:
+                s.add(
+                    admin_audit(
+                        actor, AuditAction.AGENT_COLLECTIONS, agent.org_id,
+                        {"agent": agent_id, "allowed_collection_ids": sorted(current)},
+                        {"agent": agent_id, "allowed_collection_ids": sorted(wanted)},
+                    )
+                )  # fmt: skip
         return self.get_agent(agent_id)
 
     def set_audiences(self, agent_id: str, audiences: tuple[str, ...]) -> AgentRecord:
@@ -375,12 +449,24 @@ class CatalogMixin(RegistryBase):
             row.audiences = list(wanted)
         return self.get_agent(agent_id)
 
-    def set_enabled(self, agent_id: str, enabled: bool) -> AgentRecord:
+    def set_enabled(
+        self, agent_id: str, enabled: bool, *, actor: str = SYSTEM_ACTOR
+    ) -> AgentRecord:
+        """Switch the agent's knowledge base on or off (a change is audited as ``actor``'s)."""
         with self.session() as s, s.begin():
             row = s.get(AgentRow, agent_id)
             if row is None:
                 raise NotFound(f"agent {agent_id!r} does not exist")
+            before = bool(row.knowledge_base_enabled)
             row.knowledge_base_enabled = enabled
+            if before != enabled:
+                s.add(
+                    admin_audit(
+                        actor, AuditAction.AGENT_SWITCHED, row.org_id,
+                        {"agent": agent_id, "knowledge_base_enabled": before},
+                        {"agent": agent_id, "knowledge_base_enabled": enabled},
+                    )
+                )  # fmt: skip
         return self.get_agent(agent_id)
 
     def readable_collections(self, agent: AgentRecord) -> list[CollectionRecord]:

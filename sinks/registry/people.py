@@ -106,7 +106,8 @@ class PeopleMixin(RegistryBase):
         actor: str = SYSTEM_ACTOR,
     ) -> bool:
         """Create the org if missing (its id must follow :func:`core.ids.org_id`); update its
-        name or AM when given. Returns True when it was created."""
+        name or AM when given. Returns True when it was created. A creation and a rename are
+        audited as ``actor``'s."""
         ids.org_id(org_id)
         with self.session() as s, s.begin():
             org = s.get(OrgRow, org_id)
@@ -129,7 +130,13 @@ class PeopleMixin(RegistryBase):
                     )
                 )  # fmt: skip
                 return True
-            if name:
+            if name and name != org.name:
+                s.add(
+                    admin_audit(
+                        actor, AuditAction.ORG_RENAMED, org_id, {"name": org.name},
+                        {"name": name},
+                    )
+                )  # fmt: skip
                 org.name = name
             if am_user_id:
                 org.am_user_id = am_user_id

@@ -10,9 +10,18 @@ docs/SECURITY.md); the HTTP service will establish it from tokens. The rules:
 - **administer** users, roles and AM assignments: a superadmin only — except the very first
   superadmin of a registry that never had one, who bootstraps the rest (the bootstrap never
   reopens, and the last superadmin cannot be demoted: the registry refuses both);
+- **create or rename an org**: a superadmin only;
+- **administer an org's catalog** — create, describe, move and delete its collections; create
+  its agents, allow and disallow their collections, switch their knowledge base on or off: a
+  superadmin, or the account manager assigned to that org (:func:`authorize_org_admin`);
+  giving an agent **audiences** stays a superadmin's decision (:func:`authorize_admin`);
 - **search org-wide** (no agent scope): engineers of the org (or agency-wide) and superadmins;
 - **manage API tokens**: a superadmin any token; a user their own user tokens; an agent's
   tokens whoever may decide for the agent's org (a superadmin or its assigned AM).
+
+Every admin change (users, orgs, collections, agents, tokens) needs a permitted actor; a refusal
+is a Forbidden that says what was refused and what to do, is written to the audit log (actor
+``(anonymous)`` when none was given) and changes nothing.
 
 What a caller may *read* is further bounded by audience: an agent's audiences are a property of
 the agent (set by an admin), a person's follow from their role (:func:`person_audiences`).
@@ -25,7 +34,7 @@ from typing import TypeVar
 
 from core.errors import Forbidden, NotFound
 from core.models import Role
-from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord
+from sinks.registry import AgentRecord, DocRecord, OrgRecord, SqlRegistry, UserRecord
 from sinks.registry.people import bootstrap_closed_message
 
 T = TypeVar("T")
@@ -219,6 +228,107 @@ def authorize_admin(
             )
     except Forbidden as exc:
         registry.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
+                               reason=str(exc))  # fmt: skip
+        raise
+    return user.id
+
+
+def authorize_org_admin(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    what: str,
+    org_id: str,
+    *,
+    superadmin_only: bool = False,
+) -> str:
+    """The actor's id if they may ``what`` (a verb phrase: "create collection 'hr' in org
+    'acme'") in ``org_id``'s catalog: a superadmin, or the org's assigned account manager
+    (``superadmin_only``: a superadmin, as for creating or renaming an org).
+
+    A refusal is recorded in the audit log (in the org's rows, or agency-wide when the org does
+    not exist) and says what to do. To anyone but a superadmin an org that does not exist is
+    refused as another org is; a superadmin is let through (the change itself then says the org
+    does not exist).
+
+    Raises:
+        Forbidden: no ``--as``, an unknown user, or one who may not; nothing was changed.
+    """
+    try:
+        org: OrgRecord | None = registry.get_org(org_id)
+    except NotFound:
+        org = None
+    return _authorize_catalog(
+        registry, actor_id, what, org, recorded_org=org_id if org else None,
+        superadmin_only=superadmin_only,
+    )  # fmt: skip
+
+
+def authorize_agent_admin(
+    registry: SqlRegistry, actor_id: str | None, what: str, agent_id: str
+) -> tuple[str, AgentRecord]:
+    """The actor's id and the agent, if they may ``what`` to the agent (its allowed collections,
+    its knowledge-base switch): a superadmin, or the assigned account manager of the agent's org
+    (:func:`authorize_org_admin`'s rule, audited the same way).
+
+    To anyone but a superadmin an agent that does not exist is refused as another org's is.
+
+    Raises:
+        Forbidden: no ``--as``, an unknown user, or one who may not; nothing was changed.
+        NotFound: no such agent, for a superadmin.
+    """
+    try:
+        agent: AgentRecord | None = registry.get_agent(agent_id)
+    except NotFound:
+        agent = None
+    org = registry.get_org(agent.org_id) if agent is not None else None
+    admin = _authorize_catalog(
+        registry, actor_id, what, org, recorded_org=org.id if org else None,
+        superadmin_only=False,
+    )  # fmt: skip
+    if agent is None:
+        agent = registry.get_agent(agent_id)  # NotFound, for a superadmin
+    return admin, agent
+
+
+def _authorize_catalog(
+    registry: SqlRegistry,
+    actor_id: str | None,
+    what: str,
+    org: OrgRecord | None,
+    *,
+    recorded_org: str | None,
+    superadmin_only: bool,
+) -> str:
+    who = "a superadmin" if superadmin_only else (
+        "a superadmin or the org's assigned account manager"
+    )  # fmt: skip
+    try:
+        if not actor_id:
+            raise Forbidden(
+                f"only {who} may {what}: say who you are with --as USER (see `kbflow users "
+                "list`). Nothing was changed."
+            )
+        try:
+            user = registry.get_user(actor_id)
+        except NotFound:
+            raise Forbidden(
+                f"unknown user {actor_id!r}: only {who} may {what} (see `kbflow users list`). "
+                "Nothing was changed."
+            ) from None
+        if user.role is not Role.SUPERADMIN and (
+            superadmin_only or org is None or not may_decide(user, org)
+        ):
+            see = (
+                "`kbflow users list` shows the superadmins" if superadmin_only else
+                "what does not exist is refused the same way; `kbflow orgs list` shows each "
+                "org's account manager"
+            )  # fmt: skip
+            raise Forbidden(
+                f"user {user.id!r} ({user.role.value}) may not {what}: only {who} may ({see}). "
+                "Nothing was changed."
+            )
+    except Forbidden as exc:
+        registry.record_denied(actor_id or "(anonymous)", what, org_id=recorded_org,
                                reason=str(exc))  # fmt: skip
         raise
     return user.id

@@ -7,7 +7,7 @@ served to an agent that may not read its new place (it can only be briefly missi
 
 from __future__ import annotations
 
-from sinks.registry import CollectionRecord, SqlRegistry, collection_ancestry
+from sinks.registry import SYSTEM_ACTOR, CollectionRecord, SqlRegistry, collection_ancestry
 from sinks.vectors import VectorStore
 
 
@@ -17,9 +17,12 @@ def move_collection(
     org_id: str,
     ref: int | str,
     new_parent: int | str | None,
+    *,
+    actor: str = SYSTEM_ACTOR,
 ) -> tuple[CollectionRecord, int]:
-    """Re-parent a collection; returns it and how many documents' payloads were rewritten."""
-    moved, doc_ids = registry.move_collection_rows(org_id, ref, new_parent)
+    """Re-parent a collection (audited as ``actor``'s); returns it and how many documents'
+    payloads were rewritten."""
+    moved, doc_ids = registry.move_collection_rows(org_id, ref, new_parent, actor=actor)
     _repath(registry, store, doc_ids)
     return moved, len(doc_ids)
 
@@ -32,10 +35,12 @@ def delete_collection(
     *,
     move_to: int | str | None = None,
     delete_contents: bool = False,
+    actor: str = SYSTEM_ACTOR,
 ) -> dict[str, int]:
-    """Delete a collection (and its sub-collections), moving or deleting its documents."""
+    """Delete a collection (and its sub-collections), moving or deleting its documents
+    (audited as ``actor``'s)."""
     moved, deleted, _target = registry.delete_collection_rows(
-        org_id, ref, move_to=move_to, delete_contents=delete_contents
+        org_id, ref, move_to=move_to, delete_contents=delete_contents, actor=actor
     )
     _repath(registry, store, moved)
     for doc_id in deleted:

@@ -116,7 +116,8 @@ def test_kill_9_during_a_changed_reingest_then_rerun(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
     home, folder = tmp_path / "home", tmp_path / "docs"
-    assert _kbflow(home, "orgs", "create", "acme").returncode == 0
+    assert _kbflow(home, "users", "add", "root", "--role", "superadmin").returncode == 0
+    assert _kbflow(home, "orgs", "create", "acme", "--as", "root").returncode == 0
     _write(folder, 1)
     first = _kbflow(home, "ingest", str(folder), "--org", "acme", "--json")
     assert first.returncode == 0, first.stderr[-2000:]

@@ -36,7 +36,8 @@ def test_help_lists_every_command() -> None:
 
 
 def test_ingest_of_a_missing_path_fails_clearly(tmp_path: Path) -> None:
-    assert runner.invoke(app, ["orgs", "create", "acme"]).exit_code == 0
+    assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
+    assert runner.invoke(app, ["orgs", "create", "acme", "--as", "root"]).exit_code == 0
     result = runner.invoke(app, ["ingest", str(tmp_path / "nope"), "--org", "acme"])
     assert result.exit_code == 1
     assert "matches no file kbflow can ingest" in result.output
@@ -66,7 +67,7 @@ def test_research_stopped_by_the_fetch_cap_says_so(monkeypatch: pytest.MonkeyPat
     )
     monkeypatch.setattr(flows.research, "research", lambda **_: report)
     assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
-    assert runner.invoke(app, ["orgs", "create", "acme-cli"]).exit_code == 0
+    assert runner.invoke(app, ["orgs", "create", "acme-cli", "--as", "root"]).exit_code == 0
 
     result = runner.invoke(
         app, ["research", "--org", "acme-cli", "--client-name", "Acme", "--as", "root"]
@@ -87,7 +88,9 @@ def test_an_ingest_of_too_many_bad_files_fails_with_one_message_and_no_traceback
     bad.mkdir()
     (bad / "a.pdf").write_bytes(b"garbage")
     (bad / "b.docx").write_bytes(b"garbage")
-    assert _kbflow("orgs", "create", "acme", home=tmp_path / "home").returncode == 0
+    root = _kbflow("users", "add", "root", "--role", "superadmin", home=tmp_path / "home")
+    assert root.returncode == 0
+    assert _kbflow("orgs", "create", "acme", "--as", "root", home=tmp_path / "home").returncode == 0
     done = _kbflow("ingest", str(bad), "--org", "acme", "--json", home=tmp_path / "home")
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]

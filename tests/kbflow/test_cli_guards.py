@@ -27,7 +27,7 @@ def _users() -> dict[str, str]:
 
 def test_the_last_superadmin_cannot_demote_themselves_and_the_bootstrap_stays_closed() -> None:
     ok("users", "add", "root", "--role", "superadmin")  # the bootstrap on a fresh registry
-    ok("orgs", "create", "acme")
+    ok("orgs", "create", "acme", "--as", "root")
     ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
     ok("users", "add", "mal", "--role", "account_manager", "--as", "root")
     ok("orgs", "assign-am", "acme", "amy", "--as", "root")
@@ -82,7 +82,8 @@ def test_a_superadmin_may_be_demoted_while_another_remains() -> None:
 
 @pytest.mark.parametrize("bad", ["EXEC", "exec team", "../x", ""])
 def test_ingest_refuses_a_bad_audience_and_stores_nothing(tmp_path: Path, bad: str) -> None:
-    ok("orgs", "create", "acme")
+    ok("users", "add", "root", "--role", "superadmin")
+    ok("orgs", "create", "acme", "--as", "root")
     doc = tmp_path / "memo.md"
     doc.write_text("# Memo\n\nThe board meets on Tuesday.\n")
 

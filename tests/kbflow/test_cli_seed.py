@@ -14,7 +14,8 @@ runner = CliRunner()
 
 def test_seed_then_list_and_refuse_a_bad_url(tmp_path: Path) -> None:
     assert runner.invoke(app, ["users", "add", "root", "--role", "superadmin"]).exit_code == 0
-    assert runner.invoke(app, ["orgs", "create", "fresh", "--name", "Fresh Foods"]).exit_code == 0
+    made = runner.invoke(app, ["orgs", "create", "fresh", "--name", "Fresh Foods", "--as", "root"])
+    assert made.exit_code == 0
     brief = tmp_path / "brief.md"
     brief.write_text("# Brief\n\nWarm, plain tone for busy parents.\n")
     seeded = runner.invoke(

@@ -42,13 +42,13 @@ def people() -> None:
     gus."""
     ok("users", "add", "root", "--role", "superadmin")
     for org in ("acme", "globex"):
-        ok("orgs", "create", org)
+        ok("orgs", "create", org, "--as", "root")
     ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
     ok("users", "add", "gus", "--role", "account_manager", "--as", "root")
     ok("users", "add", "ed", "--role", "engineer", "--org", "acme", "--as", "root")
     ok("orgs", "assign-am", "acme", "amy", "--as", "root")
     ok("orgs", "assign-am", "globex", "gus", "--as", "root")
-    ok("agents", "create", "--org", "acme", "bot")
+    ok("agents", "create", "--org", "acme", "bot", "--as", "amy")
 
 
 @pytest.fixture

@@ -37,12 +37,12 @@ PROMPT = "Focus on the Osprey acquisition rumours and the board's private concer
 def people() -> None:
     """root (the first superadmin), org acme with AM amy, engineer ed, expert eve."""
     ok("users", "add", "root", "--role", "superadmin")  # the bootstrap: no --as needed
-    ok("orgs", "create", "acme", "--name", "Acme Cycles")
+    ok("orgs", "create", "acme", "--name", "Acme Cycles", "--as", "root")
     ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
     ok("users", "add", "ed", "--role", "engineer", "--org", "acme", "--as", "root")
     ok("users", "add", "eve", "--role", "expert", "--org", "acme", "--as", "root")
     ok("orgs", "assign-am", "acme", "amy", "--as", "root")
-    ok("agents", "create", "--org", "acme", "bot")
+    ok("agents", "create", "--org", "acme", "bot", "--as", "root")
 
 
 def index(records: list[dict[str, str]], embedder: Any, **kw: Any) -> dict[str, str]:
@@ -117,7 +117,7 @@ def test_org_ids_are_short_slugs(bad: str) -> None:
 
 @pytest.mark.parametrize("bad", ["..", "", "a/b", "HR", "h r", "hr\u200b"])
 def test_collection_names_are_short_slugs(people: None, bad: str) -> None:
-    made = kb("collections", "create", "--org", "acme", bad, "--description", "x")
+    made = kb("collections", "create", "--org", "acme", bad, "--description", "x", "--as", "root")
     assert made.exit_code != 0
     assert "collection" in flat(made)
     assert {c["path"] for c in data("collections", "list", "--org", "acme")} == {"default"}
@@ -127,8 +127,8 @@ def test_user_and_agent_ids_follow_the_rule_too(people: None) -> None:
     assert kb("users", "add", "amy\u200b", "--role", "expert", "--as", "root").exit_code == 1
     assert kb("users", "add", "", "--role", "expert", "--as", "root").exit_code == 1
     ok("users", "add", "amy.lee@agency.example", "--role", "expert", "--as", "root")
-    assert kb("agents", "create", "--org", "acme", "../bot").exit_code == 1
-    assert kb("agents", "create", "--org", "acme", "Bot").exit_code == 1
+    assert kb("agents", "create", "--org", "acme", "../bot", "--as", "root").exit_code == 1
+    assert kb("agents", "create", "--org", "acme", "Bot", "--as", "root").exit_code == 1
 
 
 # --- ingest refuses what it cannot take clearly -------------------------------------------------
@@ -189,8 +189,8 @@ def test_an_invalid_utf8_query_from_a_real_shell_is_refused(tmp_path: Path) -> N
     env = {**os.environ, "KBFLOW_HOME": str(tmp_path / "home")}
     subprocess.run([sys.executable, "-m", "kbflow.cli", "users", "add", "root", "--role",
                     "superadmin"], env=env, check=True, capture_output=True)  # fmt: skip
-    subprocess.run([sys.executable, "-m", "kbflow.cli", "orgs", "create", "acme"], env=env,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "kbflow.cli", "orgs", "create", "acme", "--as", "root"],
+                   env=env, check=True, capture_output=True)  # fmt: skip
     done = subprocess.run(
         [sys.executable.encode(), b"-m", b"kbflow.cli", b"search", b"ware\xffhouse", b"--org",
          b"acme", b"--as", b"root", b"--json"],

@@ -169,7 +169,9 @@ def _api_of(server: psutil.Process) -> str:
 
 
 def _created_org(env: dict[str, str]) -> None:
-    made = _kbflow(env, "orgs", "create", ORG)
+    root = _kbflow(env, "users", "add", "root", "--role", "superadmin")
+    assert root.returncode == 0, root.stderr[-2000:]
+    made = _kbflow(env, "orgs", "create", ORG, "--as", "root")
     assert made.returncode == 0, made.stderr[-2000:]
 
 

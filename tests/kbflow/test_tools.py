@@ -278,27 +278,28 @@ def test_collection_and_agent_commands(tmp_path: Any) -> None:
         assert result.exit_code == 0, result.output
         return result.stdout
 
-    ok("orgs", "create", "acme")
+    ok("users", "add", "root", "--role", "superadmin")
+    ok("orgs", "create", "acme", "--as", "root")
     made = json.loads(ok("collections", "create", "--org", "acme", "policies", "--description",
-                         "Company policies.", "--json"))  # fmt: skip
+                         "Company policies.", "--json", "--as", "root"))  # fmt: skip
     ok("collections", "create", "--org", "acme", "hr", "--description", "People.", "--parent",
-       "policies")  # fmt: skip
+       "policies", "--as", "root")  # fmt: skip
     listed = json.loads(ok("collections", "list", "--org", "acme", "--json"))
     assert [c["path"] for c in listed] == ["default", "policies", "policies/hr"]
     refused = runner.invoke(
-        app, ["collections", "create", "--org", "acme", "x", "--description", ""]
+        app, ["collections", "create", "--org", "acme", "x", "--description", "", "--as", "root"]
     )
     assert refused.exit_code == 1 and "needs a description" in refused.output
-    ok("agents", "create", "--org", "acme", "hr-bot")
-    ok("agents", "allow", "hr-bot", "policies/hr")
+    ok("agents", "create", "--org", "acme", "hr-bot", "--as", "root")
+    ok("agents", "allow", "hr-bot", "policies/hr", "--as", "root")
     shown = json.loads(ok("agents", "show", "hr-bot", "--json"))
     assert [c["path"] for c in shown["readable"]] == ["policies/hr"]
-    off = json.loads(ok("agents", "show", "hr-bot", "--disable", "--json"))
+    off = json.loads(ok("agents", "show", "hr-bot", "--disable", "--json", "--as", "root"))
     assert off["knowledge_base_enabled"] is False and off["readable"] == []
-    ok("collections", "move", "--org", "acme", "policies/hr")
+    ok("collections", "move", "--org", "acme", "policies/hr", "--as", "root")
     moved = json.loads(ok("collections", "list", "--org", "acme", "--json"))
     assert "hr" in [c["path"] for c in moved]
-    ok("collections", "delete", "--org", "acme", str(made["id"]))
+    ok("collections", "delete", "--org", "acme", str(made["id"]), "--as", "root")
     call = runner.invoke(app, ["tools", "call", "list_knowledge_collections", "--agent",
                                "hr-bot", "--args", "{}"])  # fmt: skip
     assert call.exit_code == 0, call.output
