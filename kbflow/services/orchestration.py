@@ -4,18 +4,42 @@
 will use, whether it comes from the environment, a ``.env`` file (`.env.example` suggests one),
 ``prefect.toml`` or a profile under ``PREFECT_HOME``. Call it after `core.settings`'
 ``configure_environment`` (the CLI does, first thing), so Prefect reads kbflow's data dir.
+
+`kbflow server` (:func:`plan_prefect_server`, :func:`run_prefect_server`) answers web pages of
+its own UI's origin only (plus KBFLOW_PREFECT_CORS_ORIGINS), and with ``auth`` (the default off
+loopback) requires Prefect's basic-auth credential: KBFLOW_PREFECT_AUTH_STRING, or one generated
+once into ``<KBFLOW_HOME>/prefect-auth`` (mode 0600), which kbflow's clients of that home send
+(`core.settings.configure_environment` exports it as PREFECT_API_AUTH_STRING).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import logging
 import os
+import secrets
+import socket
+import stat
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from core.errors import KbflowError
-from core.settings import Settings
+from core.errors import ConfigError, KbflowError
+from core.settings import Settings, prefect_cors_environment
+
+log = logging.getLogger(__name__)
+
+AUTH_ENV = "PREFECT_API_AUTH_STRING"
+"""What a Prefect client or worker reads its credential from."""
+SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"
+"""What a Prefect server requires as basic auth when it is set."""
+AUTH_SETTING_ENV = "KBFLOW_PREFECT_AUTH_STRING"
+"""The operator's own credential, instead of a generated one."""
 
 
 def prefect_api_url() -> str | None:
@@ -76,8 +100,161 @@ def require_prefect_server(message: str) -> str:
     return url
 
 
-def serve_prefect(settings: Settings, port: int) -> int:
-    """Run ``prefect server start`` on 127.0.0.1:``port`` with kbflow's data directory until it
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is reachable from this machine only."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL names it: a wildcard bind as this machine's name, IPv6 bracketed."""
+    name = host.strip().strip("[]")
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(name).is_unspecified:
+            name = socket.getfqdn()
+    return f"[{name}]" if ":" in name else name
+
+
+def server_origins(host: str, port: int, extra: str = "") -> list[str]:
+    """The web origins allowed to call a Prefect server on ``host``:``port`` from a browser:
+    its own UI (under each loopback name when it listens there), then ``extra``
+    (comma-separated, KBFLOW_PREFECT_CORS_ORIGINS)."""
+    hosts = [_url_host(host)]
+    name = host.strip().strip("[]")
+    wildcard = name in ("0.0.0.0", "::")
+    if is_loopback(host) or wildcard:
+        hosts += ["127.0.0.1", "localhost", "[::1]"]
+    origins = [f"http://{h.lower()}:{port}" for h in hosts]
+    origins += [o for o in extra.split(",") if o]
+    return list(dict.fromkeys(origins))
+
+
+@dataclass(frozen=True)
+class PrefectServerPlan:
+    """How `kbflow server` starts ``prefect server start``: where, for which web origins, and
+    whether it requires the credential (whose value stays out of ``repr`` and every message)."""
+
+    host: str
+    port: int
+    url: str
+    """The UI's address (``http://HOST:PORT``)."""
+    origins: tuple[str, ...]
+    auth: bool
+    credential_source: str | None
+    """Where the credential comes from: the file's path, or AUTH_SETTING_ENV; None without."""
+    credential_file: Path | None
+    credential: str | None = field(default=None, repr=False)
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api"
+
+
+def plan_prefect_server(
+    settings: Settings, port: int, *, host: str = "127.0.0.1", auth: bool | None = None
+) -> PrefectServerPlan:
+    """Decide how `kbflow server` runs; with ``auth`` (None: on unless ``host`` is loopback)
+    the credential is read, or generated once into ``settings.prefect_auth_file``.
+
+    Raises:
+        ConfigError: the credential file is not a regular file kbflow can read and write.
+    """
+    if auth is None:
+        auth = not is_loopback(host)
+    origins = server_origins(host, port, settings.orchestration.prefect_cors_origins)
+    credential = source = None
+    credential_file: Path | None = None
+    if auth:
+        given = settings.orchestration.prefect_auth_string
+        if given is not None:
+            credential, source = given.get_secret_value(), AUTH_SETTING_ENV
+        else:
+            credential_file = settings.prefect_auth_file.resolve()
+            try:
+                credential = ensure_credential_file(credential_file)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot keep the Prefect server's credential in {credential_file}: {exc} "
+                    f"— fix the data directory's permissions, or set {AUTH_SETTING_ENV}"
+                ) from exc
+            source = str(credential_file)
+    return PrefectServerPlan(
+        host=host,
+        port=port,
+        url=f"http://{_url_host(host)}:{port}",
+        origins=tuple(origins),
+        auth=auth,
+        credential_source=source,
+        credential_file=credential_file,
+        credential=credential,
+    )
+
+
+def ensure_credential_file(path: Path) -> str:
+    """The credential in ``path``; generated (``kbflow:`` + 256 random bits) and written with
+    mode 0600 when there is none. A file others may read is made private first.
+
+    Raises:
+        ConfigError: ``path`` is a link or not a regular file, or holds no credential.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    credential = "kbflow:" + secrets.token_urlsafe(32)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".prefect-auth-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(credential + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)  # whole or not at all; never over one already there
+        except FileExistsError:
+            return _read_credential_file(path)
+        return credential
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _read_credential_file(path: Path) -> str:
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(
+            f"{path} (the Prefect server's credential) is not a regular file: remove it and "
+            "start `kbflow server --auth` again to generate one."
+        )
+    if info.st_mode & 0o077:
+        log.warning("%s was readable by others: made it private (0600)", path)
+        os.chmod(path, 0o600)
+    text = path.read_text(encoding="utf-8").strip()
+    if len(text) < 16 or any(c.isspace() for c in text):
+        raise ConfigError(
+            f"{path} holds no usable credential (16+ characters, no spaces): remove it to have "
+            "`kbflow server --auth` generate one."
+        )
+    return text
+
+
+def prefect_server_environment(plan: PrefectServerPlan) -> dict[str, str]:
+    """The environment of ``prefect server start`` for ``plan``: this process's, with Prefect's
+    CORS limited to ``plan.origins`` and its basic auth on or off as ``plan.auth`` says."""
+    env = dict(os.environ)
+    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from port 4200 whatever
+    # --port says: point it at this server (unless the user chose another address).
+    env.setdefault("PREFECT_UI_API_URL", plan.api_url)
+    env.update(prefect_cors_environment(",".join(plan.origins)))
+    if plan.auth and plan.credential:
+        env[SERVER_AUTH_ENV] = env[AUTH_ENV] = plan.credential
+    else:
+        env.pop(SERVER_AUTH_ENV, None)
+    return env
+
+
+def run_prefect_server(settings: Settings, plan: PrefectServerPlan) -> int:
+    """Run ``prefect server start`` as ``plan`` says, with kbflow's data directory, until it
     stops; SIGTERM, SIGINT and SIGHUP stop it and everything it started. Returns its exit code.
     """
     from kbflow.services.processes import PREFECT_SERVER, run_supervised
@@ -89,12 +266,18 @@ def serve_prefect(settings: Settings, port: int) -> int:
         "server",
         "start",
         "--host",
-        "127.0.0.1",
+        plan.host,
         "--port",
-        str(port),
+        str(plan.port),
     ]
-    # The UI asks the API at PREFECT_UI_API_URL, which Prefect derives from port 4200 whatever
-    # --port says: point it at this server (unless the user chose another address).
-    env = dict(os.environ)
-    env.setdefault("PREFECT_UI_API_URL", f"http://127.0.0.1:{port}/api")
+    env = prefect_server_environment(plan)
     return run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env)
+
+
+def serve_prefect(
+    settings: Settings, port: int, *, host: str = "127.0.0.1", auth: bool | None = None
+) -> int:
+    """Run ``prefect server start`` on ``host``:``port`` with kbflow's data directory until it
+    stops (see `plan_prefect_server`, `run_prefect_server`). Returns its exit code.
+    """
+    return run_prefect_server(settings, plan_prefect_server(settings, port, host=host, auth=auth))

@@ -5,7 +5,9 @@ Start a run of a deployment, and read a flow run's state: what
 ``PrefectClient.read_flow_run`` do, spoken with httpx so that `kbflow serve`, which submits and
 reads jobs, never imports Prefect (tests/test_layers.py). The server is ``PREFECT_API_URL`` from
 the environment; ``PREFECT_API_KEY`` (Prefect Cloud) or ``PREFECT_API_AUTH_STRING`` (a server
-started with basic auth) authenticate as Prefect's own client does.
+started with basic auth) authenticate as Prefect's own client does. `core.settings`'
+``configure_environment`` exports the credential of ``kbflow server --auth`` (its home's
+``prefect-auth`` file, or KBFLOW_PREFECT_AUTH_STRING) as ``PREFECT_API_AUTH_STRING``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ def _client(url: str) -> httpx.Client:
 
 
 def _checked(response: httpx.Response, what: str) -> Any:
+    if response.status_code == 401:
+        raise JobRunnerUnavailable(
+            f"the Prefect server at {response.request.url.copy_with(path='/')} wants a "
+            f"credential to {what}: set PREFECT_API_AUTH_STRING (a server started with "
+            "`kbflow server --auth` keeps it in KBFLOW_HOME/prefect-auth, which kbflow "
+            "commands with that KBFLOW_HOME send themselves)"
+        )
     if response.is_error:
         raise JobRunnerUnavailable(
             f"the Prefect server at {response.request.url.copy_with(path='/')} refused to "
@@ -120,3 +129,56 @@ def run_state(url: str, flow_run_id: str) -> RunState | None:
     return RunState(
         type=state["type"], name=state.get("name") or state["type"], message=state.get("message")
     )
+
+
+def configured_url() -> str | None:
+    """``PREFECT_API_URL`` when set (None: no Prefect server is known to this process)."""
+    return os.environ.get("PREFECT_API_URL", "").strip().rstrip("/") or None
+
+
+def paused_review_run(url: str, org: str, field: str) -> str | None:
+    """The newest paused run of the ``review`` flow for ``org`` whose stored form has
+    ``field`` (a draft's ``doc_<id>``), ready to be resumed; None when there is none."""
+    body = {
+        "flows": {"name": {"any_": ["review"]}},
+        "flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
+        "sort": "START_TIME_DESC",
+        "limit": 20,
+    }
+    try:
+        with _client(url) as client:
+            runs = _checked(client.post("/flow_runs/filter", json=body), "list paused runs")
+            for run in runs:
+                if (run.get("parameters") or {}).get("org") != org:
+                    continue
+                details = (run.get("state") or {}).get("state_details") or {}
+                keyset = details.get("run_input_keyset") or {}
+                if "schema" not in keyset:
+                    continue  # paused, its form not stored yet: not resumable
+                response = client.get(f"/flow_runs/{run['id']}/input/{keyset['schema']}")
+                if response.is_error:
+                    continue
+                if f'"{field}"' in response.text:
+                    return str(run["id"])
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
+    return None
+
+
+def resume_run(url: str, flow_run_id: str, run_input: dict[str, Any]) -> None:
+    """Resume a paused flow run with ``run_input`` (the form's answer), as the UI's Submit
+    does; JobRunnerUnavailable when the server refuses (e.g. the run is no longer paused)."""
+    try:
+        with _client(url) as client:
+            response = client.post(
+                f"/flow_runs/{flow_run_id}/resume", json={"run_input": run_input}
+            )
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
+    result = _checked(response, f"resume flow run {flow_run_id}")
+    status = (result or {}).get("status") if isinstance(result, dict) else None
+    if status not in (None, "ACCEPT"):
+        raise JobRunnerUnavailable(
+            f"the Prefect server did not resume run {flow_run_id}: "
+            f"{(result or {}).get('details') or status}"
+        )
