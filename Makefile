@@ -93,9 +93,10 @@ browser-deps:
 		echo "note: chromium not installed (needs root + apt): the browser tests (-m browser) are skipped."; \
 	fi
 
-# The review form's screenshots in docs/img (README, docs/REVIEW.md): the browser test saves them.
+# The review form's and the inbox's screenshots in docs/img (README, docs/REVIEW.md): the browser tests save them.
 screenshots: install browser-deps
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_review_browser.py
+	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_inbox_browser.py
 
 lint: install
 	$(BIN)/ruff check .

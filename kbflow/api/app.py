@@ -27,7 +27,18 @@ from fastapi import FastAPI
 
 from core.errors import StoreError
 from core.settings import Settings
-from kbflow.api import agent, documents, errors, health, jobs, provenance, research, review, seeds
+from kbflow.api import (
+    agent,
+    documents,
+    errors,
+    health,
+    inbox,
+    jobs,
+    provenance,
+    research,
+    review,
+    seeds,
+)
 from kbflow.api.auth import Service
 from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
 from kbflow.api.logs import drop_query_strings
@@ -107,6 +118,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
     app.add_route(MCP_PATH, mcp, include_in_schema=False)  # type: ignore[arg-type]
     for domain in (seeds, research, documents, jobs, provenance, health):
         app.include_router(domain.router)
+    app.include_router(inbox.router)  # the review inbox's pages for people (/review)
     return app
 
 

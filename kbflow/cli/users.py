@@ -78,3 +78,51 @@ def users_list(settings: Settings, as_json: JsonOpt = False) -> None:
         columns=("id", "name", "role", "org"),
         row=lambda u: (escape(u.id), escape(u.name), u.role.value, escape(u.org_id or "—")),
     )
+
+
+@group.command("set-password")
+@command
+def users_set_password(
+    settings: Settings,
+    user: Annotated[str, typer.Argument(help="The user whose review-inbox password is set.")],
+    actor: Annotated[
+        str | None,
+        typer.Option("--as", help="Your user id: a superadmin, or USER for their own password."),
+    ] = None,
+    temporary: Annotated[
+        bool,
+        typer.Option(
+            "--temporary",
+            help="The user must choose their own password at their next login (a first "
+            "login or a reset); without a password given, one is generated and shown once.",
+        ),
+    ] = False,
+    password_stdin: Annotated[
+        bool,
+        typer.Option("--password-stdin", help="Read the password from the first line of stdin."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a user's password for the review inbox (`kbflow serve`, /review).
+
+    A superadmin sets anyone's, a user their own. The password is prompted for (twice, not
+    shown) unless --password-stdin, or --temporary generates one. Only an argon2 hash is
+    stored; every session the user had ends; the change is audited.
+    """
+    import sys
+
+    from kbflow.services import inbox
+
+    password: str | None = None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif not temporary:
+        password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    generated = inbox.set_password(settings, user, password, temporary=temporary, actor=actor)
+    if as_json:
+        print_json({"user_id": user, "must_change": temporary, "generated_password": generated})
+        return
+    later = " (temporary: they choose their own at their next login)" if temporary else ""
+    console.print(f"password of [bold]{escape(user)}[/bold] set{later}")
+    if generated:
+        console.print(f"temporary password (shown once): {generated}", markup=False)

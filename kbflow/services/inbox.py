@@ -1,0 +1,418 @@
+"""The review inbox (`kbflow serve`, pages under /review): who is logged in, what waits for
+them, a draft as they read it, and their decisions.
+
+Identity is a password login (`sinks.registry.logins`: argon2, lockout, server-side sessions);
+what a person may see and decide is `tasks.review.access`, the same rules as the CLI and the
+HTTP API. A decision on a draft that a paused review run is waiting for goes to that run, as a
+flow-pause human input with a one-time review code bound to the run and the user
+(`tasks.review.codes`): the run verifies it, applies the decision as that user and summarises it
+on its page. Any other decision applies directly through the state machine
+(`tasks.review.machine`: compare-and-set, audit, a conflict when someone decided first).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from core.errors import ConfigError, Forbidden, JobRunnerUnavailable, NotFound
+from core.models import DocStatus, Role
+from core.settings import Settings
+from kbflow.services import prefect_api
+from tasks.review.access import authorize_document, may_decide, may_inspect
+from tasks.review.codes import issue_code
+from tasks.review.inspection import draft_markdown
+from tasks.review.machine import held, live_older_versions
+from tasks.review.markup import (
+    Citation,
+    DiffLine,
+    citations_of,
+    cited_doc_ids,
+    line_diff,
+    render_draft,
+)
+from tasks.text.citations import render_footer
+
+if TYPE_CHECKING:
+    from kbflow.services.context import SearchContext
+    from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord, WebSession
+
+Action = Literal["approve", "edit", "reject", "withdraw", "restore"]
+RUN_ACTIONS = frozenset({"approve", "edit", "reject"})
+RUN_APPLY_WAIT_S = 30.0
+"""How long a decision sent to a paused run is waited for (the run polls every 2 s)."""
+
+
+# -- who is logged in ------------------------------------------------------------------------
+
+
+def log_in(registry: SqlRegistry, settings: Settings, user_id: str, password: str) -> LoggedIn:
+    """Check a password and start a session.
+
+    Raises:
+        Unauthorized: wrong user or password, or the login is locked (audited).
+    """
+    user, must_change = _check(registry, settings, user_id.strip(), password)
+    return _start(registry, settings, user, must_change)
+
+
+@dataclass(frozen=True)
+class LoggedIn:
+    user: UserRecord
+    secret: str
+    csrf: str
+    must_change: bool
+
+
+def _check(
+    registry: SqlRegistry, settings: Settings, user_id: str, password: str
+) -> tuple[UserRecord, bool]:
+    """The password check with the configured lockout (see `SqlRegistry.check_password`)."""
+    return registry.check_password(
+        user_id,
+        password,
+        max_failures=settings.inbox.login_max_failures,
+        lock_s=settings.inbox.login_lock_s,
+    )
+
+
+def _start(
+    registry: SqlRegistry, settings: Settings, user: UserRecord, must_change: bool
+) -> LoggedIn:
+    secret, csrf = registry.start_session(user.id, absolute_s=settings.inbox.session_absolute_s)
+    return LoggedIn(user, secret, csrf, must_change)
+
+
+def session_of(registry: SqlRegistry, settings: Settings, secret: str | None) -> WebSession:
+    """The live session behind a cookie (Unauthorized: none, ended, expired or idle)."""
+    return registry.session_for(secret or "", idle_s=settings.inbox.session_idle_s)
+
+
+def change_password(
+    registry: SqlRegistry, settings: Settings, user: UserRecord, current: str, new: str
+) -> LoggedIn:
+    """The user's own new password (the current one checked first); every session of theirs
+    ends and a new one starts."""
+    _check(registry, settings, user.id, current)
+    registry.set_password(user.id, new, actor=user.id, must_change=False)
+    return _start(registry, settings, user, False)
+
+
+# -- the inbox ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OrgInbox:
+    """One org as the inbox lists it for a user."""
+
+    org: OrgRecord
+    may_decide: bool
+    pending: list[DocRecord]
+    withdrawn: list[DocRecord]
+    seeds: list[DocRecord]
+
+    def runs(self) -> list[tuple[str | None, list[DocRecord]]]:
+        """The pending drafts grouped by research run, the newest run first."""
+        groups: dict[str | None, list[DocRecord]] = {}
+        for doc in sorted(self.pending, key=lambda d: d.created_at, reverse=True):
+            groups.setdefault(doc.synthesis_run_id, []).append(doc)
+        return list(groups.items())
+
+
+def inbox(registry: SqlRegistry, user: UserRecord) -> list[OrgInbox]:
+    """Every org the user may review or read drafts of, with its pending drafts, its withdrawn
+    documents (which a decider may restore) and its seed inputs; others are not listed."""
+    from tasks.research.seed import list_seeds
+
+    shown: list[OrgInbox] = []
+    for org in registry.list_orgs():
+        if not may_inspect(user, org):
+            continue
+        docs = registry.list_documents(
+            org.id, statuses=[DocStatus.PENDING_REVIEW.value, DocStatus.WITHDRAWN.value]
+        )
+        shown.append(
+            OrgInbox(
+                org,
+                may_decide(user, org),
+                [d for d in docs if d.status == DocStatus.PENDING_REVIEW.value],
+                [d for d in docs if d.status == DocStatus.WITHDRAWN.value],
+                list_seeds(registry, org.id),
+            )
+        )
+    return shown
+
+
+def age(at: dt.datetime, now: dt.datetime | None = None) -> str:
+    """How long ago ``at`` was, as a person says it (``5 min``, ``3 h``, ``2 days``)."""
+    now = now or dt.datetime.now(dt.UTC)
+    seconds = max(0, int((now - (at if at.tzinfo else at.replace(tzinfo=dt.UTC))).total_seconds()))
+    if seconds < 3600:
+        return f"{max(1, seconds // 60)} min"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} days"
+
+
+# -- a draft -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftPage:
+    """A document as its page shows it."""
+
+    doc: DocRecord
+    markdown: str
+    html: str
+    citations: list[Citation]
+    may_decide: bool
+    current: DocRecord | None = None
+    diff: list[DiffLine] = field(default_factory=list)
+
+
+def _body(doc: DocRecord, text: str) -> str:
+    """The draft's text without its Citations footer (the page lists its sources itself)."""
+    footer = render_footer(doc.citations)
+    if footer and text.endswith(footer):
+        return text[: -len(footer)].rstrip() + "\n"
+    return text
+
+
+def draft_page(
+    ctx: SearchContext, settings: Settings, user: UserRecord, doc_id: str, edited: str | None
+) -> DraftPage:
+    """The document ``doc_id`` for someone allowed to read it: its Markdown, rendered and
+    sanitised, its sources, and a diff against the approved version it would replace (or,
+    with ``edited``, against the reviewer's edit).
+
+    Raises:
+        Forbidden: the user may not read it (or it does not exist: refused the same way).
+    """
+    registry = ctx.registry
+    _, doc = authorize_document(registry, user.id, doc_id, inspect=True)
+    org = registry.get_org(doc.org_id)
+    overlap = max(64, settings.ingest.chunk_overlap_words)
+    with held(ctx.vector_store)() as store:
+        text = draft_markdown(doc, store, overlap)
+        current = next(
+            (v for v in live_older_versions(registry, doc) if v.status == DocStatus.APPROVED.value),
+            None,
+        )
+        current_text = draft_markdown(current, store, overlap) if current else None
+    titles = _cited_titles(registry, doc, text)
+    citations = citations_of(text, doc.citations, _document_href, titles)
+    if edited is not None:
+        diff = line_diff(text, edited)
+    elif current_text is not None:
+        diff = line_diff(current_text, text)
+    else:
+        diff = []
+    return DraftPage(
+        doc=doc,
+        markdown=text,
+        html=render_draft(_body(doc, text), citations),
+        citations=citations,
+        may_decide=may_decide(user, org),
+        current=current,
+        diff=diff,
+    )
+
+
+def _document_href(doc_id: str) -> str:
+    return f"/review/documents/{doc_id}"
+
+
+def _cited_titles(registry: SqlRegistry, doc: DocRecord, text: str) -> dict[str, str]:
+    """Titles of the kbflow documents ``text`` cites by id, from the registry (for tags its
+    Citations footer does not title), limited to the document's own org."""
+    ids = cited_doc_ids(text)[:200]
+    if not ids:
+        return {}
+    return {d.id: d.title for d in registry.get_documents(ids).values() if d.org_id == doc.org_id}
+
+
+# -- decisions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a decision did: the document's record after it, and the paused run it went
+    through (None: applied directly)."""
+
+    doc: DocRecord
+    via_run: str | None
+    message: str
+
+
+def decide(
+    ctx: SearchContext,
+    settings: Settings,
+    user: UserRecord,
+    doc_id: str,
+    action: Action,
+    *,
+    content: str | None = None,
+    note: str | None = None,
+) -> Decided:
+    """Apply one decision as ``user``: through the paused review run that waits for this
+    draft (approve, edit, reject), else directly.
+
+    Raises:
+        Forbidden: the user may not decide for the document's org (audited).
+        ReviewConflict: someone decided first (nothing changed).
+        ConfigError: a withdraw or restore without a note, an edit without text.
+    """
+    registry = ctx.registry
+    note = (note or "").strip() or None
+    if action in ("withdraw", "restore", "reject") and not note:
+        raise ConfigError(f"to {action} a document, say why in the note (it is audited).")
+    if action == "edit" and not (content or "").strip():
+        raise ConfigError("an edit needs the document's new text.")
+    try:
+        _, doc = authorize_document(registry, user.id, doc_id)
+    except Forbidden as exc:
+        try:
+            org_id: str | None = registry.get_document(doc_id).org_id
+        except NotFound:
+            org_id = None
+        registry.record_denied(user.id, f"{action} {doc_id} (inbox)", org_id=org_id,
+                               reason=str(exc))  # fmt: skip
+        raise
+    if action in RUN_ACTIONS and doc.status == DocStatus.PENDING_REVIEW.value:
+        run = _paused_run_for(doc)
+        if run is not None:
+            return _through_run(registry, user, doc, *run, action, content, note)
+    return _directly(ctx, settings, user, doc, action, content, note)
+
+
+def _paused_run_for(doc: DocRecord) -> tuple[str, str] | None:
+    """The Prefect server and the paused review run whose form holds ``doc`` (None without
+    a server, or when no run waits for it)."""
+    url = prefect_api.configured_url()
+    if url is None:
+        return None
+    try:
+        run = prefect_api.paused_review_run(url, doc.org_id, f"doc_{doc.id}")
+    except JobRunnerUnavailable:  # an unreachable server: decide directly instead
+        return None
+    return (url, run) if run else None
+
+
+def _through_run(
+    registry: SqlRegistry,
+    user: UserRecord,
+    doc: DocRecord,
+    url: str,
+    run_id: str,
+    action: str,
+    content: str | None,
+    note: str | None,
+) -> Decided:
+    issued = issue_code(registry, user.id, doc.org_id, flow_run_id=run_id)
+    row = {"action": action, "content": content or "", "note": note or ""}
+    prefect_api.resume_run(url, run_id, {"code": issued.code, f"doc_{doc.id}": row})
+    deadline = time.monotonic() + RUN_APPLY_WAIT_S
+    while time.monotonic() < deadline:
+        now = registry.get_document(doc.id)
+        if now.status != DocStatus.PENDING_REVIEW.value:
+            return Decided(now, run_id, f"applied by review run {run_id}")
+        state = prefect_api.run_state(url, run_id)
+        if state is not None and state.type in {*prefect_api.FAILED_TYPES, "COMPLETED"}:
+            now = registry.get_document(doc.id)
+            if now.status != DocStatus.PENDING_REVIEW.value:
+                return Decided(now, run_id, f"applied by review run {run_id}")
+            raise ConfigError(
+                f"review run {run_id} ended {state.name} without applying the decision: "
+                f"{state.message or 'see the run in the Prefect UI'}"
+            )
+        time.sleep(0.5)
+    return Decided(
+        registry.get_document(doc.id),
+        run_id,
+        f"sent to review run {run_id}; it applies the decision in a moment (reload the page)",
+    )
+
+
+def _directly(
+    ctx: SearchContext,
+    settings: Settings,
+    user: UserRecord,
+    doc: DocRecord,
+    action: Action,
+    content: str | None,
+    note: str | None,
+) -> Decided:
+    from tasks.review import machine
+
+    registry, opener = ctx.registry, held(ctx.vector_store)
+    if action == "approve":
+        done = machine.approve(doc.id, user.id, registry=registry, open_store=opener, note=note)
+    elif action == "reject":
+        done = machine.reject(doc.id, user.id, registry=registry, open_store=opener, note=note)
+    elif action == "withdraw":
+        done = machine.withdraw(
+            doc.id, user.id, registry=registry, open_store=opener, note=note or ""
+        )
+    elif action == "restore":
+        done = machine.restore(
+            doc.id, user.id, registry=registry, open_store=opener, note=note or "",
+            embedder=ctx.embedder,
+        )  # fmt: skip
+    else:
+        done = machine.edit_and_approve(
+            doc.id, user.id, content or "", registry=registry, open_store=opener,
+            embedder=ctx.embedder, max_words=settings.ingest.chunk_max_words,
+            overlap_words=settings.ingest.chunk_overlap_words, note=note,
+        )  # fmt: skip
+    return Decided(done, None, f"{action} applied")
+
+
+def require_person(user: UserRecord) -> None:
+    """Engineers have no review rights: the inbox says so instead of showing an empty page."""
+    if user.role is Role.ENGINEER:
+        raise Forbidden(
+            f"user {user.id!r} is an engineer: the review inbox is for account managers, "
+            "experts and superadmins."
+        )
+
+
+def set_password(
+    settings: Settings, user_id: str, password: str | None, *, temporary: bool, actor: str | None
+) -> str | None:
+    """Set ``user_id``'s inbox password, as a superadmin or as the user themself (audited; a
+    refusal too). ``temporary``: the user must choose their own at their next login; without
+    a ``password`` one is generated and returned (shown once), for a first login or a reset.
+    Every session the user has ends.
+
+    Raises:
+        Forbidden: ``actor`` is neither a superadmin nor the user.
+        ConfigError: a password too short or too long, or none given for a permanent one.
+    """
+    import secrets
+
+    from sinks.connect import open_registry
+    from tasks.review.access import load_actor
+
+    with open_registry(settings) as registry:
+        try:
+            who = load_actor(registry, actor, what="set a password")
+            if who.role is not Role.SUPERADMIN and who.id != user_id:
+                raise Forbidden(
+                    f"user {who.id!r} may not set {user_id!r}'s password: only a superadmin, "
+                    "or the user for themself. Nothing was changed."
+                )
+            registry.get_user(user_id)
+        except (Forbidden, NotFound) as exc:
+            registry.record_denied(actor or "(anonymous)", f"set the password of {user_id}",
+                                   org_id=None, reason=str(exc))  # fmt: skip
+            raise
+        generated = None
+        if password is None:
+            if not temporary:
+                raise ConfigError("give a password (prompted, or --password-stdin), or use "
+                                  "--temporary to generate one. Nothing was changed.")  # fmt: skip
+            generated = password = secrets.token_urlsafe(12)
+        registry.set_password(user_id, password, actor=who.id, must_change=temporary)
+        return generated

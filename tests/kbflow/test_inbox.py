@@ -1,0 +1,379 @@
+"""The review inbox (`kbflow serve`, /review) over HTTP as a browser speaks it: logins, sessions,
+CSRF, who may see and decide what, and each refusal leaving everything as it was.
+
+One `kbflow serve` serves the module (a real process on a loopback port, SQLite and Qdrant
+Edge in its own home); each test logs in afresh. The drafts are shaped like research drafts:
+several list items, a table, citations, and a hostile one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import update
+
+from core.models import AuditAction, DocStatus, Role
+from core.settings import Settings
+from kbflow.api.launch import launched
+from sinks.registry import SqlRegistry
+from sinks.registry.schema import WebSessionRow, utcnow
+from tests.conftest import index_records
+
+pytestmark = pytest.mark.integration
+
+PASSWORDS = {
+    "amy": "amy-likes-long-passwords",
+    "gus": "gus-has-another-org-9",
+    "ed": "ed-is-an-engineer-77",
+    "lou": "lou-will-be-locked-1",
+    "root": "root-of-all-trust-42",
+}
+DRAFT = """## Who we are
+
+Larkspur Cycles builds city bikes in Leeds [doc:{seed}].
+
+## How we write
+
+- Write plainly and warmly.
+- Prefer short sentences.
+- Never promise delivery dates.
+
+## Prices
+
+| Model | Price | Warranty |
+|---|---|---|
+| Wren | 899 EUR | 5 years |
+| Kestrel | 2,400 EUR | 5 years |
+
+See the [press page](https://larkspur.example/press) [url:https://larkspur.example/about].
+"""
+HOSTILE = (
+    "Hostile <script>alert(1)</script> text <img src=x onerror=alert(2)>.\n\n"
+    "[click](javascript:alert(3)) ![pic](http://evil.example/x.png)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[dict[str, Any]]:
+    from sinks.qdrant_edge import QdrantEdgeStore
+
+    home = tmp_path_factory.mktemp("inbox") / "home"
+    settings = Settings(home=home)
+    registry = SqlRegistry.open(settings.registry_url)
+    store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
+    try:
+        for org in ("larkspur", "globex"):
+            registry.ensure_org(org)
+        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
+        registry.ensure_user("lou", Role.ACCOUNT_MANAGER)
+        registry.ensure_user("ed", Role.ENGINEER, org_id="larkspur")
+        registry.assign_am("larkspur", "amy")
+        registry.assign_am("globex", "gus")
+        for user, password in PASSWORDS.items():
+            registry.set_password(user, password, actor="root")
+        kw = {"store": store, "registry": registry, "embedder": embedder}
+        (seed,) = index_records(
+            [{"key": "brief", "title": "Larkspur brief", "text": "Larkspur is in Leeds."}],
+            org="larkspur", **kw,
+        )  # fmt: skip
+        drafts = index_records(
+            [
+                {"key": f"draft-{i}", "title": f"Brand voice {i}", "text": DRAFT.format(seed=seed)}
+                for i in range(6)
+            ]
+            + [{"key": "hostile", "title": "Hostile page", "text": HOSTILE}],
+            org="larkspur", status=DocStatus.PENDING_REVIEW, **kw,
+        )  # fmt: skip
+        (other,) = index_records(
+            [{"key": "g", "title": "Globex draft", "text": "Globex sells widgets."}],
+            org="globex", status=DocStatus.PENDING_REVIEW, **kw,
+        )  # fmt: skip
+        agent_token = registry.create_token(
+            agent_id=registry.create_agent("larkspur", "bot").id, expires_at=None,
+            created_by="root",
+        )[1]  # fmt: skip
+        user_token = registry.create_token(user_id="amy", expires_at=None, created_by="root")[1]
+    finally:
+        store.close()
+        registry.close()
+    env = {"KBFLOW_LOGIN_MAX_FAILURES": "3", "KBFLOW_LOGIN_LOCK_S": "600"}
+    log = home.parent / "serve.log"
+    with launched(home, log, env=env, require_ready=False) as served:
+        yield {
+            "base": served.base,
+            "settings": settings,
+            "seed": seed,
+            "drafts": drafts,
+            "other": other,
+            "agent_token": agent_token,
+            "user_token": user_token,
+        }
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html[:2000]
+    return found.group(1)
+
+
+def browser(inbox: dict[str, Any]) -> httpx.Client:
+    return httpx.Client(base_url=inbox["base"], follow_redirects=False, timeout=60)
+
+
+def login(inbox: dict[str, Any], user: str, password: str | None = None) -> httpx.Client:
+    client = browser(inbox)
+    page = client.get("/review/login")
+    answer = client.post(
+        "/review/login",
+        data={"user": user, "password": password or PASSWORDS[user], "csrf": _csrf(page.text)},
+    )
+    assert answer.status_code == 303, answer.text
+    return client
+
+
+def status(inbox: dict[str, Any], doc_id: str) -> str | None:
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        return registry.get_document(doc_id).status
+    finally:
+        registry.close()
+
+
+def audit(inbox: dict[str, Any], org: str | None) -> list[Any]:
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        return registry.audit_trail(org)
+    finally:
+        registry.close()
+
+
+def test_a_wrong_password_is_refused_and_the_limit_locks_the_login(inbox: dict[str, Any]) -> None:
+    client = browser(inbox)
+    for attempt in range(3):
+        page = client.get("/review/login")
+        answer = client.post(
+            "/review/login",
+            data={"user": "lou", "password": f"not lou's password {attempt}",
+                  "csrf": _csrf(page.text)},
+        )  # fmt: skip
+        assert answer.status_code == 401
+        assert "kbflow_session" not in answer.headers.get("set-cookie", "")
+    page = client.get("/review/login")
+    locked = client.post(
+        "/review/login",
+        data={"user": "lou", "password": PASSWORDS["lou"], "csrf": _csrf(page.text)},
+    )
+    assert locked.status_code == 401 and "too many failed logins" in locked.text
+    rows = [r.action for r in audit(inbox, None) if r.actor == "lou"]
+    assert rows.count(AuditAction.LOGIN_FAILED.value) >= 3
+    assert AuditAction.LOGIN_LOCKED.value in rows
+
+
+def test_the_session_cookie_and_logout(inbox: dict[str, Any]) -> None:
+    client = browser(inbox)
+    page = client.get("/review/login")
+    answer = client.post(
+        "/review/login",
+        data={"user": "amy", "password": PASSWORDS["amy"], "csrf": _csrf(page.text)},
+        headers={"X-Forwarded-Proto": "https"},  # a TLS proxy on this machine
+    )
+    cookie = answer.headers["set-cookie"]
+    assert "kbflow_session=" in cookie and "HttpOnly" in cookie and "Path=/review" in cookie
+    assert "SameSite=strict" in cookie and "Secure" in cookie
+    assert client.get("/review").status_code == 303  # a Secure cookie is not sent over http
+    client = login(inbox, "amy")  # over plain http on loopback: not Secure, so it is sent
+    assert client.get("/review").status_code == 200
+    stolen = dict(client.cookies)
+    home = client.get("/review")
+    assert client.post("/review/logout", data={"csrf": _csrf(home.text)}).status_code == 303
+    replay = browser(inbox)
+    replay.cookies.update(stolen)  # the old cookie, after logout: dead on the server
+    assert replay.get("/review").headers["location"].startswith("/review/login")
+    draft = inbox["drafts"][1]
+    refused = replay.post(f"/review/drafts/{draft}/approve", data={"csrf": "x"})
+    assert refused.status_code == 401 and status(inbox, draft) == "pending_review"
+
+
+def test_an_expired_session_is_sent_to_log_in_and_changes_nothing(inbox: dict[str, Any]) -> None:
+    client = login(inbox, "amy")
+    page = client.get(f"/review/drafts/{inbox['drafts'][1]}")
+    csrf = _csrf(page.text)
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        with registry.session() as s, s.begin():
+            s.execute(update(WebSessionRow).where(WebSessionRow.user_id == "amy")
+                      .values(expires_at=utcnow()))  # fmt: skip
+    finally:
+        registry.close()
+    assert "/review/login" in client.get("/review").headers["location"]
+    refused = client.post(f"/review/drafts/{inbox['drafts'][1]}/approve", data={"csrf": csrf})
+    assert refused.status_code == 401
+    assert status(inbox, inbox["drafts"][1]) == "pending_review"
+
+
+def test_a_post_without_the_csrf_token_or_from_another_origin_changes_nothing(
+    inbox: dict[str, Any],
+) -> None:
+    client = login(inbox, "amy")
+    draft = inbox["drafts"][2]
+    csrf = _csrf(client.get(f"/review/drafts/{draft}").text)
+    assert client.post(f"/review/drafts/{draft}/approve", data={}).status_code == 403
+    assert (
+        client.post(f"/review/drafts/{draft}/approve", data={"csrf": "forged"}).status_code == 403
+    )
+    evil = client.post(
+        f"/review/drafts/{draft}/approve",
+        data={"csrf": csrf},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert evil.status_code == 403
+    assert status(inbox, draft) == "pending_review"
+    # The login form wants its own cookie's token too (no login CSRF).
+    bare = browser(inbox).post("/review/login", data={"user": "amy", "password": "x", "csrf": "y"})
+    assert bare.status_code == 403
+
+
+def test_other_orgs_engineers_and_tokens_are_refused(inbox: dict[str, Any]) -> None:
+    draft = inbox["drafts"][3]
+    gus = login(inbox, "gus")
+    listing = gus.get("/review").text
+    assert draft not in listing and inbox["other"] in listing  # his org only
+    assert gus.get(f"/review/drafts/{draft}").status_code == 403
+    csrf = _csrf(listing)
+    refused = gus.post(f"/review/drafts/{draft}/approve", data={"csrf": csrf})
+    assert refused.status_code == 403 and status(inbox, draft) == "pending_review"
+    denied = [r for r in audit(inbox, "larkspur") if r.action == AuditAction.DENIED.value]
+    assert any(r.actor == "gus" for r in denied)
+
+    ed = login(inbox, "ed")
+    assert ed.get("/review").status_code == 403
+    for token in (inbox["agent_token"], inbox["user_token"]):
+        answer = browser(inbox).get("/review", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 403 and "Not for tokens" in answer.text
+
+
+def test_a_draft_page_shows_lists_tables_and_sources_and_nothing_hostile_runs(
+    inbox: dict[str, Any],
+) -> None:
+    client = login(inbox, "amy")
+    page = client.get(f"/review/drafts/{inbox['drafts'][0]}")
+    assert page.status_code == 200
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src" not in csp  # no script allowed
+    body = page.text.split('<div class="draft">', 1)[1].split("</div>", 1)[0]
+    assert body.count("<li>") == 3
+    assert "<td>Kestrel</td>" in body and "<td>2,400 EUR</td>" in body
+    assert "<th>Warranty</th>" in body
+    assert f'href="/review/documents/{inbox["seed"]}"' in body  # a citation, as a link
+    assert re.search(r">Larkspur brief[^<]*</a>", body)  # titled, not a 32-hex id
+    assert 'href="https://larkspur.example/about"' in body
+    hostile = client.get(f"/review/drafts/{inbox['drafts'][-1]}").text
+    shown = hostile.split('<div class="draft">', 1)[1].split("</div>", 1)[0]
+    assert "<script" not in shown and "<img" not in shown
+    assert not re.search(r"href=\"\s*javascript:", shown, re.IGNORECASE)  # inert text only
+    assert not re.search(r"<[^>]*\son\w+=", shown)  # no tag with an event handler
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in shown  # shown as text
+
+
+def test_decisions_from_the_inbox_apply_as_the_logged_in_user(inbox: dict[str, Any]) -> None:
+    client = login(inbox, "amy")
+    approve, edit, reject = inbox["drafts"][3], inbox["drafts"][4], inbox["drafts"][5]
+    page = client.get(f"/review/drafts/{approve}")
+    csrf = _csrf(page.text)
+    done = client.post(f"/review/drafts/{approve}/approve", data={"csrf": csrf, "note": "ok"})
+    assert done.status_code == 303 and status(inbox, approve) == "approved"
+    again = client.post(f"/review/drafts/{approve}/reject", data={"csrf": csrf, "note": "late"})
+    assert again.status_code == 409 and status(inbox, approve) == "approved"  # decided already
+    no_note = client.post(f"/review/drafts/{reject}/reject", data={"csrf": csrf})
+    assert no_note.status_code == 400 and status(inbox, reject) == "pending_review"
+    assert (
+        client.post(
+            f"/review/drafts/{reject}/reject", data={"csrf": csrf, "note": "off brand"}
+        ).status_code
+        == 303
+    )
+    text = client.get(f"/review/drafts/{edit}").text
+    assert 'rows="' in text and "<textarea" in text
+    new = DRAFT.format(seed=inbox["seed"]).replace("Prefer short sentences.", "Keep it brief.")
+    preview = client.post(f"/review/drafts/{edit}/preview", data={"csrf": csrf, "content": new})
+    assert '<span class="d-add">+ - Keep it brief.' in preview.text
+    assert '<span class="d-del">- - Prefer short sentences.' in preview.text
+    edited = client.post(f"/review/drafts/{edit}/edit", data={"csrf": csrf, "content": new})
+    assert edited.status_code == 303 and status(inbox, edit) == "approved"
+    actors = {
+        (r.action, r.doc_id): r.actor
+        for r in audit(inbox, "larkspur")
+        if r.doc_id in (approve, edit, reject) and r.action != AuditAction.CREATED.value
+    }
+    assert actors == {
+        (AuditAction.APPROVED.value, approve): "amy",
+        (AuditAction.EDITED_APPROVED.value, edit): "amy",
+        (AuditAction.REJECTED.value, reject): "amy",
+    }
+
+
+def test_a_temporary_password_must_be_changed_at_first_login(inbox: dict[str, Any]) -> None:
+    from kbflow.services.inbox import set_password
+
+    temporary = set_password(inbox["settings"], "gus", None, temporary=True, actor="root")
+    assert temporary
+    client = login(inbox, "gus", temporary)
+    assert client.get("/review").headers["location"] == "/review/password"
+    page = client.get("/review/password")
+    assert "Choose a new password" in page.text
+    changed = client.post(
+        "/review/password",
+        data={"csrf": _csrf(page.text), "current": temporary, "new": PASSWORDS["gus"],
+              "again": PASSWORDS["gus"]},
+    )  # fmt: skip
+    assert changed.status_code == 303
+    assert client.get("/review").status_code == 200
+
+
+def test_set_password_needs_a_superadmin_or_the_user(tmp_path: Path) -> None:
+    from core.errors import Forbidden
+    from kbflow.services.inbox import set_password
+
+    settings = Settings(home=tmp_path / "home")
+    registry = SqlRegistry.open(settings.registry_url)
+    registry.ensure_org("acme")
+    registry.ensure_user("root", Role.SUPERADMIN)
+    registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
+    registry.close()
+    with pytest.raises(Forbidden):
+        set_password(settings, "amy", "a password by gus", temporary=False, actor="gus")
+    with pytest.raises(Forbidden):
+        set_password(settings, "amy", "a password by nobody", temporary=False, actor=None)
+    set_password(settings, "amy", "amy sets her own", temporary=False, actor="amy")
+    registry = SqlRegistry.open(settings.registry_url)
+    try:
+        assert registry.login_state("amy").has_password
+        denied = [r for r in registry.audit_trail(None) if r.action == AuditAction.DENIED.value]
+        assert len(denied) == 2
+    finally:
+        registry.close()
+
+
+def test_the_inbox_gives_a_review_code_for_the_users_own_orgs_only(inbox: dict[str, Any]) -> None:
+    client = login(inbox, "amy")
+    csrf = _csrf(client.get("/review").text)
+    page = client.post("/review/codes", data={"csrf": csrf, "org": "larkspur"})
+    assert page.status_code == 200
+    code = re.search(r"\b([A-Z2-9]{4}-[A-Z2-9]{4}-[A-Z2-9]{4})\b", page.text)
+    assert code, page.text
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        assert (
+            registry.redeem_review_code(code.group(1), org_id="larkspur", flow_run_id="r") == "amy"
+        )
+    finally:
+        registry.close()
+    assert client.post("/review/codes", data={"csrf": csrf, "org": "globex"}).status_code == 403
