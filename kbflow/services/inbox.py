@@ -173,10 +173,14 @@ class DraftPage:
 
 
 def _body(doc: DocRecord, text: str) -> str:
-    """The draft's text without its Citations footer (the page lists its sources itself)."""
+    """The draft's text as the page shows it under its title: without a first heading that
+    repeats the title, and without its Citations footer (the page lists its sources)."""
     footer = render_footer(doc.citations)
     if footer and text.endswith(footer):
-        return text[: -len(footer)].rstrip() + "\n"
+        text = text[: -len(footer)].rstrip() + "\n"
+    first, _, rest = text.lstrip().partition("\n")
+    if first.startswith("# ") and " ".join(first[2:].split()) == " ".join(doc.title.split()):
+        return rest.lstrip("\n")
     return text
 
 
