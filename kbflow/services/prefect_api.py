@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,9 @@ import httpx
 from core.errors import ConfigError, JobRunnerUnavailable
 
 TIMEOUT_S = 10.0
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_ATTEMPTS = 5
+RETRY_MAX_WAIT_S = 4.0
 FAILED_TYPES = frozenset({"FAILED", "CRASHED", "CANCELLED"})
 """Final flow run states in which a job did not get done."""
 
@@ -49,13 +53,47 @@ def api_url() -> str:
     return url.rstrip("/")
 
 
+class _Retrying(httpx.BaseTransport):
+    """Prefect's server answers 503 while its database is busy (and 429/502/504 behind a
+    proxy) and means "try again", as Prefect's own client does: so do we, a few times with a
+    growing pause (its ``Retry-After`` when it gives one, at most ``RETRY_MAX_WAIT_S``). Every
+    call here is safe to repeat: reads, a run start with an idempotency key, a resume (a run
+    resumed once is no longer paused)."""
+
+    def __init__(self, attempts: int = RETRY_ATTEMPTS) -> None:
+        self._inner = httpx.HTTPTransport()
+        self._attempts = attempts
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for attempt in range(1, self._attempts + 1):
+            response = self._inner.handle_request(request)
+            if response.status_code not in RETRY_STATUSES or attempt == self._attempts:
+                return response
+            response.read()
+            response.close()
+            time.sleep(_retry_wait(response.headers.get("retry-after"), attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _retry_wait(retry_after: str | None, attempt: int) -> float:
+    try:
+        told = float(retry_after) if retry_after else None
+    except ValueError:
+        told = None
+    wait = told if told is not None and told >= 0 else 0.5 * 2 ** (attempt - 1)
+    return min(wait, RETRY_MAX_WAIT_S)
+
+
 def _client(url: str) -> httpx.Client:
     headers: dict[str, str] = {}
     if auth := os.environ.get("PREFECT_API_AUTH_STRING"):
         headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     elif key := os.environ.get("PREFECT_API_KEY"):
         headers["Authorization"] = f"Bearer {key}"
-    return httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT_S)
+    return httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT_S, transport=_Retrying())
 
 
 def _checked(response: httpx.Response, what: str) -> Any:
