@@ -471,19 +471,28 @@ def restore(
             ),
         )
     except ReviewConflict as exc:
-        with open_store() as store:
-            store.delete_document(created.id)
-        # A winner's commit may have retired this copy already (superseded): never served.
-        with suppress(ReviewConflict):
-            registry.transition(
-                created.id,
-                expected=DocStatus.PENDING_REVIEW,
-                new=DocStatus.REJECTED,
-                actor=user.id,
-                action=AuditAction.REJECTED,
-                note=f"restore of {doc.id} not applied: {exc}",
-            )
+        _drop_losing_copy(registry, open_store, created.id, user.id,
+                          f"restore of {doc.id} not applied: {exc}")  # fmt: skip
         raise
+
+
+def _drop_losing_copy(
+    registry: SqlRegistry, open_store: StoreOpener, copy_id: str, actor: str, note: str
+) -> None:
+    """The hidden copy a decision wrote before it lost its race: deleted from the store and
+    rejected in the registry, so it is never served. A winner's commit may have retired it
+    already (superseded): then it stays so."""
+    with open_store() as store:
+        store.delete_document(copy_id)
+    with suppress(ReviewConflict):
+        registry.transition(
+            copy_id,
+            expected=DocStatus.PENDING_REVIEW,
+            new=DocStatus.REJECTED,
+            actor=actor,
+            action=AuditAction.REJECTED,
+            note=note,
+        )
 
 
 def _refuse_newer(doc: DocRecord, versions: Sequence[DocRecord]) -> None:
@@ -746,16 +755,8 @@ def edit_approved(
             ),
         )
     except ReviewConflict as exc:
-        with open_store() as store:
-            store.delete_document(created.id)
-        registry.transition(
-            created.id,
-            expected=DocStatus.PENDING_REVIEW,
-            new=DocStatus.REJECTED,
-            actor=user.id,
-            action=AuditAction.REJECTED,
-            note=f"edit of {doc.id} not applied: {exc}",
-        )
+        _drop_losing_copy(registry, open_store, created.id, user.id,
+                          f"edit of {doc.id} not applied: {exc}")  # fmt: skip
         raise
 
 
