@@ -423,22 +423,7 @@ def restore(
         dense = embedder.embed_documents([c.embed_text for c in chunks])
     else:
         model_id, dense = stored
-    created = registry.create_document(
-        org_id=doc.org_id,
-        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
-        source_key=doc.source_key,
-        title=doc.title,
-        uri=doc.uri,
-        content_hash=doc.content_hash,
-        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
-        status=DocStatus.PENDING_REVIEW,
-        source_tag=doc.source_tag,
-        synthesis_run_id=doc.synthesis_run_id,
-        audience=doc.audience,
-        effective_date=doc.effective_date,
-        actor=user.id,
-        citations=doc.citations,
-    )
+    created = _next_version(registry, doc, user.id, doc.content_hash, citations=doc.citations)
     copies = [
         replace(c, chunk_id=f"{created.id}:{c.chunk_index}", doc_id=created.id) for c in chunks
     ]
@@ -474,6 +459,34 @@ def restore(
         _drop_losing_copy(registry, open_store, created.id, user.id,
                           f"restore of {doc.id} not applied: {exc}")  # fmt: skip
         raise
+
+
+def _next_version(
+    registry: SqlRegistry,
+    doc: DocRecord,
+    actor: str,
+    content_hash: str,
+    *,
+    citations: tuple[SourceRef, ...] = (),
+) -> DocRecord:
+    """A hidden draft registered as the source's next version of ``doc`` (same collection,
+    title, uri, tags, audience and date), for an edit or a restore to publish."""
+    return registry.create_document(
+        org_id=doc.org_id,
+        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
+        source_key=doc.source_key,
+        title=doc.title,
+        uri=doc.uri,
+        content_hash=content_hash,
+        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
+        status=DocStatus.PENDING_REVIEW,
+        source_tag=doc.source_tag,
+        synthesis_run_id=doc.synthesis_run_id,
+        audience=doc.audience,
+        effective_date=doc.effective_date,
+        actor=actor,
+        citations=citations,
+    )
 
 
 def _drop_losing_copy(
@@ -719,20 +732,8 @@ def edit_approved(
     are shown before that commit and the old ones hidden after it, so search serves the old
     version until the commit and the new one from then on (`_publish_decision`).
     """
-    created = registry.create_document(
-        org_id=doc.org_id,
-        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
-        source_key=doc.source_key,
-        title=doc.title,
-        uri=doc.uri,
-        content_hash=hashlib.sha256(content.encode("utf-8")).hexdigest(),
-        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
-        status=DocStatus.PENDING_REVIEW,
-        source_tag=doc.source_tag,
-        synthesis_run_id=doc.synthesis_run_id,
-        audience=doc.audience,
-        effective_date=doc.effective_date,
-        actor=user.id,
+    created = _next_version(
+        registry, doc, user.id, hashlib.sha256(content.encode("utf-8")).hexdigest()
     )
     _, points, citations = _write_hidden_edit(
         created, content, registry=registry, open_store=open_store, embedder=embedder,
