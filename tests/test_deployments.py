@@ -31,6 +31,7 @@ from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
 from kbflow.services.jobs import get_job, submit_ingest_job
+from kbflow.services.prefect_api import RetryingTransport
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration
@@ -167,14 +168,19 @@ def _wait_healthy(api: str, procs: Processes) -> None:
         time.sleep(0.25)
 
 
+def _prefect(api: str) -> httpx.Client:
+    """A client that asks again on the 503 a busy Prefect server gives, as Prefect's own does."""
+    return httpx.Client(base_url=api, timeout=10, transport=RetryingTransport())
+
+
 def _run_deployment(api: str, name: str, parameters: dict[str, Any]) -> str:
-    deployment = httpx.get(f"{api}/deployments/name/{name}", timeout=10)
-    assert deployment.status_code == 200, deployment.text
-    created = httpx.post(
-        f"{api}/deployments/{deployment.json()['id']}/create_flow_run",
-        json={"parameters": parameters},
-        timeout=10,
-    )
+    with _prefect(api) as prefect:
+        deployment = prefect.get(f"/deployments/name/{name}")
+        assert deployment.status_code == 200, deployment.text
+        created = prefect.post(
+            f"/deployments/{deployment.json()['id']}/create_flow_run",
+            json={"parameters": parameters},
+        )
     assert created.status_code == 201, created.text
     return str(created.json()["id"])
 
@@ -184,7 +190,8 @@ def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float
     states: dict[str, Any] = {}
     while True:
         for run_id in run_ids:
-            run = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()
+            with _prefect(api) as prefect:
+                run = prefect.get(f"/flow_runs/{run_id}").json()
             states[run_id] = run["state"]
         if all(s and s["type"] in FINAL for s in states.values()):
             return states
@@ -234,7 +241,8 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     _run([*prefect, "work-pool", "create", POOL, "--type", "process"], env)
     deployed = _run([*prefect, "--no-prompt", "deploy", "--all"], env)
     assert "nightly-eval" in deployed, deployed
-    pull_steps = httpx.get(f"{api}/deployments/name/ingest/ingest", timeout=10).json()["pull_steps"]
+    with _prefect(api) as prefect:
+        pull_steps = prefect.get("/deployments/name/ingest/ingest").json()["pull_steps"]
     assert pull_steps == [
         {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
     ]

@@ -53,7 +53,7 @@ def api_url() -> str:
     return url.rstrip("/")
 
 
-class _Retrying(httpx.BaseTransport):
+class RetryingTransport(httpx.BaseTransport):
     """Prefect's server answers 503 while its database is busy (and 429/502/504 behind a
     proxy) and means "try again", as Prefect's own client does: so do we, a few times with a
     growing pause (its ``Retry-After`` when it gives one, at most ``RETRY_MAX_WAIT_S``). Every
@@ -93,7 +93,9 @@ def _client(url: str) -> httpx.Client:
         headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     elif key := os.environ.get("PREFECT_API_KEY"):
         headers["Authorization"] = f"Bearer {key}"
-    return httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT_S, transport=_Retrying())
+    return httpx.Client(
+        base_url=url, headers=headers, timeout=TIMEOUT_S, transport=RetryingTransport()
+    )
 
 
 def _checked(response: httpx.Response, what: str) -> Any:

@@ -23,6 +23,7 @@ import httpx
 import psutil
 import pytest
 
+from kbflow.services.prefect_api import RetryingTransport
 from kbflow.services.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
 from tests.conftest import free_port, running
 
@@ -214,7 +215,8 @@ def test_sigterm_of_a_running_ingest_leaves_no_child_process_behind(
     api = _api_of(server)
 
     def flow_running() -> bool:
-        runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=5).json()
+        with httpx.Client(timeout=5, transport=RetryingTransport()) as prefect:
+            runs = prefect.post(f"{api}/flow_runs/filter", json={}).json()
         return any(r["state_type"] == "RUNNING" for r in runs)
 
     _wait_for(flow_running, "running ingest flow run", ingest, log)
