@@ -84,9 +84,19 @@ class AskResponse(ApiModel):
     model: str | None = Field(description="The knowledge model (None: no model configured).")
 
 
+class AnswerCitationOut(CitationOut):
+    """A cited chunk of an answer, with where its quote sits."""
+
+    quote_spans: list[list[int]] | None = Field(
+        default=None,
+        description="Where `quote` sits in the cited chunk's text: [start, end] offsets, one "
+        "pair per quoted line (a table row comes with its header line first).",
+    )
+
+
 class ClaimOut(ApiModel):
     text: str
-    citations: list[CitationOut]
+    citations: list[AnswerCitationOut]
 
 
 class ConsideredOut(ApiModel):
@@ -115,11 +125,17 @@ class AnswerResponse(ApiModel):
     kind: Literal["answer"]
     agent: str
     question: str
-    status: Literal["answered", "refused"]
+    status: Literal["answered", "maybe", "refused"] = Field(
+        description='"answered": a quote holds the answer; "maybe": the closest evidence, and '
+        '`missing` says what no quote holds; "refused": no chunk reached the threshold.'
+    )
     answer: str
     claims: list[ClaimOut]
-    citations: list[CitationOut]
+    citations: list[AnswerCitationOut]
     refusal: RefusalOut | None
+    missing: str | None = Field(
+        default=None, description='For "maybe": what the quoted evidence lacks.'
+    )
     threshold: float = Field(description="The confidence a chunk needs to be used.")
     best_confidence: float | None = Field(description="The best retrieved chunk's confidence.")
     degraded: bool

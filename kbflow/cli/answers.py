@@ -74,7 +74,10 @@ def answer(
     """Answer from approved knowledge with a citation on every claim, or refuse.
 
     "No chunk, no answer": when no retrieved chunk reaches KBFLOW_ANSWER_MIN_CONFIDENCE the
-    standard refusal comes back with the evidence it lacked. The turn is recorded in the ledger.
+    standard refusal comes back with the evidence it lacked. "answered" only when a quote of
+    the cited text holds the answer (a value of the asked kind, a table's cell with its header,
+    a superlative computed over the rows); otherwise "maybe", with the closest evidence and
+    what it lacks. The turn is recorded in the ledger.
     """
     with search_context(settings, degrade=True) as ctx:
         out = service.answer(ctx, agent, question)
@@ -87,6 +90,8 @@ def answer(
         console.print(f"[dim]{escape(r['reason'])} · policy {r['policy_id']} v"
                       f"{r['policy_version']} · turn {out['turn_id']}[/dim]")  # fmt: skip
         return
+    if out["status"] == "maybe":
+        console.print(f"[yellow]Maybe:[/yellow] {escape(out.get('missing') or '')}")
     # A draft's citation tags read as their sources' titles; the sources follow.
     sources = sources_in(*(c.get("sources", []) for c in out["citations"]))
     console.print(with_titles(out["answer"], sources), markup=False)

@@ -9,8 +9,8 @@ is in `tasks.answer.turns`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
@@ -18,6 +18,7 @@ from core.models import Citation, Scope, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import SUPPORT_VERSION
 from tasks.answer.contract import Claim, Evidence, KnowledgeModel
+from tasks.answer.support import Judgement, judge
 from tasks.answer.turns import (
     AnswerConfig,
     Policy,
@@ -32,6 +33,9 @@ from tasks.text.embed import Embedder
 from tasks.text.pii import scrub
 
 REFUSAL_TEXT = "I can't answer that from the approved knowledge base."
+UNQUOTED_MODELS = frozenset({"extractive-v1", "extractive-v2"})
+"""Recorded offline models from before the support check: they quote no span, so their turns
+replay (and a pinned model answers) as they did."""
 
 
 NO_EVIDENCE = Policy(
@@ -101,11 +105,7 @@ def answer(
         why = f"the answer model failed: {exc}"
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
     valid = verify_citations(registry, scope, [c for claim in claims for c in claim.chunk_ids])
-    kept = [
-        Claim(claim.text, tuple(c for c in claim.chunk_ids if c in valid))
-        for claim in claims
-        if any(c in valid for c in claim.chunk_ids)
-    ]
+    kept = [_servable(claim, valid) for claim in claims if any(c in valid for c in claim.chunk_ids)]
     if not kept:
         why = (
             "the answer model found no support in the evidence"
@@ -113,22 +113,71 @@ def answer(
             else ("no claim cited a servable chunk")
         )
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
-    citations = list({cid: valid[cid] for claim in kept for cid in claim.chunk_ids}.values())
+    judgement = (
+        judge(
+            asked,
+            kept,
+            {e.chunk_id: e.text for e in evidence},
+            {e.chunk_id: e.title for e in evidence},
+        )
+        if model.model_id not in UNQUOTED_MODELS
+        else Judgement(True, tuple(kept))
+    )
+    kept = list(judgement.claims)
+    citations = quoted_citations(kept, valid)
     sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
     served = [
         {
             "text": c.text,
-            "citations": [served_citation(valid[cid], sources) for cid in c.chunk_ids],
+            "citations": [served_citation(quoted_citation(c, valid[cid]), sources)
+                          | _spans(c, cid) for cid in c.chunk_ids],
         }
         for c in kept
-    ]
-    output = turn.output(
-        "answered",
-        render_answer(kept, citations),
-        claims=served,
-        citations=[served_citation(c, sources) for c in citations],
-    )
+    ]  # fmt: skip
+    by_chunk = {cid: _spans(c, cid) for c in reversed(kept) for cid in c.chunk_ids[:1]}
+    listed = [served_citation(c, sources) | by_chunk.get(c.chunk_id, {}) for c in citations]
+    if not judgement.answered:
+        text = render_maybe(judgement.missing, kept, citations)
+        output = turn.output("maybe", text, claims=served, citations=listed,
+                             missing=judgement.missing)  # fmt: skip
+        return rec.record("maybe", output, replay_input, citations)
+    output = turn.output("answered", render_answer(kept, citations), claims=served,
+                         citations=listed, missing=None)  # fmt: skip
     return rec.record("answered", output, replay_input, citations)
+
+
+def _servable(claim: Claim, valid: Mapping[str, Citation]) -> Claim:
+    """``claim`` citing only its servable chunks; its quote goes if its quoted chunk did."""
+    ids = tuple(c for c in claim.chunk_ids if c in valid)
+    if ids[:1] != claim.chunk_ids[:1]:
+        return Claim(claim.text, ids)
+    return replace(claim, chunk_ids=ids)
+
+
+def quoted_citation(claim: Claim, citation: Citation) -> Citation:
+    """``citation`` with the claim's quote when the claim quotes that chunk."""
+    if claim.quote and claim.chunk_ids[:1] == (citation.chunk_id,):
+        return replace(citation, quote=claim.quote)
+    return citation
+
+
+def quoted_citations(claims: Sequence[Claim], valid: Mapping[str, Citation]) -> list[Citation]:
+    """Each cited chunk once, in order, with the quote of the first claim that quotes it."""
+    out: dict[str, Citation] = {}
+    for claim in claims:
+        for cid in claim.chunk_ids:
+            cited = quoted_citation(claim, valid[cid])
+            if cid not in out or (cited.quote and not out[cid].quote):
+                out[cid] = cited
+    return list(out.values())
+
+
+def _spans(claim: Claim, chunk_id: str) -> dict[str, Any]:
+    """Where a claim's quote sits in the chunk it quotes (offsets into the chunk's text as the
+    model saw it: contact data masked)."""
+    if claim.quote and claim.chunk_ids[:1] == (chunk_id,):
+        return {"quote_spans": [list(s) for s in claim.spans]}
+    return {}
 
 
 @dataclass
@@ -147,14 +196,16 @@ class _Answering:
         claims: Sequence[dict[str, Any]] = (),
         citations: Sequence[dict[str, Any]] = (),
         refusal: dict[str, Any] | None = None,
+        missing: str | None = None,
     ) -> dict[str, Any]:
         """The answer's output; ``support`` names the signal the confidences come from (a
-        threshold means something only with it)."""
-        return self.rec.output(question=self.rec.question, status=status, answer=text,
-                               claims=list(claims), citations=list(citations), refusal=refusal,
-                               threshold=self.rec.config.threshold,
-                               best_confidence=self.best_confidence, degraded=self.degraded,
-                               support=SUPPORT_VERSION)  # fmt: skip
+        threshold means something only with it); ``missing`` says what a "maybe" lacks."""
+        out = self.rec.output(question=self.rec.question, status=status, answer=text,
+                              claims=list(claims), citations=list(citations), refusal=refusal,
+                              threshold=self.rec.config.threshold,
+                              best_confidence=self.best_confidence, degraded=self.degraded,
+                              support=SUPPORT_VERSION)  # fmt: skip
+        return out | {"missing": missing}  # added last: older keys keep their order
 
     def refuse(
         self,
@@ -168,6 +219,17 @@ class _Answering:
                    "evidence": [], "considered": list(considered)}  # fmt: skip
         output = self.output("refused", REFUSAL_TEXT, refusal=refusal)
         return self.rec.record("refused", output, replay_input, policy=policy)
+
+
+MAYBE_TEXT = "The approved knowledge base may not answer this"
+
+
+def render_maybe(
+    missing: str | None, claims: Sequence[Claim], citations: Sequence[Citation]
+) -> str:
+    """A "maybe": what the evidence lacks, then the closest evidence with its sources."""
+    head = f"{MAYBE_TEXT}: {missing or 'no quote holds the answer'}. The closest evidence:"
+    return scrub(head + "\n" + render_answer(claims, citations))
 
 
 def render_answer(claims: Sequence[Claim], citations: Sequence[Citation]) -> str:

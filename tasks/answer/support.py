@@ -1,0 +1,336 @@
+"""Does a quote hold the answer? The check that decides "answered" or "maybe".
+
+An answer is "answered" only when the exact text it quotes holds what the question asks for:
+
+- a **value question** (a price, a total, a date, a phone number, a share, a count …) needs a
+  value of the asked kind in the quote (`asked_kinds`);
+- a quote that is only a table's **header row** holds no value at all;
+- a **superlative** ("highest", "cheapest", "most") is either stated by the quote itself
+  ("the world's smallest breed") or computed over a table's rows (`table_answer`); a row picked
+  by word overlap is never claimed to be the highest;
+- a question that names a **row and a column** of a table is answered with that cell, its row
+  and its column header (`table_answer`), and a column the question names only in part ("date
+  of birth" against "Subscription Date") is missing unless its other words are in the chunk.
+
+Otherwise the answer is "maybe": the best evidence, and `Verdict.missing` saying what the quote
+lacks. Pure and deterministic: a replay re-runs it on the recorded evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from tasks.answer.contract import Claim
+from tasks.answer.quotes import Table, TableRow, is_header_only, tables
+from tasks.text.pii import find_pii
+from tasks.text.sparse import analyze, words
+from tasks.text.values import _DATE, _DURATION, _MASS, _MONEY
+
+_NUMBER_WORDS = (
+    "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty "
+    "forty fifty hundred thousand million billion dozen half"
+)
+_NUMBER = re.compile(rf"\d|\b(?:{'|'.join(_NUMBER_WORDS.split())})\b", re.I)
+_PERCENT = re.compile(r"\d\s?%|\bper ?cent\b|\bpercent(?:age)?\b|\d\s?(?:pp|bps)\b", re.I)
+_TIME = re.compile(
+    r"\b\d{1,2}[:.h]\d{2}\b|\b\d{1,2}\s?(?:am|pm|a\.m\.|p\.m\.)|\bnoon\b|\bmidnight\b", re.I
+)
+_LENGTH = re.compile(
+    r"\d(?:[.,]\d+)?\s?(?:km|kilomet(?:er|re)s?|m|met(?:er|re)s?|cm|mm|mi|miles?|ft|feet|in"
+    r"|inch(?:es)?|px|pixels?)\b|\d+\s?[x×]\s?\d+",
+    re.I,
+)
+
+
+_MONTH_OR_SEASON = re.compile(
+    r"\b(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\b|\bQ[1-4]\b"
+    r"|\b(?:spring|summer|autumn|fall|winter)\b|\b(?:today|tomorrow|yesterday)\b"
+    r"|\b(?:Januar|Februar|März|Mai|Juni|Juli|Oktober|Dezember|janvier|février|mars|avril|mai|"
+    r"juin|juillet|août|septembre|octobre|novembre|décembre)\b|\d+\s?(?:년|월|일)"
+)
+KIND_PATTERNS: dict[str, re.Pattern[str]] = {
+    "money": _MONEY,
+    "mass": _MASS,
+    "duration": _DURATION,
+    "date": _DATE,
+    "time": _TIME,
+    "percent": _PERCENT,
+    "number": _NUMBER,
+    "length": _LENGTH,
+}
+_PLACEHOLDER = re.compile(r"\[(PHONE|EMAIL)(?:_\d+)?\]")
+KIND_NAMES = {
+    "money": "an amount of money", "mass": "a weight", "duration": "a duration",
+    "date": "a date or year", "time": "a time of day", "percent": "a percentage",
+    "number": "a number", "length": "a length or size", "phone": "a phone number",
+    "email": "an e-mail address",
+}  # fmt: skip
+
+# Words that ask for a kind of value, and the kinds that answer them (any one will do).
+_ASKING: dict[str, frozenset[str]] = {}
+for _words, _kinds in (
+    ("price prices priced cost costs costing fee fees charge charged tariff expensive cheap "
+     "pay spend spent salary wage budget revenue turnover invoice bill billed", "money"),
+    ("total amount sum subtotal balance due", "money number"),
+    ("phone telephone mobile hotline dial ring", "phone"),
+    ("email e-mail mail", "email"),
+    ("contact reach", "phone email"),
+    ("weigh weighs weight heavy heavier mass", "mass number"),
+    ("duration period", "duration number"),
+    ("date deadline year", "date duration"),
+    ("when", "date time duration"),
+    ("percent percentage rate share proportion vat ratio", "percent money number"),
+    ("discount", "percent money"),
+    ("size resolution dimension dimensions long far distance range tall wide high",
+     "length number duration"),
+    ("count", "number"),
+    # Other languages' most common value words (the question in a document's own language).
+    ("preis kosten kostet prix coût coûte precio cuesta prijs kost prezzo costo gebühr", "money"),
+    ("wann quand cuándo cuando wanneer quando 언제 いつ", "date time duration"),
+    ("gesamt gesamtbetrag summe totale totaal betrag montant importe bedrag 합계 총액",
+     "money number"),
+    ("mwst ust tva iva btw", "percent money number"),
+    ("얼마 몇 wieviel wie viele combien cuántos cuántas hoeveel quanti quante", "number money"),
+):  # fmt: skip
+    for _w in _words.split():
+        _ASKING[_w] = frozenset(_kinds.split())
+_HOW: dict[str, frozenset[str]] = {
+    "many": frozenset({"number"}),
+    "much": frozenset({"money", "number", "mass", "percent"}),
+    "long": frozenset({"duration", "length", "number"}),
+    "far": frozenset({"length", "number"}),
+    "old": frozenset({"number", "date", "duration"}),
+    "often": frozenset({"number", "duration", "date"}),
+    "big": frozenset({"length", "number", "mass"}),
+    "large": frozenset({"length", "number", "mass"}),
+    "fast": frozenset({"number", "length", "duration"}),
+    "heavy": frozenset({"mass", "number"}),
+    "tall": frozenset({"length", "number"}),
+    "quick": frozenset({"number", "duration"}),
+    "quicker": frozenset({"number", "duration"}),
+    "soon": frozenset({"duration", "date", "number"}),
+}
+_WHAT_TIME = re.compile(r"\b(?:what|which) time\b|\bat what hour\b|\bopening hours\b", re.I)
+_WHAT_YEAR = re.compile(r"\b(?:what|which) year\b|\bin what year\b", re.I)
+_NUMBER_OF = re.compile(r"\bnumber of\b", re.I)
+
+_MAX_WORDS = (
+    "highest most largest biggest greatest maximum max top priciest longest heaviest latest "
+    "newest fastest best busiest"
+)
+_MIN_WORDS = (
+    "lowest least smallest minimum min cheapest fewest shortest lightest earliest oldest slowest"
+)
+SUPERLATIVES: dict[str, str] = {
+    **dict.fromkeys(_MAX_WORDS.split(), "max"),
+    **dict.fromkeys(_MIN_WORDS.split(), "min"),
+}
+_MOST_EXPENSIVE = re.compile(r"\bmost expensive\b", re.I)
+_LEAST_EXPENSIVE = re.compile(r"\bleast expensive\b", re.I)
+_QUESTION_TEXT = (
+    "what which who whom whose when where why how is are was were do does did can could will "
+    "would should may must has have name called call tell give list show"
+)
+_GENERIC_TEXT = (
+    "get gets got give gives make makes take takes need needs want know find use used go goes "
+    "come comes say says mean means kind type exactly currently actually usually"
+)
+_QUESTION_WORDS = frozenset(_QUESTION_TEXT.split()) | frozenset(analyze(_GENERIC_TEXT))
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a question asks for.
+
+    Attributes:
+        kinds: the value kinds that would answer it (any one); empty for no value question.
+        extreme: "max" / "min" for a superlative, with ``superlative`` its word.
+        terms: its content terms (analysed, stemmed), question words left out.
+    """
+
+    question: str
+    kinds: frozenset[str]
+    extreme: str | None
+    superlative: str | None
+    terms: tuple[str, ...]
+
+
+def ask_of(question: str) -> Ask:
+    """What ``question`` asks for (see `Ask`)."""
+    said = words(question)
+    kinds: set[str] = set()
+    for i, w in enumerate(said):
+        kinds |= _ASKING.get(w, frozenset())
+        if w == "how" and i + 1 < len(said) and said[i + 1] in _HOW:
+            kinds |= _HOW[said[i + 1]]
+    if _WHAT_TIME.search(question):
+        kinds = {"time"}
+    if _WHAT_YEAR.search(question):
+        kinds = {"date"}
+    if _NUMBER_OF.search(question):
+        kinds |= {"number"}
+    dialled = {"call", "phone", "dial"} & set(said)
+    if "number" in said and not _NUMBER_OF.search(question) and dialled:
+        kinds |= {"phone"}
+    extreme, superlative = None, None
+    if _MOST_EXPENSIVE.search(question):
+        extreme, superlative = "max", "expensive"
+    elif _LEAST_EXPENSIVE.search(question):
+        extreme, superlative = "min", "expensive"
+    else:
+        for w in said:
+            loose = w in ("most", "least", "max", "min") and _adverbial(said, w)
+            if w in SUPERLATIVES and not loose:
+                extreme, superlative = SUPERLATIVES[w], w
+                break
+    if superlative in ("expensive", "priciest", "cheapest"):
+        kinds |= {"money"}
+    after_how = {said[i + 1] for i, w in enumerate(said[:-1]) if w == "how"}
+    terms = tuple(
+        t for t in analyze(" ".join(w for w in said if w not in after_how))
+        if t not in _QUESTION_WORDS
+    )  # fmt: skip
+    return Ask(question, frozenset(kinds), extreme, superlative, terms)
+
+
+def _adverbial(said: list[str], word: str) -> bool:
+    """ "most" in "at most", "most of", "the most" before nothing: not a superlative."""
+    i = said.index(word)
+    before = said[i - 1] if i else ""
+    after = said[i + 1] if i + 1 < len(said) else ""
+    return before == "at" or after in ("", "of", "likely", "recent", "common", "important")
+
+
+def holds_kind(kind: str, text: str) -> bool:
+    """``text`` states a value of ``kind`` (`KIND_NAMES`)."""
+    if kind in ("phone", "email"):
+        if any(m.group(1).lower() == kind for m in _PLACEHOLDER.finditer(text)):
+            return True
+        return any(f.kind == kind for f in find_pii(text))
+    if kind == "date" and _MONTH_OR_SEASON.search(text):
+        return True
+    return KIND_PATTERNS[kind].search(text) is not None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The support check's finding on one quote: ``ok``, or what is ``missing``."""
+
+    ok: bool
+    missing: str | None = None
+
+
+def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: str = "") -> Verdict:
+    """Whether ``quote`` (exact text of ``chunk``) holds the answer to ``ask``.
+
+    Args:
+        computed: the quote is a superlative computed over a table's rows (`table_answer`).
+        title: the chunk's document title (a question's words may be there, not in the chunk).
+    """
+    if not quote.strip():
+        return Verdict(False, "the answer quotes nothing")
+    flat = " ".join(chunk.split())
+    if any(" ".join(ln.split()) not in flat for ln in quote.splitlines() if ln.strip()):
+        return Verdict(False, "the quote is not in the cited passage")
+    if is_header_only(quote, chunk):
+        return Verdict(False, "the quote is a table's header row, which holds no value")
+    body = _rows_only(quote, chunk)
+    if ask.kinds and not any(holds_kind(k, body) for k in ask.kinds):
+        wanted = " or ".join(sorted(KIND_NAMES[k] for k in ask.kinds))
+        return Verdict(False, f"the quoted text states no {wanted}")
+    if ask.extreme and not computed and not _states_superlative(ask, quote):
+        return Verdict(
+            False,
+            f"the question asks for the {ask.superlative} and the quote does not compare "
+            "(no table to compute it over)",
+        )
+    missing = _unnamed_column(ask, quote, chunk, title)
+    if missing:
+        return Verdict(False, missing)
+    return Verdict(True)
+
+
+def _rows_only(quote: str, chunk: str) -> str:
+    """The quote without its tables' header lines: values sit in rows, not in column names."""
+    headers = {" ".join(chunk[s:e].split()) for t in tables(chunk) for s, e in (t.header_span,)}
+    return "\n".join(ln for ln in quote.splitlines() if " ".join(ln.split()) not in headers)
+
+
+def _states_superlative(ask: Ask, quote: str) -> bool:
+    said = set(words(quote))
+    if ask.superlative == "expensive":
+        return bool(_MOST_EXPENSIVE.search(quote) or _LEAST_EXPENSIVE.search(quote))
+    same = {w for w, d in SUPERLATIVES.items() if d == ask.extreme}
+    return ask.superlative in said or bool(said & same & {ask.superlative or ""})
+
+
+def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
+    """For a quoted table row: a column the question names only in part is missing (its other
+    words appear nowhere in the chunk): "date of birth" is not "Subscription Date"."""
+    quoted = [ln for ln in quote.splitlines() if ln.strip().startswith("|")]
+    if not quoted:
+        return None
+    for table in tables(chunk):
+        row = _row_of(table, chunk, quoted)
+        if row is None:
+            continue
+        header_terms = {t for cell in table.header for t in analyze(cell)}
+        row_terms = {t for cell in row.cells for t in analyze(cell)}
+        named = [t for t in ask.terms if t in header_terms]
+        if not named:
+            return None
+        chunk_terms = set(analyze(chunk)) | set(analyze(title))
+        absent = [t for t in ask.terms if t not in chunk_terms and t not in row_terms]
+        if absent:
+            return f"no column of the table matches the question's {', '.join(absent)!r}"
+    return None
+
+
+def _row_of(table: Table, chunk: str, quoted: Sequence[str]) -> TableRow | None:
+    lines = {" ".join(q.split()) for q in quoted}
+    for row in table.rows:
+        if " ".join(chunk[row.span[0] : row.span[1]].split()) in lines:
+            return row
+    return None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The support check over an answer's claims: ``answered`` with the claims whose quotes
+    hold the answer (in order), or not, with the claims as evidence and what is ``missing``."""
+
+    answered: bool
+    claims: tuple[Claim, ...]
+    missing: str | None = None
+
+
+def judge(
+    question: str,
+    claims: Sequence[Claim],
+    texts: dict[str, str],
+    titles: dict[str, str] | None = None,
+) -> Judgement:
+    """Check each claim's quote against the chunk it quotes (``texts``: chunk id -> the text
+    the model saw; ``titles``: chunk id -> its document's title). Answered when at least one
+    quote holds the answer; those claims are kept, the rest dropped. Otherwise every claim is
+    kept as evidence, with the first one's gap."""
+    ask = ask_of(question)
+    held: list[Claim] = []
+    gaps: list[str] = []
+    for claim in claims:
+        chunk = texts.get(claim.chunk_ids[0], "") if claim.chunk_ids else ""
+        if not claim.quote:
+            gaps.append("the answer quotes nothing")
+            continue
+        title = (titles or {}).get(claim.chunk_ids[0], "")
+        verdict = check(ask, claim.quote, chunk, computed=claim.computed, title=title)
+        if verdict.ok:  # it cites what it quotes: an unquoted second chunk is not checked
+            held.append(replace(claim, chunk_ids=claim.chunk_ids[:1]))
+        else:
+            gaps.append(verdict.missing or "")
+    if held:
+        return Judgement(True, tuple(held))
+    return Judgement(False, tuple(claims), gaps[0] if gaps else "no claim quotes the passage")
