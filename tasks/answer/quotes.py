@@ -12,6 +12,7 @@ Pure functions over text: the offline answer model quotes with them, and the sup
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -126,9 +127,25 @@ def units(text: str) -> list[Unit]:
         if isinstance(block, Table):
             out.extend(Unit(r.span, block, r) for r in block.rows if any(r.cells))
             continue
-        start, end = block[0][0], block[-1][1]
-        out.extend(Unit(span) for span in _sentence_spans(text, start, end))
+        for run in _record_runs(text, block):
+            out.extend(Unit(span) for span in _sentence_spans(text, run[0][0], run[-1][1]))
     return out
+
+
+def _record_runs(text: str, para: list[Span]) -> list[list[Span]]:
+    """A paragraph's lines in runs that read on: a line that ends without punctuation and is
+    followed by one that starts with a capital or a digit is a record of its own (an OCR'd
+    bill's "Total CHF 2,930.05", an address line); a line followed by a lowercase one is a
+    hard wrap of the same sentence."""
+    runs: list[list[Span]] = [[para[0]]]
+    for (s0, e0), (s1, e1) in itertools.pairwise(para):
+        line, after = text[s0:e0].rstrip(), text[s1:e1].lstrip()
+        ends = line[-1:] in (".", "!", "?", ":", ";", ",", "-", "(") if line else True
+        if not ends and (after[:1].isupper() or after[:1].isdigit()):
+            runs.append([(s1, e1)])
+        else:
+            runs[-1].append((s1, e1))
+    return runs
 
 
 def _sentence_spans(text: str, start: int, end: int) -> list[Span]:

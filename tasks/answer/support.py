@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from tasks.answer.contract import Claim
 from tasks.answer.quotes import Table, TableRow, is_header_only, tables
 from tasks.text.pii import find_pii
-from tasks.text.sparse import analyze, words
+from tasks.text.sparse import STOPWORDS, analyze, words
 from tasks.text.values import _DATE, _DURATION, _MASS, _MONEY
 
 _NUMBER_WORDS = (
@@ -61,6 +61,7 @@ KIND_PATTERNS: dict[str, re.Pattern[str]] = {
     "number": _NUMBER,
     "length": _LENGTH,
 }
+_MASKED = re.compile(r"\[[A-Z]+(?:_\d+)?\]")
 _PLACEHOLDER = re.compile(r"\[(PHONE|EMAIL)(?:_\d+)?\]")
 KIND_NAMES = {
     "money": "an amount of money", "mass": "a weight", "duration": "a duration",
@@ -156,16 +157,44 @@ class Ask:
     extreme: str | None
     superlative: str | None
     terms: tuple[str, ...]
+    names: tuple[str, ...] = ()
+
+
+def _name_words(text: str) -> set[str]:
+    return set(words(text))
+
+
+def _names(question: str) -> tuple[str, ...]:
+    """The names a question gives (lower-cased words): capitalised words other than its first
+    and its question words ("Aurora", "Ghent", "Sheryl Baxter"), and codes and numbers
+    ("DB2", "2025-0412", "2021"). The passage that answers it names them too."""
+    found: list[str] = []
+    tokens = re.findall(r"[\w][\w'’./-]*", _MASKED.sub(" ", question))
+    for i, token in enumerate(tokens):
+        token = re.sub(r"['’]s$", "", token).strip(".-/")
+        low = token.lower()
+        if not token or low in _QUESTION_WORDS or low in STOPWORDS:
+            continue
+        capital = token[:1].isupper() and i > 0 and token[:1].isalpha()
+        code = any(ch.isdigit() for ch in token) and (
+            any(ch.isalpha() for ch in token) or sum(ch.isdigit() for ch in token) >= 3
+        )
+        if capital or code:
+            found.extend(w for w in words(token) if w not in STOPWORDS)
+    return tuple(dict.fromkeys(found))
 
 
 def ask_of(question: str) -> Ask:
     """What ``question`` asks for (see `Ask`)."""
+    question = _MASKED.sub(" ", question)  # "[EMAIL]": the asker's own data, masked, no ask
     said = words(question)
-    kinds: set[str] = set()
+    named: set[str] = set()  # kinds the question's own words ask for ("cost": an amount)
+    how: set[str] = set()  # what "how much", "how long" … ask for: looser
     for i, w in enumerate(said):
-        kinds |= _ASKING.get(w, frozenset())
+        named |= _ASKING.get(w, frozenset())
         if w == "how" and i + 1 < len(said) and said[i + 1] in _HOW:
-            kinds |= _HOW[said[i + 1]]
+            how |= _HOW[said[i + 1]]
+    kinds = (named & how or named) if named else how
     if _WHAT_TIME.search(question):
         kinds = {"time"}
     if _WHAT_YEAR.search(question):
@@ -193,7 +222,7 @@ def ask_of(question: str) -> Ask:
         t for t in analyze(" ".join(w for w in said if w not in after_how))
         if t not in _QUESTION_WORDS
     )  # fmt: skip
-    return Ask(question, frozenset(kinds), extreme, superlative, terms)
+    return Ask(question, frozenset(kinds), extreme, superlative, terms, _names(question))
 
 
 def _adverbial(said: list[str], word: str) -> bool:
@@ -247,7 +276,10 @@ def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: st
             f"the question asks for the {ask.superlative} and the quote does not compare "
             "(no table to compute it over)",
         )
-    missing = _unnamed_column(ask, quote, chunk, title)
+    absent = [n for n in ask.names if n not in _name_words(chunk + "\n" + title)]
+    if absent:
+        return Verdict(False, f"the cited passage never names {', '.join(absent)!r}")
+    missing = None if computed else _unnamed_column(ask, quote, chunk, title)
     if missing:
         return Verdict(False, missing)
     return Verdict(True)
@@ -268,8 +300,9 @@ def _states_superlative(ask: Ask, quote: str) -> bool:
 
 
 def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
-    """For a quoted table row: a column the question names only in part is missing (its other
-    words appear nowhere in the chunk): "date of birth" is not "Subscription Date"."""
+    """For a quoted table row: the question's words that name neither the row nor a column
+    and appear nowhere in the chunk or its title ask for something the table does not hold
+    ("date of birth" of a customer list whose only date is "Subscription Date")."""
     quoted = [ln for ln in quote.splitlines() if ln.strip().startswith("|")]
     if not quoted:
         return None
@@ -277,15 +310,13 @@ def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
         row = _row_of(table, chunk, quoted)
         if row is None:
             continue
-        header_terms = {t for cell in table.header for t in analyze(cell)}
-        row_terms = {t for cell in row.cells for t in analyze(cell)}
-        named = [t for t in ask.terms if t in header_terms]
-        if not named:
-            return None
-        chunk_terms = set(analyze(chunk)) | set(analyze(title))
-        absent = [t for t in ask.terms if t not in chunk_terms and t not in row_terms]
+        known = set(analyze(chunk)) | set(analyze(title))
+        # Words that compare or act ("highest", "placed", "running") name no column.
+        acting = " ".join(w for w in words(ask.question) if w.endswith(("ed", "ing")))
+        loose = set(analyze(" ".join(SUPERLATIVES) + " " + acting))
+        absent = [t for t in dict.fromkeys(ask.terms) if t not in known and t not in loose]
         if absent:
-            return f"no column of the table matches the question's {', '.join(absent)!r}"
+            return f"no column or row of the table matches the question's {', '.join(absent)!r}"
     return None
 
 

@@ -163,7 +163,7 @@ def _superlative(ask: Ask, same: Sequence[tuple[str, str, Table]]) -> TableAnswe
     # A question that also names rows ("in 2025") compares those rows only.
     header = {t for terms in _terms(table.header) for t in terms}
     wanted = set(ask.terms) - header - {ask.superlative or ""}
-    scoped = [x for x in rows if not wanted or _row_terms(ask, table, x[2])]
+    scoped = [x for x in rows if not wanted or _row_terms(ask, table, x[2])] or rows
     values = [(v, x) for x in scoped if (v := _value(x[2].cells, col)) is not None]
     if len(values) < 2:
         return None
