@@ -2,7 +2,9 @@
 
 Each bundle of `evals.research_coverage` (``cider``: a cider maker's brand guide, product sheet,
 legal notes, contacts CSV and call notes, 39 expected facts; ``physio``: a clinic's HTML price
-list, team page and legal bullets, 23 facts) is seeded into its own org of a fresh
+list, team page and legal bullets, 23 facts; ``fixings``: a fastener distributor's PDF
+handbook, XLSX workbook, two text files, a URL and a steering prompt, 37 facts and one the
+prompt leaves out) is seeded (files, URLs, prompt) into its own org of a fresh
 ``KBFLOW_HOME`` the way ``kbflow seed`` stores it (files extracted in the isolated worker,
 `tasks.research.seed.seed_bundle`), then research runs offline through the functions the
 ``research`` flow's tasks call (`tasks.research.run.run_research`: gather the corpus with no
@@ -18,8 +20,10 @@ public context, synthesize, validate, persist the four drafts as pending_review)
 
 Per path: facts in the right draft, facts there AND cited to the seed that holds them, and
 cited facts whose citation is kept in the persisted draft's citations metadata (the footer,
-resolved to the seed's URI). Prints a Markdown table and saves
-bench/results/research_coverage.json.
+resolved to the seed's URI); precision (the share of the drafts' factual units that cite a
+seed or fetched source and quote no prompt sentence), prompt sentences quoted as facts,
+duplicated blocks, misfiled facts (in a draft other than their kind's) and left-out facts
+found. Prints a Markdown table and saves bench/results/research_coverage.json.
 
 With ``--cli`` the extractive path also runs as an account manager runs it, ``kbflow seed``
 then ``kbflow research`` (the Prefect flow) in subprocesses on this checkout (rows
@@ -84,16 +88,24 @@ def main() -> int:
     finally:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)
-    print("| bundle/path | facts | in the right draft | and cited to their seed | citation kept |")
-    print("|---|---|---|---|---|")
+    print(
+        "| bundle/path | facts | in the right draft | and cited to their seed | citation kept "
+        "| precision | prompt quoted | duplicated blocks | misfiled | left-out found |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, row in out["paths"].items():
         print(
             f"| {name} | {row['facts']} | {row['found']} ({row['found_ratio']:.1%}) "
-            f"| {row['cited']} ({row['cited_ratio']:.1%}) | {row['citation_kept']} |"
+            f"| {row['cited']} ({row['cited_ratio']:.1%}) | {row['citation_kept']} "
+            f"| {row['precision']:.1%} ({row['from_sources']}/{row['factual_units']}) "
+            f"| {row['prompt_quoted']} | {row['duplicated_blocks']} | {row['misfiled']} "
+            f"| {len(row['left_out_found'])} |"
         )
     for name, row in out["paths"].items():
         if row["missing"]:
             print(f"{name}: not in the right draft or not cited: {', '.join(row['missing'])}")
+        if row["misfiled"]:
+            print(f"{name}: also in another draft: {', '.join(row['misfiled_ids'])}")
     print("claude-scripted measures kbflow's handling of a scripted reply, not Claude's quality.")
     save_results("research_coverage", out, unprinted="paths")
     return 0
@@ -102,7 +114,7 @@ def main() -> int:
 def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
     from core.models import ResearchRequest
     from core.settings import Settings
-    from evals.research_coverage import CIDER, PHYSIO, score_drafts, scripted_reply
+    from evals.research_coverage import BUNDLES_ALL, CIDER, score_drafts, scripted_reply
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.isolate import isolated_extractor
     from tasks.research.extractive import ExtractiveSynthesizer
@@ -115,16 +127,18 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     bundles: dict[str, Any] = {}
     with open_registry(settings) as registry, open_vector_store(settings, share=False) as store:
-        for bundle in (CIDER, PHYSIO):
+        for bundle in BUNDLES_ALL:
             org = bundle.name
             registry.ensure_org(org, bundle.client_name)
             with isolated_extractor(settings) as extract:
                 seeded = seed_bundle(
-                    SeedBundle(files=tuple(bundle.seed_files())), org, registry=registry,
-                    store=store, embedder=embedder, extract_file=extract,
+                    SeedBundle(files=tuple(bundle.seed_files()), urls=bundle.urls(),
+                               prompts=bundle.prompts()),
+                    org, registry=registry, store=store, embedder=embedder, extract_file=extract,
                 )  # fmt: skip
             seeds = list_seeds(registry, org)
             seed_cites = {Path(d.uri).name: f"doc:{d.id}" for d in seeds}
+            prompt_cites = {f"doc:{d.id}" for d in seeds if d.source_tag == "am_prompt"}
             titles = {f"doc:{d.id}": d.title for d in seeds}
             facts = bundle.facts()
             bundles[bundle.name] = {
@@ -153,7 +167,7 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
                     (drafts_dir / name).mkdir(parents=True, exist_ok=True)
                     for filename, content in drafts.items():
                         (drafts_dir / name / filename).write_text(content)
-                coverage = score_drafts(drafts, seed_cites, facts)
+                coverage = score_drafts(drafts, seed_cites, facts, bundle.prompts(), prompt_cites)
                 kept = _citations_kept(registry, outcome.doc_ids)
                 paths[name] = {
                     **coverage.to_dict(),
@@ -181,7 +195,16 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
 
 
 def _summary(paths: dict[str, Any]) -> dict[str, Any]:
-    keys = ("facts", "found_ratio", "cited_ratio", "citation_kept")
+    keys = (
+        "facts",
+        "found_ratio",
+        "cited_ratio",
+        "citation_kept",
+        "precision",
+        "prompt_quoted",
+        "duplicated_blocks",
+        "misfiled",
+    )
     return {name: {k: row[k] for k in keys} for name, row in paths.items()}
 
 
@@ -190,7 +213,7 @@ def run_cli(home: Path) -> dict[str, Any]:
     the isolated worker) and ``kbflow research`` (the Prefect flow, public context off), each a
     subprocess on this checkout, in a home of its own."""
     from core.settings import Settings
-    from evals.research_coverage import CIDER, PHYSIO, score_drafts
+    from evals.research_coverage import BUNDLES_ALL, score_drafts
     from sinks.connect import open_registry
 
     env = {
@@ -215,10 +238,12 @@ def run_cli(home: Path) -> dict[str, Any]:
 
     paths: dict[str, Any] = {}
     kbflow("users", "add", "bench", "--role", "superadmin")
-    for bundle in (CIDER, PHYSIO):
+    for bundle in BUNDLES_ALL:
         org = bundle.name
         kbflow("orgs", "create", org, "--name", bundle.client_name, "--as", "bench")
         files = [arg for path in bundle.seed_files() for arg in ("--file", str(path))]
+        files += [arg for url in bundle.urls() for arg in ("--url", url)]
+        files += [arg for prompt in bundle.prompts() for arg in ("--prompt", prompt)]
         kbflow("seed", "--org", org, "--as", "bench", *files)
         started = time.perf_counter()
         report = kbflow("research", "--org", org, "--client-name", bundle.client_name,
@@ -226,8 +251,9 @@ def run_cli(home: Path) -> dict[str, Any]:
         seconds = time.perf_counter() - started
         seeds = kbflow("seed", "list", "--org", org, "--as", "bench", "--json")
         seed_cites = {Path(d["uri"]).name: f"doc:{d['id']}" for d in seeds}
+        prompt_cites = {f"doc:{d['id']}" for d in seeds if d["source_tag"] == "am_prompt"}
         drafts = {d["filename"]: d["content"] for d in report["documents"]}
-        coverage = score_drafts(drafts, seed_cites, bundle.facts())
+        coverage = score_drafts(drafts, seed_cites, bundle.facts(), bundle.prompts(), prompt_cites)
         with open_registry(Settings(home=home)) as registry:
             kept = _citations_kept(registry, report["doc_ids"])
         paths[f"{org}/extractive-cli"] = {

@@ -14,6 +14,7 @@ from typing import Any
 from core.errors import ConfigError, LlmError, SynthesisFailed, SynthesisInvalid
 from core.models import DraftDocument, ResearchCorpus, SynthesisResult
 from tasks.llm import AnthropicChat
+from tasks.research.steering import PROMPT_SOURCE
 from tasks.research.synthesize import (
     BRAND_VOICE,
     COMPLIANCE,
@@ -67,13 +68,26 @@ nothing else."""
 
 
 def user_message(corpus: ResearchCorpus) -> str:
-    """The user turn: the allowed citation ids, then the rendered corpus."""
-    ids = "\n".join(f"- {e.citation} {short(e.title, 200)}" for e in corpus.entries)
+    """The user turn: the account manager's instructions (their prompts, which steer and are
+    never cited), the allowed citation ids, then the rendered corpus of every other entry."""
+    prompts = [e for e in corpus.entries if e.source == PROMPT_SOURCE]
+    sources = ResearchCorpus(
+        corpus.client_name, tuple(e for e in corpus.entries if e.source != PROMPT_SOURCE)
+    )
+    ids = "\n".join(f"- {e.citation} {short(e.title, 200)}" for e in sources.entries)
+    steer = ""
+    if prompts:
+        text = "\n\n".join(e.text.strip() for e in prompts)
+        steer = (
+            "The account manager's instructions (what to focus on, leave out, and who the "
+            "audience is). Follow them; they are not facts: never quote or cite them.\n"
+            f"<instructions>\n{text}\n</instructions>\n\n"
+        )
     return (
-        f"Client: {corpus.client_name}\n\n"
+        f"Client: {corpus.client_name}\n\n{steer}"
         f"Citation ids you may use:\n{ids}\n\n"
         f"Research corpus (each entry starts with its citation id):\n"
-        f"<corpus>\n{corpus.render()}\n</corpus>"
+        f"<corpus>\n{sources.render()}\n</corpus>"
     )
 
 

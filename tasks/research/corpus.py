@@ -10,7 +10,8 @@ from sinks.registry import DocRecord
 from sinks.vectors import VectorStore
 from tasks.text.chunk import chunks_to_markdown
 
-MAX_ENTRY_CHARS = 12_000
+MAX_ENTRY_CHARS = 60_000  # one seed's text (a long PDF handbook: ~25 pages)
+MAX_SEED_CHARS = 240_000  # all seeds together (~60k tokens, well inside the default budget)
 
 
 def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusEntry]:
@@ -18,9 +19,10 @@ def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusE
 
     Reads through the store's inspection path (seeds are not served to agents). The text is the
     document's Markdown rebuilt from its chunks: headings, lists and tables included, each
-    section's chunks joined on their own (so a table never runs into the next sheet's).
+    section's chunks joined on their own (so a table never runs into the next sheet's). Texts
+    are bounded by `fair_shares`: a long handbook is read whole when the bundle has room.
     """
-    entries = []
+    texts = []
     for doc in seeds:
         chunks = store.inspect_document_chunks(doc.id)
         text = chunks_to_markdown(
@@ -30,16 +32,34 @@ def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusE
                 if c.payload.get("content_hash") in (None, doc.content_hash)
             ]
         )
-        entries.append(
-            CorpusEntry(
-                cite_id=f"doc:{doc.id}",
-                title=doc.title,
-                text=text[:MAX_ENTRY_CHARS],
-                source=doc.source_tag or "am_file",
-                uri=doc.uri,
-            )
+        texts.append(text)
+    shares = fair_shares([len(t) for t in texts], MAX_ENTRY_CHARS, MAX_SEED_CHARS)
+    return [
+        CorpusEntry(
+            cite_id=f"doc:{doc.id}",
+            title=doc.title,
+            text=text[:share],
+            source=doc.source_tag or "am_file",
+            uri=doc.uri,
         )
-    return entries
+        for doc, text, share in zip(seeds, texts, shares, strict=True)
+    ]
+
+
+def fair_shares(sizes: Sequence[int], per_item: int, total: int) -> list[int]:
+    """How many characters of each text to keep: all of it up to ``per_item``, and when the
+    texts together pass ``total``, an equal share of what is left for each text that needs
+    more (short texts are kept whole; only the longest are cut)."""
+    wanted = [min(size, per_item) for size in sizes]
+    if sum(wanted) <= total:
+        return wanted
+    shares = [0] * len(sizes)
+    left = total
+    order = sorted(range(len(sizes)), key=lambda i: wanted[i])
+    for n, i in enumerate(order):
+        shares[i] = min(wanted[i], left // (len(order) - n))
+        left -= shares[i]
+    return shares
 
 
 _URL = re.compile(r"https?://[^\s<>()\[\]\"']+")

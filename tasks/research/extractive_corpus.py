@@ -10,8 +10,15 @@ from dataclasses import dataclass
 
 from core.models import ResearchCorpus
 from tasks.research import extractive_cues as cues
+from tasks.research.steering import PROMPT_SOURCE
 from tasks.text.citations import CITE_OPEN
-from tasks.text.sentences import HEADING, MarkdownTable, split_sentences, split_tables
+from tasks.text.sentences import (
+    HEADING,
+    LIST_ITEM,
+    MarkdownTable,
+    split_sentences,
+    split_tables,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +33,12 @@ class Sentence:
     header: tuple[str, ...] = ()
     cells: tuple[str, ...] = ()
     headings: str = ""  # the headings above it, " > "-joined (context, never quoted)
+    lead: str = ""  # a list item's lead-in sentence (context, never quoted with it)
+
+    @property
+    def context(self) -> str:
+        """What labels the sentence: its headings, lead-in and table header."""
+        return " | ".join(p for p in (self.headings, self.lead, *self.header) if p)
 
     @property
     def line(self) -> str:
@@ -83,10 +96,18 @@ def sections(text: str) -> list[tuple[str, str]]:
 def corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[Sentence]:
     """Distinct, informative sentences of the corpus, each with its entry's citation id and the
     headings above it; a table's rows come as sentences that keep their cells and the table's
-    header. A lead-in ("How long we keep it:") says nothing without what follows: dropped."""
+    header. A lead-in ("How long we keep it:") says nothing without what follows: dropped.
+
+    The AM's prompts are instructions (`tasks.research.steering`), never quoted: skipped. A
+    short line of its own that reads as a title (a PDF's headings arrive as plain paragraphs)
+    labels the sentences below it instead of being one; a list's lead-in sentence labels its
+    items the same way ("Besides stock sales we run three service lines.").
+    """
     seen: set[str] = set()
     out: list[Sentence] = []
     for entry in corpus.entries:
+        if entry.source == PROMPT_SOURCE:
+            continue
         for headings, section in sections(entry.text):
             found = []
             for part in split_tables(section):
@@ -100,13 +121,13 @@ def corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[Sentence]:
                         )
                 else:
                     found.extend(
-                        Sentence(clean(raw), entry.cite_id, entry.source, headings=headings)
-                        for raw in split_sentences(part)
+                        Sentence(clean(raw), entry.cite_id, entry.source, headings=h, lead=lead)
+                        for h, lead, raw in _labelled_sentences(part, headings)
                     )
             for sentence in found:
                 text = sentence.text
                 key = text.casefold()
-                contact = cues.EMAIL.search(text) or cues.PHONE.search(text)
+                contact = cues.EMAIL.search(text) or cues.has_phone(text)
                 short = len(re.findall(r"\w+", text)) < 4 or text.endswith(":")
                 if key in seen or (short and not (contact or cues.MONEY.search(text))):
                     continue
@@ -116,3 +137,58 @@ def corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[Sentence]:
                     log.warning("corpus has more than %d sentences; the rest are not used", limit)
                     return out
     return out
+
+
+_TITLE_LINE = re.compile(r"^(?:\d+(?:\.\d+)*\.?\s+)?[A-Z][^.!?:;|@]*$")
+_INCH = re.compile(r'(?<=\d)"(?![A-Za-z])')  # 1/2" bolts: an inch mark, not a quotation
+_INCH_MASK = "\ue000"
+
+
+def _is_title(paragraph: str) -> bool:
+    """A one-line paragraph that labels what follows: short, no end punctuation, no figures
+    that would make it a fact (a price, an address)."""
+    line = paragraph.strip()
+    words = re.findall(r"\w+", line)
+    return (
+        "\n" not in line
+        and 1 <= len(words) <= 8
+        and bool(_TITLE_LINE.match(line))
+        and not LIST_ITEM.match(line)
+        and not (cues.MONEY.search(line) or cues.EMAIL.search(line) or cues.has_phone(line))
+    )
+
+
+def _labelled_sentences(text: str, headings: str) -> list[tuple[str, str, str]]:
+    """(headings, lead-in, sentence) of a text part: a title line joins the headings of what
+    follows it, a list's lead-in sentence labels the list's items; overlong sentences are
+    split again."""
+    out: list[tuple[str, str, str]] = []
+    title = ""
+    lead = ""
+    for paragraph in re.split(r"\n[ \t]*\n", text):
+        if not paragraph.strip():
+            continue
+        if _is_title(paragraph):
+            title, lead = paragraph.strip(), ""
+            continue
+        context = " > ".join(h for h in (headings, title) if h)
+        is_item = bool(LIST_ITEM.match(paragraph.lstrip()))
+        found = _split(paragraph)
+        out.extend((context, lead if is_item else "", sentence) for sentence in found)
+        if not is_item and found:
+            lead = found[-1]
+    return out
+
+
+def _split(paragraph: str) -> list[str]:
+    """`split_sentences`, with inch marks kept out of the quotation rule, and any sentence
+    still too long to quote split at its sentence ends regardless of quotation marks (a stray
+    quote in a PDF's text must not fuse a whole page into one clipped line)."""
+    masked = _INCH.sub(_INCH_MASK, paragraph)
+    out: list[str] = []
+    for sentence in split_sentences(masked):
+        if len(sentence) > cues.MAX_SENTENCE_CHARS:
+            out.extend(p for p in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9])", sentence) if p)
+        else:
+            out.append(sentence)
+    return [s.replace(_INCH_MASK, '"') for s in out]

@@ -65,7 +65,7 @@ CUES: dict[str, re.Pattern[str]] = {
         r"\b(privacy|personal data|data protection|gdpr|ccpa|hipaa|consent|regulat\w*|legal|"
         r"laws?|complian\w*|warrant\w*|guarantee\w*|liabil\w*|safety|hazard\w*|recalls?|"
         r"certif\w*|licen[cs]\w*|refunds?|disclaim\w*|insurance|risks?|prohibit\w*|fda|ftc|"
-        r"statutes?|directives?|retention|retain\w*|deletion|erasure|allergens?|"
+        r"statutes?|directives?|restrict(?:ed|ions?)|retention|retain\w*|deletion|erasure|allergens?|"
         r"health claims?|responsibly|minors?|age limit|proof of age|"
         r"not (?:a )?(?:substitute|replace\w*) (?:for )?(?:a |your )?(?:diagnos\w*|advice)|"
         r"(?:carr(?:y|ies)|display|show|include)s? (?:the|a|this) "
@@ -78,10 +78,37 @@ CUES: dict[str, re.Pattern[str]] = {
 }
 
 
+# Compliance cues that also describe offers ("certified torque testing", "a safety
+# inspection service"): legal only with an obligation in the same sentence.
+WEAK_LEGAL = re.compile(
+    r"(?:certif\w*|safety|safe|hazard\w*|insurance|risks?|licen[cs]\w*|guarantee\w*|recalls?)",
+    re.I,
+)
+
+
+OBLIGATION = re.compile(
+    r"\b(?:must|shall|required?|requires|mandatory|obliged|prohibit\w*|may (?:only|not)|"
+    r"cannot|can't|not allowed|never|only if|at least)\b",
+    re.I,
+)
+
+
+def legal_cue(text: str) -> bool:
+    """A compliance cue that makes ``text`` a legal point: a strong one (a law, privacy,
+    retention, an age limit, a warranty, ...), or a weak one with an obligation."""
+    found = [m.group() for m in CUES["compliance"].finditer(text)]
+    if any(not WEAK_LEGAL.fullmatch(word) for word in found):
+        return True
+    return bool(found) and OBLIGATION.search(text) is not None
+
+
 CUE_BONUS = 0.15
 
 
 MIN_SCORE = 0.25  # below this (cosine + cue bonus) a sentence is off-topic for every purpose
+
+
+MIN_FILED_SCORE = 0.15  # enough for compliance under a legal or safety heading of the seed
 
 
 MONEY = re.compile(  # 85 EUR, €85, $1,299.00, 12.50 GBP
@@ -98,6 +125,17 @@ PHONE = re.compile(  # +1 503 555 0142, (503) 555-0142, 020 7946 0958 — not "2
 )
 
 
+_GROUPED_NUMBER = re.compile(r"\d{1,3}(?:([ .,])\d{3})(?:\1\d{3})*")
+
+
+def has_phone(text: str) -> bool:
+    """A phone number in ``text``; a figure in thousands ("14 200 000", "14.200.000") is not."""
+    return any(
+        m.group().lstrip().startswith("+") or not _GROUPED_NUMBER.fullmatch(m.group().strip())
+        for m in PHONE.finditer(text)
+    )
+
+
 ROLE = re.compile(
     r"\b(CEO|CTO|CFO|COO|CMO|founder|co-founder|head of|director|manager|lead|VP|"
     r"vice president|chief|owner|president|coordinator|officer|specialist|partner)\b",
@@ -110,7 +148,7 @@ NAME = re.compile(r"\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)+\b")
 
 ESCALATION = re.compile(
     r"\b(escalat\w*|on-call|on call|urgent|emergenc\w*|out of hours|after hours|complaints?|"
-    r"(?:goes?|sent|send|forward\w*|rout\w*|passe?s?) (?:straight |directly )?to|same day|"
+    r"(?:goes?|sent|send|forward\w*|rout\w*|pass(?:es|ed)?) (?:straight |directly )?to|same day|"
     r"immediately|right away|straight away|at once|without delay)\b",
     re.I,
 )
@@ -156,7 +194,7 @@ COMPLIANCE_TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "Warranty, refunds and liability",
-        re.compile(r"\b(warrant\w*|guarantee\w*|refunds?|returns?|liabil\w*)\b", re.I),
+        re.compile(r"\b(warrant\w*|guarantee\w*|refunds?|return(?:s|ed)?|liabil\w*)\b", re.I),
     ),
     (
         "Safety",
@@ -193,3 +231,16 @@ MAX_TABLE_ROWS = 30  # rows of one table kept in a section (the size budget may 
 
 
 HEADING_BONUS = 0.10  # a purpose's cue in the headings above a sentence, or its table's header
+
+
+def purpose_cue(purpose: str, text: str) -> bool:
+    """Whether a sentence holds ``purpose``'s cue; for compliance a legal one ("certified"
+    alone describes an offer as often as a duty)."""
+    if purpose == "compliance":
+        return legal_cue(text)
+    return CUES[purpose].search(text) is not None
+
+
+def avoids_words(text: str) -> bool:
+    """A rule against quoted wording: 'Avoid "synergy"', 'Don't say "cheap"'."""
+    return bool(AVOID.search(text) and QUOTES_WORDS.search(text))

@@ -73,7 +73,7 @@ def make_corpus(*entries: CorpusEntry) -> ResearchCorpus:
             CorpusEntry("doc:hb01", "Brand handbook", HANDBOOK, "am_file"),
             CorpusEntry("doc:pr02", "Product one-pager", PRODUCTS, "am_file"),
             CorpusEntry(LEGAL, "Privacy and warranty", POLICY, "am_url"),
-            CorpusEntry("doc:ct03", "Contacts list", CONTACT_LIST, "am_prompt"),
+            CorpusEntry("doc:ct03", "Contacts list", CONTACT_LIST, "am_file"),
             CorpusEntry(HOME, "GreenLeaf homepage", HOMEPAGE, "public_homepage"),
             CorpusEntry("search:greenleaf solar reviews", "Search results", "", "public_search"),
         ),
