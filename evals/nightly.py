@@ -9,17 +9,24 @@ product's flows never import.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from core.errors import KbflowError
 from core.settings import Settings
+from evals.answers import answers_dataset
 from evals.beir import load_beir
-from evals.regression import baseline_path, check, load_baseline
+from evals.regression import baseline_path, check, check_answer_baselines, load_baseline
 from evals.retrieval import EvalResult, parse_modes, run_eval
 from evals.warehouse import write_eval
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @task(name="eval-dataset", cache_policy=NO_CACHE)
@@ -53,6 +60,30 @@ def question_set_task(corpus: str) -> str | None:
     return str(write_question_set(folder, corpus=cast(Corpus, corpus)))
 
 
+@task(name="answer-eval", cache_policy=NO_CACHE)
+def answer_eval_task(corpus: str) -> dict[str, Any] | None:
+    """Judge every answer to one corpus's questions: ``kbflow eval answers`` in a child process
+    (the answer path is the app's, a floor above ``evals/``), in a home kept under
+    ``<home>/evals/answers-home`` so the corpus is ingested once; the command records the run
+    in the warehouse. Returns its report; None when the documents are not on this machine."""
+    from evals.questions import datasets_folder
+
+    if corpus == "real-docs" and not (datasets_folder() / "real-docs").is_dir():
+        get_run_logger().warning("answer eval of %s skipped: no real-docs documents", corpus)
+        return None
+    home = Settings().home / "evals" / "answers-home"
+    command = [sys.executable, "-m", "kbflow.cli", "eval", "answers", "--corpus", corpus,
+               "--home", str(home), "--no-baseline", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    if done.returncode != 0:
+        raise KbflowError(
+            f"kbflow eval answers --corpus {corpus} failed (exit {done.returncode}): "
+            f"{done.stderr.strip()[-1500:]}"
+        )
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 def question_set_name(corpus: str) -> str:
     """The folder, and so the dataset name, of a corpus's question set: ``questions-<corpus>``."""
     return f"questions-{corpus}"
@@ -66,14 +97,17 @@ def nightly_eval(
     baseline_dir: str | None = None,
     tolerance: float | None = None,
     question_sets: list[str] | None = None,
+    answer_sets: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate retrieval on each BEIR folder, record it, then compare with the baselines.
 
     ``question_sets`` (``demo``, ``real-docs``) adds kbflow's own question sets
     (`evals.questions`): written afresh each run, evaluated like any BEIR folder, their
-    near-misses scored by the refusal metric. Every dataset is evaluated and recorded before any
-    alarm is raised, so one regression does not hide another dataset's figures. A dataset
-    without a baseline is recorded only.
+    near-misses scored by the refusal metric. ``answer_sets`` (``demo``, ``real-docs``) judges
+    every answer of those question sets, held-out questions included (`evals.answers`), and
+    compares answered-wrong and answered-correct with ``answers-<corpus>.json``. Every dataset
+    is evaluated and recorded before any alarm is raised, so one regression does not hide
+    another dataset's figures. A dataset without a baseline is recorded only.
     """
     logger = get_run_logger()
     summaries: dict[str, Any] = {}
@@ -99,6 +133,19 @@ def nightly_eval(
             continue
         try:
             check(result.record.modes, load_baseline(path), tolerance)
+        except Exception as exc:
+            problems.append(str(exc))
+    for corpus in answer_sets or ():
+        report = answer_eval_task(corpus)
+        if report is None:
+            continue
+        summaries[answers_dataset(corpus)] = report["all"]
+        logger.info("%s: %s", answers_dataset(corpus), report["all"])
+        try:
+            for note in check_answer_baselines(
+                report, Path(baseline_dir) if baseline_dir else None, tolerance
+            ):
+                logger.warning(note)
         except Exception as exc:
             problems.append(str(exc))
     if problems:

@@ -7,6 +7,12 @@ the same place: ``sinks.warehouse.reading``):
 - ``eval_runs``: one row per (run, mode) with the mean of each metric;
 - ``eval_queries``: one row per (run, mode, query) with that query's metrics.
 
+Answer-correctness runs (`evals.answers`) share the tables: dataset ``answers-<corpus>``, one
+``eval_runs`` row per question group ("mode" ``all``, ``even``, ``odd``, ``holdout``) with the
+answer rates, and ``eval_queries`` rows per question (under ``all`` and under its group) with a
+0/1 column per bucket. Retrieval rows leave the answer columns null, and answer rows the
+retrieval ones.
+
 Both tables merge on their primary keys, so loading the same run twice replaces its rows
 instead of duplicating them.
 
@@ -56,8 +62,32 @@ METRIC_COLUMNS: dict[str, str] = {m: m.replace("@", "_at_") for m in METRICS}
 # per-query supports in ``eval_queries``; other modes' rows leave them null.
 REFUSAL_COLUMNS: dict[str, str] = {m: m for m in REFUSAL_METRICS}
 SUPPORT_COLUMNS: dict[str, str] = {m: m for m in SUPPORT_METRICS}
-RUN_METRIC_COLUMNS: dict[str, str] = {**METRIC_COLUMNS, **REFUSAL_COLUMNS}
-QUERY_METRIC_COLUMNS: dict[str, str] = {**METRIC_COLUMNS, **SUPPORT_COLUMNS}
+# Answer-correctness runs (`evals.answers`): the rates of each question group, and per question
+# a 0/1 column per bucket (answered-correct, answered-wrong, maybe, refused-answerable,
+# refused-unanswerable). Named here, where they are columns; `evals.answers` imports them.
+ANSWER_METRICS: tuple[str, ...] = (
+    "answered_wrong_rate",
+    "answered_correct_rate",
+    "answered_rate",
+    "near_miss_not_answered_rate",
+    "near_miss_refused_rate",
+    "near_miss_maybe_rate",
+)
+ANSWER_OUTCOMES: tuple[str, ...] = (
+    "answer_answered_correct",
+    "answer_answered_wrong",
+    "answer_maybe",
+    "answer_refused_answerable",
+    "answer_refused_unanswerable",
+)
+ANSWER_COLUMNS: dict[str, str] = {m: m for m in ANSWER_METRICS}
+ANSWER_OUTCOME_COLUMNS: dict[str, str] = {m: m for m in ANSWER_OUTCOMES}
+RUN_METRIC_COLUMNS: dict[str, str] = {**METRIC_COLUMNS, **REFUSAL_COLUMNS, **ANSWER_COLUMNS}
+QUERY_METRIC_COLUMNS: dict[str, str] = {
+    **METRIC_COLUMNS,
+    **SUPPORT_COLUMNS,
+    **ANSWER_OUTCOME_COLUMNS,
+}
 
 
 def _hints(columns: dict[str, str]) -> dict[str, Any]:
@@ -299,13 +329,15 @@ def plot_history(rows: list[dict[str, Any]], out: Path) -> Path:
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
 
+    plotted = {**METRIC_COLUMNS, "refusal_auc": REFUSAL_COLUMNS["refusal_auc"]}
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: r["started_at"]):
-        lines.setdefault((row["dataset"], row["mode"]), []).append(row)
+        # answer-correctness rows hold none of these metrics: they get no empty line
+        if any(row.get(column) is not None for column in plotted.values()):
+            lines.setdefault((row["dataset"], row["mode"]), []).append(row)
 
     fig = Figure(figsize=PLOT_SIZE_INCHES, dpi=PLOT_DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    plotted = {**METRIC_COLUMNS, "refusal_auc": REFUSAL_COLUMNS["refusal_auc"]}
     axes = fig.subplots(len(plotted), 1, sharex=True)
     for ax, (metric, column) in zip(axes, plotted.items(), strict=True):
         for (dataset, mode), points in sorted(lines.items()):

@@ -259,6 +259,7 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
         {
             "datasets": [str(beir)],
             "question_sets": [],
+            "answer_sets": [],
             "baseline_dir": str(tmp_path / "no-baselines"),
         },
     )

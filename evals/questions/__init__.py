@@ -39,11 +39,25 @@ from evals.demo_corpus import PRICING_DRAFT_FILE, write_demo_corpus
 from tasks.ingest.extract import file_to_document, is_media
 
 Corpus = Literal["demo", "real-docs"]
-Kind = Literal["direct", "paraphrase", "near-miss"]
+Kind = Literal[
+    "direct",
+    "paraphrase",
+    "near-miss",
+    # the held-out set's kinds (``holdout.jsonl``): a table cell asked by row and column, the
+    # row a comparison over a table picks, a total the document states, a question in the
+    # document's own language (not English)
+    "table-cell",
+    "superlative",
+    "total",
+    "non-english",
+]
 CORPORA: tuple[Corpus, ...] = get_args(Corpus)
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 QUESTIONS_FILE = Path(__file__).resolve().with_name("questions.jsonl")
+HOLDOUT_FILE = Path(__file__).resolve().with_name("holdout.jsonl")
+"""Held-out questions (ids ``q-hold-…``): measured by `evals.answers` only, never used to choose
+a weight or a threshold, so that they stay a fair test of what calibration chose."""
 REPO = Path(__file__).resolve().parents[2]
 DEMO_LEFT_OUT: frozenset[str] = frozenset({PRICING_DRAFT_FILE})
 """Demo files never put in the set: the draft is pending review."""
@@ -64,7 +78,8 @@ class Question:
         answer: A short string found in the extracted text of each relevant file; None when
             unanswerable.
         kind: ``direct`` (uses the document's wording), ``paraphrase`` (avoids it) or
-            ``near-miss`` (unanswerable, on the corpus's own topic and entities).
+            ``near-miss`` (unanswerable, on the corpus's own topic and entities); the held-out
+            set adds ``table-cell``, ``superlative``, ``total`` and ``non-english``.
     """
 
     id: str
@@ -105,6 +120,18 @@ def load_questions(corpus: Corpus | None = None, path: Path = QUESTIONS_FILE) ->
         if corpus is None or question.corpus == corpus:
             questions.append(question)
     return questions
+
+
+def load_holdout(corpus: Corpus | None = None, path: Path = HOLDOUT_FILE) -> list[Question]:
+    """Read and check the held-out questions (``holdout.jsonl``), in file order.
+
+    Same schema and checks as `load_questions`. No calibration may read them (a test checks
+    that only `evals.answers` does): they measure answers on questions nothing was tuned to.
+
+    Raises:
+        ConfigError: As `load_questions`.
+    """
+    return load_questions(corpus, path=path)
 
 
 def _question(record: Any, where: str) -> Question:

@@ -3,8 +3,10 @@ nightly eval served on its schedule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -13,7 +15,7 @@ from rich.table import Table
 from core.settings import Settings
 from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
 from kbflow.cli.common import JsonOpt, command, command_group, print_json
-from kbflow.render import console, stage_progress
+from kbflow.render import console, err_console, stage_progress
 from kbflow.services import evals as service
 
 commands = typer.Typer()
@@ -84,6 +86,124 @@ def eval_run(
     )
     for note in summary["notes"]:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
+
+
+@group.command("answers")
+@command
+def eval_answers(
+    settings: Settings,
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(help="Question set to answer: demo, real-docs (repeatable; default both)."),
+    ] = None,
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            help="Home to ingest the corpora into, kept and reused by the next run "
+            "(default: a temporary one, removed afterwards)."
+        ),
+    ] = None,
+    record: Annotated[
+        bool, typer.Option("--record/--no-record", help="Save to the eval warehouse.")
+    ] = True,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline/--no-baseline",
+            help="Compare with evals/baselines/answers-<corpus>.json; exit 1 on a regression.",
+        ),
+    ] = True,
+    write_baseline: Annotated[
+        bool,
+        typer.Option("--write-baseline", help="Make this run the baseline (instead of comparing)."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure whether answers are right: every question of the sets goes through `kbflow
+    answer`, and each answer is judged answered-correct, answered-wrong, maybe or refused.
+
+    Correct: the expected answer is in the answer's quoted text and a relevant file is cited.
+    Rates are reported over all questions, per corpus and kind, and per group: the even and
+    odd halves of the question set and the held-out questions.
+    """
+    from evals.answers import answer_records, run_answers
+    from evals.regression import answer_baseline, baseline_path, check_answer_baselines
+    from evals.regression import save_baseline as save
+
+    with stage_progress(enabled=not as_json) as progress:
+        report = run_answers(settings, _answerer, corpus, home=home, progress=progress)
+    if record:
+        from evals.warehouse import write_eval
+
+        for run in answer_records(report, settings):
+            write_eval(run, home=settings.home, url=settings.stores.warehouse_url)
+    notes: list[str] = []
+    if write_baseline:
+        for name, summary in report["by_corpus"].items():
+            wanted = answer_baseline(summary, name)
+            notes.append(f"baseline written to {save(baseline_path(wanted.dataset), wanted)}")
+    if as_json:
+        print_json(report)
+    else:
+        _print_answers(report)
+    if baseline and not write_baseline:
+        notes += check_answer_baselines(report)  # raises on a regression: exit 1
+    for note in notes:
+        err_console.print(f"[yellow]note:[/yellow] {escape(note)}")
+
+
+@contextmanager
+def _answerer(settings: Settings) -> Iterator[Callable[[str, str], dict[str, Any]]]:
+    """`kbflow answer`'s path on ``settings``' home, for `evals.answers.run_answers`."""
+    from kbflow.services.answers import answer
+    from kbflow.services.context import search_context
+
+    with search_context(settings) as ctx:
+        yield lambda agent, question: answer(ctx, agent, question)
+
+
+def _print_answers(report: dict[str, Any]) -> None:
+    """The buckets and rates per corpus and group, then each wrong answer."""
+    from evals.answers import ANSWER_METRICS, BUCKETS
+
+    table = Table(
+        title=f"answer correctness — model {report['model']}, threshold {report['threshold']:.3f}"
+    )
+    table.add_column("set")
+    for column in ("questions", *BUCKETS, *_RATE_HEADERS):
+        table.add_column(column, justify="right")
+    sets = dict(report["by_corpus"])
+    if len(sets) > 1:
+        sets["both"] = report
+    for name, summary in sets.items():
+        for group, r in {"all": summary["all"], **summary["groups"]}.items():
+            table.add_row(
+                f"{name} · {group}",
+                str(r["questions"]),
+                *(str(r["counts"][b]) for b in BUCKETS),
+                *("—" if r[m] is None else f"{r[m]:.1%}" for m in ANSWER_METRICS),
+            )
+    console.print(table)
+    for wrong in report["wrong"]:
+        console.print(
+            f"[red]answered-wrong[/red] {escape(wrong['id'])} ({escape(wrong['corpus'])}, "
+            f"{escape(wrong['kind'])}): {escape(wrong['question'])}\n"
+            f"  status {escape(wrong['status'])}; expected {escape(str(wrong['expected']))}; "
+            f"cited {escape(', '.join(wrong['cited']) or 'nothing')}\n"
+            f"  quote: {escape(wrong['quote'])}"
+        )
+    console.print(f"{report['all']['questions']} questions in {report['seconds']:.0f}s")
+
+
+# The column heads of `evals.answers.ANSWER_METRICS`, in its order.
+_RATE_HEADERS = (
+    "wrong / all",
+    "correct / answered",
+    "answered / answerable",
+    "near-misses not answered",
+    "near-misses refused",
+    "near-misses maybe",
+)
 
 
 @group.command("report")
