@@ -64,6 +64,7 @@ def answer(
     question = require_text(question, "The question").strip()
     if not question:
         raise ConfigError("The question is empty. Ask something.")
+    config = config.for_query(question)  # the threshold of the question's form (query_form)
     rec = TurnRecorder("answer", question, org_id, agent_id, model, retrieve_fn, registry,
                        embedder, config)  # fmt: skip
     turn = _Answering(rec)
@@ -98,7 +99,9 @@ def answer(
     if model is None:
         return turn.refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
     asked = scrub(question)
-    replay_input = rec.replay_input(model, question=asked, evidence=[e.to_dict() for e in evidence])
+    replay_input = rec.replay_input(
+        model, question=asked, evidence=[e.to_dict() for e in evidence]
+    ) | {"query_form": config.form}  # added last: older keys keep their order
     try:
         claims = model.answer(asked, evidence, rec.calls)
     except (LlmError, LlmReplyInvalid) as exc:
@@ -205,7 +208,7 @@ class _Answering:
                               threshold=self.rec.config.threshold,
                               best_confidence=self.best_confidence, degraded=self.degraded,
                               support=SUPPORT_VERSION)  # fmt: skip
-        return out | {"missing": missing}  # added last: older keys keep their order
+        return out | {"missing": missing, "query_form": self.rec.config.form}  # added last
 
     def refuse(
         self,

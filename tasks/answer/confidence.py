@@ -50,6 +50,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from core.models import SearchHit, SearchMode
 from sinks.registry import SqlRegistry
@@ -356,3 +357,42 @@ def _embedded_text(hit: SearchHit) -> str:
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
     return float(sum(x * y for x, y in zip(a, b, strict=True)))
+
+
+QueryForm = Literal["question", "claim", "keywords"]
+QUERY_FORMS: tuple[QueryForm, ...] = ("question", "claim", "keywords")
+KEYWORD_MAX_WORDS = 8
+"""A keyword query has at most this many words (split on whitespace: "e-bike" is one)."""
+_SENTENCE_WORDS = frozenset(
+    ("the", "a", "an", "is", "are", "was", "were", "be", "been", "has", "have", "had", "does",
+     "do", "did", "will", "can", "could", "should", "would", "may", "might", "must")
+)  # fmt: skip
+"""Articles and auxiliaries: a text with one is a sentence, however short ("DUSP4
+downregulation deactivates the Ras-ERK pathway"); keyword queries leave them out."""
+
+
+def query_form(text: str) -> QueryForm:
+    """The form of a query, which decides its refusal threshold (docs/ANSWERS.md, "Thresholds
+    per query form").
+
+    - ``question``: phrased as a question (`tasks.text.values.is_question`: it ends with "?" or
+      opens with a question word): "What does the Meridian gravel bike sell for?".
+    - ``keywords``: otherwise, when it reads as no sentence: no sentence-final punctuation
+      (".", "!", ";"), at most `KEYWORD_MAX_WORDS` words, and no article or auxiliary
+      ("Aurora e-bike price", "opening hours Rotterdam shop").
+    - ``claim``: any other statement: "ALDH1 expression is associated with poorer prognosis."
+
+    Example:
+        >>> query_form("Aurora e-bike price")
+        'keywords'
+    """
+    if is_question(text):
+        return "question"
+    stripped = text.strip()
+    if (
+        stripped.endswith((".", "!", ";"))
+        or len(stripped.split()) > KEYWORD_MAX_WORDS
+        or any(w in _SENTENCE_WORDS for w in words(stripped))
+    ):
+        return "claim"
+    return "keywords"

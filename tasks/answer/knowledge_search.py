@@ -75,6 +75,7 @@ def knowledge_search(
             f"({sum(not q for q in queries)} empty)."
         )
     model_queries = [scrub(q) for q in queries]  # models and the ledger only ever see these
+    config = config.for_query(*queries)  # its queries' forms' threshold (AnswerConfig.for_query)
     rec = TurnRecorder("ask", "\n".join(queries), org_id, agent_id, model, retrieve_fn, registry,
                        embedder, config)  # fmt: skip
     turn = _Searching(rec, queries)
@@ -142,7 +143,7 @@ def knowledge_search(
     )
     replay_input = rec.replay_input(
         model, queries=model_queries, documents=[d.to_dict() for d in docs]
-    )
+    ) | {"query_form": config.form}  # added last: older keys keep their order
 
     # 5. Synthesis; any failure is a safe "no" that says why.
     try:
@@ -198,7 +199,7 @@ class _Searching:
             chosen=self.chosen,
             triage=self.triage,
             degraded=self.degraded,
-        )
+        ) | {"query_form": self.rec.config.form}  # added last: older keys keep their order
         return self.rec.record(status.value, output, replay_input, citations)
 
     def miss(self, reason: MissReason, detail: str) -> Turn:

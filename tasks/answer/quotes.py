@@ -128,8 +128,25 @@ def units(text: str) -> list[Unit]:
             out.extend(Unit(r.span, block, r) for r in block.rows if any(r.cells))
             continue
         for run in _record_runs(text, block):
-            out.extend(Unit(span) for span in _sentence_spans(text, run[0][0], run[-1][1]))
+            spans = _sentence_spans(text, run[0][0], run[-1][1])
+            out.extend(Unit(span) for span in spans if not is_heading(text[span[0] : span[1]]))
     return out
+
+
+_SMALL = frozenset("a an and as at by for from in of on or the to with via vs de la le".split())  # noqa: SIM905
+
+
+_VALUE = re.compile(r"\d[\d.,']*\d|[$€£¥%]")
+
+
+def is_heading(line: str) -> bool:
+    """A title-like line (a PDF's heading as plain text): at most ten words, no sentence end,
+    most words capitalised. It labels what follows and states nothing, so it is never quoted."""
+    said = line.split()
+    if not said or len(said) > 10 or line.rstrip()[-1:] in ".!?" or _VALUE.search(line):
+        return False
+    big = [w for w in said if w.lower() not in _SMALL]
+    return bool(big) and sum(w[:1].isupper() or w[:1].isdigit() for w in big) >= 0.6 * len(big)
 
 
 def _record_runs(text: str, para: list[Span]) -> list[list[Span]]:

@@ -67,7 +67,7 @@ KIND_NAMES = {
     "money": "an amount of money", "mass": "a weight", "duration": "a duration",
     "date": "a date or year", "time": "a time of day", "percent": "a percentage",
     "number": "a number", "length": "a length or size", "phone": "a phone number",
-    "email": "an e-mail address",
+    "email": "an e-mail address", "name": "a name",
 }  # fmt: skip
 
 # Words that ask for a kind of value, and the kinds that answer them (any one will do).
@@ -88,6 +88,7 @@ for _words, _kinds in (
     ("size resolution dimension dimensions long far distance range tall wide high",
      "length number duration"),
     ("count", "number"),
+    ("version release", "number"),
     # Other languages' most common value words (the question in a document's own language).
     ("preis kosten kostet prix coût coûte precio cuesta prijs kost prezzo costo gebühr", "money"),
     ("wann quand cuándo cuando wanneer quando 언제 いつ", "date time duration"),
@@ -101,8 +102,8 @@ for _words, _kinds in (
 _HOW: dict[str, frozenset[str]] = {
     "many": frozenset({"number"}),
     "much": frozenset({"money", "number", "mass", "percent"}),
-    "long": frozenset({"duration", "length", "number"}),
-    "far": frozenset({"length", "number"}),
+    "long": frozenset({"duration", "length"}),
+    "far": frozenset({"length"}),
     "old": frozenset({"number", "date", "duration"}),
     "often": frozenset({"number", "duration", "date"}),
     "big": frozenset({"length", "number", "mass"}),
@@ -117,6 +118,8 @@ _HOW: dict[str, frozenset[str]] = {
 _WHAT_TIME = re.compile(r"\b(?:what|which) time\b|\bat what hour\b|\bopening hours\b", re.I)
 _WHAT_YEAR = re.compile(r"\b(?:what|which) year\b|\bin what year\b", re.I)
 _NUMBER_OF = re.compile(r"\bnumber of\b", re.I)
+_SELLS_FOR = re.compile(r"\b(?:sells?|sold|selling|go(?:es)?|retails?)\s+for\b|\bworth\b", re.I)
+_WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 
 _MAX_WORDS = (
     "highest most largest biggest greatest maximum max top priciest longest heaviest latest "
@@ -161,7 +164,20 @@ class Ask:
 
 
 def _name_words(text: str) -> set[str]:
-    return set(words(text))
+    """Words and their stems ("Thursdays" names "Thursday")."""
+    said = words(text)
+    return set(said) | set(analyze(" ".join(said)))
+
+
+def _labels(chunk: str) -> str:
+    """What labels a chunk's text: its headings, heading-like lines and table headers."""
+    from tasks.answer.quotes import is_heading
+
+    lines = [ln.strip().lstrip("#").strip() for ln in chunk.splitlines()]
+    heads = [ln for ln in lines if ln and is_heading(ln)]
+    heads += [" ".join(t.header) for t in tables(chunk)]
+    heads += [m.group(1) for m in re.finditer(r"^#{1,6}\s+(.+)$", chunk, re.M)]
+    return "\n".join(heads)
 
 
 def _names(question: str) -> tuple[str, ...]:
@@ -180,7 +196,7 @@ def _names(question: str) -> tuple[str, ...]:
             any(ch.isalpha() for ch in token) or sum(ch.isdigit() for ch in token) >= 3
         )
         if capital or code:
-            found.extend(w for w in words(token) if w not in STOPWORDS)
+            found.extend(w for w in analyze(token) if w not in STOPWORDS)
     return tuple(dict.fromkeys(found))
 
 
@@ -201,6 +217,10 @@ def ask_of(question: str) -> Ask:
         kinds = {"date"}
     if _NUMBER_OF.search(question):
         kinds |= {"number"}
+    if _SELLS_FOR.search(question):
+        kinds = {"money"}
+    if _WHO.search(question) and not kinds:
+        kinds = {"name"}
     dialled = {"call", "phone", "dial"} & set(said)
     if "number" in said and not _NUMBER_OF.search(question) and dialled:
         kinds |= {"phone"}
@@ -220,7 +240,7 @@ def ask_of(question: str) -> Ask:
     after_how = {said[i + 1] for i, w in enumerate(said[:-1]) if w == "how"}
     terms = tuple(
         t for t in analyze(" ".join(w for w in said if w not in after_how))
-        if t not in _QUESTION_WORDS
+        if t not in _QUESTION_WORDS and len(t) > 1
     )  # fmt: skip
     return Ask(question, frozenset(kinds), extreme, superlative, terms, _names(question))
 
@@ -233,8 +253,19 @@ def _adverbial(said: list[str], word: str) -> bool:
     return before == "at" or after in ("", "of", "likely", "recent", "common", "important")
 
 
-def holds_kind(kind: str, text: str) -> bool:
-    """``text`` states a value of ``kind`` (`KIND_NAMES`)."""
+def holds_kind(kind: str, text: str, question: str = "") -> bool:
+    """``text`` states a value of ``kind`` (`KIND_NAMES`); a "name" is a capitalised word
+    that is not the start of a sentence and not already in ``question``."""
+    if kind == "name":
+        asked = set(words(question))
+        return (
+            any(
+                w[:1].isupper() and w.lower() not in asked and w.lower() not in STOPWORDS
+                for w in re.findall(r"(?<![.!?:]\s)(?<!^)\b[A-Z][\w'-]+", text.strip())
+            )
+            or _PLACEHOLDER.search(text) is not None
+            or any(f.kind == "email" for f in find_pii(text))
+        )
     if kind in ("phone", "email"):
         if any(m.group(1).lower() == kind for m in _PLACEHOLDER.finditer(text)):
             return True
@@ -267,7 +298,7 @@ def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: st
     if is_header_only(quote, chunk):
         return Verdict(False, "the quote is a table's header row, which holds no value")
     body = _rows_only(quote, chunk)
-    if ask.kinds and not any(holds_kind(k, body) for k in ask.kinds):
+    if ask.kinds and not any(holds_kind(k, body, ask.question) for k in ask.kinds):
         wanted = " or ".join(sorted(KIND_NAMES[k] for k in ask.kinds))
         return Verdict(False, f"the quoted text states no {wanted}")
     if ask.extreme and not computed and not _states_superlative(ask, quote):
@@ -276,13 +307,84 @@ def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: st
             f"the question asks for the {ask.superlative} and the quote does not compare "
             "(no table to compute it over)",
         )
-    absent = [n for n in ask.names if n not in _name_words(chunk + "\n" + title)]
+    named = _name_words(f"{quote}\n{title}\n{_labels(chunk)}")
+    absent = [n for n in ask.names if n not in named]
     if absent:
-        return Verdict(False, f"the cited passage never names {', '.join(absent)!r}")
-    missing = None if computed else _unnamed_column(ask, quote, chunk, title)
-    if missing:
-        return Verdict(False, missing)
-    return Verdict(True)
+        return Verdict(False, f"the quote never names {', '.join(absent)!r}")
+    if computed:
+        return Verdict(True)
+    is_row = any(ln.strip().startswith("|") for ln in quote.splitlines())
+    missing = (
+        _unnamed_attribute(ask, quote, chunk, title)
+        or (None if is_row else _uncounted(ask, quote))
+        or (_unnamed_column(ask, quote, chunk, title) if is_row else _untied(ask, chunk, title))
+    )
+    return Verdict(False, missing) if missing else Verdict(True)
+
+
+_AUX = (
+    "is are was were do does did can could will would should has have had may might must "
+    "the a an of in on for to at by from with"
+)
+_ATTRIBUTE = re.compile(
+    rf"^\s*(?:what|which)\s+((?:(?!(?:{'|'.join(_AUX.split())})\b)[\w-]+\s+){{1,3}})", re.I
+)
+_COUNTED = re.compile(
+    rf"\bhow many\s+((?:(?!(?:{'|'.join(_AUX.split())})\b)[\w-]+\s*){{1,3}})", re.I
+)
+
+
+def _unnamed_attribute(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
+    """ "What colours …", "Which frame sizes …": the thing asked for is named in the chunk (or
+    its title), or, for a table row, by a column header. Not for value kinds ("what time")."""
+    m = _ATTRIBUTE.search(ask.question)
+    if not m or ask.kinds - {"name"}:
+        return None
+    asked = [t for t in analyze(m.group(1)) if t not in _QUESTION_WORDS and t not in ask.names]
+    if not asked:
+        return None
+    head = asked[-1]
+    headers = {t for tb in tables(chunk) for cell in tb.header for t in analyze(cell)}
+    if any(ln.strip().startswith("|") for ln in quote.splitlines()):
+        return (
+            None
+            if head in headers
+            else f"no column of the table is the {m.group(1).strip()!r} asked for"
+        )
+    if head in set(analyze(chunk)) | set(analyze(title)):
+        return None
+    return f"the cited passage never mentions {m.group(1).strip()!r}"
+
+
+def _uncounted(ask: Ask, quote: str) -> str | None:
+    """ "How many pages …": a number in the quote counts that thing ("80863 … pages")."""
+    m = _COUNTED.search(ask.question)
+    if not m:
+        return None
+    nouns = [t for t in analyze(m.group(1)) if t not in ask.names] or analyze(m.group(1))
+    if not nouns:
+        return None
+    said = words(quote)
+    stems = _stems_aligned(said)
+    for i, stem in enumerate(stems):  # any of the asked words, the verb among them too
+        if stem in nouns and any(_NUMBER.search(w) for w in said[max(0, i - 4) : i]):
+            return None
+    return f"no number in the quote counts the {m.group(1).strip()!r} asked for"
+
+
+def _stems_aligned(said: list[str]) -> list[str]:
+    """Each word's stem, position for position (stop words kept as they are)."""
+    return [(analyze(w) or [w])[0] for w in said]
+
+
+def _untied(ask: Ask, chunk: str, title: str) -> str | None:
+    """ "How many weeks of maternity leave": a word tied by "of" to what is asked, found
+    nowhere in the chunk or its title, is a fact the passage does not hold."""
+    linked = re.findall(r"\bof\s+(?:the\s+|a\s+|an\s+)?(\w+)", ask.question)
+    tied = [t for t in analyze(" ".join(linked)) if t not in _QUESTION_WORDS]
+    known = set(analyze(chunk)) | set(analyze(title))
+    absent = [t for t in tied if t not in known]
+    return f"the cited passage never mentions {', '.join(absent)!r}" if absent else None
 
 
 def _rows_only(quote: str, chunk: str) -> str:
@@ -291,8 +393,20 @@ def _rows_only(quote: str, chunk: str) -> str:
     return "\n".join(ln for ln in quote.splitlines() if " ".join(ln.split()) not in headers)
 
 
+_CAP = re.compile(
+    r"\b(?:up to|at most|maximum|max\.?|no more than|not more than|limit(?:ed)? (?:of|to)"
+    r"|capped at|ceiling)\b",
+    re.I,
+)
+_FLOOR = re.compile(r"\b(?:at least|minimum|min\.|no less than|not less than|from)\b", re.I)
+
+
 def _states_superlative(ask: Ask, quote: str) -> bool:
     said = set(words(quote))
+    if ask.superlative in ("most", "max", "maximum") and _CAP.search(quote):
+        return True  # "the most I can spend" is a cap: "up to 140 EUR"
+    if ask.superlative in ("least", "min", "minimum") and _FLOOR.search(quote):
+        return True
     if ask.superlative == "expensive":
         return bool(_MOST_EXPENSIVE.search(quote) or _LEAST_EXPENSIVE.search(quote))
     same = {w for w, d in SUPERLATIVES.items() if d == ask.extreme}
@@ -300,23 +414,34 @@ def _states_superlative(ask: Ask, quote: str) -> bool:
 
 
 def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
-    """For a quoted table row: the question's words that name neither the row nor a column
-    and appear nowhere in the chunk or its title ask for something the table does not hold
-    ("date of birth" of a customer list whose only date is "Subscription Date")."""
+    """For a quoted table row: what the question asks of the row must be a column.
+
+    When kbflow's own reading of the table picks this row and a column (`table_answers`), only
+    a word tied to the column's name by "of" and found nowhere in the chunk is missing ("date
+    of birth" of a customer list whose only date is "Subscription Date"). Otherwise (a row
+    quoted for its words), every question word that names neither the row nor a column and
+    appears nowhere in the chunk or its title is missing ("job title" of the same list).
+    """
     quoted = [ln for ln in quote.splitlines() if ln.strip().startswith("|")]
     if not quoted:
         return None
-    for table in tables(chunk):
-        row = _row_of(table, chunk, quoted)
-        if row is None:
-            continue
-        known = set(analyze(chunk)) | set(analyze(title))
-        # Words that compare or act ("highest", "placed", "running") name no column.
-        acting = " ".join(w for w in words(ask.question) if w.endswith(("ed", "ing")))
-        loose = set(analyze(" ".join(SUPERLATIVES) + " " + acting))
-        absent = [t for t in dict.fromkeys(ask.terms) if t not in known and t not in loose]
-        if absent:
-            return f"no column or row of the table matches the question's {', '.join(absent)!r}"
+    from tasks.answer.table_answers import table_answer  # it reads tables with this module
+
+    known = set(analyze(chunk)) | set(analyze(title))
+    acting = " ".join(w for w in words(ask.question) if w.endswith(("ed", "ing")))
+    loose = set(analyze(" ".join(SUPERLATIVES) + " " + acting))
+    absent = [t for t in dict.fromkeys(ask.terms) if t not in known and t not in loose]
+    if not absent:
+        return None
+    read = table_answer(ask, [("", chunk)])
+    rows = {" ".join(q.split()) for q in quoted}
+    if read is not None and any(" ".join(chunk[s:e].split()) in rows for s, e in read.spans[1:]):
+        tied = set(
+            analyze(" ".join(re.findall(r"\bof\s+(?:the\s+|a\s+|an\s+)?(\w+)", ask.question)))
+        )
+        absent = [t for t in absent if t in tied]
+    if absent:
+        return f"no column or row of the table matches the question's {', '.join(absent)!r}"
     return None
 
 

@@ -39,7 +39,14 @@ from core.models import (
 )
 from sinks.gate import build_gate
 from sinks.registry import SqlRegistry
-from tasks.answer.confidence import SUPPORT_VERSION, TermStats, support_scores
+from tasks.answer.confidence import (
+    QUERY_FORMS,
+    SUPPORT_VERSION,
+    QueryForm,
+    TermStats,
+    query_form,
+    support_scores,
+)
 from tasks.answer.contract import KnowledgeModel
 from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
@@ -74,6 +81,10 @@ class AnswerConfig:
         reveal_contacts: give the asking agent the e-mail addresses and phone numbers that its
             evidence holds (``KBFLOW_AGENT_CONTACT_DATA=reveal``); models, the ledger and
             logs see placeholders either way.
+        thresholds: the threshold of each query form (`tasks.answer.confidence.query_form`:
+            ``question``, ``claim``, ``keywords``; ``KBFLOW_ANSWER_MIN_CONFIDENCE_<FORM>``);
+            a form without an entry gets ``threshold``.
+        form: the query form ``threshold`` was chosen for (`for_query`); None until then.
     """
 
     threshold: float
@@ -81,17 +92,46 @@ class AnswerConfig:
     max_evidence: int = 5
     mode: SearchMode = SearchMode.HYBRID
     reveal_contacts: bool = False
+    thresholds: Mapping[str, float] = field(default_factory=dict, hash=False)
+    form: QueryForm | None = None
 
     def __post_init__(self) -> None:
-        if not -1.0 <= self.threshold <= 1.0:
+        for name, value in {"": self.threshold, **self.thresholds}.items():
+            if not -1.0 <= value <= 1.0:
+                raise ConfigError(
+                    f"the confidence threshold{' for ' + name if name else ''} is a cosine in "
+                    f"[-1, 1]. Currently {value}."
+                )
+        unknown = sorted(set(self.thresholds) - set(QUERY_FORMS))
+        if unknown:
             raise ConfigError(
-                f"the confidence threshold is a cosine in [-1, 1]. Currently {self.threshold}."
+                f"thresholds are per query form ({', '.join(QUERY_FORMS)}). Currently also "
+                f"{', '.join(unknown)}."
             )
         if self.top_k <= 0 or self.max_evidence <= 0:
             raise ConfigError(
                 f"top_k and max_evidence must be greater than 0. Currently {self.top_k} and "
                 f"{self.max_evidence}."
             )
+
+    def threshold_for(self, query: str) -> float:
+        """The support a chunk needs to be evidence for ``query``: its form's threshold."""
+        return self.thresholds.get(query_form(query), self.threshold)
+
+    def for_query(self, *queries: str) -> AnswerConfig:
+        """This config with ``threshold`` (and ``form``) chosen for a turn over ``queries``.
+
+        One query: its form's threshold. Several (a knowledge search): the lowest of their
+        forms' thresholds, the first query's form on a tie, so a candidate that one query's
+        form would keep is kept. A turn records ``threshold`` and ``form``; replay uses the
+        recorded threshold.
+        """
+        if not queries:
+            raise ConfigError("for_query needs at least one query. Currently none.")
+        form = min(
+            (query_form(q) for q in queries), key=lambda f: self.thresholds.get(f, self.threshold)
+        )
+        return replace(self, threshold=self.thresholds.get(form, self.threshold), form=form)
 
 
 @dataclass(frozen=True)
