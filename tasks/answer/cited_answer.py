@@ -16,8 +16,10 @@ from typing import Any
 from core.errors import ConfigError, LlmError, LlmReplyInvalid
 from core.models import Citation, Scope, Turn
 from sinks.registry import SqlRegistry
-from tasks.answer.confidence import SUPPORT_VERSION
+from tasks.answer.confidence import SUPPORT_VERSION, text_cosines
 from tasks.answer.contract import Claim, Evidence, KnowledgeModel
+from tasks.answer.extractive import EXTRACTIVE_MODEL_ID
+from tasks.answer.quotes import quote_text, units
 from tasks.answer.support import Judgement, judge
 from tasks.answer.turns import (
     AnswerConfig,
@@ -99,6 +101,8 @@ def answer(
     if model is None:
         return turn.refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
     asked = scrub(question)
+    if model.model_id == EXTRACTIVE_MODEL_ID:  # it weighs each unit's meaning, not only words
+        evidence = [_with_unit_scores(e, asked, embedder) for e in evidence]
     replay_input = rec.replay_input(
         model, question=asked, evidence=[e.to_dict() for e in evidence]
     ) | {"query_form": config.form}  # added last: older keys keep their order
@@ -147,6 +151,11 @@ def answer(
     output = turn.output("answered", render_answer(kept, citations), claims=served,
                          citations=listed, missing=None)  # fmt: skip
     return rec.record("answered", output, replay_input, citations)
+
+
+def _with_unit_scores(evidence: Evidence, question: str, embedder: Embedder) -> Evidence:
+    said = [quote_text(evidence.text, u.spans) for u in units(evidence.text)]
+    return replace(evidence, unit_scores=tuple(text_cosines(embedder, question, said)))
 
 
 def _servable(claim: Claim, valid: Mapping[str, Citation]) -> Claim:

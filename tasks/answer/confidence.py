@@ -396,3 +396,12 @@ def query_form(text: str) -> QueryForm:
     ):
         return "claim"
     return "keywords"
+
+
+def text_cosines(embedder: Embedder, query: str, texts: Sequence[str]) -> list[float]:
+    """MiniLM cosine of ``query`` with each of ``texts`` (vectors from the per-process cache
+    that support scoring fills, so a sentence scored there is not embedded again)."""
+    if not texts:
+        return []
+    vectors = _vectors(embedder, [query, *texts])
+    return [round(_dot(vectors[query], vectors[t]), 6) for t in texts]

@@ -26,15 +26,21 @@ class Evidence:
     title: str
     text: str
     confidence: float
+    unit_scores: tuple[float, ...] = ()
+    """MiniLM cosine of the question with each quotable unit of ``text``
+    (`tasks.answer.quotes.units`), for the offline model's choice; recorded, so a replay needs
+    no embedding. Empty for models that do not use it and turns recorded before it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chunk_id": self.chunk_id, "doc_id": self.doc_id, "uri": self.uri,
-                "title": self.title, "text": self.text, "confidence": self.confidence}  # fmt: skip
+        out = {"chunk_id": self.chunk_id, "doc_id": self.doc_id, "uri": self.uri,
+               "title": self.title, "text": self.text, "confidence": self.confidence}  # fmt: skip
+        return out | ({"unit_scores": list(self.unit_scores)} if self.unit_scores else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
         return cls(str(d["chunk_id"]), str(d["doc_id"]), str(d["uri"]), str(d["title"]),
-                   str(d["text"]), float(d["confidence"]))  # fmt: skip
+                   str(d["text"]), float(d["confidence"]),
+                   tuple(float(x) for x in d.get("unit_scores", ())))  # fmt: skip
 
 
 @dataclass(frozen=True)

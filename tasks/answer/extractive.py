@@ -270,6 +270,8 @@ def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
                 spans = unit.spans if n == 1 else ((unit.span[0], us[j + 1].span[1]),)
                 said = quote_text(e.text, spans)
                 score = overlap.score(question, position + j, n)
+                if e.unit_scores:  # meaning as well as words: "lawyers" / "legal professionals"
+                    score = 0.5 * score + 0.5 * max(e.unit_scores[j : j + n])
                 if ask.kinds and any(holds_kind(k, _values_of(unit, said)) for k in ask.kinds):
                     score += 0.25
                 options.append((score, -n, -j, spans))
