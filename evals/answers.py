@@ -141,6 +141,7 @@ class Judged:
         bucket: Where it lands (`BUCKETS`).
         cited: The source files cited.
         quote: The answer's quoted text, cut to `QUOTE_CHARS`.
+        missing: For a "maybe", what the support check found missing (None otherwise).
     """
 
     id: str
@@ -154,6 +155,7 @@ class Judged:
     bucket: Bucket
     cited: tuple[str, ...]
     quote: str
+    missing: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"cited": list(self.cited)}
@@ -198,6 +200,7 @@ def judge(
         bucket=bucket,
         cited=cited,
         quote=quote[:QUOTE_CHARS] + ("…" if len(quote) > QUOTE_CHARS else ""),
+        missing=output.get("missing"),
     )
 
 

@@ -161,6 +161,7 @@ class Ask:
     superlative: str | None
     terms: tuple[str, ...]
     names: tuple[str, ...] = ()
+    name_groups: tuple[tuple[str, ...], ...] = ()
 
 
 def _name_words(text: str) -> set[str]:
@@ -180,24 +181,34 @@ def _labels(chunk: str) -> str:
     return "\n".join(heads)
 
 
-def _names(question: str) -> tuple[str, ...]:
-    """The names a question gives (lower-cased words): capitalised words other than its first
-    and its question words ("Aurora", "Ghent", "Sheryl Baxter"), and codes and numbers
-    ("DB2", "2025-0412", "2021"). The passage that answers it names them too."""
-    found: list[str] = []
+def _name_groups(question: str) -> tuple[tuple[str, ...], ...]:
+    """The names a question gives, each as its words (lower-cased stems): runs of capitalised
+    words other than its first and its question words ("Aurora", "Sheryl Baxter"), and codes
+    and numbers ("DB2", "2025-0412", "2021"). The passage that answers it names each of them,
+    by at least one of its words ("Hernando" for "Hernando Bedoya")."""
+    groups: list[list[str]] = []
+    run = False
     tokens = re.findall(r"[\w][\w'’./-]*", _MASKED.sub(" ", question))
     for i, token in enumerate(tokens):
         token = re.sub(r"['’]s$", "", token).strip(".-/")
         low = token.lower()
         if not token or low in _QUESTION_WORDS or low in STOPWORDS:
+            run = False
             continue
         capital = token[:1].isupper() and i > 0 and token[:1].isalpha()
         code = any(ch.isdigit() for ch in token) and (
             any(ch.isalpha() for ch in token) or sum(ch.isdigit() for ch in token) >= 3
         )
-        if capital or code:
-            found.extend(w for w in analyze(token) if w not in STOPWORDS)
-    return tuple(dict.fromkeys(found))
+        stems = [w for w in analyze(token) if w not in STOPWORDS]
+        if (capital or code) and stems:
+            if run and capital:
+                groups[-1].extend(stems)
+            else:
+                groups.append(stems)
+            run = capital
+        else:
+            run = False
+    return tuple(tuple(dict.fromkeys(g)) for g in groups)
 
 
 def ask_of(question: str) -> Ask:
@@ -242,7 +253,9 @@ def ask_of(question: str) -> Ask:
         t for t in analyze(" ".join(w for w in said if w not in after_how))
         if t not in _QUESTION_WORDS and len(t) > 1
     )  # fmt: skip
-    return Ask(question, frozenset(kinds), extreme, superlative, terms, _names(question))
+    groups = _name_groups(question)
+    names = tuple(dict.fromkeys(w for g in groups for w in g))
+    return Ask(question, frozenset(kinds), extreme, superlative, terms, names, groups)
 
 
 def _adverbial(said: list[str], word: str) -> bool:
@@ -308,7 +321,7 @@ def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: st
             "(no table to compute it over)",
         )
     named = _name_words(f"{quote}\n{title}\n{_labels(chunk)}")
-    absent = [n for n in ask.names if n not in named]
+    absent = [" ".join(g) for g in ask.name_groups if not any(w in named for w in g)]
     if absent:
         return Verdict(False, f"the quote never names {', '.join(absent)!r}")
     if computed:

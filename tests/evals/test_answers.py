@@ -273,6 +273,7 @@ def test_the_records_hold_a_mode_per_group_and_a_bucket_per_question(tmp_path: P
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # ~2 min on two cores: ingest plus 60 answers; `make test-all` runs it
 def test_kbflow_eval_answers_on_the_demo_reports_every_question(tmp_path: Path) -> None:
     """`kbflow eval answers --corpus demo --json` on a fresh home: the report's shape, and the
     buckets add up to the questions asked (the demo's set and its held-out questions)."""
