@@ -157,8 +157,9 @@ class ExtractiveKnowledgeModel:
     def synthesize(
         self, queries: Sequence[str], docs: Sequence[KnowledgeDoc], calls: list[LlmCall]
     ) -> Synthesis:
+        split = _units_with_headers if self.model_id == EXTRACTIVE_MODEL_ID else _sentences
         pool: list[tuple[str, str]] = [
-            (cid, s) for d in docs for cid, text in d.chunks for s in _sentences(text)
+            (cid, s) for d in docs for cid, text in d.chunks for s in split(text)
         ]
         overlap = _Overlap([s for _, s in pool], value_words=self._value_words)
         lines: list[str] = []
@@ -289,6 +290,11 @@ def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
         said = quote_text(e.text, spans)
         claims.append(Claim(f"“{said}”", (e.chunk_id,), said, spans))
     return claims
+
+
+def _units_with_headers(text: str) -> list[str]:
+    """extractive-v3's quotable units of a chunk: a table row comes with its header line."""
+    return [quote_text(text, u.spans) for u in units(text)] or _sentences(text)
 
 
 def _joinable(text: str, unit: Unit, after: Unit) -> bool:

@@ -188,3 +188,16 @@ def test_check_rules_on_their_own() -> None:
 )  # fmt: skip
 def test_table_numbers_parse_as_a_reader_would(cell: str, value: float | None) -> None:
     assert number(cell) == value
+
+
+def test_a_knowledge_search_quotes_table_rows_with_their_header(kb: dict[str, Any]) -> None:
+    from tasks.answer.knowledge_search import knowledge_search
+
+    turn = knowledge_search(["revenue and cost in March 2025"], SCOPE, org_id="acme",
+                            agent_id="helper", retrieve_fn=kb["retrieve_fn"],
+                            registry=kb["registry"], embedder=kb["embedder"],
+                            model=ExtractiveKnowledgeModel(THRESHOLD),
+                            config=AnswerConfig(threshold=THRESHOLD))  # fmt: skip
+    synthesis = turn.output["synthesis"]
+    assert "| 2025 | March | $160 | $143 | 44 |" in synthesis, synthesis
+    assert "| Year | Month | Revenue | Cost | Orders |" in synthesis  # never a bare row
