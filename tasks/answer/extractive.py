@@ -199,13 +199,7 @@ class ExtractiveKnowledgeModel:
     ) -> list[Claim]:
         if self.model_id == EXTRACTIVE_MODEL_ID:
             claims = _quoting_answer(question, evidence)
-            calls.append(
-                self._record(
-                    "answer",
-                    {"question": question, "evidence": [e.chunk_id for e in evidence]},
-                    "\n".join(f"{c.text} [{c.chunk_ids[0]}] {list(c.spans)}" for c in claims),
-                )
-            )
+            calls.append(self._answered(question, evidence, claims))
             return claims
         per_chunk = [[s for s in _sentences(e.text)] for e in evidence]
         flat = [s for sentences in per_chunk for s in sentences]
@@ -234,14 +228,21 @@ class ExtractiveKnowledgeModel:
             Claim(f"“{_quote(sentence)}”", (evidence[rank].chunk_id,))
             for _, rank, sentence in best[:MAX_CLAIMS]
         ]
-        calls.append(
-            self._record(
-                "answer",
-                {"question": question, "evidence": [e.chunk_id for e in evidence]},
-                "\n".join(f"{c.text} [{c.chunk_ids[0]}]" for c in claims),
-            )
-        )
+        calls.append(self._answered(question, evidence, claims))
         return claims
+
+    def _answered(
+        self, question: str, evidence: Sequence[Evidence], claims: list[Claim]
+    ) -> LlmCall:
+        """The record of an answer call: each claim, its chunk and (v3) its quote's spans."""
+        return self._record(
+            "answer",
+            {"question": question, "evidence": [e.chunk_id for e in evidence]},
+            "\n".join(
+                f"{c.text} [{c.chunk_ids[0]}]" + (f" {list(c.spans)}" if c.spans else "")
+                for c in claims
+            ),
+        )
 
 
 def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
