@@ -300,9 +300,55 @@ class AnswerSettings(_Group):
         le=1.0,
         description="Support (support-v2: best-sentence cosine, term coverage, dropped-word "
         "gain) a chunk needs to be evidence for an answer; below it for every chunk, the answer "
-        "is refused. Calibrated on SciFact and the question set: docs/ANSWERS.md.",
+        "is refused. Calibrated on SciFact and the question set: docs/ANSWERS.md. Set, it "
+        "applies to every query form without a KBFLOW_ANSWER_MIN_CONFIDENCE_<FORM> of its own.",
+    )
+    answer_min_confidence_question: float = Field(
+        0.515,
+        ge=-1.0,
+        le=1.0,
+        description="The confidence threshold for questions (ending in '?' or opening with a "
+        "question word). Calibrated per form: docs/ANSWERS.md, 'Thresholds per query form'.",
+    )
+    answer_min_confidence_claim: float = Field(
+        0.58,
+        ge=-1.0,
+        le=1.0,
+        description="The confidence threshold for claims (statements, as SciFact's). "
+        "Calibrated per form: docs/ANSWERS.md, 'Thresholds per query form'.",
+    )
+    answer_min_confidence_keywords: float = Field(
+        0.515,
+        ge=-1.0,
+        le=1.0,
+        description="The confidence threshold for keyword queries (a few words, no sentence: "
+        "'Aurora e-bike price'). Calibrated per form: docs/ANSWERS.md, 'Thresholds per query "
+        "form'.",
     )
     answer_top_k: int = Field(8, gt=0, le=50, description="Chunks retrieved per answer query.")
+
+    def answer_thresholds(self) -> dict[str, float]:
+        """The confidence threshold of each query form (`tasks.answer.confidence.query_form`).
+
+        A form's own setting when it was given; else ``answer_min_confidence`` when that was
+        given (so setting KBFLOW_ANSWER_MIN_CONFIDENCE alone works as it did before per-form
+        thresholds); else the form's calibrated default.
+        """
+        given = self.model_fields_set
+        single = "answer_min_confidence" in given
+        out: dict[str, float] = {}
+        for form in ("question", "claim", "keywords"):
+            name = f"answer_min_confidence_{form}"
+            use_single = single and name not in given
+            out[form] = self.answer_min_confidence if use_single else getattr(self, name)
+        return out
+
+    def _with(self, changes: Mapping[str, Any]) -> Self:
+        # Keep which fields were given: `answer_thresholds` reads it, and a copy made to change
+        # one setting must not turn the others' defaults into given values.
+        out = super()._with(changes)
+        object.__setattr__(out, "__pydantic_fields_set__", self.model_fields_set | set(changes))
+        return out
 
 
 class ResearchSettings(_Group):

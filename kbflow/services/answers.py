@@ -46,17 +46,24 @@ def answer_config(settings: Settings) -> AnswerConfig:
         threshold=settings.answers.answer_min_confidence,
         top_k=settings.answers.answer_top_k,
         reveal_contacts=settings.answers.agent_contact_data == "reveal",
+        thresholds=settings.answers.answer_thresholds(),
     )
 
 
 def knowledge_model(
-    settings: Settings, *, client: Any | None = None, model_id: str | None = None
+    settings: Settings,
+    *,
+    client: Any | None = None,
+    model_id: str | None = None,
+    threshold: float | None = None,
 ) -> tuple[KnowledgeModel | None, str | None]:
     """The configured knowledge model, or None and why none can be used.
 
     Args:
         client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
         model_id: this Claude model, whatever the settings say (replay of a recorded turn).
+        threshold: the offline model's triage threshold (the turn's, `AnswerConfig.for_query`);
+            ``KBFLOW_ANSWER_MIN_CONFIDENCE`` by default.
     """
     key = (
         settings.answers.anthropic_api_key.get_secret_value()
@@ -69,7 +76,8 @@ def knowledge_model(
     elif choice == "auto":
         choice = "anthropic" if key or client is not None else "extractive"
     if choice == "extractive":
-        return ExtractiveKnowledgeModel(settings.answers.answer_min_confidence), None
+        chosen = settings.answers.answer_min_confidence if threshold is None else threshold
+        return ExtractiveKnowledgeModel(chosen), None
     if not key and client is None:
         return None, (
             "the answer model is Claude but ANTHROPIC_API_KEY is not set — set it, or "
@@ -119,7 +127,10 @@ def _agent_turn(
 ) -> dict[str, Any]:
     """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it."""
     config = answer_config(ctx.settings)
-    model, why = knowledge_model(ctx.settings, client=client)
+    # The offline model triages at the threshold the turn records (its queries' form's).
+    queries = [asked] if isinstance(asked, str) else list(asked)
+    threshold = config.for_query(*queries).threshold if queries else None  # none: the turn says
+    model, why = knowledge_model(ctx.settings, client=client, threshold=threshold)
     org_id = _agent_org(ctx.registry, agent_id)
     turn = run(
         asked,

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from core.errors import LlmReplyInvalid
 from core.models import AnswerStatus, LlmCall
+from tasks.answer.asks import ask_of
 from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
 from tasks.answer.quotes import Span, locate, quote_text
-from tasks.answer.support import ask_of
 from tasks.answer.table_answers import table_answer
 from tasks.llm import ChatModel, complete_json
 

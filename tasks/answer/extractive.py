@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.models import AnswerStatus, LlmCall
+from tasks.answer.asks import ask_of, holds_kind
 from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
 from tasks.answer.quotes import Unit, quote_text, units
-from tasks.answer.support import ask_of, holds_kind
 from tasks.answer.table_answers import table_answer
 from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
@@ -266,6 +266,8 @@ def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
     for rank, (e, us) in enumerate(zip(evidence, per_chunk, strict=True)):
         options: list[tuple[float, int, int, tuple[tuple[int, int], ...]]] = []
         for j, unit in enumerate(us):
+            if table is not None and unit.table is not None and e.chunk_id == table.chunk_id:
+                continue  # the table was read: its other rows answer nothing more
             for n in (1, 2):
                 if j + n > len(us) or (n == 2 and not _joinable(e.text, unit, us[j + 1])):
                     continue

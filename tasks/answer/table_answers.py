@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tasks.answer.asks import Ask, holds_kind
 from tasks.answer.quotes import Span, Table, TableRow, quote_text, tables
-from tasks.answer.support import Ask, holds_kind
 from tasks.text.sparse import analyze
 
 _NUM = re.compile(r"[-−]?\d[\d.,' ]*\d|[-−]?\d")

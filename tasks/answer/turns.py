@@ -74,7 +74,8 @@ class AnswerConfig:
     Attributes:
         threshold: the support (support-v2) a chunk needs to count as evidence
             (``KBFLOW_ANSWER_MIN_CONFIDENCE``, calibrated on SciFact and the question set:
-            docs/ANSWERS.md).
+            docs/ANSWERS.md); the default for a query form without an entry in
+            ``thresholds``. A turn's config has its query's (`for_query`), which it records.
         top_k: chunks retrieved per query.
         max_evidence: evidence chunks an answer may use.
         mode: the retrieval mode.

@@ -131,3 +131,56 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert any(line.startswith("make demo") for line in head)
     assert any(line.startswith("make test") for line in head)
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_per_form_thresholds_default_to_their_calibrated_values() -> None:
+    answers = Settings().answers
+    assert answers.answer_thresholds() == {
+        "question": answers.answer_min_confidence_question,
+        "claim": answers.answer_min_confidence_claim,
+        "keywords": answers.answer_min_confidence_keywords,
+    }
+    # a copy made to change another answer setting keeps the calibrated values
+    assert Settings().replace(answer_top_k=3).answers.answer_thresholds() == (
+        answers.answer_thresholds()
+    )
+
+
+def test_an_explicit_min_confidence_applies_to_every_form_without_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KBFLOW_ANSWER_MIN_CONFIDENCE", "0.6")
+    assert Settings().answers.answer_thresholds() == {
+        "question": 0.6,
+        "claim": 0.6,
+        "keywords": 0.6,
+    }
+    monkeypatch.setenv("KBFLOW_ANSWER_MIN_CONFIDENCE_KEYWORDS", "0.42")  # a form's own wins
+    assert Settings().answers.answer_thresholds() == {
+        "question": 0.6,
+        "claim": 0.6,
+        "keywords": 0.42,
+    }
+    monkeypatch.delenv("KBFLOW_ANSWER_MIN_CONFIDENCE")
+    calibrated = Settings().answers
+    assert calibrated.answer_thresholds()["keywords"] == 0.42
+    assert calibrated.answer_thresholds()["claim"] == calibrated.answer_min_confidence_claim
+    assert Settings(answer_min_confidence=0.7).answers.answer_thresholds()["question"] == 0.7
+    assert Settings().replace(answer_min_confidence=0.7).answers.answer_thresholds() == {
+        "question": 0.7,
+        "claim": 0.7,
+        "keywords": 0.42,
+    }
+    monkeypatch.setenv("KBFLOW_ANSWER_MIN_CONFIDENCE_CLAIM", "1.5")
+    with pytest.raises(ValidationError, match="answer_min_confidence_claim"):
+        Settings()
+
+
+def test_answer_config_carries_the_per_form_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kbflow.services.answers import answer_config
+
+    monkeypatch.setenv("KBFLOW_ANSWER_MIN_CONFIDENCE_QUESTION", "0.45")
+    config = answer_config(Settings())
+    assert config.threshold == Settings().answers.answer_min_confidence  # what old code reads
+    assert config.threshold_for("How heavy is the Aurora e-bike?") == 0.45
+    assert config.threshold_for("Aurora e-bike weight") == config.thresholds["keywords"]

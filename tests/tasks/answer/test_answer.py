@@ -431,18 +431,21 @@ def test_turns_keep_the_field_order_the_ledger_records(kb: dict[str, Any]) -> No
     assert list(answered.output) == list(refused.output) == [
         "turn_id", "kind", "agent", "question", "status", "answer", "claims", "citations",
         "refusal", "threshold", "best_confidence", "degraded", "support", "model", "missing",
+        "query_form",
     ]  # fmt: skip
     assert list(answered.replay_input) == [
-        "kind", "question", "evidence", "model", "prompt_version", "threshold", "support"
+        "kind", "question", "evidence", "model", "prompt_version", "threshold", "support",
+        "query_form",
     ]  # fmt: skip
     said = run_search(kb, ["days to submit expense reports"])
     missed = run_search(kb, ["x"], scope=None)
     assert list(said.output) == list(missed.output) == [
         "turn_id", "kind", "agent", "queries", "answer_status", "steering", "synthesis",
-        "citations", "miss", "candidates", "chosen", "triage", "degraded", "model",
+        "citations", "miss", "candidates", "chosen", "triage", "degraded", "model", "query_form",
     ]  # fmt: skip
     assert list(said.replay_input) == [
-        "kind", "queries", "documents", "model", "prompt_version", "threshold", "support"
+        "kind", "queries", "documents", "model", "prompt_version", "threshold", "support",
+        "query_form",
     ]  # fmt: skip
 
 
