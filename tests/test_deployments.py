@@ -174,10 +174,10 @@ def _prefect(api: str) -> httpx.Client:
 
 
 def _run_deployment(api: str, name: str, parameters: dict[str, Any]) -> str:
-    with _prefect(api) as prefect:
-        deployment = prefect.get(f"/deployments/name/{name}")
+    with _prefect(api) as client:
+        deployment = client.get(f"/deployments/name/{name}")
         assert deployment.status_code == 200, deployment.text
-        created = prefect.post(
+        created = client.post(
             f"/deployments/{deployment.json()['id']}/create_flow_run",
             json={"parameters": parameters},
         )
@@ -190,8 +190,8 @@ def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float
     states: dict[str, Any] = {}
     while True:
         for run_id in run_ids:
-            with _prefect(api) as prefect:
-                run = prefect.get(f"/flow_runs/{run_id}").json()
+            with _prefect(api) as client:
+                run = client.get(f"/flow_runs/{run_id}").json()
             states[run_id] = run["state"]
         if all(s and s["type"] in FINAL for s in states.values()):
             return states
@@ -241,8 +241,8 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     _run([*prefect, "work-pool", "create", POOL, "--type", "process"], env)
     deployed = _run([*prefect, "--no-prompt", "deploy", "--all"], env)
     assert "nightly-eval" in deployed, deployed
-    with _prefect(api) as prefect:
-        pull_steps = prefect.get("/deployments/name/ingest/ingest").json()["pull_steps"]
+    with _prefect(api) as client:
+        pull_steps = client.get("/deployments/name/ingest/ingest").json()["pull_steps"]
     assert pull_steps == [
         {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
     ]
