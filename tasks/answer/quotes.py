@@ -210,10 +210,15 @@ def _windows(text: str, s: int, e: int) -> list[Span]:
     return [w for w in out if w[1] > w[0]]
 
 
+def header_lines(chunk: str) -> set[str]:
+    """The header rows of ``chunk``'s tables, blank space normalised."""
+    return {" ".join(chunk[t.header_span[0] : t.header_span[1]].split()) for t in tables(chunk)}
+
+
 def is_header_only(quote: str, chunk: str) -> bool:
     """Every line of ``quote`` is a header or separator row of one of ``chunk``'s tables: the
     column names, no row, so no value."""
-    headers = {" ".join(chunk[s:e].split()) for t in tables(chunk) for s, e in (t.header_span,)}
+    headers = header_lines(chunk)
     lines = [" ".join(ln.split()) for ln in quote.splitlines() if ln.strip()]
     body = [ln for ln in lines if not _TABLE_RULE.match(ln)]
     return bool(lines) and all(ln in headers for ln in body)

@@ -34,7 +34,7 @@ from tasks.answer.asks import (
     holds_kind,
 )
 from tasks.answer.contract import Claim
-from tasks.answer.quotes import Table, TableRow, is_header_only, is_heading, tables
+from tasks.answer.quotes import Table, TableRow, header_lines, is_header_only, is_heading, tables
 from tasks.answer.table_answers import table_answer
 from tasks.text.sparse import analyze, words
 
@@ -45,6 +45,11 @@ def _name_words(text: str) -> set[str]:
     """Words and their stems ("Thursdays" names "Thursday")."""
     said = words(text)
     return set(said) | set(analyze(" ".join(said)))
+
+
+def _known_terms(chunk: str, title: str) -> set[str]:
+    """The analysed terms of a chunk and its document's title: what the passage mentions."""
+    return set(analyze(chunk)) | set(analyze(title))
 
 
 def _labels(chunk: str) -> str:
@@ -132,7 +137,7 @@ def _unnamed_attribute(ask: Ask, quote: str, chunk: str, title: str) -> str | No
             if head in headers
             else f"no column of the table is the {m.group(1).strip()!r} asked for"
         )
-    if head in set(analyze(chunk)) | set(analyze(title)):
+    if head in _known_terms(chunk, title):
         return None
     return f"the cited passage never mentions {m.group(1).strip()!r}"
 
@@ -163,14 +168,14 @@ def _untied(ask: Ask, chunk: str, title: str) -> str | None:
     nowhere in the chunk or its title, is a fact the passage does not hold."""
     linked = re.findall(r"\bof\s+(?:the\s+|a\s+|an\s+)?(\w+)", ask.question)
     tied = [t for t in analyze(" ".join(linked)) if t not in QUESTION_WORDS]
-    known = set(analyze(chunk)) | set(analyze(title))
+    known = _known_terms(chunk, title)
     absent = [t for t in tied if t not in known]
     return f"the cited passage never mentions {', '.join(absent)!r}" if absent else None
 
 
 def _rows_only(quote: str, chunk: str) -> str:
     """The quote without its tables' header lines: values sit in rows, not in column names."""
-    headers = {" ".join(chunk[s:e].split()) for t in tables(chunk) for s, e in (t.header_span,)}
+    headers = header_lines(chunk)
     return "\n".join(ln for ln in quote.splitlines() if " ".join(ln.split()) not in headers)
 
 
@@ -206,7 +211,7 @@ def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
     quoted = [ln for ln in quote.splitlines() if ln.strip().startswith("|")]
     if not quoted:
         return None
-    known = set(analyze(chunk)) | set(analyze(title))
+    known = _known_terms(chunk, title)
     acting = " ".join(w for w in words(ask.question) if w.endswith(("ed", "ing")))
     loose = set(analyze(" ".join(SUPERLATIVES) + " " + acting))
     absent = [t for t in dict.fromkeys(ask.terms) if t not in known and t not in loose]
