@@ -27,7 +27,7 @@ from evals.questions import (
     write_question_set,
 )
 from tasks.ingest.extract import file_to_document
-from tests.conftest import DATASETS, datasets_dir, require_binaries
+from tests.conftest import DATASETS, require_binaries
 
 # Text formats Docling reads in about a second together: checked in the default run.
 QUICK_SUFFIXES = frozenset({".csv", ".md", ".html", ".docx", ".pptx"})
@@ -175,12 +175,6 @@ def test_every_demo_answer_is_in_its_extracted_documents(demo_set: Path) -> None
 
 
 # --- real-docs ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def real_sources() -> list[Path]:
-    folder = datasets_dir("real-docs", "sources")
-    return sources_for("real-docs", folder.parents[1])
 
 
 def test_real_docs_sources_hold_every_relevant_file_and_no_media(real_sources: list[Path]) -> None:

@@ -23,7 +23,6 @@ from evals.questions import (
     sources_for,
 )
 from tasks.ingest.extract import file_to_document
-from tests.conftest import datasets_dir
 from tests.evals.test_questions import QUICK_SUFFIXES, check_answers, check_not_copied
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,12 +73,6 @@ def test_every_demo_holdout_answer_is_in_its_extracted_document(tmp_path: Path) 
     assert wanted <= set(texts)
     check_answers(held, texts)
     check_not_copied(held, texts)
-
-
-@pytest.fixture(scope="module")
-def real_sources() -> list[Path]:
-    folder = datasets_dir("real-docs", "sources")
-    return sources_for("real-docs", folder.parents[1])
 
 
 def test_real_docs_holdout_answers_in_the_text_formats(real_sources: list[Path]) -> None:
