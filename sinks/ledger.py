@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import faults
 from core.errors import ConfigError, LedgerError, NotFound
 from core.models import Turn
 from sinks.ledger_loads import (
@@ -189,6 +190,7 @@ class Ledger:
                     )
                 )
             turn = found[0]
+            faults.point("ledger.read_after_turn")
             # Only the rows of the turn's own load: in a ledger dlt wrote, an earlier version
             # with more calls, hits or citations than this one may have left rows behind.
             where, params = "turn_id = ? AND _dlt_load_id = ?", [turn_id, turn["_dlt_load_id"]]

@@ -365,7 +365,8 @@ def reading(
     wait_s: float = 0.0,
 ) -> Iterator[SqlReader]:
     """A connection for reading ``target``: read-only on a DuckDB file (waiting up to
-    ``wait_s`` for another process's lock), a pooled SQLAlchemy connection on a database.
+    ``wait_s`` for another process's lock), a pooled SQLAlchemy connection on a database
+    (on PostgreSQL in one REPEATABLE READ snapshot, so several statements read one state).
 
     Args:
         target: Where the store lives; a DuckDB file must exist.
@@ -380,6 +381,12 @@ def reading(
             yield _DuckDbReader(con)
         return
     with _server_connection(target, on_error, begin=False) as conn:
+        if conn.dialect.name == "postgresql":
+            # One snapshot for the whole read: under PostgreSQL's default READ COMMITTED each
+            # statement sees what was committed when it started, so a turn read in two
+            # statements could pair one version's turn row with the next version's (absent)
+            # citations while another process records that turn id again.
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
         yield _SqlAlchemyReader(conn)
 
 
