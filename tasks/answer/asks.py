@@ -129,7 +129,7 @@ _QUESTION_TEXT = (
 )
 _GENERIC_TEXT = (
     "get gets got give gives make makes take takes need needs want know find use used go goes "
-    "come comes say says mean means kind type exactly currently actually usually"
+    "come comes came say says mean means kind type exactly currently actually usually"
 )
 QUESTION_WORDS = frozenset(_QUESTION_TEXT.split()) | frozenset(analyze(_GENERIC_TEXT))
 
@@ -255,6 +255,25 @@ def holds_kind(kind: str, text: str, question: str = "") -> bool:
         if any(m.group(1).lower() == kind for m in _PLACEHOLDER.finditer(text)):
             return True
         return any(f.kind == kind for f in find_pii(text))
+    text = _unlabelled(text, kind)
     if kind == "date" and _MONTH_OR_SEASON.search(text):
         return True
     return KIND_PATTERNS[kind].search(text) is not None
+
+
+# Numbers that label rather than state: "Figure 2", "Table 3.1", "Section 4", a heading's
+# "2 Row and Column Access …" or "(2) …", and, for a count, the digit of a code ("DB2").
+_LABEL = re.compile(
+    r"\b(?:Figure|Fig\.|Table|Tab\.|Section|Sec\.|Chapter|Appendix|Listing|Equation|Eq\.|"
+    r"Step|Part|Abb\.|Abbildung|Tabelle|그림|표)\s*\d+(?:\.\d+)*[a-z]?\b"
+    r"|^\s*(?:\(\d+\)|\d+(?:\.\d+)*[.)]?)\s+(?=[A-Z\uac00-\ud7a3])",
+    re.M,
+)
+_CODE_DIGITS = re.compile(r"\b[A-Za-z]+\d+\b")
+
+
+def _unlabelled(text: str, kind: str) -> str:
+    """``text`` without the numbers that label a figure, table or section (`_LABEL`), and for
+    a plain number without codes' digits: they answer no "how many"."""
+    text = _LABEL.sub(" ", text)
+    return _CODE_DIGITS.sub(" ", text) if kind == "number" else text

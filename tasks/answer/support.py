@@ -104,6 +104,8 @@ def check(ask: Ask, quote: str, chunk: str, *, computed: bool = False, title: st
         _unnamed_attribute(ask, quote, chunk, title)
         or (None if is_row else _uncounted(ask, quote))
         or (_unnamed_column(ask, quote, chunk, title) if is_row else _untied(ask, chunk, title))
+        or _unacted(ask, quote, title)
+        or (None if is_row else _unmentioned(ask, chunk, title))
     )
     return Verdict(False, missing) if missing else Verdict(True)
 
@@ -163,14 +165,53 @@ def _stems_aligned(said: list[str]) -> list[str]:
     return [(analyze(w) or [w])[0] for w in said]
 
 
+def _tied_terms(question: str, *, row: bool = False) -> list[str]:
+    """The words a question ties to what it asks by "of", "from" or "during" ("date of
+    birth", "pages from patents") and, of a table row, by "for" ("number for weekends"; in a
+    sentence "for" ties purposes too: "for work"): a qualifier the answer holds."""
+    linked = r"of|for|from|during" if row else r"of|from|during"
+    found = re.findall(rf"\b(?:{linked})\s+(?:the\s+|a\s+|an\s+)?(\w+)", question, re.I)
+    return analyze(" ".join(found))
+
+
 def _untied(ask: Ask, chunk: str, title: str) -> str | None:
     """ "How many weeks of maternity leave": a word tied by "of" to what is asked, found
     nowhere in the chunk or its title, is a fact the passage does not hold."""
-    linked = re.findall(r"\bof\s+(?:the\s+|a\s+|an\s+)?(\w+)", ask.question)
-    tied = [t for t in analyze(" ".join(linked)) if t not in QUESTION_WORDS]
+    tied = [t for t in _tied_terms(ask.question) if t not in QUESTION_WORDS]
     known = _known_terms(chunk, title)
     absent = [t for t in tied if t not in known]
     return f"the cited passage never mentions {', '.join(absent)!r}" if absent else None
+
+
+_WHO_DOES = re.compile(r"^\s*(?:who|whom)\s+([a-z][\w-]*)\b", re.I)
+
+
+def _unacted(ask: Ask, quote: str, title: str) -> str | None:
+    """ "Who manages the Utrecht store?": the role the question asks about is in the quote,
+    as the verb or a word of its family ("Store Manager", "founder" for "founded"); a name
+    in a sentence that never mentions managing answers some other question."""
+    m = _WHO_DOES.search(ask.question)
+    if not m or m.group(1).lower() in _AUX.split():
+        return None
+    acted = [t for t in analyze(m.group(1)) if t not in QUESTION_WORDS and t not in ask.names]
+    if not acted:
+        return None
+    stem = acted[0][:5]
+    if any(t.startswith(stem) for t in _known_terms(quote, title)):
+        return None
+    return f"the quote never says who {m.group(1).lower()}"
+
+
+def _unmentioned(ask: Ask, chunk: str, title: str) -> str | None:
+    """A question asking for no value ("Where is IBM's head office?") whose every word,
+    besides its names, is absent from the chunk and its title: the passage is about the names,
+    not about what is asked. (A table row has its own check, `_unnamed_column`.)"""
+    if ask.kinds - {"name"}:
+        return None
+    asked = [t for t in dict.fromkeys(ask.terms) if t not in ask.names]
+    if not asked or any(t in _known_terms(chunk, title) for t in asked):
+        return None
+    return f"the cited passage never mentions {' '.join(asked)!r}"
 
 
 def _rows_only(quote: str, chunk: str) -> str:
@@ -220,9 +261,7 @@ def _unnamed_column(ask: Ask, quote: str, chunk: str, title: str) -> str | None:
     read = table_answer(ask, [("", chunk)])
     rows = {" ".join(q.split()) for q in quoted}
     if read is not None and any(" ".join(chunk[s:e].split()) in rows for s, e in read.spans[1:]):
-        tied = set(
-            analyze(" ".join(re.findall(r"\bof\s+(?:the\s+|a\s+|an\s+)?(\w+)", ask.question)))
-        )
+        tied = set(_tied_terms(ask.question, row=True))
         absent = [t for t in absent if t in tied]
     if absent:
         return f"no column or row of the table matches the question's {', '.join(absent)!r}"

@@ -181,6 +181,57 @@ def test_check_rules_on_their_own() -> None:
     assert judge("What was the revenue?", [Claim("x", ("c",))], {"c": chunk}).missing
 
 
+STAFF = """| name | role | office | phone |
+|---|---|---|---|
+| Wout Peeters | Store Manager | Ghent Store | +32 9 555 0301 |
+| Noor Vermeulen | Warranty Team Lead | Utrecht | +31 30 555 0144 |"""
+
+WOUT_ROW = "\n".join(STAFF.splitlines()[i] for i in (0, 2))
+
+ABOUT = (
+    "Larch Cycles designs and sells bicycles from its head office in Utrecht and its stores "
+    "in Rotterdam and Ghent. Wout Peeters joined Larch Cycles in 2019.\n\n"
+    "Figure 2: Distribution of bicycles sold across store categories.\n\n"
+    "2 Row and Column Access Control Support in IBM DB2 for i"
+)
+
+
+def test_a_number_that_labels_a_figure_or_a_section_answers_no_count() -> None:
+    """ "Figure 2", a heading's section number and a code's digit ("DB2") count nothing."""
+    pages = ask_of("How many bicycles come from the Ghent store?")
+    assert not check(pages, "Figure 2: Distribution of bicycles sold across store categories.",
+                     ABOUT).ok  # fmt: skip
+    release = ask_of("Which IBM i release added row and column access control to DB2?")
+    assert not check(release, "2 Row and Column Access Control Support in IBM DB2 for i", ABOUT).ok
+    added = "IBM i 7.2 added Row and Column Access Control to DB2 for i."
+    assert check(release, added, added).ok
+
+
+def test_who_does_what_needs_the_doing_in_the_quote() -> None:
+    """ "Who manages …" is answered by a quote that says who manages (or is the manager), not
+    by any sentence with a name in it."""
+    manages = ask_of("Who manages the stores in Rotterdam and Ghent?")
+    sentence = ABOUT.split("\n\n")[0].split(". ")[0] + "."
+    assert not check(manages, sentence, ABOUT).ok
+    row = WOUT_ROW
+    assert check(ask_of("Who manages the Ghent store?"), row, STAFF).ok
+
+
+def test_a_qualifier_the_table_lacks_leaves_the_cell_unclaimed() -> None:
+    """ "mobile number for weekends": the row's phone is a number, but nothing says weekends."""
+    row = WOUT_ROW
+    assert not check(ask_of("What is Wout Peeters's phone number for weekends?"), row, STAFF).ok
+    assert check(ask_of("What is Wout Peeters's phone number?"), row, STAFF).ok
+
+
+def test_a_passage_that_only_shares_the_questions_names_does_not_answer() -> None:
+    """ "Where is Larch's repair workshop?": a passage about Larch that never mentions a
+    workshop or repairs is about the name, not the question."""
+    sentence = "Wout Peeters joined Larch Cycles in 2019."
+    assert not check(ask_of("Where is Larch's repair workshop?"), sentence, ABOUT).ok
+    assert check(ask_of("Where is Larch's head office?"), ABOUT.split(". ")[0] + ".", ABOUT).ok
+
+
 @pytest.mark.parametrize(
     ("cell", "value"),
     [("$1,234.50", 1234.5), ("1.234,50 €", 1234.5), ("113k", 113000.0), ("12 %", 12.0),
