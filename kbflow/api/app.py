@@ -19,16 +19,19 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from core.errors import StoreError
 from core.settings import Settings
 from kbflow.api import (
     agent,
+    api_docs,
     documents,
     errors,
     health,
@@ -41,7 +44,7 @@ from kbflow.api import (
 )
 from kbflow.api.auth import Service
 from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
-from kbflow.api.logs import drop_query_strings
+from kbflow.api.logs import drop_query_strings, uvicorn_logging
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.api.uploads import UPLOAD_PATHS, upload_body_cap
@@ -75,6 +78,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             metrics.watch_research(
                 lambda after: ctx.registry.finished_jobs("research", after=after)
             )
+            health.watch_knowledge(metrics, ctx, settings)  # review backlog, store size
             threads = settings.api.api_torch_threads or (1 if worker else 0)
             if threads and isinstance(ctx.embedder, MiniLMEmbedder):
                 # workers: one core each, so concurrent requests use them all
@@ -93,10 +97,13 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
                 yield
         _stop_if_work_lingers(app.state.service, settings.api.api_drain_s)
 
-    app = FastAPI(
+    app = _Observed(
         title="kbflow",
         summary="Approved knowledge for agents: gated search, cited answers, and their review.",
         lifespan=lifespan,
+        # /docs and /redoc load nothing from a CDN: `kbflow.api.api_docs` serves them
+        docs_url=None,
+        redoc_url=None,
     )
     metrics = Metrics()
     app.state.metrics = metrics  # /metrics reads it (`kbflow.api.health`)
@@ -109,7 +116,13 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
         read_timeout_s=settings.api.api_read_timeout_s,
     )
 
-    app.add_middleware(Measured, metrics=metrics, mounted=(MCP_PATH,))
+    # Outside every other middleware (`_Observed`): each answer gets its X-Request-ID.
+    app.measured = partial(
+        Measured,
+        metrics=metrics,
+        mounted=(MCP_PATH,),
+        log_requests=settings.api.log_format == "json",
+    )
     app.include_router(agent.router)
     app.include_router(review.router)
     # The MCP server, behind the same token checks as the agent routes. A plain route to an
@@ -119,7 +132,21 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
     for domain in (seeds, research, documents, jobs, provenance, health):
         app.include_router(domain.router)
     app.include_router(inbox.router)  # the review inbox's pages for people (/review)
+    api_docs.install(app)  # /docs and /redoc, their files served here (offline)
     return app
+
+
+class _Observed(FastAPI):
+    """FastAPI with `Measured` around all of its middleware, Starlette's error handler included:
+    a 500 for an unexpected error gets its request id, its count and its log line like any other
+    answer (a middleware added with ``add_middleware`` sits inside that handler, and never sees
+    the 500 it sends)."""
+
+    measured: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return stack if self.measured is None else self.measured(stack)
 
 
 def _stop_if_work_lingers(service: Service, grace_s: float) -> None:
@@ -188,6 +215,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
             log_level="info",
             timeout_keep_alive=5,
             timeout_graceful_shutdown=settings.api.api_drain_s,
+            **uvicorn_logging(settings.api.log_format),  # json: a JSON line per request
         )
         sock = config.bind_socket()
         # The workers get this socket rebuilt from its descriptor, which hides that it is TCP

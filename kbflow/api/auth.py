@@ -7,6 +7,7 @@ request's body or query names the caller.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,10 +16,12 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from core.errors import Forbidden, Unauthorized
+from core.errors import Forbidden, NotFound, Unauthorized
 from core.settings import Settings
 from kbflow.api.limits import DeadlineExceeded, Metrics, TokenBuckets
+from kbflow.api.logs import RequestFacts, current_request, request_facts
 from kbflow.api.steward import StoreSteward
 from kbflow.services.context import SearchContext
 
@@ -53,6 +56,7 @@ class Service:
     metrics: Metrics
     steward: StoreSteward
     in_flight: int = 0  # agent requests running in worker threads (abandoned ones included)
+    _agent_orgs: dict[str, str] = field(default_factory=dict)  # agent id -> its org
     _in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
@@ -88,10 +92,35 @@ class Service:
                 "(KBFLOW_API_REQUEST_TIMEOUT_S) — retry later, or ask a shorter question"
             ) from exc
 
-    def count_outcome(self, route: str, result: dict[str, Any]) -> None:
-        """Count an answer (answered / refused) or a knowledge search (yes / maybe / no)."""
-        outcome = result.get("answer_status") or result.get("status") or "unknown"
-        self.metrics.outcomes.labels(route, str(outcome)).inc()
+    def count_outcome(
+        self, route: str, result: dict[str, Any], facts: RequestFacts | None = None
+    ) -> None:
+        """Count an answer (answered / refused) or a knowledge search (yes / maybe / no), and
+        say it on the request's log line (``facts``: the MCP call's; default: the current
+        request's)."""
+        outcome = str(result.get("answer_status") or result.get("status") or "unknown")
+        self.metrics.outcomes.labels(route, outcome).inc()
+        if (facts := facts or current_request()) is not None:
+            facts.outcome = outcome
+
+    def count_degraded(self, facts: RequestFacts | None = None) -> None:
+        """Count a search answered by the keyword fallback, and say so on its log line."""
+        self.metrics.degraded.inc()
+        if (facts := facts or current_request()) is not None:
+            facts.degraded = True
+
+    def org_of(self, agent_id: str | None, user_id: str | None) -> str | None:
+        """The org of a token's holder: an agent's (kept: an agent never changes org), a
+        person's own (looked up each time; an account manager or a superadmin has none)."""
+        registry = self.ctx.registry
+        try:
+            if agent_id is not None:
+                if agent_id not in self._agent_orgs:
+                    self._agent_orgs[agent_id] = registry.get_agent(agent_id).org_id
+                return self._agent_orgs[agent_id]
+            return registry.get_user(user_id).org_id if user_id is not None else None
+        except NotFound:  # deleted since its token was checked: nobody's org
+            return None
 
     def read(self) -> SearchContext:
         """The context, for a route that reads or answers (they run side by side)."""
@@ -103,9 +132,24 @@ def service_of(request: Request) -> Service:
     return service
 
 
+# The OpenAPI security scheme of every route that takes a token: /openapi.json declares it and
+# those routes name it, so /docs's "Authorize" button sends the token. Only declared: with
+# auto_error=False it refuses nothing, and `caller_of` reads the header and words the 401s.
+bearer = HTTPBearer(
+    scheme_name="bearerAuth",
+    bearerFormat="kbflow token",
+    description=(
+        "A kbflow token (`kbflow tokens create`): an agent's for /v1/agent, "
+        "a person's for /v1/admin."
+    ),
+    auto_error=False,
+)
+
+
 def caller_of(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
 ) -> Caller:
     """The caller named by the ``Authorization: Bearer`` token (401 without a valid one)."""
     if not authorization:
@@ -117,8 +161,29 @@ def caller_of(
         raise Unauthorized("the Authorization header must be `Bearer <token>`")
     service = service_of(request)
     record = service.ctx.registry.verify_token(secret.strip())
+    _identify(request, service, record.agent_id, record.user_id)
     service.buckets.take(record.id)  # 429 past the token's rate
     return Caller(record.id, record.agent_id, record.user_id)
+
+
+_ORG_IN_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # `kbflow.api.deps.OrgId`'s rule
+
+
+def _identify(
+    request: Request, service: Service, agent_id: str | None, user_id: str | None
+) -> None:
+    """Name the caller, and the org the request is for, on its log line and metrics
+    (`kbflow.api.logs.RequestFacts`): an agent's org; for a person, the org an admin path names,
+    else their own."""
+    facts = request_facts(request.scope)
+    if facts is None:
+        return
+    facts.agent, facts.user = agent_id, user_id
+    named = request.path_params.get("org")
+    if user_id is not None and isinstance(named, str) and _ORG_IN_PATH.fullmatch(named):
+        facts.org = named
+    else:
+        facts.org = service.org_of(agent_id, user_id)
 
 
 def agent_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:

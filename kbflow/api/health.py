@@ -3,14 +3,19 @@ it has counted (``/metrics``, for Prometheus). No token needed."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.settings import Settings
 from kbflow.api.auth import ServiceDep
+from kbflow.api.limits import Metrics
 from kbflow.api.schemas import Health, Readiness
+from kbflow.services.context import SearchContext
 
 router = APIRouter(tags=["health"])
 
@@ -49,6 +54,35 @@ def readyz(service: ServiceDep) -> dict[str, Any]:
 )
 def prometheus(request: Request) -> PlainTextResponse:
     """Prometheus metrics: request latency by route, refusals, degraded searches, agent
-    outcomes (answered / refused; yes / maybe / no), the research budget spent."""
+    outcomes (answered / refused; yes / maybe / no), requests by org and by agent, MCP tool
+    calls, the review backlog, the store's size, the research budget spent."""
     registry = request.app.state.metrics.registry
     return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) -> None:
+    """Export the review backlog (from the registry), each org's points in the vector store
+    (its exact count, with the org's filter) and the embedded store's bytes on disk."""
+
+    def points() -> dict[str, int]:
+        store = ctx.store  # None while the service runs degraded; the steward may open it later
+        if store is None:
+            return {}
+        return {org.id: store.count(org.id) for org in ctx.registry.list_orgs()}
+
+    def disk_bytes() -> int | None:
+        return None if settings.stores.qdrant_url else folder_bytes(settings.vectors_dir)
+
+    metrics.watch_knowledge(ctx.registry.review_backlog, points, disk_bytes)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The size of the files under ``folder`` (0 when it does not exist); links not followed."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # the store removed a segment meanwhile
+                continue
+    return total

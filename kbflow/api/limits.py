@@ -6,6 +6,7 @@ the client may leave out), and Prometheus metrics of what the service did.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import math
 import re
@@ -21,6 +22,14 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.errors import KbflowError, TooLarge
+from kbflow.api.gauges import LABEL_CAP, OTHER, CappedLabel, Knowledge
+from kbflow.api.logs import (
+    RequestFacts,
+    begin_request,
+    end_request,
+    log_request,
+    request_id_from,
+)
 
 
 class SlowClient(KbflowError, TimeoutError):
@@ -73,41 +82,55 @@ class TokenBuckets:
 
 
 class Measured:
-    """ASGI middleware: each request's latency by route template, method and status, and the
-    refusals (401, 403, 413, 429) by status. A plain ASGI wrapper: Starlette's
-    ``@app.middleware("http")`` costs a task and a stream per request."""
+    """ASGI middleware around the whole app: each request's id (``X-Request-ID`` on every
+    answer), its latency by route template, method and status, the refusals (401, 403, 413, 429)
+    by status, its counts by org, agent and MCP tool (`Metrics.observe`) and, with
+    ``KBFLOW_LOG_FORMAT=json``, its one JSON log line (`kbflow.api.logs.log_request`), all from
+    one `RequestFacts`. A plain ASGI wrapper: Starlette's ``@app.middleware("http")`` costs a
+    task and a stream per request."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, mounted: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        mounted: tuple[str, ...] = (),
+        *,
+        log_requests: bool = False,
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.mounted = mounted  # paths of plain ASGI apps, timed under their path
+        self.log_requests = log_requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # if the app fails before it answers
+        sent_id = dict(scope.get("headers") or []).get(b"x-request-id")
+        facts = RequestFacts(request_id_from(sent_id), str(scope["method"]))
+        header = (b"x-request-id", facts.request_id.encode("ascii"))
 
         async def observed(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = int(message["status"])
+                facts.status = int(message["status"])
+                message = {**message, "headers": [*message.get("headers", ()), header]}
             await send(message)
 
+        token = begin_request(scope, facts)
         try:
             await self.app(scope, receive, observed)
         finally:
+            end_request(token)
             # FastAPI names the route of its own routes only; a plain ASGI app (the MCP
             # endpoint) is timed under its fixed path, so no label takes unbounded values.
             path = scope.get("path")
-            fallback = path if path in self.mounted else "unmatched"
-            template = getattr(scope.get("route"), "path", fallback)
-            self.metrics.latency.labels(template, scope["method"], str(status)).observe(
-                time.perf_counter() - started
-            )
-            if status in (401, 403, 413, 429):
-                self.metrics.refused.labels(str(status)).inc()
+            fallback = path if isinstance(path, str) and path in self.mounted else "unmatched"
+            facts.route = str(getattr(scope.get("route"), "path", fallback))
+            facts.latency_ms = (time.perf_counter() - started) * 1000
+            self.metrics.observe(facts)
+            if self.log_requests:
+                log_request(facts)
 
 
 class BodyLimit:
@@ -269,6 +292,64 @@ class Metrics:
             ["route", "outcome"],
             registry=self.registry,
         )
+        self.orgs = CappedLabel(LABEL_CAP)
+        self.agents = CappedLabel(LABEL_CAP)
+        self.by_org = Counter(
+            "kbflow_org_requests_total",
+            "Requests by the org they were for (an agent's org, a person's, or the org the admin "
+            f"path names) and status class (2xx, 4xx, 5xx). At most {LABEL_CAP} orgs are named "
+            f"per process; requests of any further org are counted under org={OTHER!r}.",
+            ["org", "status_class"],
+            registry=self.registry,
+        )
+        self.by_agent = Counter(
+            "kbflow_agent_requests_total",
+            "Requests made with an agent's token, by agent id and status class (2xx, 4xx, 5xx). "
+            f"At most {LABEL_CAP} agents are named per process; requests of any further agent "
+            f"are counted under agent={OTHER!r}.",
+            ["agent", "status_class"],
+            registry=self.registry,
+        )
+        self.mcp_tools = Counter(
+            "kbflow_mcp_tool_calls_total",
+            "MCP tool calls (/mcp tools/call) by tool (a published tool, or 'unknown') and "
+            "outcome: the gate's (answered / refused; yes / maybe / no), 'degraded' (the keyword "
+            "fallback), 'error' (the tool refused: bad arguments, a collection not readable, the "
+            "deadline), or 'ok'.",
+            ["tool", "outcome"],
+            registry=self.registry,
+        )
+
+    def observe(self, facts: RequestFacts) -> None:
+        """Count one answered request (`Measured`, after the answer has gone)."""
+        status = str(facts.status)
+        self.latency.labels(facts.route, facts.method, status).observe(facts.latency_ms / 1000)
+        if facts.status in (401, 403, 413, 429):
+            self.refused.labels(status).inc()
+        status_class = f"{facts.status // 100}xx"
+        if facts.org:
+            self.by_org.labels(self.orgs.label(facts.org), status_class).inc()
+        if facts.agent:
+            self.by_agent.labels(self.agents.label(facts.agent), status_class).inc()
+        if facts.tool:
+            outcome = facts.outcome or ("degraded" if facts.degraded else "ok")
+            self.mcp_tools.labels(facts.tool, outcome).inc()
+
+    def watch_knowledge(
+        self,
+        backlog: Callable[[], dict[str, tuple[int, dt.datetime]]],
+        points: Callable[[], dict[str, int]],
+        disk_bytes: Callable[[], int | None],
+    ) -> None:
+        """Export the review backlog and the store's size, read at scrape time.
+
+        ``backlog()``: each org's pending-review documents and when the oldest was made;
+        ``points()``: each org's points in the vector store (empty while there is none);
+        ``disk_bytes()``: the embedded store's folder size (None with a Qdrant server). Read at
+        most every ``KNOWLEDGE_READ_EVERY_S`` (`kbflow.api.gauges`): an unauthenticated scrape
+        never counts a large store over and over. The oldest draft's age is worked out at each
+        scrape."""
+        self.registry.register(Knowledge(backlog, points, disk_bytes))
 
     def watch_research(self, finished: Callable[[Any], list[Any]]) -> None:
         """Export the research budget spent by finished research jobs (they run in their own

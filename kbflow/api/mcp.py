@@ -39,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 import kbflow
 from core.errors import KbflowError
 from kbflow.api.auth import Service, agent_of, caller_of, service_of
+from kbflow.api.logs import RequestFacts, request_facts
 from kbflow.api.schemas import AnswerBody
 from kbflow.services import answers, tools
 from kbflow.services.context import SearchContext
@@ -66,10 +67,12 @@ ANSWER_DESCRIPTION = (
 
 @dataclass(frozen=True)
 class AgentCall:
-    """Who an MCP request acts for (from its token, nothing else) and the service it uses."""
+    """Who an MCP request acts for (from its token, nothing else), the service it uses, and
+    the request's facts (its log line and metrics: the tool called and how it ended)."""
 
     service: Service
     agent_id: str
+    facts: RequestFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -137,22 +140,25 @@ def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.Cal
         # Side by side, as on the HTTP routes: the ledger takes its own writes one at a time.
         result = tool.run(call.service.read(), call.agent_id, arguments)
     except KbflowError as exc:
-        return _refused(str(exc))
+        return _refused(str(exc), call)
     except Exception:
         # As on every other route: logged here, never a traceback or a path to the caller.
         log.exception("unexpected error in MCP tool %s", name)
-        return _refused(INTERNAL_ERROR)
+        return _refused(INTERNAL_ERROR, call)
     if result.get("degraded"):
-        call.service.metrics.degraded.inc()
+        call.service.count_degraded(call.facts)
     if name in ("answer", "research_knowledge_search"):
-        call.service.count_outcome("ask" if name != "answer" else "answer", result)
+        route = "ask" if name != "answer" else "answer"
+        call.service.count_outcome(route, result, call.facts)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(result, ensure_ascii=False))],
         structured_content=result,
     )
 
 
-def _refused(message: str) -> types.CallToolResult:
+def _refused(message: str, call: AgentCall | None = None) -> types.CallToolResult:
+    if call is not None and call.facts is not None:
+        call.facts.outcome = "error"
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
@@ -170,11 +176,13 @@ async def _call_tool(
         # Only reachable if the server is served without `McpEndpoint`'s gate in front.
         log.error("MCP tool call without a checked caller: refused")
         return _refused(INTERNAL_ERROR)
+    if call.facts is not None:  # a published tool's name only: the name is the client's text
+        call.facts.tool = params.name if params.name in MCP_TOOLS else "unknown"
     arguments = dict(params.arguments or {})
     try:
         return await call.service.within_deadline(partial(run_tool, call, params.name, arguments))
     except KbflowError as exc:  # past the deadline
-        return _refused(str(exc))
+        return _refused(str(exc), call)
 
 
 def _input_schema(name: str) -> dict[str, Any] | None:
@@ -230,7 +238,7 @@ class McpEndpoint:
         # The registry is blocking I/O: off the event loop, as FastAPI runs a sync dependency.
         # A refusal (Unauthorized, Forbidden, RateLimited) is raised to the app's handlers.
         agent_id = await anyio.to_thread.run_sync(_agent_of_request, request)
-        scope[CALLER_KEY] = AgentCall(service_of(request), agent_id)
+        scope[CALLER_KEY] = AgentCall(service_of(request), agent_id, request_facts(scope))
         await self.sessions.handle_request(scope, receive, send)
 
 

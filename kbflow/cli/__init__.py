@@ -67,17 +67,20 @@ class _Program(typer.Typer):
     test runner calls the commands directly), it first takes charge of the Prefect servers it
     may start: orphans of dead kbflow processes are reaped, SIGTERM/SIGHUP become a clean exit,
     and what it starts is recorded and stopped with it
-    (`kbflow.services.processes.guard_process`)."""
+    (`kbflow.services.processes.guard_process`); then flow runs whose kbflow process died are
+    marked Crashed (`kbflow.services.flow_runs.sweep_at_start`)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from kbflow.services.flow_runs import sweep_at_start
         from kbflow.services.processes import guard_process
 
         try:
-            home = Settings().home
+            settings: Settings | None = Settings()
         except ValueError:
-            home = None  # the command reports bad settings itself
-        if home is not None:
-            guard_process(home)
+            settings = None  # the command reports bad settings itself
+        if settings is not None:
+            guard_process(settings.home)
+            sweep_at_start(settings)
         return super().__call__(*args, **kwargs)
 
 

@@ -57,7 +57,12 @@ def load_settings() -> Settings:
         err_console.print(f"[red]invalid settings:[/red] {exc}")
         raise typer.Exit(2) from exc
     configure_environment(settings)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The handler's own level: Prefect's run loggers log at INFO (to its API, the UI's Logs tab)
+    # and propagate here, and a logger's records skip the root logger's level.
+    terminal = logging.StreamHandler()
+    terminal.setLevel(logging.WARNING)
+    terminal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[terminal])
     return settings
 
 

@@ -125,12 +125,18 @@ def serve(
     import uvicorn
 
     from kbflow.api.app import create_app, serve_workers
+    from kbflow.api.logs import uvicorn_logging, writing_json
 
     base = f"http://{host}:{port}"
-    console.print(f"kbflow API on {base} (docs: {base}/docs, MCP: {base}/mcp)")
+    banner = f"kbflow API on {base} (docs: {base}/docs, MCP: {base}/mcp)"
+    if settings.api.log_format == "json":  # every line of the log JSON, this one too
+        writing_json().info(banner)
+    else:
+        console.print(banner)
     if workers > 1:
         serve_workers(settings, host, port, workers)
         return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
                 timeout_keep_alive=5,
-                timeout_graceful_shutdown=settings.api.api_drain_s)  # fmt: skip
+                timeout_graceful_shutdown=settings.api.api_drain_s,
+                **uvicorn_logging(settings.api.log_format))  # fmt: skip

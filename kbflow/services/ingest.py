@@ -82,13 +82,14 @@ def run_ingest(
         )
         report.raise_if_too_many_skipped(settings.ingest.max_skip_ratio)
         return report
-    from flows.ingest import ingest as ingest_flow
+    from flows.ingest import ingest
+    from kbflow.services.flow_runs import tracked
     from kbflow.services.orchestration import prefect_starting
     from tasks.ingest.steps import warm_up
 
     with prefect_starting():
         warm_up(settings)
-    with handing(paths, request.org, planned):
+    with handing(paths, request.org, planned), tracked(settings.home, ingest) as ingest_flow:
         if progress is None:
             report = ingest_flow(paths=paths, **request.flow_params())
         else:

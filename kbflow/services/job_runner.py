@@ -111,8 +111,10 @@ def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
     actor = str(params.pop("actor", None) or "system")
     request = IngestRequest.model_validate(params)
     from flows.ingest import ingest
+    from kbflow.services.flow_runs import tracked
 
-    report = ingest(paths=job.inputs, job_id=job.id, actor=actor, **request.flow_params())
+    with tracked(Settings().home, ingest) as run:
+        report = run(paths=job.inputs, job_id=job.id, actor=actor, **request.flow_params())
     final, reason = _outcome(report)
     return final, reason, report.to_dict()
 

@@ -25,16 +25,18 @@ def finetune(
     """Run the ``finetune-embedder`` flow on a BEIR folder; returns its report (model id,
     folder, held-out and training-half scores of base and candidate, promoted or why not)."""
     from flows.finetune import finetune_embedder_flow
+    from kbflow.services.flow_runs import tracked
     from tasks.text.finetune import FinetuneParams
 
     params = FinetuneParams(epochs=epochs, seed=seed)
-    report: dict[str, Any] = finetune_embedder_flow(
-        dataset=str(dataset.resolve()),
-        split=split,
-        params=params,
-        negatives=negatives,
-        min_gain=min_gain,
-    )
+    with tracked(settings.home, finetune_embedder_flow) as run:
+        report: dict[str, Any] = run(
+            dataset=str(dataset.resolve()),
+            split=split,
+            params=params,
+            negatives=negatives,
+            min_gain=min_gain,
+        )
     return report
 
 

@@ -24,6 +24,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -271,7 +272,40 @@ def run_prefect_server(settings: Settings, plan: PrefectServerPlan) -> int:
         str(plan.port),
     ]
     env = prefect_server_environment(plan)
+    _sweep_once_up(settings, plan)
     return run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env)
+
+
+def _sweep_once_up(settings: Settings, plan: PrefectServerPlan, *, wait_s: float = 300.0) -> None:
+    """In a daemon thread: once the server answers (within ``wait_s``), mark Crashed the runs
+    of this home whose kbflow process died (`kbflow.services.flow_runs.sweep`), those of
+    temporary servers included: they share its database under PREFECT_HOME."""
+    from kbflow.services import flow_runs
+
+    name = plan.host.strip().strip("[]")
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(name).is_unspecified:  # a wildcard bind: ask over loopback
+            name = "::1" if ":" in name else "127.0.0.1"
+    host = f"[{name}]" if ":" in name else name
+    api = f"http://{host}:{plan.port}/api"
+
+    def sweep() -> None:
+        import httpx
+
+        deadline = time.monotonic() + wait_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                try:
+                    if client.get(f"{api}/health").status_code < 500:
+                        break  # up (a 401: up, with --auth)
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            else:
+                return
+        flow_runs.sweep(settings.home, servers=[api], auth=plan.credential if plan.auth else None)
+
+    threading.Thread(target=sweep, name="kbflow-crashed-runs", daemon=True).start()
 
 
 def serve_prefect(

@@ -48,20 +48,22 @@ def run_research(
     """
     from core.errors import RunFailed
     from flows.research import research
+    from kbflow.services.flow_runs import tracked
     from kbflow.services.orchestration import prefect_api_url
 
     timeout = review_timeout_s
     if timeout is None:
         timeout = REVIEW_WAIT_S if prefect_api_url() else 0
     try:
-        return research(
-            org=org,
-            client_name=client_name,
-            model=model,
-            budget_cap_tokens=budget_tokens,
-            reviewer=reviewer,
-            review_timeout_s=timeout,
-            job_id=job_id,
-        )
+        with tracked(settings.home, research) as run:
+            return run(
+                org=org,
+                client_name=client_name,
+                model=model,
+                budget_cap_tokens=budget_tokens,
+                reviewer=reviewer,
+                review_timeout_s=timeout,
+                job_id=job_id,
+            )
     except RunFailed as exc:  # the budget stopped it, or its review failed: see the report
         return ResearchReport.model_validate(exc.report)

@@ -136,9 +136,11 @@ def run_review_flow(
 
     require_prefect_server(NO_UI_SERVER)
     from flows.review import review
+    from kbflow.services.flow_runs import tracked
 
     try:
-        return review(org=org, reviewer=reviewer, timeout_s=timeout_s), None
+        with tracked(settings.home, review) as run:
+            return run(org=org, reviewer=reviewer, timeout_s=timeout_s), None
     except RunFailed as exc:  # the run ended Failed; what it did is in its report
         return ReviewReport.model_validate(exc.report), str(exc)
 

@@ -474,6 +474,17 @@ class DocumentsMixin(RegistryBase):
                 stmt = stmt.limit(limit)
             return [record_of(row, path) for row, path in s.execute(stmt)]
 
+    def review_backlog(self) -> dict[str, tuple[int, dt.datetime]]:
+        """Each org's documents waiting for review: how many, and when the oldest was made
+        (one grouped query on the org/status index: cheap enough for every metrics scrape)."""
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow.org_id, func.count(), func.min(DocumentRow.created_at))
+                .where(DocumentRow.status == DocStatus.PENDING_REVIEW.value)
+                .group_by(DocumentRow.org_id)
+            )
+            return {org: (int(count), oldest) for org, count, oldest in s.execute(stmt)}
+
 
 RESTORE_BLOCKERS: tuple[str, ...] = (DocStatus.APPROVED.value, DocStatus.WITHDRAWN.value)
 """A version above a withdrawn one in one of these statuses (or status-less) means the

@@ -1,0 +1,122 @@
+"""What `/metrics` reads beyond the requests: labels held to a bounded number of values, and
+the review backlog and the store's size, read from the registry and the store at scrape time
+(`kbflow.api.limits.Metrics` registers them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from core.errors import KbflowError
+
+log = logging.getLogger(__name__)
+
+KNOWLEDGE_READ_EVERY_S = 15.0
+LABEL_CAP = 100
+"""Distinct values a per-org or per-agent label takes in one process before the rest are
+counted under `OTHER`: a Prometheus series each, so a flood of orgs or agents cannot bloat it."""
+OTHER = "_other"
+"""The label value of the values past `LABEL_CAP` (ids start with a letter or digit: no clash)."""
+
+
+class CappedLabel:
+    """A label's values, the first ``cap`` distinct ones as themselves, any further one as
+    `OTHER`; thread-safe (worker threads count too)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def label(self, value: str) -> str:
+        if value in self._seen:  # a set's membership test is safe without the lock
+            return value
+        with self._lock:
+            if value in self._seen or len(self._seen) < self.cap:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+class Knowledge(Collector):
+    """``kbflow_review_backlog_documents{org}``, ``kbflow_review_oldest_pending_seconds{org}``,
+    ``kbflow_store_points{org}`` and ``kbflow_store_disk_bytes``, read at scrape time (see
+    `kbflow.api.limits.Metrics.watch_knowledge`)."""
+
+    def __init__(
+        self,
+        backlog: Callable[[], dict[str, tuple[int, dt.datetime]]],
+        points: Callable[[], dict[str, int]],
+        disk_bytes: Callable[[], int | None],
+    ) -> None:
+        self._read = (backlog, points, disk_bytes)
+        self._lock = threading.Lock()
+        self._backlog: dict[str, tuple[int, dt.datetime]] = {}
+        self._points: dict[str, int] = {}
+        self._bytes: int | None = None
+        self._read_at = -math.inf
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only
+
+    def _read_again(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < KNOWLEDGE_READ_EVERY_S:
+            return
+        self._read_at = now
+        backlog, points, disk_bytes = self._read
+        self._backlog = backlog()
+        try:
+            self._points = points()
+            self._bytes = disk_bytes()
+        except (KbflowError, OSError) as exc:  # a busy or vanished store: the backlog still counts
+            log.warning("store size not read for /metrics: %s", exc)
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            self._read_again()
+            backlog, points, size = dict(self._backlog), dict(self._points), self._bytes
+        now = dt.datetime.now(dt.UTC)
+        pending = GaugeMetricFamily(
+            "kbflow_review_backlog_documents",
+            "Documents waiting for review (pending_review), by org.",
+            labels=["org"],
+        )
+        oldest = GaugeMetricFamily(
+            "kbflow_review_oldest_pending_seconds",
+            "Age in seconds of each org's oldest document waiting for review (since it was "
+            "made); orgs with none are left out.",
+            labels=["org"],
+        )
+        for org, (count, since) in sorted(backlog.items()):
+            pending.add_metric([org], count)
+            since = since if since.tzinfo else since.replace(tzinfo=dt.UTC)  # SQLite drops it
+            oldest.add_metric([org], max(0.0, (now - since).total_seconds()))
+        stored = GaugeMetricFamily(
+            "kbflow_store_points",
+            "Points (chunks, every review state) in the vector store, by org: the store's exact "
+            "count with the org's filter.",
+            labels=["org"],
+        )
+        for org, count in sorted(points.items()):
+            stored.add_metric([org], count)
+        yield pending
+        yield oldest
+        yield stored
+        if size is not None:
+            disk = GaugeMetricFamily(
+                "kbflow_store_disk_bytes",
+                "Bytes on disk of the embedded vector store (Qdrant Edge, <home>/vectors), all "
+                "orgs together: one shard holds every org, so no exact per-org size exists. "
+                "Absent with a Qdrant server.",
+            )
+            disk.add_metric([], size)
+            yield disk
