@@ -114,6 +114,9 @@ class IngestReport(Report):
     changed: int
     unchanged: int
     documents: int
+    resumed: int = 0
+    """Files whose last ingest did not finish (a killed run): redone in place, neither new nor
+    changed; found = new + changed + unchanged + resumed (+ files discovery skipped)."""
     chunks: int
     superseded: int
     skipped: list[PathReason]

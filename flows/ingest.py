@@ -100,11 +100,12 @@ def ingest(
         logger.info("took the plan of the caller that started this run: nothing is read again")
     sources = found.sources
     logger.info(
-        "discovered %d sources: %d new, %d changed, %d unchanged",
+        "discovered %d sources: %d new, %d changed, %d unchanged, %d resumed",
         len(sources),
         plan.new,
         plan.changed,
         plan.unchanged,
+        plan.resumed,
     )
     progress.advance("index", 0, total=len(plan.work))
     # Paths discovery could not or would not take are reported like unreadable files.

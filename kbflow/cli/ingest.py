@@ -111,9 +111,11 @@ def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
     """An ingest report: the counts on one line, then each note, empty file, skip and job."""
     r = r.to_dict() if isinstance(r, IngestReport) else r  # a job's report is its JSON
     empty = f", {len(r['empty'])} empty" if r.get("empty") else ""
+    # A killed run's files are redone in place: neither new nor changed, but counted.
+    resumed = f", {r['resumed']} resumed" if r.get("resumed") else ""
     console.print(
         f"[bold]{escape(r['org'])}/{escape(r['collection'])}[/bold]: {r['discovered']} found, "
-        f"{r['new']} new, {r['changed']} changed, {r['unchanged']} unchanged → "
+        f"{r['new']} new, {r['changed']} changed, {r['unchanged']} unchanged{resumed} → "
         f"{r['documents']} indexed ({r['chunks']} chunks), {r['superseded']} superseded, "
         f"{len(r['skipped'])} skipped{empty} in {r['seconds']:.1f}s"
     )

@@ -88,6 +88,11 @@ class IngestPlan:
     def changed(self) -> int:
         return sum(1 for w in self.work if w.previous is not None and not w.resume)
 
+    @property
+    def resumed(self) -> int:
+        """Same content as registered, but its last ingest did not finish: redone in place."""
+        return sum(1 for w in self.work if w.previous is not None and w.resume)
+
 
 @dataclass
 class BatchReport:
@@ -502,6 +507,7 @@ def ingest_report(
         new=plan.new,
         changed=plan.changed,
         unchanged=plan.unchanged,
+        resumed=plan.resumed,
         documents=total.documents,
         chunks=total.chunks,
         superseded=total.superseded,

@@ -102,10 +102,15 @@ def _task_runs(flow_run_id: Any) -> dict[str, list[str]]:
 
 
 def test_dask_runner_stores_and_serves_what_the_default_runner_does(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     paths = _corpus(tmp_path / "corpus")
     _, plain = _ingest_into(tmp_path / "plain", paths, monkeypatch)
+    monkeypatch.delenv("DASK_LOGGING__DISTRIBUTED", raising=False)
+    capfd.readouterr()
     run_id, dask = _ingest_into(
         tmp_path / "dask",
         paths,
@@ -114,6 +119,9 @@ def test_dask_runner_stores_and_serves_what_the_default_runner_does(
         KBFLOW_DASK_WORKERS="2",
     )
     assert plain["documents"] == dask["documents"] == 9
+    # The cluster's start and stop say nothing at INFO (they once printed 33 lines).
+    said = capfd.readouterr().err
+    assert not [line for line in said.splitlines() if " - INFO - " in line], said[-3000:]
     assert plain["chunks"] == dask["chunks"] and not dask["skipped"]
 
     # The batches really were prepared by tasks on the cluster (5 batches of at most 2).
