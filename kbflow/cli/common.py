@@ -136,15 +136,41 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]]) -> None:
+def print_table(
+    title: str,
+    columns: Iterable[str],
+    rows: Iterable[Iterable[str]],
+    *,
+    right: Iterable[str] = (),
+    whole: Iterable[str] = (),
+) -> None:
     """A table on stdout: ``title`` above it, one plain column per name, one row per item of
-    ``rows`` (cells are rich markup: escape what users wrote)."""
+    ``rows`` (cells are rich markup: escape what users wrote). ``right``: columns aligned right
+    (numbers); ``whole``: columns never wrapped (ids a user copies).
+
+    A table wider than the terminal is printed as one block per row instead (its first cell as
+    the block's head, then a ``column  value`` line each), so that an 80-column terminal shows
+    every value whole rather than columns squeezed to a letter or two."""
+    names, right, whole = list(columns), set(right), set(whole)
+    cells = [list(row) for row in rows]
     table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
+    for col in names:
+        table.add_column(col, justify="right" if col in right else "left", no_wrap=col in whole)
+    for row in cells:
         table.add_row(*row)
-    console.print(table)
+    natural = console.measure(table, options=console.options.update_width(100_000)).maximum
+    if natural <= console.width or len(names) < 3:
+        console.print(table)
+        return
+    console.print(f"[italic]{title}[/italic]")
+    for row in cells:
+        console.print(f"[bold]{row[0]}[/bold]")
+        block = Table.grid(padding=(0, 2))
+        block.add_column(style="dim", no_wrap=True)
+        block.add_column()
+        for col, value in zip(names[1:], row[1:], strict=True):
+            block.add_row(f"  {col}", value)
+        console.print(block)
 
 
 def print_listing(

@@ -10,11 +10,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from core.settings import Settings
 from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
-from kbflow.cli.common import JsonOpt, command, command_group, print_json
+from kbflow.cli.common import JsonOpt, command, command_group, print_json, print_table
 from kbflow.render import console, err_console, stage_progress
 from kbflow.services import evals as service
 
@@ -62,13 +61,15 @@ def eval_run(
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"{summary['dataset']} — {summary['queries']} queries")
-    table.add_column("mode")
-    for metric in METRICS:
-        table.add_column(metric, justify="right")
-    for mode, metrics in summary["modes"].items():
-        table.add_row(mode, *(f"{metrics[m]:.4f}" for m in METRICS))
-    console.print(table)
+    print_table(
+        f"{escape(summary['dataset'])} — {summary['queries']} queries",
+        ("mode", *METRICS),
+        (
+            (mode, *(f"{metrics[m]:.4f}" for m in METRICS))
+            for mode, metrics in summary["modes"].items()
+        ),
+        right=METRICS,
+    )
     refusal = summary.get("refusal") or {}
     if refusal:
         console.print(
@@ -166,24 +167,26 @@ def _print_answers(report: dict[str, Any]) -> None:
     """The buckets and rates per corpus and group, then each wrong answer."""
     from evals.answers import ANSWER_METRICS, BUCKETS
 
-    table = Table(
-        title=f"answer correctness — model {report['model']}, threshold {report['threshold']:.3f}"
-    )
-    table.add_column("set")
-    for column in ("questions", *BUCKETS, *_RATE_HEADERS):
-        table.add_column(column, justify="right")
     sets = dict(report["by_corpus"])
     if len(sets) > 1:
         sets["both"] = report
-    for name, summary in sets.items():
-        for group, r in {"all": summary["all"], **summary["groups"]}.items():
-            table.add_row(
-                f"{name} · {group}",
+    numbers = ("questions", *BUCKETS, *_RATE_HEADERS)
+    print_table(
+        f"answer correctness — model {escape(report['model'])}, "
+        f"threshold {report['threshold']:.3f}",
+        ("set", *numbers),
+        (
+            (
+                escape(f"{name} · {group}"),
                 str(r["questions"]),
                 *(str(r["counts"][b]) for b in BUCKETS),
                 *("—" if r[m] is None else f"{r[m]:.1%}" for m in ANSWER_METRICS),
             )
-    console.print(table)
+            for name, summary in sets.items()
+            for group, r in {"all": summary["all"], **summary["groups"]}.items()
+        ),
+        right=numbers,
+    )
     for wrong in report["wrong"]:
         console.print(
             f"[red]answered-wrong[/red] {escape(wrong['id'])} ({escape(wrong['corpus'])}, "
@@ -229,18 +232,21 @@ def eval_report(
     from evals.warehouse import METRIC_COLUMNS
 
     shown = {**METRIC_COLUMNS, "refusal auc": "refusal_auc"}
-    table = Table(title="eval history")
-    for column in ("started", "run", "dataset", "mode", *shown):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            str(row["started_at"])[:16],
-            str(row["run_id"]),
-            str(row["dataset"]),
-            str(row["mode"]),
-            *("—" if row.get(c) is None else f"{row[c]:.4f}" for c in shown.values()),
-        )
-    console.print(table)
+    print_table(
+        "eval history",
+        ("started", "run", "dataset", "mode", *shown),
+        (
+            (
+                str(row["started_at"])[:16],
+                escape(str(row["run_id"])),
+                escape(str(row["dataset"])),
+                escape(str(row["mode"])),
+                *("—" if row.get(c) is None else f"{row[c]:.4f}" for c in shown.values()),
+            )
+            for row in rows
+        ),
+        right=shown,
+    )
     console.print(f"plot: {written}")
 
 

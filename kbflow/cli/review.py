@@ -81,21 +81,23 @@ def review_list(
         console.print(f"[green]no drafts in {escape(org)}.[/green]")
         return
     for run, docs in groups.items():
-        table = Table(title=f"synthesis run {escape(run or 'none')} ({len(docs)})")
-        table.add_column("id", no_wrap=True)  # whole: it is what `review approve` takes
-        for col in ("title", "collection", "v", "status", "tag", "updated"):
-            table.add_column(col)
-        for d in docs:
-            table.add_row(
-                d.id,
-                escape(d.title[:60]),
-                escape(d.collection_path),
-                str(d.version),
-                d.status or "—",
-                escape(d.source_tag or "—"),
-                _when(d.updated_at),
-            )
-        console.print(table)
+        print_table(
+            f"synthesis run {escape(run or 'none')} ({len(docs)})",
+            ("id", "title", "collection", "v", "status", "tag", "updated"),
+            (
+                (
+                    d.id,
+                    escape(d.title[:60]),
+                    escape(d.collection_path),
+                    str(d.version),
+                    d.status or "—",
+                    escape(d.source_tag or "—"),
+                    _when(d.updated_at),
+                )
+                for d in docs
+            ),
+            whole=("id",),  # whole: it is what `review approve` takes
+        )
 
 
 @group.command("show")

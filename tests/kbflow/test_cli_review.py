@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from core.models import DocStatus
 from core.settings import Settings
 from kbflow.cli import EXIT_CONFLICT, app
+from kbflow.render import console
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
 from tasks.ingest.discover import Source
@@ -334,7 +335,9 @@ def test_an_expert_lists_and_reads_drafts_an_engineer_may_not(seeded: Seeded) ->
         assert "Heron" not in refused.output
 
 
-def test_review_list_groups_drafts_by_synthesis_run(seeded: Seeded, embedder: Any) -> None:
+def test_review_list_groups_drafts_by_synthesis_run(
+    seeded: Seeded, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     registry = SqlRegistry.open(seeded.settings.registry_url)
     try:
         with open_vector_store(seeded.settings) as store:
@@ -347,6 +350,20 @@ def test_review_list_groups_drafts_by_synthesis_run(seeded: Seeded, embedder: An
     assert grouped == {None: 3, "run-a": 2, "run-b": 2}
     table = ok("review", "list", "--org", "acme", "--as", "amy")
     assert "synthesis run run-a (2)" in table.output
+
+    # At 80 columns each draft is a block: its whole id, and each value whole on its line.
+    # (A command's console reads COLUMNS once, when its process starts: set here instead.)
+    monkeypatch.setattr(console, "width", 80)
+    narrow = kb("review", "list", "--org", "acme", "--as", "amy")
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, narrow.output
+    for run in runs:
+        for doc in run["documents"]:
+            assert doc["id"] in lines, narrow.output
+            assert any(" ".join(line.split()) == f"title {doc['title']}" for line in lines), (
+                narrow.output
+            )
 
 
 def _index_run(run_id: str, *, store: Any, registry: SqlRegistry, embedder: Any) -> None:
