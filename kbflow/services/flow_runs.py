@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kbflow.services.processes import is_running
+
 if TYPE_CHECKING:
     import httpx
 
@@ -60,7 +62,6 @@ MAX_AGE_S = 30 * 24 * 3600.0
 UNFINISHED = frozenset({"RUNNING", "PENDING", "PAUSED", "CANCELLING"})
 """States in which a run still waits for its process; one whose process is gone is Crashed."""
 TIMEOUT_S = 5.0
-_CREATE_TIME_TOLERANCE_S = 1.0
 
 F = TypeVar("F")
 
@@ -251,7 +252,7 @@ def _sweep(
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
             continue
-        if not _running(record.pid, record.create_time):
+        if not is_running(record.pid, record.create_time):
             dead.append((path, record))
     if not dead:
         return []
@@ -390,17 +391,3 @@ def _sweep_lock(folder: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)  # releases the lock
-
-
-def _running(pid: int, create_time: float) -> bool:
-    """Whether ``pid`` still names the process created at ``create_time``."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        same = abs(proc.create_time() - create_time) < _CREATE_TIME_TOLERANCE_S
-        return same and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True  # cannot tell: never treat a process we cannot see as dead

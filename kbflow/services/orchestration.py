@@ -10,12 +10,17 @@ its own UI's origin only (plus KBFLOW_PREFECT_CORS_ORIGINS), and with ``auth`` (
 loopback) requires Prefect's basic-auth credential: KBFLOW_PREFECT_AUTH_STRING, or one generated
 once into ``<KBFLOW_HOME>/prefect-auth`` (mode 0600), which kbflow's clients of that home send
 (`core.settings.configure_environment` exports it as PREFECT_API_AUTH_STRING).
+
+While it runs, `kbflow server` records its API address in ``<KBFLOW_HOME>/prefect-server.json``;
+a kbflow command of the same home with no PREFECT_API_URL of its own reports its runs there
+(:func:`adopt_running_server`) instead of starting a temporary server.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 import secrets
@@ -273,7 +278,70 @@ def run_prefect_server(settings: Settings, plan: PrefectServerPlan) -> int:
     ]
     env = prefect_server_environment(plan)
     _sweep_once_up(settings, plan)
-    return run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env)
+    record = _record_server(settings.home, local_api_url(plan))
+    try:
+        return run_supervised(cmd, home=settings.home, kind=PREFECT_SERVER, env=env)
+    finally:
+        with contextlib.suppress(OSError):
+            record.unlink()
+
+
+SERVER_RECORD = "prefect-server.json"
+"""The record of this home's running `kbflow server` (its API address, its process)."""
+ADOPT_TIMEOUT_S = 1.0
+
+
+def local_api_url(plan: PrefectServerPlan) -> str:
+    """``plan``'s API as a process on this machine reaches it (a wildcard bind over loopback)."""
+    name = plan.host.strip().strip("[]")
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(name).is_unspecified:
+            name = "::1" if ":" in name else "127.0.0.1"
+    host = f"[{name}]" if ":" in name else name
+    return f"http://{host}:{plan.port}/api"
+
+
+def _record_server(home: Path, api_url: str) -> Path:
+    import psutil
+
+    me = psutil.Process()
+    path = Path(home) / SERVER_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{SERVER_RECORD}.{os.getpid()}.tmp")
+    data = {"api_url": api_url, "pid": me.pid, "create_time": me.create_time()}
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.replace(path)  # whole, never half-written
+    return path
+
+
+def adopt_running_server(settings: Settings) -> str | None:
+    """Point this process (and what it starts) at this home's running `kbflow server` when no
+    PREFECT_API_URL is set: its runs then show in that server's UI, and no temporary server is
+    started (seconds to a minute of a one-file command on a loaded machine). Returns the URL
+    adopted, or None: a URL is already set, no server is recorded, its process is gone (a pid
+    reused by another process included), or it does not answer within ``ADOPT_TIMEOUT_S``.
+    Call before Prefect is imported (it reads PREFECT_API_URL once)."""
+    if os.environ.get("PREFECT_API_URL", "").strip():
+        return None
+    from kbflow.services.processes import is_running
+
+    path = Path(settings.home) / SERVER_RECORD
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        url, pid, created = str(data["api_url"]), int(data["pid"]), float(data["create_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none recorded, or not a record
+    if not url.startswith("http://") or not is_running(pid, created):
+        return None
+    import httpx
+
+    try:  # up, even when it asks for the credential (401): the clients of this home send it
+        if httpx.get(f"{url}/health", timeout=ADOPT_TIMEOUT_S).status_code >= 500:
+            return None
+    except httpx.HTTPError:
+        return None  # starting, or stuck: a temporary server as before
+    os.environ["PREFECT_API_URL"] = url
+    return url
 
 
 def _sweep_once_up(settings: Settings, plan: PrefectServerPlan, *, wait_s: float = 300.0) -> None:
@@ -282,12 +350,7 @@ def _sweep_once_up(settings: Settings, plan: PrefectServerPlan, *, wait_s: float
     temporary servers included: they share its database under PREFECT_HOME."""
     from kbflow.services import flow_runs
 
-    name = plan.host.strip().strip("[]")
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(name).is_unspecified:  # a wildcard bind: ask over loopback
-            name = "::1" if ":" in name else "127.0.0.1"
-    host = f"[{name}]" if ":" in name else name
-    api = f"http://{host}:{plan.port}/api"
+    api = local_api_url(plan)
 
     def sweep() -> None:
         import httpx

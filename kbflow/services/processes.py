@@ -182,7 +182,7 @@ def reap_orphans(home: Path, *, grace_s: float = 10.0) -> list[Reaped]:
             log.warning("discarding unreadable PID file %s: %s", path, exc)
             path.unlink(missing_ok=True)
             continue
-        if _running(record.owner_pid, record.owner_create_time):
+        if is_running(record.owner_pid, record.owner_create_time):
             continue
         child = _recorded_child(record)
         if child is not None:
@@ -399,8 +399,10 @@ _watcher = _ServerWatcher()
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _running(pid: int, create_time: float) -> bool:
-    """Whether ``pid`` still names the process that was created at ``create_time``."""
+def is_running(pid: int, create_time: float) -> bool:
+    """Whether ``pid`` still names the process that was created at ``create_time`` (not a
+    zombie, not a younger process that reused the pid); a process this user may not inspect
+    counts as running."""
     import psutil
 
     try:

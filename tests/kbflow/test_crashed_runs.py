@@ -249,3 +249,58 @@ def test_a_cli_ingest_logs_info_to_prefect_and_nothing_more_to_the_terminal(
 
         lines = _until(info_lines, "INFO log lines of the run", 30, tmp_path / "none")
     assert any("discovered 2 sources" in line for line in lines), lines
+
+
+def test_a_command_of_the_home_reports_to_its_running_server_without_being_told(
+    server: Server, tmp_path: Path
+) -> None:
+    """No PREFECT_API_URL: the ingest finds this home's `kbflow server` and runs there (its
+    run in that UI), instead of starting a temporary server of its own (which keeps its runs
+    in the same database: the run's own record says which API it reports to)."""
+    env = {k: v for k, v in server.env.items() if k != "PREFECT_API_URL"}
+    log = tmp_path / "ingest.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "ingest", str(_docs(tmp_path / "d", "ferry")),
+             "--org", ORG, "--json"],
+            cwd=REPO, env=env | {"KBFLOW_FAULT_AT": HANG}, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    server.spawned.append(proc)
+    try:
+        record = _running_run(server, proc, log)
+        assert record["api_url"] == server.api, record
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_only_a_live_answering_server_of_the_home_is_adopted(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.settings import Settings
+    from kbflow.services.orchestration import SERVER_RECORD, adopt_running_server
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    assert adopt_running_server(Settings(home=server.home)) == server.api
+    assert os.environ["PREFECT_API_URL"] == server.api
+
+    monkeypatch.delenv("PREFECT_API_URL")
+    record = json.loads((server.home / SERVER_RECORD).read_text())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    other = tmp_path / "other"
+    other.mkdir()
+    for pid, created in (
+        (int(dead.stdout), record["create_time"]),  # its process is gone
+        (record["pid"], record["create_time"] - 60),
+    ):  # a reused pid
+        (other / SERVER_RECORD).write_text(
+            json.dumps(record | {"pid": pid, "create_time": created})
+        )
+        assert adopt_running_server(Settings(home=other)) is None
+    (other / SERVER_RECORD).write_text("{not json")
+    assert adopt_running_server(Settings(home=other)) is None
+    assert "PREFECT_API_URL" not in os.environ
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # the user's own wins
+    assert adopt_running_server(Settings(home=server.home)) is None
