@@ -191,6 +191,16 @@ def _dispatch(store: VectorStore, op: str, a: dict[str, Any]) -> Any:
     if op == "optimize":
         store.optimize()
         return None
+    if op == "snapshot":  # a consistent copy of the shard, taken here under the store lock
+        from sinks.snapshot import copy_edge_shard
+
+        root = a.get("previous_root")
+        return copy_edge_shard(
+            store,
+            Path(a["dest"]),
+            previous=a.get("previous"),
+            previous_root=None if root is None else Path(root),
+        )
     if op == "ping":
         return "pong"
     raise StoreError(f"unknown store call {op!r}")
@@ -377,6 +387,26 @@ class SharedStoreClient:
 
     def optimize(self) -> None:
         self._call("optimize", {})
+
+    def snapshot(
+        self,
+        dest: Path,
+        *,
+        previous: dict[str, Any] | None = None,
+        previous_root: Path | None = None,
+    ) -> dict[str, Any]:
+        """Have the owner copy the shard into ``dest`` (a new folder) under its store lock, so
+        the copy is consistent while it serves (`sinks.snapshot.copy_edge_shard`; the same
+        user's processes only, like every call)."""
+        snapshot: dict[str, Any] = self._call(
+            "snapshot",
+            {
+                "dest": str(Path(dest).resolve()),
+                "previous": previous,
+                "previous_root": None if previous_root is None else str(previous_root.resolve()),
+            },
+        )
+        return snapshot
 
     def close(self) -> None:
         with self._lock:

@@ -20,6 +20,7 @@
 | `collections` | ``collections create/list/describe/move/delete`` |
 | `agents` | ``agents create/allow/disallow/audience/show`` |
 | `tools` | ``tools schema/call`` |
+| `backup` | ``backup`` (+ ``verify/list``), ``restore`` |
 
 A module with top-level commands holds them in ``commands``; a module with a command group holds
 it in ``group``, a `typer.Typer` named for the group.
@@ -40,6 +41,7 @@ from core.settings import Settings
 from kbflow.cli import (
     agents,
     answers,
+    backup,
     collections,
     docs,
     evals,
@@ -92,7 +94,7 @@ app = _Program(
 )
 
 # Top-level commands, in the order `kbflow --help` lists them, then the command groups.
-for module in (ingest, search, research, review, server, evals, answers):
+for module in (ingest, search, research, review, server, evals, answers, backup):
     app.add_typer(module.commands)
 for module in (
     docs,
@@ -108,5 +110,6 @@ for module in (
     collections,
     agents,
     tools,
+    backup,
 ):
     app.add_typer(module.group)

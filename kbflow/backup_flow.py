@@ -1,0 +1,50 @@
+"""The ``backup`` flow: a scheduled `kbflow backup` of the worker's home, verified, with the
+oldest backups beyond ``keep`` removed (prefect.yaml's ``backup`` deployment, daily).
+
+It lives in the app, beside `kbflow.job_flow`, not in ``flows/``: it runs the app's backup
+service (`kbflow.services.backup`), and floors only import down (tests/test_layers.py). The
+worker needs the home's settings (``KBFLOW_HOME`` and any store URLs) in its environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from core.settings import Settings
+from kbflow.services.backup import backup as back_up
+from kbflow.services.backup import prune_backups
+from kbflow.services.restore import verify_backup
+
+
+@flow(name="backup")
+def backup(folder: str | None = None, keep: int = 14) -> dict[str, Any]:
+    """Back up the home into a new folder under ``folder`` (default ``<home>/backups``),
+    verify it, then remove the oldest finished backups there beyond the newest ``keep``.
+
+    Unchanged files are hard-linked from the previous backup, so a daily run costs little when
+    little changed. A run that fails leaves the earlier backups as they were.
+    """
+    log = get_run_logger()
+    settings = Settings()
+    root = Path(folder) if folder else None
+    report = back_up(settings, None if root is None else root / _stamp())
+    verify_backup(Path(report.path))
+    removed = prune_backups(settings, root, keep=keep)
+    log.info(
+        "backed up to %s in %.1f s: %d bytes (%d linked), verified; removed %d old backups",
+        report.path,
+        report.seconds,
+        report.bytes,
+        report.linked_bytes,
+        len(removed),
+    )
+    return report.to_dict() | {"removed": [str(p) for p in removed]}
+
+
+def _stamp() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")

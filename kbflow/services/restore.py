@@ -1,0 +1,332 @@
+"""Checking and restoring backups (`kbflow backup verify`, `kbflow restore`).
+
+- **verify** re-reads every file of a backup against its manifest (bytes, sha256), then counts
+  what the copies hold (documents per status, chunks, audit rows, ledger turns, points per
+  org) and compares; any difference names its part, and the backup is refused.
+- **restore** puts a verified backup into an EMPTY home: a home that has a registry, vectors
+  or a ledger is refused before anything is written. The parts are copied into
+  ``<home>/.restore.partial`` first, then moved into place; the registry is migrated to this
+  kbflow's schema when it is older (a newer one is refused), and the counts are checked again.
+- **restore --org ORG** (`kbflow.services.restore_org`) adds one org of a backup to a home
+  that has no org of that name.
+
+Backups are never written to: a restore copies out of them (hard links between backups stay
+shared, never with a home).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from core.contracts import Report
+from core.errors import ConfigError, StoreError
+from core.settings import Settings
+from kbflow.services.backup import MANIFEST, manifest_of, schema_head, scratch
+from kbflow.services.backup_parts import (
+    LEDGER_FILE,
+    TURNS_SQL,
+    WAREHOUSE_FILE,
+    registry_counts,
+)
+from sinks.snapshot import copy_file, copy_tree, duckdb_count, files_under, sha256_file
+
+STAGING = ".restore.partial"
+
+
+class VerifyReport(Report):
+    """A backup that matched its manifest."""
+
+    path: str
+    created_at: str
+    kbflow_version: str
+    schema_version: str | None
+    files: int
+    bytes: int
+    counts: dict[str, dict[str, Any]]
+
+
+class RestoreReport(Report):
+    """What a restore put into the home."""
+
+    path: str
+    home: str
+    org: str | None = None
+    counts: dict[str, Any]
+
+
+def verify_backup(path: Path) -> VerifyReport:
+    """Check every file and count of the backup at ``path`` against its manifest.
+
+    Raises:
+        NotFound: no folder, or no manifest (an unfinished backup).
+        StoreError: a file is missing, extra, of other bytes or another checksum, or a count
+            differs; the message names the part and the file.
+    """
+    path = path.resolve()
+    manifest = manifest_of(path)
+    problems: list[str] = []
+    expected: set[Path] = {path / MANIFEST}
+    for name, part in manifest["parts"].items():
+        root = path / part["root"]
+        for record in part["files"]:
+            file = root / record["path"]
+            expected.add(file)
+            if not file.is_file():
+                problems.append(f"part {name}: {record['path']} is missing")
+            elif file.stat().st_size != record["bytes"]:
+                problems.append(
+                    f"part {name}: {record['path']} has {file.stat().st_size} bytes, the "
+                    f"manifest says {record['bytes']}"
+                )
+            elif sha256_file(file) != record["sha256"]:
+                problems.append(
+                    f"part {name}: {record['path']} does not match its sha256 (damaged or "
+                    "changed after the backup)"
+                )
+    problems += [
+        f"{file.relative_to(path)} is not in the manifest"
+        for file in files_under(path)
+        if file not in expected
+    ]
+    if not problems:
+        problems += _count_problems(path, manifest)
+    if problems:
+        raise StoreError(
+            f"the backup at {path} does not match its manifest — do not restore it; use "
+            "another backup (`kbflow backup list`): " + "; ".join(problems)
+        )
+    counts = {name: part.get("counts", {}) for name, part in manifest["parts"].items()}
+    return VerifyReport(
+        path=str(path),
+        created_at=manifest["created_at"],
+        kbflow_version=manifest["kbflow_version"],
+        schema_version=manifest.get("schema_version"),
+        files=sum(len(p["files"]) for p in manifest["parts"].values()),
+        bytes=sum(f["bytes"] for p in manifest["parts"].values() for f in p["files"]),
+        counts=counts,
+    )
+
+
+def _count_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """What the copies hold, against the counts the manifest recorded."""
+    found: dict[str, dict[str, Any]] = {}
+    parts = manifest["parts"]
+    if parts.get("registry", {}).get("kind") == "sqlite":
+        from sinks.snapshot import sqlite_read_only
+
+        with sqlite_read_only(path / "registry" / "registry.db") as con:
+            found["registry"] = registry_counts(con)
+    elif parts.get("registry", {}).get("kind") == "sql-jsonl":
+        from kbflow.services.registry_copy import dump_counts
+
+        found["registry"] = dump_counts(path / "registry")
+    if parts.get("ledger", {}).get("kind") == "sql-jsonl":
+        from kbflow.services.ledger_copy import dump_turns
+
+        found["ledger"] = {"turns": dump_turns(path / "ledger")}
+    if parts.get("ledger", {}).get("kind") == "duckdb":
+        import duckdb
+
+        duck = duckdb.connect(str(path / "warehouse" / LEDGER_FILE), read_only=True)
+        try:
+            found["ledger"] = {"turns": duckdb_count(duck, TURNS_SQL)}
+        finally:
+            duck.close()
+    if parts.get("vectors", {}).get("kind") == "qdrant-edge":
+        found["vectors"] = _shard_counts(path / "vectors")
+    return [
+        f"part {name}: the copy holds {counts}, the manifest says {parts[name]['counts']}"
+        for name, counts in found.items()
+        if counts != parts[name]["counts"]
+    ]
+
+
+def _shard_counts(shard: Path) -> dict[str, Any]:
+    """Points in a backup's shard, counted on a scratch copy (opening a shard writes to it)."""
+    from collections import Counter
+
+    from sinks.qdrant_edge import QdrantEdgeStore
+
+    with scratch("kbflow-verify-") as tmp:
+        copy_tree(shard, tmp / "vectors")
+        store = QdrantEdgeStore.open(tmp / "vectors", lock_timeout_s=0)
+        try:
+            per_org = Counter(str(h.payload.get("org_id")) for h in store.iter_payloads(["org_id"]))
+        finally:
+            store.close()
+    return {"points": sum(per_org.values()), "points_per_org": dict(per_org)}
+
+
+def restore(settings: Settings, path: Path, *, org: str | None = None) -> RestoreReport:
+    """Restore the backup at ``path`` into ``settings.home`` (and its configured stores), or
+    only ``org`` of it into a home that has no such org.
+
+    Raises:
+        NotFound, StoreError: the backup does not verify (`verify_backup`).
+        ConfigError: the home (or the configured database or Qdrant) is not empty; or, with
+            ``org``, the home has that org already, or the backup has no such org.
+    """
+    path = path.resolve()
+    verify_backup(path)
+    if org is not None:
+        from kbflow.services.restore_org import restore_org
+
+        counts = restore_org(settings, path, org)
+        return RestoreReport(path=str(path), home=str(settings.home), org=org, counts=counts)
+    manifest = manifest_of(path)
+    _refuse_unless_empty(settings, manifest)
+    if manifest.get("schema_version") and manifest["schema_version"] > schema_head():
+        raise ConfigError(
+            f"the backup's registry is at schema {manifest['schema_version']}, newer than this "
+            f"kbflow's {schema_head()} — restore it with kbflow {manifest['kbflow_version']}"
+        )
+    home = settings.home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    staging = home / STAGING
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    parts = manifest["parts"]
+    moves: list[tuple[Path, Path]] = []
+    sqlite_file = _sqlite_file(settings)
+    by_file = parts.get("registry", {}).get("kind") == "sqlite" and sqlite_file is not None
+    if by_file:
+        assert sqlite_file is not None
+        copy_file(path / "registry" / "registry.db", staging / "registry.db")
+        moves.append((staging / "registry.db", sqlite_file))
+    if parts.get("vectors", {}).get("kind") == "qdrant-edge":
+        copy_tree(path / "vectors", staging / "vectors")
+        moves.append((staging / "vectors", settings.vectors_dir.resolve()))
+    ledger_by_file = (
+        parts.get("ledger", {}).get("kind") == "duckdb" and not settings.stores.warehouse_url
+    )
+    for name, file in (("ledger", LEDGER_FILE), ("warehouse", WAREHOUSE_FILE)):
+        if name in parts and (name != "ledger" or ledger_by_file):
+            root = path / parts[name]["root"]
+            copy_file(root / file, staging / "warehouse" / file)
+            moves.append((staging / "warehouse" / file, home / "warehouse" / file))
+    for record in parts.get("files", {}).get("files", []):
+        rel = record["path"]
+        copy_file(path / "files" / rel, staging / "files" / rel)
+        moves.append((staging / "files" / rel, home / rel))
+    for src, dst in moves:  # a rename within the home's file system (a registry elsewhere: a copy)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.is_dir() and not any(dst.iterdir()):
+            dst.rmdir()  # an empty folder a command made: nothing to keep
+        shutil.move(src, dst)
+    shutil.rmtree(staging)
+    if "registry" in parts and not by_file:  # row by row, into the configured database
+        from kbflow.services.registry_copy import load_registry, read_rows, sqlite_rows
+
+        rows = (
+            sqlite_rows(path / "registry" / "registry.db")
+            if parts["registry"]["kind"] == "sqlite"
+            else read_rows(path / "registry")
+        )
+        load_registry(settings.registry_url, rows)
+    if "ledger" in parts and not ledger_by_file:  # turn by turn, into the configured ledger
+        from kbflow.services import ledger_copy
+
+        ledger_copy.load(settings, ledger_copy.backup_rows(path, parts["ledger"]))
+    if parts.get("vectors", {}).get("kind") == "qdrant-points":
+        _load_points(settings, path / "vectors" / "points.jsonl")
+    counts = _restored_counts(settings, manifest)
+    return RestoreReport(path=str(path), home=str(home), counts=counts)
+
+
+def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:
+    """Refuse a home (or configured stores) that holds anything a restore would replace."""
+    from kbflow.services.registry_copy import holds_data
+    from sinks.ledger import ledger_path
+
+    home = settings.home.resolve()
+    held: list[str] = []
+    sqlite_file = _sqlite_file(settings)
+    if sqlite_file is not None:
+        if sqlite_file.exists():
+            held.append(f"a registry ({sqlite_file.name})")
+    elif holds_data(settings.registry_url):
+        held.append("a registry (rows in the database at KBFLOW_DATABASE_URL)")
+    if settings.stores.qdrant_url:
+        from sinks.connect import open_vector_store
+
+        with open_vector_store(settings) as store:
+            if store.count() > 0:
+                held.append(f"points in the Qdrant at {settings.stores.qdrant_url}")
+        if manifest["parts"].get("vectors", {}).get("kind") == "qdrant-edge":
+            raise ConfigError(
+                "the backup holds an embedded (Qdrant Edge) store; unset KBFLOW_QDRANT_URL to "
+                "restore it, then copy it to the server with `kbflow store migrate`"
+            )
+    elif (settings.vectors_dir / "edge_config.json").exists():
+        held.append("vectors (vectors/)")
+    if settings.stores.warehouse_url:
+        from kbflow.services.ledger_copy import holds_turns
+
+        if holds_turns(settings):
+            held.append("ledger turns (in the database at KBFLOW_WAREHOUSE_URL)")
+    elif ledger_path(home).exists():
+        held.append(f"a ledger (warehouse/{LEDGER_FILE})")
+    if held:
+        raise ConfigError(
+            f"the home {home} is not empty: it has {', '.join(held)} — restore into an empty "
+            "KBFLOW_HOME (nothing was changed), or add one org with --org ORG"
+        )
+
+
+def _sqlite_file(settings: Settings) -> Path | None:
+    """The registry's SQLite file, or None when it lives in another database."""
+    url = settings.registry_url
+    return Path(url.removeprefix("sqlite:///")).resolve() if url.startswith("sqlite:///") else None
+
+
+def _load_points(settings: Settings, lines: Path) -> None:
+    """Upsert a Qdrant server backup's points into the configured store."""
+    import json
+
+    from sinks.connect import open_vector_store
+    from sinks.shared_store import _point_from_wire
+
+    with open_vector_store(settings) as store, lines.open(encoding="utf-8") as rows:
+        batch = []
+        for line in rows:
+            batch.append(_point_from_wire(json.loads(line)))
+            if len(batch) >= 256:
+                store.upsert(batch)
+                batch = []
+        store.upsert(batch)
+
+
+def _restored_counts(settings: Settings, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The restored home's counts, checked against the manifest's.
+
+    Raises:
+        StoreError: they differ (the message names the part).
+    """
+    from sinks.connect import open_registry, open_vector_store
+
+    parts = manifest["parts"]
+    found: dict[str, Any] = {}
+    with open_registry(settings) as registry:  # migrates an older schema to this kbflow's
+        raw = registry.engine.raw_connection()
+        try:
+            counts = registry_counts(raw)
+        finally:
+            raw.close()
+    counts["schema_version"] = parts.get("registry", {}).get("counts", {}).get("schema_version")
+    found["registry"] = counts
+    if "vectors" in parts:
+        with open_vector_store(settings) as store:
+            found["vectors"] = {"points": store.count()}
+    wrong = [
+        f"{name}: {value} restored, the backup has {parts[name]['counts']}"
+        for name, value in found.items()
+        if name in parts and any(parts[name]["counts"].get(k) != v for k, v in value.items())
+    ]
+    if wrong:
+        raise StoreError(
+            "the restored home does not hold what the backup does: " + "; ".join(wrong)
+        )
+    return found
