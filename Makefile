@@ -93,10 +93,11 @@ browser-deps:
 		echo "note: chromium not installed (needs root + apt): the browser tests (-m browser) are skipped."; \
 	fi
 
-# The review form's and the inbox's screenshots in docs/img (README, docs/REVIEW.md): the browser tests save them.
+# The review form's, the inbox's and /docs' screenshots in docs/img (README, docs/REVIEW.md, docs/OPERATIONS.md): the browser tests save them.
 screenshots: install browser-deps
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_review_browser.py
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_inbox_browser.py
+	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/kbflow/test_api_docs_offline.py
 
 lint: install
 	$(BIN)/ruff check .
