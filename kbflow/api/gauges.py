@@ -48,20 +48,23 @@ class CappedLabel:
 
 class Knowledge(Collector):
     """``kbflow_review_backlog_documents{org}``, ``kbflow_review_oldest_pending_seconds{org}``,
-    ``kbflow_store_points{org}`` and ``kbflow_store_disk_bytes``, read at scrape time (see
-    `kbflow.api.limits.Metrics.watch_knowledge`)."""
+    ``kbflow_store_points{org}``, ``kbflow_store_disk_bytes`` and ``kbflow_backup_age_seconds``,
+    read at scrape time (see `kbflow.api.limits.Metrics.watch_knowledge`)."""
 
     def __init__(
         self,
         backlog: Callable[[], dict[str, tuple[int, dt.datetime]]],
         points: Callable[[], dict[str, int]],
         disk_bytes: Callable[[], int | None],
+        backup_at: Callable[[], dt.datetime | None] = lambda: None,
     ) -> None:
         self._read = (backlog, points, disk_bytes)
+        self._backup_at = backup_at
         self._lock = threading.Lock()
         self._backlog: dict[str, tuple[int, dt.datetime]] = {}
         self._points: dict[str, int] = {}
         self._bytes: int | None = None
+        self._backup: dt.datetime | None = None
         self._read_at = -math.inf
 
     def describe(self) -> list[Any]:
@@ -79,11 +82,16 @@ class Knowledge(Collector):
             self._bytes = disk_bytes()
         except (KbflowError, OSError) as exc:  # a busy or vanished store: the backlog still counts
             log.warning("store size not read for /metrics: %s", exc)
+        try:
+            self._backup = self._backup_at()
+        except (KbflowError, OSError, ValueError) as exc:
+            log.warning("the newest backup not read for /metrics: %s", exc)
 
     def collect(self) -> Iterator[Any]:
         with self._lock:
             self._read_again()
             backlog, points, size = dict(self._backlog), dict(self._points), self._bytes
+            backup = self._backup
         now = dt.datetime.now(dt.UTC)
         pending = GaugeMetricFamily(
             "kbflow_review_backlog_documents",
@@ -120,3 +128,12 @@ class Knowledge(Collector):
             )
             disk.add_metric([], size)
             yield disk
+        if backup is not None:
+            age = GaugeMetricFamily(
+                "kbflow_backup_age_seconds",
+                "Seconds since the newest finished backup in <KBFLOW_HOME>/backups was made "
+                "(`kbflow backup`, or the daily `backup` deployment); absent while there is none.",
+            )
+            backup = backup if backup.tzinfo else backup.replace(tzinfo=dt.UTC)
+            age.add_metric([], max(0.0, (now - backup).total_seconds()))
+            yield age

@@ -3,6 +3,7 @@ it has counted (``/metrics``, for Prometheus). No token needed."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from core.settings import Settings
 from kbflow.api.auth import ServiceDep
 from kbflow.api.limits import Metrics
 from kbflow.api.schemas import Health, Readiness
+from kbflow.services.backup import BACKUPS_DIR, latest_backup
 from kbflow.services.context import SearchContext
 
 router = APIRouter(tags=["health"])
@@ -62,7 +64,8 @@ def prometheus(request: Request) -> PlainTextResponse:
 
 def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) -> None:
     """Export the review backlog (from the registry), each org's points in the vector store
-    (its exact count, with the org's filter) and the embedded store's bytes on disk."""
+    (its exact count, with the org's filter), the embedded store's bytes on disk and the age of
+    the newest backup in ``<home>/backups``."""
 
     def points() -> dict[str, int]:
         store = ctx.store  # None while the service runs degraded; the steward may open it later
@@ -73,7 +76,11 @@ def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) ->
     def disk_bytes() -> int | None:
         return None if settings.stores.qdrant_url else folder_bytes(settings.vectors_dir)
 
-    metrics.watch_knowledge(ctx.registry.review_backlog, points, disk_bytes)
+    def backup_at() -> dt.datetime | None:
+        newest = latest_backup(settings.home / BACKUPS_DIR)
+        return None if newest is None else dt.datetime.fromisoformat(newest[1]["created_at"])
+
+    metrics.watch_knowledge(ctx.registry.review_backlog, points, disk_bytes, backup_at)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -340,8 +340,10 @@ class Metrics:
         backlog: Callable[[], dict[str, tuple[int, dt.datetime]]],
         points: Callable[[], dict[str, int]],
         disk_bytes: Callable[[], int | None],
+        backup_at: Callable[[], dt.datetime | None] = lambda: None,
     ) -> None:
-        """Export the review backlog and the store's size, read at scrape time.
+        """Export the review backlog, the store's size and the newest backup's age, read at
+        scrape time (``backup_at()``: when the newest backup was made, None without one).
 
         ``backlog()``: each org's pending-review documents and when the oldest was made;
         ``points()``: each org's points in the vector store (empty while there is none);
@@ -349,7 +351,7 @@ class Metrics:
         most every ``KNOWLEDGE_READ_EVERY_S`` (`kbflow.api.gauges`): an unauthenticated scrape
         never counts a large store over and over. The oldest draft's age is worked out at each
         scrape."""
-        self.registry.register(Knowledge(backlog, points, disk_bytes))
+        self.registry.register(Knowledge(backlog, points, disk_bytes, backup_at))
 
     def watch_research(self, finished: Callable[[Any], list[Any]]) -> None:
         """Export the research budget spent by finished research jobs (they run in their own

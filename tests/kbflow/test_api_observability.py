@@ -283,7 +283,7 @@ def test_the_grafana_dashboard_charts_only_metrics_the_service_exports() -> None
     metrics = Metrics()
     metrics.watch_research(lambda after: [])
     now = dt.datetime.now(dt.UTC)
-    metrics.watch_knowledge(lambda: {"o": (1, now)}, lambda: {"o": 3}, lambda: 10)
+    metrics.watch_knowledge(lambda: {"o": (1, now)}, lambda: {"o": 3}, lambda: 10, lambda: now)
     metrics.observe(RequestFacts("r", "POST", "/mcp", 200, 1.0, "a", None, "o", "answer"))
     text = generate_latest(metrics.registry).decode()  # families, and the samples seen
     exported = set(re.findall(r"^(?:# TYPE )?(kbflow_\w+)", text, re.M))
@@ -295,5 +295,31 @@ def test_the_grafana_dashboard_charts_only_metrics_the_service_exports() -> None
         for name in re.findall(r"\b(kbflow_\w+)", target["expr"])
     }
     assert charted and charted <= exported, charted - exported
-    for name in ("org_requests_total", "mcp_tool_calls_total", "review_oldest_pending_seconds"):
+    for name in ("org_requests_total", "mcp_tool_calls_total", "review_oldest_pending_seconds",
+                 "backup_age_seconds"):  # fmt: skip
         assert f"kbflow_{name}" in charted
+
+
+def test_the_newest_backups_age_is_exported_once_there_is_one(tmp_path: Path) -> None:
+    """`kbflow_backup_age_seconds`: absent with no backup; after `kbflow backup`, the age of
+    the newest one in <home>/backups (what an alert on a missed daily backup watches)."""
+    from kbflow.api import health
+    from kbflow.services.backup import backup
+    from kbflow.services.context import search_context
+
+    settings = Settings(home=tmp_path / "home")
+    SqlRegistry.open(settings.registry_url).close()
+
+    def age() -> float | None:
+        metrics = Metrics()
+        with search_context(settings) as ctx:
+            health.watch_knowledge(metrics, ctx, settings)
+            text = generate_latest(metrics.registry).decode()
+        found = re.search(r"^kbflow_backup_age_seconds (\S+)$", text, re.M)
+        return None if found is None else float(found.group(1))
+
+    assert age() is None
+    backup(settings)
+    time.sleep(1.2)
+    measured = age()
+    assert measured is not None and 1.0 <= measured < 120, measured
