@@ -311,6 +311,9 @@ def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path
     print(f"browser review took {time.monotonic() - started:.0f}s")
 
 
+# Slow: the same refusal is checked at the flow (tests/flows/test_review.py, a typed name and
+# no code, a used code) and in the inbox (tests/kbflow/test_inbox.py); this one adds the form.
+@pytest.mark.slow
 def test_a_submission_without_a_valid_code_fails_the_run(ui: Ui, page: Any, tmp_path: Path) -> None:
     # The draft skipped above is still pending: a new review run pauses for it.
     review = ui.start("review", "flow", "--org", ORG, "--as", AM, "--timeout", "600",

@@ -315,11 +315,11 @@ def _run(embedder: Any, examples: int, steps: int) -> None:
 
 
 def test_gate_holds_over_random_review_histories(embedder: Any) -> None:
-    # 40 examples (~1,000 steps) in the default run, which must stay well under 20 minutes on
+    # 30 examples (~750 steps) in the default run, which must stay well under 20 minutes on
     # two cores; 400 in the slow run below. The PostgreSQL pass runs the same machine on fewer
     # (KBFLOW_TEST_GATE_EXAMPLES, set by `make test-postgres`): the gate's SQL is what it checks
     # there, in a tight budget.
-    examples = int(os.environ.get("KBFLOW_TEST_GATE_EXAMPLES", "40"))
+    examples = int(os.environ.get("KBFLOW_TEST_GATE_EXAMPLES", "30"))
     _run(embedder, examples=examples, steps=25)
     assert CHECKS["steps"] >= 20 * examples, CHECKS
     # Not vacuous: agents searched, found chunks, and collections with documents were moved.
