@@ -372,7 +372,7 @@ class Ledger:
         if not self.destination.is_duckdb:
             return nullcontext()
         lock_path = self.path.with_name(self.path.name + ".lock")
-        return _one_writer(lock_path, max(0.0, deadline - time.monotonic()))
+        return one_writer(lock_path, max(0.0, deadline - time.monotonic()))
 
     @contextmanager
     def _reading(self) -> Iterator[SqlReader]:
@@ -424,7 +424,7 @@ def _in_process(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def _one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
+def one_writer(lock_path: Path, wait_s: float) -> Iterator[None]:
     """Hold ``lock_path`` exclusively: one ledger writer at a time, for one transaction.
 
     DuckDB's own lock would do for correctness, but a writer that finds the file held can

@@ -20,13 +20,12 @@ makes a second backup of an unchanged home cheap.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -188,33 +187,23 @@ def sqlite_read_only(path: Path) -> Iterator[sqlite3.Connection]:
 
 @contextmanager
 def held_exclusively(lock_path: Path, wait_s: float) -> Iterator[None]:
-    """Hold ``lock_path`` (flock, exclusive) for the block, waiting up to ``wait_s`` for it.
+    """Hold ``lock_path`` (flock, exclusive) for the block, waiting up to ``wait_s`` for it:
+    the ledger's writers' lock (`sinks.ledger.one_writer`), so no turn is written meanwhile.
 
     Raises:
         StoreError: another process held it for longer than ``wait_s``.
     """
-    from sinks.warehouse import retry_while_locked
+    from sinks.ledger import one_writer
 
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    with ExitStack() as held:
         try:
-            retry_while_locked(
-                lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
-                wait_s=wait_s,
-                is_locked=lambda exc: isinstance(exc, BlockingIOError),
-            )
+            held.enter_context(one_writer(lock_path, wait_s))
         except BlockingIOError as exc:
             raise StoreError(
                 f"{lock_path} stayed locked for {wait_s:g} s (a long write in progress) — "
                 "retry when it finishes"
             ) from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+        yield
 
 
 def duckdb_copy(src: Path, dst: Path, *, wait_s: float, count_sql: str | None = None) -> int:

@@ -26,6 +26,10 @@ from core.settings import Settings
 from kbflow.api.app import create_app
 from kbflow.api.launch import launched
 from sinks.registry import SqlRegistry
+from tests.flows.test_review_browser import (  # the same Chromium, started alike
+    CHROMIUM,
+    LAUNCH_ARGS,
+)
 
 SCHEME = "bearerAuth"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "testserver"}  # testserver: TestClient's own host
@@ -150,17 +154,6 @@ def test_the_oauth2_redirect_page_still_answers(client: TestClient) -> None:
 
 
 # --- in a browser that reaches nothing but kbflow ----------------------------------------------
-
-
-CHROMIUM = os.environ.get("KBFLOW_CHROMIUM") or shutil.which("chromium")
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="module")
