@@ -188,12 +188,14 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
     socket; uvicorn runs N worker processes that answer HTTP, each reaching the store through
     this one (so each has its own model and its own core, and none owns the shard).
 
-    Each worker keeps its own token buckets: a token's rate applies per worker.
+    Each worker keeps its own token buckets: a token's rate applies per worker. SIGHUP replaces
+    the workers one at a time, each once its replacement answers (`kbflow.api.restart`).
     """
     import socket
 
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+
+    from kbflow.api.restart import supervise
 
     os.environ["KBFLOW_HOME"] = str(settings.home.resolve())  # the workers' settings
     held = _Held()
@@ -222,4 +224,37 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
         # from asyncio, so their connections would keep Nagle's algorithm on (a 40 ms stall on
         # every response). Set on the listener, TCP_NODELAY is inherited by each connection.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        Multiprocess(config, sockets=[sock]).run()
+        supervise(config, sock)
+
+
+def serve_one(settings: Settings, host: str, port: int, fd: int | None = None) -> None:
+    """``kbflow serve`` in one process, on a socket it binds, or on the listening socket ``fd``
+    it was given by the process it replaced.
+
+    SIGHUP restarts it in place (same pid, same socket): it stops accepting, drains, closes the
+    store, then executes ``kbflow serve`` again, whose new code answers the connections that
+    waited in the socket's backlog meanwhile (`kbflow.api.restart`).
+    """
+    import signal
+
+    import uvicorn
+
+    from kbflow.api.restart import DrainingServer, inherited_socket, reexec
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the server handles it
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=settings.api.api_drain_s,
+        **uvicorn_logging(settings.api.log_format),
+    )
+    sock = config.bind_socket() if fd is None else inherited_socket(fd)
+    kept = os.dup(sock.fileno())  # uvicorn closes ``sock`` when it stops; the socket lives on
+    server = DrainingServer(config, restartable=True)
+    server.run(sockets=[sock])
+    if server.restart:
+        reexec(kept)
+    os.close(kept)

@@ -116,27 +116,34 @@ def serve(
             "the embedded store and serves it to them.",
         ),
     ] = 1,
+    fd: Annotated[
+        int | None,
+        typer.Option(
+            "--fd",
+            hidden=True,
+            help="Serve on this inherited listening socket (set by a SIGHUP restart).",
+        ),
+    ] = None,
 ) -> None:
     """Serve agents over HTTP: the model stays warm, the registry and store stay open.
 
     Every request needs `Authorization: Bearer TOKEN` (`kbflow tokens create`); OpenAPI docs
     at /docs, health at /healthz and /readyz. Ctrl-C stops it.
     """
-    import uvicorn
-
-    from kbflow.api.app import create_app, serve_workers
-    from kbflow.api.logs import uvicorn_logging, writing_json
+    from kbflow.api.app import serve_one, serve_workers
+    from kbflow.api.logs import writing_json
 
     base = f"http://{host}:{port}"
     banner = f"kbflow API on {base} (docs: {base}/docs, MCP: {base}/mcp)"
+    if fd is not None:
+        banner += " (restarted)"
     if settings.api.log_format == "json":  # every line of the log JSON, this one too
         writing_json().info(banner)
     else:
         console.print(banner)
+    # SIGHUP restarts either form without dropping a request (docs/OPERATIONS.md, "Restarts
+    # and upgrades"); --fd is how the single process hands its socket to its new code.
     if workers > 1:
         serve_workers(settings, host, port, workers)
-        return
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info",
-                timeout_keep_alive=5,
-                timeout_graceful_shutdown=settings.api.api_drain_s,
-                **uvicorn_logging(settings.api.log_format))  # fmt: skip
+    else:
+        serve_one(settings, host, port, fd)
