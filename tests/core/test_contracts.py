@@ -20,6 +20,7 @@ RESEARCH_KEYS = {  # what `kbflow research --json` prints for a run without a re
 INGEST_KEYS = {  # what the ingest flow returned (the CLI adds "jobs")
     "org", "collection", "discovered", "new", "changed", "unchanged", "documents", "chunks",
     "superseded", "skipped", "empty", "notes", "seconds", "embed_seconds",
+    "resumed",  # added: files a killed run left unfinished, redone in place
 }  # fmt: skip
 
 
