@@ -1,6 +1,6 @@
 # kbflow — two commands: `make demo` runs the end-to-end demo, `make test` runs the tests.
-# Both create/update .venv from requirements.lock first (and install Tesseract and ffmpeg with
-# apt when running as root and they are missing).
+# Both create/update .venv from requirements.lock first (and install Tesseract, ffmpeg and
+# espeak-ng with apt when running as root and they are missing).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -65,6 +65,7 @@ system-deps:
 	@missing=""; \
 	command -v tesseract >/dev/null 2>&1 || missing="$$missing tesseract-ocr tesseract-ocr-eng"; \
 	command -v ffmpeg >/dev/null 2>&1 || missing="$$missing ffmpeg"; \
+	command -v espeak-ng >/dev/null 2>&1 || missing="$$missing espeak-ng"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing$$missing with apt-get"; \

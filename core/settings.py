@@ -210,10 +210,22 @@ class ExtractionSettings(_Group):
     )
     ocr_language: str = Field("eng", description="OCR language (Tesseract code, e.g. eng+deu).")
     ocr_dpi: int = Field(200, ge=72, le=600, description="Resolution PDF pages are OCRed at.")
-    asr_engine: Literal["auto", "whisper", "pocketsphinx"] = Field(
+    asr_engine: Literal["auto", "faster-whisper", "whisper", "pocketsphinx"] = Field(
         "auto",
-        description="Speech to text: whisper, pocketsphinx, or auto (whisper when its weights "
-        "are on disk, else pocketsphinx).",
+        description="Speech to text: faster-whisper (Whisper base from the packaged weights, "
+        "built once under <home>/models/whisper-base-ct2 and self-checked), whisper "
+        "(openai-whisper on your own weights), pocketsphinx, or auto (faster-whisper, else "
+        "whisper when its weights are on disk, else pocketsphinx).",
+    )
+    asr_min_confidence: float = Field(
+        0.35,
+        ge=0,
+        le=1,
+        description="Transcripts below this confidence (duration-weighted mean over segments "
+        "of token probability times speech probability; engines without one, like "
+        "pocketsphinx, count as 0) enter pending_review whatever the ingest's status, with a "
+        "note in the report; 0 turns this off. Measured (bench/speech_wer.py): synthesised "
+        "speech 0.41-0.80, real speech 0.45, white noise 0.20.",
     )
     whisper_model: str = Field(
         "base",
@@ -702,6 +714,11 @@ class Settings(BaseSettings):
     @property
     def whisper_dir(self) -> Path:
         return self.models_dir / "whisper"
+
+    @property
+    def asr_model_dir(self) -> Path:
+        """faster-whisper's Whisper base folder, built from the packaged weights on first use."""
+        return self.models_dir / "whisper-base-ct2"
 
     @property
     def jobs_dir(self) -> Path:

@@ -209,7 +209,10 @@ def _media_to_sections(path: Path, opts: ExtractOptions) -> tuple[list[Section],
     from tasks.ingest.media import get_transcriber, transcribe_media
 
     transcriber = get_transcriber(
-        opts.asr_engine, opts.whisper_model, download_root=opts.whisper_dir
+        opts.asr_engine,
+        opts.whisper_model,
+        download_root=opts.whisper_dir,
+        model_dir=opts.asr_model_dir,
     )
     sections, meta = transcribe_media(
         path,
@@ -218,7 +221,37 @@ def _media_to_sections(path: Path, opts: ExtractOptions) -> tuple[list[Section],
         max_duration_s=opts.max_media_s,
         timeout_s=opts.media_timeout_s,
     )
-    return list(sections), dict(meta)
+    meta = dict(meta)
+    if sections:
+        reason = low_confidence_reason(meta, opts.asr_min_confidence)
+        if reason:
+            meta["review_reason"] = reason
+    return list(sections), meta
+
+
+def low_confidence_reason(meta: dict[str, Any], threshold: float) -> str | None:
+    """Why a transcript must be reviewed before it is served, or None when it may be.
+
+    Args:
+        meta: `transcribe_media`'s meta (``engine``, ``confidence``).
+        threshold: KBFLOW_ASR_MIN_CONFIDENCE; a confidence below it, or none at all (an engine
+            that cannot say, like pocketsphinx), needs review. 0 turns the rule off.
+    """
+    if threshold <= 0:
+        return None
+    confidence = meta.get("confidence")
+    engine = meta.get("engine", "the speech engine")
+    if confidence is None:
+        return (
+            f"speech transcribed by {engine}, which gives no confidence: check the transcript "
+            "before approving it"
+        )
+    if confidence < threshold:
+        return (
+            f"speech transcribed by {engine} with confidence {confidence:.2f}, below "
+            f"KBFLOW_ASR_MIN_CONFIDENCE={threshold:g}: check the transcript before approving it"
+        )
+    return None
 
 
 # --- plain text ------------------------------------------------------------------------------

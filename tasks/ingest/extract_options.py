@@ -35,13 +35,15 @@ class ExtractOptions:
     whisper_model: str = "base"
     whisper_dir: Path | None = None
     asr_language: str | None = None
+    asr_min_confidence: float = 0.35
+    asr_model_dir: Path | None = None
     max_media_s: float = 4 * 3600.0
     media_timeout_s: float = 3600.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ExtractOptions:
         """The extraction group's values (same names where units match), the ingest file cap,
-        and the Whisper folder under ``<home>``."""
+        and the speech model folders under ``<home>``."""
         ex = settings.extraction
         return cls(
             **ex.model_dump(include=_SAME_NAMES),
@@ -51,6 +53,7 @@ class ExtractOptions:
             ocr_timeout_s=min(ex.extract_timeout_s, 600.0),
             zip_max_total_bytes=int(ex.zip_max_total_mb * 1024 * 1024),
             whisper_dir=settings.whisper_dir.resolve(),
+            asr_model_dir=settings.asr_model_dir.resolve(),
             max_media_s=ex.max_media_minutes * 60,
         )
 
@@ -65,6 +68,7 @@ _SAME_NAMES = {
     "asr_engine",
     "whisper_model",
     "asr_language",
+    "asr_min_confidence",
     "media_timeout_s",
 }
 """The options that are an extraction setting of the same name and unit."""

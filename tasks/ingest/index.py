@@ -270,6 +270,9 @@ def index_batch(
             log.warning("skipped %s: %s", item.source.name, exc)
             continue
         report.notes.extend((item.source.name, note) for note in extraction_notes(extracted))
+        if _status_of(extracted, target) != target.status:
+            reason = extracted.meta["review_reason"]
+            report.notes.append((item.source.name, f"held for review (pending_review): {reason}"))
         read.append((item, extracted, citations))
     docs: list[tuple[WorkItem, DocRecord, list[Chunk]]] = []
     for (item, extracted, _), doc in zip(read, _register(read, target, registry), strict=True):
@@ -408,8 +411,8 @@ def _publish(
     served (the re-check drops them); the next plan finds them (`unsettled_versions`) and
     `repair_shadowed` hides them, as `kbflow reconcile` would.
     """
-    live = target.status in _LIVE
-    retiring = [doc.id for item, doc in stored if item.previous is not None and live]
+    # Per document: one held for review (`_status_of`) leaves its live older version served.
+    retiring = [doc.id for item, doc in stored if item.previous is not None and doc.status in _LIVE]
     retired = registry.publish(chunk_counts, retire_older=retiring, actor=target.actor)
     faults.point("ingest.after_publish")
     settle_versions(store, registry, (), retired)  # hides every version the commit retired
@@ -461,7 +464,7 @@ def _register(
             uri=extracted.uri,
             content_hash=item.source.content_hash,
             version=(item.previous.version + 1) if item.previous else 1,
-            status=target.status,
+            status=_status_of(extracted, target),
             source_tag=target.source_tag,
             synthesis_run_id=target.synthesis_run_id,
             audience=target.audience,
@@ -482,6 +485,15 @@ def _register(
             out.append(next(created))
             faults.point("ingest.after_register")
     return out
+
+
+def _status_of(extracted: ExtractedDocument, target: IngestTarget) -> DocStatus | None:
+    """The status a document enters with: the target's, except that a document extraction
+    asks to have reviewed (``meta["review_reason"]``, e.g. a low-confidence transcript) is
+    never served unreviewed: ``pending_review`` where the target would serve it at once."""
+    if target.status in _LIVE and extracted.meta.get("review_reason"):
+        return DocStatus.PENDING_REVIEW
+    return target.status
 
 
 def _resumed(item: WorkItem) -> bool:

