@@ -36,13 +36,13 @@ import numpy as np
 
 from core.errors import ConfigError, ExtractionError, KbflowError
 from core.models import Location, Section
+from tasks.ingest.segments import SAMPLE_RATE, Segment, segment_confidence
 
 logger = logging.getLogger(__name__)
 
 AUDIO_FORMATS: frozenset[str] = frozenset({"mp3", "wav", "flac", "m4a", "aac", "ogg"})
 VIDEO_FORMATS: frozenset[str] = frozenset({"mp4", "mov", "avi", "mkv", "webm"})
 
-SAMPLE_RATE = 16_000
 ENGINES: tuple[str, ...] = ("auto", "faster-whisper", "whisper", "pocketsphinx")
 
 _INSTALL_FFMPEG = "install it with `apt-get install ffmpeg`, or run `make system-deps`"
@@ -128,20 +128,6 @@ def probe(path: Path, *, timeout_s: float = 30.0) -> MediaInfo:
 # --- transcribers ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Segment:
-    """A stretch of recognised speech and when it was said, in seconds from the start.
-
-    ``confidence`` is the engine's own, in [0, 1] (Whisper: mean token probability times the
-    probability that the stretch holds speech); None when the engine gives none (pocketsphinx).
-    """
-
-    start_s: float
-    end_s: float
-    text: str
-    confidence: float | None = None
-
-
 class Transcriber(Protocol):
     """Speech to text. ``name`` says which engine and model, e.g. ``"whisper:base"``."""
 
@@ -218,14 +204,6 @@ def _whisper_confidence(segment: dict[str, Any]) -> float | None:
     except (KeyError, TypeError, ValueError):
         return None
     return segment_confidence(avg_logprob, no_speech)
-
-
-def segment_confidence(avg_logprob: float, no_speech_prob: float) -> float:
-    """A Whisper segment's confidence in [0, 1]: its mean token probability
-    (``exp(avg_logprob)``) times the probability that it holds speech (``1 - no_speech_prob``).
-    """
-    value = math.exp(min(avg_logprob, 0.0)) * (1.0 - no_speech_prob)
-    return round(min(max(value, 0.0), 1.0), 4)
 
 
 class PocketsphinxTranscriber:

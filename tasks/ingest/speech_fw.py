@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConfigError, ExtractionError
-from tasks.ingest.media import SAMPLE_RATE, Segment, decode_audio, segment_confidence
+from tasks.ingest.segments import SAMPLE_RATE, Segment, segment_confidence
 
 logger = logging.getLogger(__name__)
 
@@ -355,7 +355,9 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160) -> np.ndarr
                 f"espeak-ng failed (voice {voice!r}): {done.stderr.strip() or done.returncode} — "
                 "check the voice exists (`espeak-ng --voices=en`)"
             )
-        return decode_audio(wav, max_duration_s=600.0, timeout_s=60.0)
+        from faster_whisper import decode_audio  # its own decoder (PyAV): 16 kHz mono float32
+
+        return decode_audio(str(wav), sampling_rate=SAMPLE_RATE)
 
 
 # --- word error rate -------------------------------------------------------------------------

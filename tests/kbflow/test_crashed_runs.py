@@ -280,7 +280,10 @@ def test_only_a_live_answering_server_of_the_home_is_adopted(
     from core.settings import Settings
     from kbflow.services.orchestration import SERVER_RECORD, adopt_running_server
 
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # Recorded first, so that whatever adopt_running_server sets is undone after the test (it
+    # writes os.environ itself; a URL left behind would send later tests' runs to a dead server).
+    monkeypatch.setenv("PREFECT_API_URL", "")
+    monkeypatch.delenv("PREFECT_API_URL")
     assert adopt_running_server(Settings(home=server.home)) == server.api
     assert os.environ["PREFECT_API_URL"] == server.api
 
