@@ -29,7 +29,6 @@ with a warning. Sweeping never raises: a command's own work comes first.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import json
@@ -362,16 +361,10 @@ def _mark_crashed(client: httpx.Client, url: str, run_id: str, message: str) -> 
 def _client(auth: str | None) -> httpx.Client:
     import httpx
 
-    from kbflow.services.prefect_api import RetryingTransport
+    from kbflow.services.prefect_api import RetryingTransport, auth_headers
 
-    headers: dict[str, str] = {}
-    auth = auth or os.environ.get("PREFECT_API_AUTH_STRING")
-    if auth:
-        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
-    elif key := os.environ.get("PREFECT_API_KEY"):
-        headers["Authorization"] = f"Bearer {key}"
     return httpx.Client(
-        headers=headers,
+        headers=auth_headers(auth),
         timeout=httpx.Timeout(TIMEOUT_S, connect=2.0),
         transport=RetryingTransport(attempts=2),
     )

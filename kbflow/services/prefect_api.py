@@ -87,14 +87,19 @@ def _retry_wait(retry_after: str | None, attempt: int) -> float:
     return min(wait, RETRY_MAX_WAIT_S)
 
 
+def auth_headers(auth: str | None = None) -> dict[str, str]:
+    """The headers that authenticate to a Prefect API: basic auth with ``auth`` (default:
+    PREFECT_API_AUTH_STRING), else a bearer PREFECT_API_KEY; none without either."""
+    if auth := auth or os.environ.get("PREFECT_API_AUTH_STRING"):
+        return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+    if key := os.environ.get("PREFECT_API_KEY"):
+        return {"Authorization": f"Bearer {key}"}
+    return {}
+
+
 def _client(url: str) -> httpx.Client:
-    headers: dict[str, str] = {}
-    if auth := os.environ.get("PREFECT_API_AUTH_STRING"):
-        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
-    elif key := os.environ.get("PREFECT_API_KEY"):
-        headers["Authorization"] = f"Bearer {key}"
     return httpx.Client(
-        base_url=url, headers=headers, timeout=TIMEOUT_S, transport=RetryingTransport()
+        base_url=url, headers=auth_headers(), timeout=TIMEOUT_S, transport=RetryingTransport()
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, ExtractionError
 from core.models import ExtractedDocument, Section
+from sinks.snapshot import sha256_file as file_sha256  # one way to hash a file (re-exported)
 from tasks.text.chunk import markdown_to_sections
 
 log = logging.getLogger(__name__)
@@ -187,14 +188,6 @@ def _inside(link: Path, root: Path) -> bool:
         return link.resolve().is_relative_to(root)
     except (OSError, RuntimeError):  # a loop, or a dangling chain
         return False
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def jsonl_sources(path: Path) -> Iterator[Source]:
