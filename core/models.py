@@ -84,6 +84,9 @@ class AuditAction(StrEnum):
     LOGIN_LOCKED = "kb.login.locked"
     LOGGED_OUT = "kb.login.logged_out"
     REVIEW_CODE_ISSUED = "kb.review_code.issued"
+    SOURCE_ADDED = "kb.source.added"
+    SOURCE_UPDATED = "kb.source.updated"
+    SOURCE_REMOVED = "kb.source.removed"
     REVIEW_CODE_USED = "kb.review_code.used"
     REVIEW_CODE_REFUSED = "kb.review_code.refused"
 

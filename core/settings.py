@@ -382,6 +382,22 @@ class ResearchSettings(_Group):
     )
 
 
+class SourceSettings(_Group):
+    """Synced sources (docs/SOURCES.md): fetch bounds and the staging batch."""
+
+    sources_fetch_timeout_s: float = Field(
+        20.0, gt=0, description="Time limit per website or REST fetch (redirects included)."
+    )
+    sources_batch_items: int = Field(
+        200, ge=1, description="Items a sync reads, ingests and records per step (crash unit)."
+    )
+    sources_test_allow_loopback: bool = Field(
+        False,
+        description="TESTS ONLY: let website and REST sources reach 127.0.0.0/8 and ::1 (the "
+        "SSRF guard refuses loopback otherwise; every other private range stays refused).",
+    )
+
+
 LOG_FORMATS = ("text", "json")
 """The values of ``KBFLOW_LOG_FORMAT``."""
 
@@ -561,6 +577,7 @@ _GROUPS: dict[str, type[_Group]] = {
     "api": ApiSettings,
     "inbox": InboxSettings,
     "orchestration": OrchestrationSettings,
+    "sources": SourceSettings,
 }
 
 
@@ -635,6 +652,7 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     orchestration: OrchestrationSettings = Field(default_factory=OrchestrationSettings)
     inbox: InboxSettings = Field(default_factory=InboxSettings)
+    sources: SourceSettings = Field(default_factory=SourceSettings)
 
     @classmethod
     def settings_customise_sources(

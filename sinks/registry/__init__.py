@@ -18,6 +18,7 @@ migrations in ``sinks/migrations``. Status changes are compare-and-set
 | background jobs | ``jobs`` |
 | API tokens (hashed secrets) | ``tokens`` |
 | passwords, browser sessions, review codes | ``logins`` |
+| synced sources and their items' state | ``sources`` |
 | the audit log | ``audit`` |
 | row snapshots (``DocRecord`` …) | ``records`` |
 | tables | ``schema`` |
@@ -43,6 +44,7 @@ from sinks.registry.records import (
     collection_ancestry,
     normalize_collection_path,
 )
+from sinks.registry.sources import ItemState, SourceRecord, SourcesMixin
 from sinks.registry.tokens import TokenRecord, TokensMixin
 
 __all__ = [
@@ -52,10 +54,12 @@ __all__ = [
     "CollectionRecord",
     "DocRecord",
     "IssuedCode",
+    "ItemState",
     "JobRecord",
     "LoginState",
     "NewDocument",
     "OrgRecord",
+    "SourceRecord",
     "SqlRegistry",
     "TokenRecord",
     "UserRecord",
@@ -74,6 +78,7 @@ class SqlRegistry(
     JobsMixin,
     TokensMixin,
     LoginsMixin,
+    SourcesMixin,
     AuditMixin,
     RegistryBase,
 ):

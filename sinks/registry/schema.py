@@ -134,6 +134,52 @@ class JobRow(Base):
     __table_args__ = (Index("ix_jobs_org_created", "org_id", "created_at"),)
 
 
+class SourceRow(Base):
+    """A synced source (docs/SOURCES.md): where an org's knowledge lives and how it enters."""
+
+    __tablename__ = "sources"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(64), ForeignKey("orgs.id"))
+    name: Mapped[str] = mapped_column(String(120))
+    kind: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    collection: Mapped[str] = mapped_column(String(300))
+    status: Mapped[str] = mapped_column(String(16))  # the status its documents enter with
+    audience: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    include: Mapped[list[str]] = mapped_column(JSON)
+    exclude: Mapped[list[str]] = mapped_column(JSON)
+    max_items: Mapped[int] = mapped_column(Integer)
+    max_item_bytes: Mapped[int] = mapped_column(Integer)
+    schedule: Mapped[str | None] = mapped_column(String(120), nullable=True)  # cron
+    timezone: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    last_sync: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    __table_args__ = (Index("ux_sources_org_name", "org_id", "name", unique=True),)
+
+
+class SourceItemRow(Base):
+    """What the last sync saw of one item of a source: the sync's own state, per item, so a
+    sync killed midway resumes where it stopped (each item is recorded after its ingest)."""
+
+    __tablename__ = "source_items"
+    source_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("sources.id", ondelete="CASCADE"), primary_key=True
+    )
+    item_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the key
+    key: Mapped[str] = mapped_column(Text)
+    uri: Mapped[str] = mapped_column(Text)
+    version: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    content_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))  # present | gone | failed
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ChunkRow(Base):
     """A chunk's text, kept beside its document so retrieval can fall back to keyword search
     over the registry when the vector engine is down. Keyed by the document's content hash: a
