@@ -14,6 +14,10 @@ host. A DNS-rebinding server therefore cannot swap in an internal address betwee
 the connection. Redirects are followed by hand, and every hop is checked and pinned again.
 
 One module on purpose: the URL check and the pinned connection are one SSRF guarantee.
+
+``allow_loopback`` (website and REST source tests, ``KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK``) opens
+exactly one hole: 127.0.0.0/8, ``::1`` and the name ``localhost``. Every other private, reserved
+or metadata address and every other blocked name stays refused.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -41,6 +45,8 @@ Resolver = Callable[[str, int], list[str]]
 
 DEFAULT_USER_AGENT = "kbflow-research/0.1 (+research fetch; respects max_bytes)"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+CONDITIONAL_HEADERS = frozenset({"if-none-match", "if-modified-since"})
+"""Request headers that make a 304 Not Modified answer a result rather than an error."""
 
 _ADVICE = (
     "Only http(s) URLs whose host resolves to publicly routable addresses can be fetched; "
@@ -146,6 +152,12 @@ _IPV6_BLOCKED = _nets(
 _GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
 _NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 _SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+# What ``allow_loopback`` lets through, and nothing more: not ::ffff:127.0.0.1, not 0.0.0.0.
+_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
+_LOOPBACK_NAME = "localhost"
+# Caller headers that would undo the pinning (Host) or the byte cap (compressed bodies).
+_PROTECTED_HEADERS = frozenset({"host", "accept-encoding", "content-length", "transfer-encoding"})
 
 
 class FetchError(KbflowError, RuntimeError):
@@ -175,12 +187,15 @@ class FetchResult:
     Attributes:
         url: The URL asked for.
         final_url: The URL that answered, after redirects.
-        status_code: The final (2xx) HTTP status.
+        status_code: The final (2xx) HTTP status, or 304 when a conditional request (``headers``
+            with ``If-None-Match`` / ``If-Modified-Since``) was answered Not Modified.
         content_type: The ``Content-Type`` header, or ``""``.
         text: The body decoded with its declared charset (UTF-8 if none), at most ``max_bytes``.
         bytes_read: Body bytes kept (never more than ``max_bytes``).
         truncated: True when the body went on past ``max_bytes``.
         redirects: Each redirect target, in order.
+        headers: The final answer's headers, keys in lower case (``etag``, ``last-modified``).
+        content: The body bytes kept, undecoded (``text`` is these, decoded); ``b""`` for a 304.
     """
 
     url: str
@@ -191,6 +206,9 @@ class FetchResult:
     bytes_read: int
     truncated: bool
     redirects: list[str] = field(default_factory=list)
+    # Left out of ==: they add nothing to what identifies a fetch (the body is in ``text``).
+    headers: dict[str, str] = field(default_factory=dict, compare=False)
+    content: bytes = field(default=b"", compare=False, repr=False)
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -199,13 +217,17 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def check_url(url: str, *, resolver: Resolver | None = None) -> list[IPAddress]:
+def check_url(
+    url: str, *, resolver: Resolver | None = None, allow_loopback: bool = False
+) -> list[IPAddress]:
     """Check that ``url`` is safe to fetch and return the addresses a fetch may connect to.
 
     Args:
         url: An absolute http(s) URL.
         resolver: Turns ``(host, port)`` into address strings; defaults to `system_resolver`.
             Not called for IP-literal hosts or for hosts refused by name.
+        allow_loopback: Also pass 127.0.0.0/8, ``::1`` and the name ``localhost`` (for tests
+            that serve a site on this machine). Nothing else that is refused becomes allowed.
 
     Returns:
         The host's addresses, in resolver order, every one of them publicly routable.
@@ -216,7 +238,7 @@ def check_url(url: str, *, resolver: Resolver | None = None) -> list[IPAddress]:
     """
     parsed = _parse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    literal, name = _checked_host(url, parsed)
+    literal, name = _checked_host(url, parsed, allow_loopback=allow_loopback)
     if literal is not None:
         return [literal]
 
@@ -243,32 +265,38 @@ def check_url(url: str, *, resolver: Resolver | None = None) -> list[IPAddress]:
                 url, f"resolver answered {answer!r} for {name!r}, not an IP address"
             ) from exc
         # One bad answer taints the name: a later connection attempt could land on it.
-        _refuse_address(url, name, address, resolved=True)
+        _refuse_address(url, name, address, resolved=True, allow_loopback=allow_loopback)
         addresses.append(address)
     return list(dict.fromkeys(addresses))
 
 
-def check_url_shape(url: str) -> None:
+def check_url_shape(url: str, *, allow_loopback: bool = False) -> None:
     """Every rule of `check_url` that needs no name lookup: the scheme, credentials, an address
     written as the host (private, loopback, metadata), blocked and single-label names. What is
     stored to be fetched later (a seed bundle's URLs) is checked by this when stored, offline or
-    not; the fetch checks again, with the addresses the name resolves to.
+    not; the fetch checks again, with the addresses the name resolves to. ``allow_loopback`` is
+    as for `check_url`.
 
     Raises:
         UnsafeUrl: The URL breaks a rule; the message names the URL, the host and the rule.
     """
-    _checked_host(url, _parse(url))
+    _checked_host(url, _parse(url), allow_loopback=allow_loopback)
 
 
-def _checked_host(url: str, parsed: httpx.URL) -> tuple[IPAddress | None, str]:
+def _checked_host(
+    url: str, parsed: httpx.URL, *, allow_loopback: bool = False
+) -> tuple[IPAddress | None, str]:
     """The URL's host as an address (when it is written as one) and as a name, once both pass
     the rules that need no lookup."""
     host = parsed.raw_host.decode("ascii")
     literal = _host_literal(url, host)
     if literal is not None:
-        _refuse_address(url, host, literal, resolved=False)
+        _refuse_address(url, host, literal, resolved=False, allow_loopback=allow_loopback)
         return literal, host
     name = host.removesuffix(".")
+    if allow_loopback and name == _LOOPBACK_NAME:
+        # Only the name is let through: what it resolves to is still checked, address by address.
+        return None, name
     if name in _BLOCKED_NAMES or name.endswith(_BLOCKED_SUFFIXES):
         raise _unsafe(url, f"host {name!r} is a blocked host name (local, internal or metadata)")
     if len(name) > 253 or any(len(label) > 63 for label in name.split(".")):
@@ -291,6 +319,8 @@ def safe_get(
     resolver: Resolver | None = None,
     transport: httpx.BaseTransport | None = None,
     user_agent: str = DEFAULT_USER_AGENT,
+    headers: Mapping[str, str] | None = None,
+    allow_loopback: bool = False,
 ) -> FetchResult:
     """GET a public URL: checked, pinned to the checked address, bounded in bytes, time and hops.
 
@@ -305,15 +335,21 @@ def safe_get(
             is the caller's and is not closed. By default each hop gets a fresh
             ``httpx.HTTPTransport``, so no connection is reused across hosts.
         user_agent: The ``User-Agent`` header.
+        headers: Extra request headers, sent on every hop (``If-None-Match``,
+            ``If-Modified-Since``); they replace defaults of the same name. ``Host``,
+            ``Accept-Encoding``, ``Content-Length`` and ``Transfer-Encoding`` are refused: they
+            would undo the pinning or the byte cap.
+        allow_loopback: As for `check_url`, on every hop.
 
     Returns:
-        The page and how it was reached.
+        The page and how it was reached. When ``headers`` hold a conditional header and the
+        server answers 304 Not Modified, a result with ``status_code`` 304 and no body.
 
     Raises:
         UnsafeUrl: The URL, or a redirect hop, breaks a `check_url` rule.
         FetchError: Offline or unreachable, timed out, too many redirects, or a non-2xx answer
-            (``status_code`` is set for the latter).
-        ConfigError: A limit is not positive.
+            (``status_code`` is set for the latter; a 304 to an unconditional request is one).
+        ConfigError: A limit is not positive, or ``headers`` name a protected header.
     """
     if max_bytes <= 0:
         raise ConfigError(f"max_bytes must be greater than 0. Currently it is {max_bytes}.")
@@ -322,18 +358,15 @@ def safe_get(
     if max_redirects < 0:
         raise ConfigError(f"max_redirects must be >= 0. Currently it is {max_redirects}.")
 
+    request_headers = _request_headers(user_agent, headers)
+    conditional = any(name.lower() in CONDITIONAL_HEADERS for name in request_headers)
+
     deadline = time.monotonic() + timeout_s
-    headers = {
-        "User-Agent": user_agent,
-        "Accept": "text/html,text/plain,application/xhtml+xml,*/*;q=0.5",
-        # Compressed bodies could expand far past max_bytes inside a single decoded chunk.
-        "Accept-Encoding": "identity",
-    }
     redirects: list[str] = []
     current, previous, location = url, url, None
     while True:
         try:
-            addresses = check_url(current, resolver=resolver)
+            addresses = check_url(current, resolver=resolver, allow_loopback=allow_loopback)
         except UnsafeUrl as exc:
             if not redirects:
                 raise
@@ -342,8 +375,10 @@ def safe_get(
                 f"(Location: {location!r}) is blocked: {exc}"
             ) from exc
         with _hop_transport(transport) as hop:
-            response = _send_pinned(hop, current, addresses, headers, deadline, timeout_s)
+            response = _send_pinned(hop, current, addresses, request_headers, deadline, timeout_s)
             try:
+                if conditional and response.status_code == 304:
+                    return _not_modified(url, current, response, redirects)
                 location = response.headers.get("location")
                 if response.status_code not in REDIRECT_STATUSES or not location:
                     return _finish(
@@ -368,6 +403,26 @@ def safe_get(
             )
         logger.debug("redirect %d: %s -> %s", len(redirects), current, target)
         previous, current = current, target
+
+
+def _request_headers(user_agent: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The default request headers with the caller's on top, protected ones refused."""
+    headers = {
+        "User-Agent": user_agent,
+        "Accept": "text/html,text/plain,application/xhtml+xml,*/*;q=0.5",
+        # Compressed bodies could expand far past max_bytes inside a single decoded chunk.
+        "Accept-Encoding": "identity",
+    }
+    for name, value in (extra or {}).items():
+        if name.lower() in _PROTECTED_HEADERS:
+            raise ConfigError(
+                f"header {name!r} cannot be set on a guarded fetch: it would undo the address "
+                "pinning or the byte cap; leave it out (safe_get sets it)"
+            )
+        for default in [d for d in headers if d.lower() == name.lower()]:
+            del headers[default]
+        headers[name] = value
+    return headers
 
 
 def _parse(url: str) -> httpx.URL:
@@ -465,7 +520,11 @@ def _parse_number(label: str) -> int | None:
         return None
 
 
-def _refuse_address(url: str, host: str, address: IPAddress, *, resolved: bool) -> None:
+def _refuse_address(
+    url: str, host: str, address: IPAddress, *, resolved: bool, allow_loopback: bool = False
+) -> None:
+    if allow_loopback and _is_loopback(address):
+        return
     reason = _blocked_reason(address)
     if reason is None:
         return
@@ -498,6 +557,13 @@ def _blocked_reason(address: IPAddress) -> str | None:
         # Python's own registry catches special ranges the tables above do not list.
         return "not globally routable"
     return None
+
+
+def _is_loopback(address: IPAddress) -> bool:
+    """127.0.0.0/8 or ``::1`` exactly: no mapped, embedded or zoned spelling of either."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address in _LOOPBACK_V4
+    return not address.scope_id and address == _LOOPBACK_V6
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
@@ -608,7 +674,31 @@ def _finish(
         bytes_read=len(body),
         truncated=truncated,
         redirects=list(redirects),
+        headers=_lower_headers(response),
+        content=body,
     )
+
+
+def _not_modified(
+    url: str, final_url: str, response: httpx.Response, redirects: list[str]
+) -> FetchResult:
+    """The 304 answer to a conditional request: the caller's copy is current; no body."""
+    return FetchResult(
+        url=url,
+        final_url=final_url,
+        status_code=304,
+        content_type=response.headers.get("content-type", ""),
+        text="",
+        bytes_read=0,
+        truncated=False,
+        redirects=list(redirects),
+        headers=_lower_headers(response),
+    )
+
+
+def _lower_headers(response: httpx.Response) -> dict[str, str]:
+    """Response headers keyed in lower case; repeated headers joined with ``, ``."""
+    return {name.lower(): value for name, value in response.headers.items()}
 
 
 def _read_capped(

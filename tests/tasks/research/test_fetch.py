@@ -634,3 +634,144 @@ def test_certificate_is_checked_against_the_host_name_not_the_ip(
         )
     assert "TLS handshake failed" in str(caught.value)
     assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+
+
+# -- allow_loopback (website / REST source tests) and conditional requests ---------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "resolved"),
+    [
+        ("http://127.0.0.1:8080/", None),
+        ("http://127.9.9.9/", None),
+        ("http://[::1]/", None),
+        ("http://localhost/", ("127.0.0.1", "::1")),
+    ],
+)
+def test_loopback_is_refused_by_default_and_allowed_with_the_flag(
+    url: str, resolved: tuple[str, ...] | None
+) -> None:
+    resolver = answers(*resolved) if resolved is not None else no_resolving
+    with pytest.raises(UnsafeUrl, match=r"loopback|blocked host name"):
+        check_url(url, resolver=resolver)
+    with pytest.raises(UnsafeUrl):
+        safe_get(url, resolver=resolver, transport=Recorder(page()).transport)
+    assert check_url(url, resolver=resolver, allow_loopback=True)
+    result = safe_get(
+        url, resolver=resolver, transport=Recorder(page()).transport, allow_loopback=True
+    )
+    assert result.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "resolved", "rule"),
+    [
+        ("http://10.0.0.1/", None, "private"),
+        ("http://169.254.169.254/latest/meta-data/", None, "cloud metadata endpoint"),
+        ("http://[::ffff:127.0.0.1]/", None, "IPv4-mapped"),
+        ("http://0.0.0.0/", None, "unspecified"),
+        ("http://[fe80::1]/", None, "link-local"),
+        ("http://localhost.localdomain/", None, "blocked host name"),
+        ("http://metadata.google.internal/", None, "blocked host name"),
+        ("http://localhost/", ("10.0.0.1",), "private"),  # the name passes, not its answers
+        ("http://localhost/", ("127.0.0.1", "169.254.169.254"), "cloud metadata"),
+        ("http://example.com/", ("192.168.1.1",), "private"),
+    ],
+)
+def test_allow_loopback_opens_loopback_only(
+    url: str, resolved: tuple[str, ...] | None, rule: str
+) -> None:
+    resolver = answers(*resolved) if resolved is not None else no_resolving
+    with pytest.raises(UnsafeUrl, match=rule):
+        check_url(url, resolver=resolver, allow_loopback=True)
+    handler = Recorder(page())
+    with pytest.raises(UnsafeUrl, match=rule):
+        safe_get(url, resolver=resolver, transport=handler.transport, allow_loopback=True)
+    assert handler.requests == []
+
+
+def test_allow_loopback_still_checks_every_redirect_hop() -> None:
+    handler = Recorder(redirect("http://10.0.0.1/admin"), page())
+    with pytest.raises(UnsafeUrl, match=r"redirect 1 .* is blocked.*private"):
+        safe_get(
+            "http://127.0.0.1/",
+            resolver=no_resolving,
+            transport=handler.transport,
+            allow_loopback=True,
+        )
+    assert len(handler.requests) == 1
+
+
+def test_check_url_shape_takes_allow_loopback() -> None:
+    with pytest.raises(UnsafeUrl, match="loopback"):
+        fetch.check_url_shape("http://127.0.0.1/")
+    fetch.check_url_shape("http://127.0.0.1/", allow_loopback=True)
+    with pytest.raises(UnsafeUrl, match="private"):
+        fetch.check_url_shape("http://10.0.0.1/", allow_loopback=True)
+
+
+def test_result_keeps_the_body_bytes_and_lower_case_headers() -> None:
+    body = "café".encode()
+    handler = Recorder(
+        httpx.Response(200, content=body, headers={"Content-Type": "text/plain", "ETag": '"v1"'})
+    )
+    result = safe_get(
+        "http://example.com/", resolver=answers(PUBLIC_V4), transport=handler.transport
+    )
+    assert result.content == body
+    assert result.text == "café"
+    assert result.headers["etag"] == '"v1"'
+    assert result.headers["content-type"] == "text/plain"
+
+
+def test_extra_headers_are_sent_and_a_conditional_304_is_a_result() -> None:
+    handler = Recorder(httpx.Response(304, headers={"ETag": '"v1"'}))
+    result = safe_get(
+        "http://example.com/",
+        resolver=answers(PUBLIC_V4),
+        transport=handler.transport,
+        headers={"If-None-Match": '"v1"', "if-modified-since": "Mon, 01 Jan 2024 00:00:00 GMT"},
+    )
+    assert (result.status_code, result.text, result.content, result.bytes_read) == (304, "", b"", 0)
+    assert result.headers["etag"] == '"v1"'
+    (request,) = handler.requests
+    assert request.headers["if-none-match"] == '"v1"'
+    assert request.headers["if-modified-since"] == "Mon, 01 Jan 2024 00:00:00 GMT"
+    assert request.headers["accept-encoding"] == "identity"
+
+
+def test_a_304_to_an_unconditional_request_is_still_an_error() -> None:
+    handler = Recorder(httpx.Response(304))
+    with pytest.raises(FetchError) as caught:
+        safe_get(
+            "http://example.com/",
+            resolver=answers(PUBLIC_V4),
+            transport=handler.transport,
+            headers={"Accept-Language": "en"},
+        )
+    assert caught.value.status_code == 304
+    assert handler.requests[0].headers["accept-language"] == "en"
+
+
+def test_extra_headers_replace_defaults_case_insensitively() -> None:
+    handler = Recorder(page())
+    safe_get(
+        "http://example.com/",
+        resolver=answers(PUBLIC_V4),
+        transport=handler.transport,
+        headers={"accept": "application/pdf"},
+    )
+    assert handler.requests[0].headers.get_list("accept") == ["application/pdf"]
+
+
+@pytest.mark.parametrize("name", ["Host", "accept-encoding", "Content-Length", "Transfer-Encoding"])
+def test_headers_that_would_undo_the_guard_are_refused(name: str) -> None:
+    handler = Recorder(page())
+    with pytest.raises(ConfigError, match="cannot be set on a guarded fetch"):
+        safe_get(
+            "http://example.com/",
+            resolver=answers(PUBLIC_V4),
+            transport=handler.transport,
+            headers={name: "x"},
+        )
+    assert handler.requests == []

@@ -1,0 +1,446 @@
+"""The ``rest`` source kind: each record of a JSON API listing becomes one Markdown document.
+
+Config (checked by `check_config`), shaped like a dlt ``rest_api`` source with one resource::
+
+    client:
+      base_url: https://api.example.com/v1/
+      paginator: {type: json_link, next_url_path: next}   # any dlt paginator spec; default:
+                                                          # dlt's detection
+      auth: {type: bearer, token_env: KB_API_TOKEN}       # the token comes from the environment
+    resource:
+      path: articles
+      params: {status: published}                         # optional query parameters
+      data_selector: results                              # optional JSONPath to the records
+    key: id                      # field naming a record (dotted for nested: meta.id)
+    title: title                 # optional field for the document title
+    template: "# {title}\\n\\n{body}"   # optional Markdown template (`tasks.sources.template`)
+    version_field: updated_at    # optional: a record whose value is as last synced is unchanged
+
+Auth kinds: ``bearer`` (``token_env``), ``api_key`` (``key_env``, ``name``; sent as a header)
+and ``http_basic`` (``username``, ``password_env``). A secret written into the config itself
+(``token``, ``password``, ``api_key``...) is refused: only environment variable names are
+stored.
+
+The pages are walked with dlt's `RESTClient` and its paginators. Before any request the base
+URL passes kbflow's SSRF guard (`tasks.research.fetch.check_url`; loopback only with the test
+setting ``sources_test_allow_loopback``), and every request (each page, each redirect hop) must
+stay on the base URL's scheme, host and port: a ``next`` link or a redirect elsewhere stops the
+sync with a `SourceError`. The proxy settings and ``.netrc`` of the environment are not used.
+
+Deletions: every sync walks the full listing, and a record missing from a complete walk is
+withdrawn by the sync. An incremental cursor (``updated_since``) would list only the changed
+records and so hide deletions; the ``version_field`` saves the rendering and the ingest of an
+unchanged record, not its listing.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+import requests
+from requests.auth import AuthBase
+
+from core.errors import ConfigError
+from core.settings import Settings
+from tasks.research.fetch import FetchError, UnsafeUrl, check_url
+from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
+from tasks.sources.sql import safe_name
+from tasks.sources.template import check_template, default_markdown, lookup, render, text
+
+log = logging.getLogger(__name__)
+
+KEYS = ("client", "resource", "key", "title", "template", "version_field")
+CLIENT_KEYS = ("base_url", "paginator", "auth")
+RESOURCE_KEYS = ("path", "params", "data_selector")
+AUTH_KEYS: dict[str, tuple[str, ...]] = {
+    "bearer": ("token_env",),
+    "api_key": ("key_env", "name"),
+    "http_basic": ("username", "password_env"),
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FIELD = re.compile(r"\w[\w\-]*(?:\.\w[\w\-]*)*")
+_HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_MAX_REDIRECTS = 5
+
+
+def _mapping(value: Any, what: str, known: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"rest source: {what} must be a mapping")
+    unknown = sorted(str(k) for k in set(value) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"rest source: unknown {what} key(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+    return value
+
+
+def _field(config: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = config.get(name)
+    if value is None:
+        if required:
+            raise ConfigError(
+                f"rest source: {name} (a record field, dotted for nested) is required"
+            )
+        return None
+    if not isinstance(value, str) or not _FIELD.fullmatch(value.strip()):
+        raise ConfigError(
+            f"rest source: {name} must be a field name (dotted for nested: meta.id), not {value!r}"
+        )
+    return value.strip()
+
+
+def _check_auth(auth: Any) -> dict[str, Any]:
+    if not isinstance(auth, Mapping) or not isinstance(auth.get("type"), str):
+        raise ConfigError(
+            "rest source: client.auth must be a mapping with a type "
+            f"({', '.join(AUTH_KEYS)}), e.g. {{type: bearer, token_env: API_TOKEN}}"
+        )
+    kind = auth["type"]
+    if kind not in AUTH_KEYS:
+        raise ConfigError(
+            f"rest source: client.auth type {kind!r} is not supported; use one of "
+            f"{', '.join(AUTH_KEYS)}"
+        )
+    allowed = AUTH_KEYS[kind]
+    inline = sorted(str(k) for k in set(auth) - {"type", *allowed})
+    if inline:
+        env_key = next(k for k in allowed if k.endswith("_env"))
+        raise ConfigError(
+            f"rest source: client.auth ({kind}) may not hold {', '.join(inline)}: secrets are "
+            f"never stored; put it in an environment variable and name it with {env_key}"
+        )
+    out: dict[str, Any] = {"type": kind}
+    for name in allowed:
+        value = auth.get(name)
+        if name.endswith("_env"):
+            if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+                raise ConfigError(
+                    f"rest source: client.auth.{name} must be the NAME of an environment "
+                    "variable (letters, digits, _) holding the secret"
+                )
+        elif name == "name":
+            value = "Authorization" if value is None else value
+            if not isinstance(value, str) or not re.fullmatch(
+                r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", value
+            ):
+                raise ConfigError("rest source: client.auth.name must be an HTTP header name")
+        elif not isinstance(value, str) or not value:
+            raise ConfigError(f"rest source: client.auth.{name} is required")
+        out[name] = value
+    return out
+
+
+def _check_paginator(spec: Any) -> Any:
+    from dlt.sources.rest_api.config_setup import create_paginator
+
+    if spec is None:
+        return None
+    if not isinstance(spec, str | Mapping):
+        raise ConfigError("rest source: client.paginator must be a type name or a mapping")
+    spec = spec if isinstance(spec, str) else dict(spec)
+    try:
+        create_paginator(copy.deepcopy(spec))
+    except Exception as exc:
+        raise ConfigError(
+            f"rest source: client.paginator {spec!r} is not a valid dlt paginator: {exc}"
+        ) from exc
+    return spec
+
+
+def _check_base_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("rest source: client.base_url is required (https://api.example.com/)")
+    value = value.strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"rest source: client.base_url {value!r} must be an http(s) URL")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            "rest source: client.base_url may not carry credentials (user:password@); use "
+            "client.auth with an environment variable"
+        )
+    if parts.fragment:
+        raise ConfigError("rest source: client.base_url may not have a #fragment")
+    return value
+
+
+def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``rest`` source config, normalized.
+
+    Raises:
+        ConfigError: A key is unknown, missing or invalid, or a secret is written into it.
+    """
+    top = _mapping(config, "config", KEYS)
+    client = _mapping(top.get("client"), "client", CLIENT_KEYS)
+    resource = _mapping(top.get("resource"), "resource", RESOURCE_KEYS)
+    base_url = _check_base_url(client.get("base_url"))
+    path = resource.get("path", "")
+    if not isinstance(path, str):
+        raise ConfigError("rest source: resource.path must be a string")
+    if urlsplit(path).scheme or path.startswith("//"):
+        raise ConfigError(
+            "rest source: resource.path must be relative to client.base_url, not a full URL"
+        )
+    params = resource.get("params") or {}
+    if not isinstance(params, Mapping) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str | int | float | bool | list))
+        for k, v in params.items()
+    ):
+        raise ConfigError("rest source: resource.params must map names to plain values")
+    selector = resource.get("data_selector")
+    if selector is not None and (not isinstance(selector, str) or not selector.strip()):
+        raise ConfigError("rest source: resource.data_selector must be a JSONPath string")
+    auth = client.get("auth")
+    template = top.get("template")
+    if template is not None:
+        check_template(template)
+    return {
+        "client": {
+            "base_url": base_url,
+            "paginator": _check_paginator(client.get("paginator")),
+            "auth": None if auth is None else _check_auth(auth),
+        },
+        "resource": {"path": path, "params": dict(params), "data_selector": selector},
+        "key": _field(top, "key", required=True),
+        "title": _field(top, "title"),
+        "template": template,
+        "version_field": _field(top, "version_field"),
+    }
+
+
+def _secret(env: str, what: str) -> str:
+    value = os.environ.get(env)
+    if not value:
+        raise ConfigError(
+            f"rest source: environment variable {env} ({what}) is not set; export it with the "
+            "API's secret"
+        )
+    return value
+
+
+def _auth(spec: Mapping[str, Any] | None) -> AuthBase | None:
+    from dlt.sources.helpers.rest_client.auth import APIKeyAuth, BearerTokenAuth, HttpBasicAuth
+
+    if spec is None:
+        return None
+    if spec["type"] == "bearer":
+        return BearerTokenAuth(token=_secret(spec["token_env"], "client.auth.token_env"))
+    if spec["type"] == "api_key":
+        key = _secret(spec["key_env"], "client.auth.key_env")
+        return APIKeyAuth(name=spec["name"], api_key=key, location="header")
+    password = _secret(spec["password_env"], "client.auth.password_env")
+    return HttpBasicAuth(username=spec["username"], password=password)
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+class OffOrigin(requests.RequestException):
+    """A page link or a redirect led off the source's origin."""
+
+
+class _SameOriginSession(requests.Session):
+    """A session that sends nothing off one origin, with no proxies or ``.netrc`` from the
+    environment."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__()
+        self.trust_env = False
+        self.max_redirects = _MAX_REDIRECTS
+        self.origin = _origin(base_url)
+        self.base_url = base_url
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = request.url or ""
+        if _origin(url) != self.origin:
+            shown = urlsplit(url)._replace(query="", fragment="").geturl()
+            raise OffOrigin(
+                f"{shown} is off the source's origin {self.base_url} (a next-page link or a "
+                "redirect to another scheme, host or port is refused)"
+            )
+        return super().send(request, **kwargs)
+
+
+class RestConnector:
+    """Walks one REST listing; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        limits: Limits,
+        auth: AuthBase | None,
+        *,
+        timeout_s: float,
+        allow_loopback: bool,
+    ) -> None:
+        self.config = dict(config)
+        self.limits = limits
+        self.auth = auth
+        self.timeout_s = timeout_s
+        self.allow_loopback = allow_loopback
+        self.complete = False
+        self.base_url: str = self.config["client"]["base_url"]
+        self.path: str = self.config["resource"]["path"]
+        self.listing = urljoin(self.base_url, self.path) if self.path else self.base_url
+
+    def _guard(self) -> None:
+        try:
+            check_url(self.base_url, allow_loopback=self.allow_loopback)
+        except UnsafeUrl as exc:
+            raise SourceError(
+                f"rest source: {self.base_url} is refused by the SSRF guard: {exc}"
+            ) from exc
+        except FetchError as exc:
+            raise SourceError(f"rest source: {self.base_url} cannot be reached: {exc}") from exc
+
+    def _pages(self) -> Iterator[list[Any]]:
+        from dlt.sources.helpers.rest_client.client import RESTClient
+        from dlt.sources.rest_api.config_setup import create_paginator
+
+        client = self.config["client"]
+        resource = self.config["resource"]
+        spec = client.get("paginator")
+        session = _SameOriginSession(self.base_url)
+        rest = RESTClient(
+            base_url=self.base_url,
+            auth=self.auth,
+            paginator=create_paginator(copy.deepcopy(spec)) if spec is not None else None,
+            data_selector=resource.get("data_selector"),
+            session=session,
+        )
+        pages = rest.paginate(
+            self.path, params=resource.get("params") or None, timeout=self.timeout_s
+        )
+        try:
+            while True:
+                try:
+                    page = next(pages, None)
+                except requests.HTTPError as exc:
+                    status = exc.response.status_code if exc.response is not None else "?"
+                    raise self._fail(f"answered HTTP {status}", exc) from exc
+                except requests.Timeout as exc:
+                    raise self._fail(f"timed out after {self.timeout_s:g} s", exc) from exc
+                except requests.exceptions.JSONDecodeError as exc:
+                    raise self._fail("did not answer JSON", exc) from exc
+                except Exception as exc:  # connection failures, dlt paginator errors
+                    raise self._fail("could not be listed", exc) from exc
+                if page is None:
+                    return
+                yield list(page)
+        finally:
+            session.close()
+
+    def _fail(self, what: str, exc: BaseException) -> SourceError:
+        detail = str(exc).splitlines()[0][:400] if str(exc) else type(exc).__name__
+        return SourceError(f"rest source: {self.listing} {what}: {detail}")
+
+    def items(self, prior: Mapping[str, Prior]) -> Iterator[Item]:
+        """Every record of the listing as an `Item`; see the module docstring.
+
+        Raises:
+            SourceError: The SSRF guard refused the base URL, or a page could not be fetched or
+                read (HTTP error, timeout, not JSON, a link off the origin).
+        """
+        self.complete = False
+        self._guard()
+        seen: set[str] = set()
+        count = 0
+        number = 0
+        pages = 0
+        for page in self._pages():
+            pages += 1
+            if pages > self.limits.max_items + 100:
+                log.warning("rest source %s: stopped after %d pages", self.listing, pages)
+                return
+            for record in page:
+                number += 1
+                item = self._item(record, number, prior, seen)
+                if item is None:
+                    continue
+                if count >= self.limits.max_items:
+                    return
+                count += 1
+                yield item
+        self.complete = True
+
+    def _item(
+        self, record: Any, number: int, prior: Mapping[str, Prior], seen: set[str]
+    ) -> Item | None:
+        key_field: str = self.config["key"]
+        if not isinstance(record, Mapping):
+            return self._keyless(number, f"is a JSON {type(record).__name__}, not an object")
+        try:
+            raw_key = lookup(record, key_field)
+        except ConfigError as exc:
+            return self._keyless(number, f"has no key: {exc}")
+        if raw_key is None or isinstance(raw_key, Mapping | list | bool):
+            return self._keyless(number, f"has no usable key: {key_field} is {raw_key!r}")
+        key_text = text(raw_key)
+        key = f"rec/{key_text.replace('%', '%25').replace('/', '%2F')}"
+        if not self.limits.wanted(key):
+            return None
+        if key in seen:
+            log.warning("rest source %s: duplicate key %s; keeping the first", self.listing, key)
+            return None
+        seen.add(key)
+        uri = f"{self.listing}#{quote(key_text, safe='')}"
+        name = f"{safe_name(key_text)}.md"
+        version_field = self.config.get("version_field")
+        version = None
+        if version_field:
+            try:
+                raw_version = lookup(record, version_field)
+            except ConfigError:
+                raw_version = None
+            version = None if raw_version is None else text(raw_version)
+        last = prior.get(key)
+        if version is not None and last is not None and last.version == version:
+            return Item(key, uri, name, version=version, unchanged=True)
+        template = self.config.get("template")
+        try:
+            if template:
+                doc = render(template, record)
+            else:
+                doc = default_markdown(record, self.config.get("title"), fallback_title=key_text)
+        except ConfigError as exc:
+            return Item(key, uri, name, version=version, error=f"{key}: {exc}")
+        data = doc.encode("utf-8")
+        if len(data) > self.limits.max_item_bytes:
+            return Item(key, uri, name, version=version, error=too_big(key, len(data), self.limits))
+        return Item(key, uri, name, version=version, data=data)
+
+    def _keyless(self, number: int, why: str) -> Item | None:
+        key = f"rec/#{number}"
+        if not self.limits.wanted(key):
+            return None
+        return Item(
+            key,
+            f"{self.listing}#record-{number}",
+            f"record-{number}.md",
+            error=f"record {number} of {self.listing} {why}",
+        )
+
+
+def connector(config: Mapping[str, Any], limits: Limits, *, settings: Settings) -> RestConnector:
+    """The connector of one ``rest`` source.
+
+    Raises:
+        ConfigError: The config is invalid, or an auth environment variable is not set.
+    """
+    checked = check_config(config)
+    return RestConnector(
+        checked,
+        limits,
+        _auth(checked["client"]["auth"]),
+        timeout_s=settings.sources.sources_fetch_timeout_s,
+        allow_loopback=settings.sources.sources_test_allow_loopback,
+    )

@@ -1,0 +1,194 @@
+"""Markdown templates for record sources (`sql`, `rest`): one record becomes one document.
+
+A template is Markdown with ``{field}`` where a record's value goes, ``{field.sub}`` for a
+field of a nested record (a dotted path of dictionary keys, nothing else) and ``{{``/``}}`` for
+literal braces. Substitution is a plain dictionary lookup done by a regular expression, never
+`str.format`: there is no attribute access, indexing or format spec, so ``{x.__class__}`` is
+the key ``__class__`` of the record ``x`` (an error when ``x`` is not a record), never Python
+introspection.
+
+Values: None becomes the empty string, a list its items joined with ``", "``, a nested record
+its JSON, bytes their UTF-8 text (or a size when they are not text), anything else ``str()``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from core.errors import ConfigError
+
+_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+_SEGMENT = r"\w[\w\-]*"
+_FIELD = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
+_MAX_LISTED = 40
+
+# A parsed template: literal text (str) and field paths (tuple of keys), in order.
+_Part = str | tuple[str, ...]
+
+
+@lru_cache(maxsize=64)
+def _parse(template: str) -> tuple[_Part, ...]:
+    parts: list[_Part] = []
+    literal: list[str] = []
+    at = 0
+    for match in _TOKEN.finditer(template):
+        literal.append(template[at : match.start()])
+        at = match.end()
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            literal.append(token[0])
+            continue
+        if token in ("{", "}"):
+            raise ConfigError(
+                f"template has an unbalanced {token!r} at character {match.start()}: "
+                f"{_around(template, match.start())!r}; write {{{{ and }}}} for literal braces"
+            )
+        name = (match.group(1) or "").strip()
+        if not _FIELD.fullmatch(name):
+            raise ConfigError(
+                f"template placeholder {token!r} is not a field reference: use {{field}} or "
+                "{field.sub} (letters, digits, _ and -; no format specs, indexes or calls); "
+                "write {{ and }} for literal braces"
+            )
+        if literal:
+            parts.append("".join(literal))
+            literal = []
+        parts.append(tuple(name.split(".")))
+    literal.append(template[at:])
+    if any(literal):
+        parts.append("".join(literal))
+    return tuple(parts)
+
+
+def _around(text: str, at: int) -> str:
+    return text[max(0, at - 20) : at + 20]
+
+
+def check_template(template: str) -> list[str]:
+    """The field references of ``template`` (``"a"``, ``"a.b"``), in order, without repeats.
+
+    Raises:
+        ConfigError: An unbalanced brace, or a placeholder that is not a field reference.
+    """
+    if not isinstance(template, str):
+        raise ConfigError(f"template must be a string, not {type(template).__name__}")
+    names: list[str] = []
+    for part in _parse(template):
+        if isinstance(part, tuple):
+            name = ".".join(part)
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def lookup(row: Mapping[str, Any], path: str | tuple[str, ...]) -> Any:
+    """The value at the dotted ``path`` of ``row`` (dictionary keys only).
+
+    Raises:
+        ConfigError: A key is missing, or a value on the way is not a record; the message names
+            the field and the fields that are there.
+    """
+    keys = tuple(path.split(".")) if isinstance(path, str) else path
+    value: Any = row
+    for depth, key in enumerate(keys):
+        where = ".".join(keys[:depth])
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"field {'.'.join(keys)!r}: {where!r} is {type(value).__name__}, not a nested "
+                "record, so it has no fields"
+            )
+        if key not in value:
+            scope = f"{where!r} has" if where else "the record has"
+            raise ConfigError(f"field {'.'.join(keys)!r} is missing: {scope} {_fields(value)}")
+        value = value[key]
+    return value
+
+
+def _fields(record: Mapping[str, Any]) -> str:
+    names = [str(name) for name in record]
+    if not names:
+        return "no fields"
+    shown = ", ".join(names[:_MAX_LISTED])
+    more = f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else ""
+    return f"the fields {shown}{more}"
+
+
+def text(value: Any) -> str:
+    """A record value as template text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return ", ".join(text(item) for item in value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"({len(raw):,} bytes of binary data)"
+    return str(value)
+
+
+def render(template: str, row: Mapping[str, Any]) -> str:
+    """``template`` with each ``{field}`` replaced by ``row``'s value.
+
+    Raises:
+        ConfigError: The template is malformed, or names a field the row lacks (the message
+            names it and the row's fields).
+    """
+    out: list[str] = []
+    for part in _parse(template):
+        out.append(text(lookup(row, part)) if isinstance(part, tuple) else part)
+    return "".join(out)
+
+
+def _flatten(row: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    pairs: list[tuple[str, Any]] = []
+    for name, value in row.items():
+        label = f"{prefix}{name}"
+        if isinstance(value, Mapping) and value:
+            pairs.extend(_flatten(value, f"{label}."))
+        else:
+            pairs.append((label, value))
+    return pairs
+
+
+def default_markdown(
+    row: Mapping[str, Any], title_field: str | None, *, fallback_title: str = ""
+) -> str:
+    """The document of a record when its source has no template.
+
+    A ``# title`` heading (the ``title_field`` value, else ``fallback_title``), then every
+    field: one-line values as a ``- **field:** value`` list (nested records flattened to dotted
+    names), values of several lines (a Markdown body, a table) each under a ``## field``
+    heading, verbatim.
+    """
+    title = ""
+    if title_field:
+        try:
+            title = text(lookup(row, title_field))
+        except ConfigError:
+            title = ""
+    title = " ".join(title.split()) or " ".join(fallback_title.split()) or "Untitled"
+    short: list[str] = []
+    long: list[str] = []
+    for name, value in _flatten(row):
+        if title_field and name == title_field:
+            continue
+        body = text(value).strip()
+        if "\n" in body:
+            long.append(f"## {name}\n\n{body}\n")
+        else:
+            short.append(f"- **{name}:** {body}")
+    lines = [f"# {title}", ""]
+    if short:
+        lines += [*short, ""]
+    lines += long
+    return "\n".join(lines).rstrip("\n") + "\n"
