@@ -54,6 +54,7 @@ from kbflow.cli import (
     search,
     seed,
     server,
+    sources,
     store,
     tokens,
     tools,
@@ -111,5 +112,6 @@ for module in (
     agents,
     tools,
     backup,
+    sources,
 ):
     app.add_typer(module.group)

@@ -366,6 +366,45 @@ def withdraw(
         raise
 
 
+def take_out_at_source(
+    doc: DocRecord,
+    *,
+    actor: str,
+    note: str,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+) -> DocRecord | None:
+    """Take out of service a document whose item is gone from its synced source: approved (or
+    status-less) -> withdrawn, a draft -> rejected; anything else is out of service already
+    (None). ``actor`` names the source (``source:<id>``), never a person: nobody decided this.
+
+    The chunks are hidden before the registry commit, as `withdraw` does, so the document leaves
+    search at once; answers that cited it are flagged by ``kbflow provenance --stale``. A lost
+    race (someone decided meanwhile) syncs the store to the winner and returns None.
+    """
+    if doc.status in (DocStatus.APPROVED.value, None):
+        new, action = DocStatus.WITHDRAWN, AuditAction.WITHDRAWN
+    elif doc.status == DocStatus.PENDING_REVIEW.value:
+        new, action = DocStatus.REJECTED, AuditAction.REJECTED
+    else:
+        return None
+    with open_store() as store:
+        store.set_document_payload(doc.id, {"status": new.value})
+    faults.point("review.after_hide")
+    try:
+        return registry.transition(
+            doc.id,
+            expected=DocStatus(doc.status) if doc.status else None,
+            new=new,
+            actor=actor,
+            action=action,
+            note=note,
+        )
+    except ReviewConflict:
+        sync_payload(doc.id, registry=registry, open_store=open_store)
+        return None
+
+
 def restore(
     doc_id: str,
     actor_id: str,

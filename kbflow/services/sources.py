@@ -1,0 +1,406 @@
+"""Synced sources (`kbflow sources`, ``/v1/sources``): add, list, show, update, remove, sync
+and schedule them (docs/SOURCES.md).
+
+Adding, changing, removing and syncing a source is the org's account manager's or a
+superadmin's (`tasks.review.access.authorize_org_admin`, audited, a refusal too); a local
+folder is a superadmin's only, since it reads this machine's files. A source's config is
+checked by its kind (`tasks.sources`) and never holds a secret: credentials come from the
+environment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ConfigError, KbflowError, NotFound
+from core.models import DocStatus
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from sinks.registry import SourceRecord, SqlRegistry
+
+DEPLOYMENT = "source-sync/source-sync"
+"""The parameterised deployment (prefect.yaml) whose schedules `schedule` sets, one a source."""
+SCHEDULE_SLUG = "source-"
+ENTERING = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def source_fields(
+    kind: str,
+    config: Mapping[str, Any],
+    *,
+    collection: str,
+    status: str,
+    audience: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    max_items: int = 10_000,
+    max_item_bytes: int = 50_000_000,
+    schedule: str | None = None,
+    timezone: str | None = None,
+) -> dict[str, Any]:
+    """A source's fields, each checked (the config by its kind)."""
+    from tasks.sources import kind_module
+
+    checked = kind_module(kind).check_config(dict(config))
+    return {
+        "kind": kind,
+        "config": checked,
+        **_checked_common(
+            collection=collection, status=status, audience=audience, include=include,
+            exclude=exclude, max_items=max_items, max_item_bytes=max_item_bytes,
+            schedule=schedule, timezone=timezone,
+        ),
+    }  # fmt: skip
+
+
+def _checked_common(**fields: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "collection":
+            if not value or not str(value).strip():
+                raise ConfigError("a source needs a collection (e.g. --collection policies)")
+            from sinks.registry import normalize_collection_path
+
+            value = normalize_collection_path(str(value))
+        elif name == "status":
+            if value not in ENTERING:
+                raise ConfigError(
+                    f"status {value!r}: a source's documents enter as approved (a trusted "
+                    "source) or pending_review (an AM approves each)"
+                )
+        elif name in ("include", "exclude"):
+            value = [p for p in (value or []) if p and p.strip()]
+        elif name in ("max_items", "max_item_bytes"):
+            if int(value) < 1:
+                raise ConfigError(f"{name} must be at least 1 (it is {value})")
+            value = int(value)
+        elif name == "schedule" and value:
+            value = _checked_cron(str(value))
+        elif name == "timezone" and value:
+            _checked_timezone(str(value))
+        out[name] = value or (None if name in ("audience", "schedule", "timezone") else value)
+    return out
+
+
+def _checked_cron(cron: str) -> str:
+    from croniter import croniter
+
+    cron = " ".join(cron.split())
+    if not croniter.is_valid(cron):
+        raise ConfigError(
+            f"schedule {cron!r} is not a cron expression: write five fields, e.g. "
+            "'0 6 * * *' (every day at 06:00)"
+        )
+    return cron
+
+
+def _checked_timezone(name: str) -> None:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"unknown timezone {name!r}: use an IANA name like Europe/London"
+        ) from exc
+
+
+def _authorize(
+    registry: SqlRegistry, actor: str | None, what: str, org: str, *, local: bool = False
+) -> str:
+    from tasks.review.access import authorize_org_admin
+
+    return authorize_org_admin(registry, actor, what, org, superadmin_only=local)
+
+
+def _is_local(kind: str, config: Mapping[str, Any]) -> bool:
+    if kind != "filesystem":
+        return False
+    from tasks.sources.filesystem import is_local
+
+    return is_local(config)
+
+
+def add_source(
+    settings: Settings, org: str, name: str, fields: Mapping[str, Any], *, actor: str | None
+) -> SourceRecord:
+    """Add a source to ``org`` (``fields`` from `source_fields`)."""
+    from sinks.connect import open_registry
+
+    _check_name(name)
+    with open_registry(settings) as registry:
+        admin = _authorize(registry, actor, f"add source {name!r} to org {org!r}", org,
+                           local=_is_local(fields["kind"], fields["config"]))  # fmt: skip
+        registry.get_org(org)
+        return registry.create_source(org, name, fields, actor=admin)
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > 120 or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(
+            f"source name {name!r}: use 1-120 letters, digits, '-', '_' or '.' (e.g. "
+            "'policies-share')"
+        )
+
+
+def resolve(registry: SqlRegistry, ref: str, org: str | None) -> SourceRecord:
+    """The source named ``ref`` (in ``org``) or with id ``ref``."""
+    found = registry.find_sources(ref, org)
+    if not found:
+        where = f" in org {org!r}" if org else ""
+        raise NotFound(f"no source {ref!r}{where} — `kbflow sources list` shows them")
+    if len(found) > 1:
+        orgs = ", ".join(sorted(s.org_id for s in found))
+        raise ConfigError(f"several orgs have a source named {ref!r} ({orgs}): add --org ORG")
+    return found[0]
+
+
+def get_source(settings: Settings, ref: str, org: str | None = None) -> dict[str, Any]:
+    """One source as JSON, with its last sync, whether a sync runs now, its next scheduled
+    run and its items' counts by state."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        source = resolve(registry, ref, org)
+        counts = registry.item_counts().get(source.id, {})
+    return source_dict(settings, source, counts)
+
+
+def list_sources(settings: Settings, org: str | None = None) -> list[dict[str, Any]]:
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        if org is not None:
+            registry.get_org(org)
+        sources = registry.list_sources(org)
+        counts = registry.item_counts()
+    return [source_dict(settings, s, counts.get(s.id, {})) for s in sources]
+
+
+def source_dict(
+    settings: Settings, source: SourceRecord, counts: Mapping[str, int]
+) -> dict[str, Any]:
+    from flows.source_sync import sync_running
+
+    out = source.to_dict()
+    running = sync_running(settings.home, source.id)
+    last = dict(source.last_sync or {})
+    if last.get("outcome") == "running" and not running:
+        last["outcome"] = "interrupted"  # its process died: the next sync finishes the job
+    out["last_sync"] = last or None
+    out["running"] = running
+    out["items"] = {state: counts.get(state, 0) for state in ("present", "failed", "gone")}
+    out["next_run"] = next_run(source)
+    return out
+
+
+def next_run(source: SourceRecord, now: dt.datetime | None = None) -> str | None:
+    """When the source's schedule next fires (ISO, its timezone), or None without one."""
+    if not source.schedule:
+        return None
+    import zoneinfo
+
+    from croniter import croniter
+
+    zone = zoneinfo.ZoneInfo(source.timezone or "UTC")
+    start = (now or dt.datetime.now(dt.UTC)).astimezone(zone)
+    return str(croniter(source.schedule, start).get_next(dt.datetime).isoformat())
+
+
+def update_source(
+    settings: Settings,
+    ref: str,
+    org: str | None,
+    changes: Mapping[str, Any],
+    *,
+    actor: str | None,
+) -> SourceRecord:
+    """Change a source's fields (the config is checked again by its kind)."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        source = resolve(registry, ref, org)
+        checked: dict[str, Any] = {}
+        if "config" in changes:
+            from tasks.sources import kind_module
+
+            checked["config"] = kind_module(source.kind).check_config(
+                {**source.config, **dict(changes["config"])}
+            )
+        common = {k: v for k, v in changes.items() if k != "config"}
+        if common:
+            checked |= _checked_common(**common)
+        if not checked:
+            raise ConfigError("nothing to change: give at least one option")
+        config = checked.get("config", source.config)
+        admin = _authorize(registry, actor, f"change source {source.name!r}", source.org_id,
+                           local=_is_local(source.kind, config))  # fmt: skip
+        return registry.update_source(source.id, checked, actor=admin)
+
+
+def remove_source(
+    settings: Settings, ref: str, org: str | None, *, actor: str | None, withdraw: bool = False
+) -> dict[str, Any]:
+    """Remove a source and its sync state. Its documents stay as they are unless
+    ``withdraw``: then each is taken out of service first, audited "removed at source"."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        source = resolve(registry, ref, org)
+        admin = _authorize(registry, actor, f"remove source {source.name!r}", source.org_id)
+        withdrawn = 0
+        if withdraw:
+            withdrawn = _withdraw_all(settings, registry, source, admin)
+        registry.delete_source(source.id, actor=admin)
+    return {"removed": source.id, "name": source.name, "org_id": source.org_id,
+            "withdrawn": withdrawn}  # fmt: skip
+
+
+def _withdraw_all(
+    settings: Settings, registry: SqlRegistry, source: SourceRecord, admin: str
+) -> int:
+    from flows.source_sync import source_doc_key
+    from sinks.connect import open_vector_store
+    from tasks.review.machine import take_out_at_source
+
+    note = f"removed at source: source {source.name!r} was removed by {admin}"
+    count = 0
+    for key in registry.source_items(source.id):
+        versions = registry.versions_of(source.org_id, source_doc_key(source.id, key))
+        if versions:
+            newest = max(versions, key=lambda d: d.version)
+            taken = take_out_at_source(
+                newest, actor=admin, note=note, registry=registry,
+                open_store=lambda: open_vector_store(settings),
+            )  # fmt: skip
+            count += taken is not None
+    return count
+
+
+def sync(
+    settings: Settings,
+    ref: str,
+    org: str | None = None,
+    *,
+    actor: str | None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+) -> dict[str, Any]:
+    """Sync one source now, as the ``source-sync`` flow (this process's Prefect run); returns
+    its summary.
+
+    Raises:
+        SourceError: the source could not be listed (its summary is kept: `sources show`).
+        ConfigError: a sync of it runs already.
+    """
+    from flows.source_sync import source_sync
+    from kbflow.services.flow_runs import tracked
+    from kbflow.services.orchestration import prefect_starting
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        source = resolve(registry, ref, org)
+        _authorize(registry, actor, f"sync source {source.name!r}", source.org_id)
+    with prefect_starting():
+        pass  # the embedder loads at the first changed item: an unchanged sync never needs it
+    with tracked(settings.home, source_sync) as flow:
+        named = flow.with_options(flow_run_name=f"sync {source.org_id}/{source.name}")
+        if progress is None:
+            return dict(named(source_id=source.id))
+        from core import progress as channel
+
+        with channel.listening(progress):
+            return dict(named(source_id=source.id))
+
+
+def schedule(
+    settings: Settings, org: str | None = None, *, actor: str | None
+) -> list[dict[str, Any]]:
+    """Put each scheduled source's cron on the ``source-sync`` deployment (one schedule a
+    source, slug ``source-<id>``, its id as the parameter) and drop the schedules of sources
+    removed or unscheduled since. Needs the Prefect server the workers use (and the
+    deployment: ``prefect deploy -n source-sync`` from the repo creates it).
+
+    ``org``: that org's sources only (an AM's); without it every org's (a superadmin's).
+    """
+    from kbflow.services.orchestration import require_prefect_server
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_admin
+
+    require_prefect_server(
+        "schedules live on a Prefect server: start one (`kbflow server`) or set "
+        "PREFECT_API_URL to the server your workers use, then run this again"
+    )
+    with open_registry(settings) as registry:
+        if org is None:
+            authorize_admin(registry, actor, "schedule every org's sources")
+        else:
+            _authorize(registry, actor, f"schedule the sources of org {org!r}", org)
+        sources = registry.list_sources(org)
+    return _apply_schedules(sources, org)
+
+
+def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[str, Any]]:
+    from prefect import get_client
+    from prefect.client.schemas.actions import DeploymentScheduleCreate
+    from prefect.client.schemas.schedules import CronSchedule
+    from prefect.exceptions import ObjectNotFound
+
+    wanted = {f"{SCHEDULE_SLUG}{s.id}": s for s in sources if s.schedule}
+    mine = {f"{SCHEDULE_SLUG}{s.id}" for s in sources}
+    out: list[dict[str, Any]] = []
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(DEPLOYMENT)
+        except ObjectNotFound:
+            raise KbflowError(
+                f"the Prefect server has no {DEPLOYMENT} deployment: run `prefect deploy -n "
+                f"source-sync` in {REPO} (prefect.yaml), start a worker on its pool, then run "
+                "this again"
+            ) from None
+        for existing in client.read_deployment_schedules(deployment.id):
+            slug = existing.slug or ""
+            if not slug.startswith(SCHEDULE_SLUG):
+                continue
+            # Another org's schedules are left alone when one org's are set.
+            if ((org is None or slug in mine) and slug not in wanted) or slug in wanted:
+                client.delete_deployment_schedule(deployment.id, existing.id)
+        for slug, source in wanted.items():
+            assert source.schedule is not None
+            client.create_deployment_schedules(
+                deployment.id,
+                [
+                    DeploymentScheduleCreate(
+                        schedule=CronSchedule(cron=source.schedule,
+                                              timezone=source.timezone or "UTC"),
+                        active=True,
+                        parameters={"source_id": source.id},
+                        slug=slug,
+                    )
+                ],
+            )  # fmt: skip
+            out.append(
+                {
+                    "source": source.name,
+                    "org_id": source.org_id,
+                    "id": source.id,
+                    "cron": source.schedule,
+                    "timezone": source.timezone or "UTC",
+                    "slug": slug,
+                    "next_run": next_run(source),
+                    "deployment": DEPLOYMENT,
+                }
+            )
+    return out
+
+
+def resolve_source(settings: Settings, ref: str, org: str | None = None) -> SourceRecord:
+    """The source named ``ref`` (in ``org``) or with id ``ref``."""
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return resolve(registry, ref, org)
