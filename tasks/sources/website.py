@@ -1,3 +1,4 @@
+# Over 500 lines: sitemaps, the crawl, robots.txt, conditional fetches and caps are one walk.
 """The ``website`` kind: the pages of one site, listed by its sitemap or found by crawling.
 
 Config: exactly one of ``sitemap`` (the URL of a ``sitemap.xml``, or of a sitemap index whose
