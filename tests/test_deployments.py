@@ -12,6 +12,7 @@ their children survive.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -185,6 +186,32 @@ def _run_deployment(api: str, name: str, parameters: dict[str, Any]) -> str:
     return str(created.json()["id"])
 
 
+def _scheduled_run(api: str, name: str, scheduled: dict[str, Any]) -> str:
+    """The run the source's schedule makes next, created as Prefect's scheduler would (its
+    service is off in this test so that no other deployment's schedule starts anything):
+    ``POST /deployments/{id}/schedule`` fills in the runs each active schedule calls for."""
+    with _prefect(api) as client:
+        deployment = client.get(f"/deployments/name/{name}").json()
+        slugs = {s["slug"]: s for s in deployment["schedules"]}
+        mine = slugs[scheduled["slug"]]
+        assert mine["active"] and mine["parameters"] == {"source_id": scheduled["id"]}
+        assert mine["schedule"]["cron"] == scheduled["cron"]
+        start = dt.datetime.now(dt.UTC)
+        made = client.post(
+            f"/deployments/{deployment['id']}/schedule",
+            json={"start_time": start.isoformat(),
+                  "end_time": (start + dt.timedelta(seconds=70)).isoformat(), "max_runs": 1},
+        )  # fmt: skip
+        assert made.status_code in (200, 201, 204), made.text
+        runs = client.post(
+            "/flow_runs/filter",
+            json={"flow_runs": {"deployment_id": {"any_": [deployment["id"]]}}},
+        ).json()
+    assert len(runs) == 1 and runs[0]["parameters"] == {"source_id": scheduled["id"]}, runs
+    assert runs[0]["state"]["type"] == "SCHEDULED"
+    return str(runs[0]["id"])
+
+
 def _wait_final(api: str, run_ids: list[str], procs: Processes, timeout_s: float = 420) -> dict:
     deadline = time.monotonic() + timeout_s
     states: dict[str, Any] = {}
@@ -249,6 +276,16 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     processes.start("worker", [*prefect, "worker", "start", "--pool", POOL], env)
     _run([*kbflow, "users", "add", "root", "--role", "superadmin"], env)
     _run([*kbflow, "orgs", "create", ORG, "--as", "root"], env)  # ingest refuses unknown orgs
+    # A source on a schedule: `kbflow sources schedule` puts its cron on source-sync.
+    share = tmp_path / "synced"
+    share.mkdir()
+    (share / "visitor-parking.md").write_text("# Visitors\n\nVisitors park by the gatehouse.\n")
+    _run([*kbflow, "sources", "add", "share", "--org", ORG, "--kind", "filesystem", "--url",
+          str(share), "--collection", "synced", "--status", "approved", "--schedule",
+          "* * * * *", "--as", "root"], env)  # fmt: skip
+    scheduled = json.loads(_run([*kbflow, "sources", "schedule", "--json", "--as", "root"], env))
+    assert [(s["source"], s["cron"]) for s in scheduled] == [("share", "* * * * *")]
+    sync_run = _scheduled_run(api, "source-sync/source-sync", scheduled[0])
 
     ingest_run = _run_deployment(api, "ingest/ingest", {"paths": [str(doc)], "org": ORG})
     eval_run = _run_deployment(
@@ -277,15 +314,20 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     assert good_job.flow_run_id and bad_job.flow_run_id
     job_runs = [good_job.flow_run_id, bad_job.flow_run_id]
 
-    states = _wait_final(api, [ingest_run, eval_run, *job_runs], processes)
+    states = _wait_final(api, [ingest_run, eval_run, sync_run, *job_runs], processes)
 
     worker_log = processes.tail("worker")
     assert states[ingest_run]["type"] == "COMPLETED", f"{states[ingest_run]}\n{worker_log}"
     assert states[eval_run]["type"] == "COMPLETED", f"{states[eval_run]}\n{worker_log}"
+    assert states[sync_run]["type"] == "COMPLETED", f"{states[sync_run]}\n{worker_log}"
+    synced = json.loads(_run([*kbflow, "sources", "show", "share", "--org", ORG, "--json"], env))
+    assert synced["last_sync"]["outcome"] == "ok" and synced["last_sync"]["counts"]["new"] == 1
+    assert synced["last_sync"]["flow_run_id"] == sync_run
     docs = json.loads(_run([*kbflow, "docs", "list", "--org", ORG, "--json"], env))
     assert sorted((d["uri"].rsplit("/", 1)[-1], d["status"], d["parse_status"]) for d in docs) == [
         ("leave-policy.md", "approved", "ingested"),
         ("parking-policy.md", "approved", "ingested"),
+        ("visitor-parking.md", "approved", "ingested"),
     ]
 
     # The jobs: registry row and Prefect state agree, and the row still names the job's run
