@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Failed
 
 from core import faults, progress
-from core.errors import ConfigError
+from core.errors import ConfigError, RunFailed
 from core.models import DocStatus
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
@@ -62,6 +63,10 @@ def sync_lock_path(home: Path, source_id: str) -> Path:
     return Path(home) / "sources" / source_id / "sync.lock"
 
 
+class SyncRunning(ConfigError):
+    """A sync of the source runs already (its lock is held): a second one is refused."""
+
+
 @contextlib.contextmanager
 def sync_lock(home: Path, source: SourceRecord) -> Iterator[None]:
     """Hold the source's sync lock for the block, or refuse at once (another sync runs)."""
@@ -72,7 +77,7 @@ def sync_lock(home: Path, source: SourceRecord) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(
+            raise SyncRunning(
                 f"a sync of source {source.name!r} (org {source.org_id}) is running already; "
                 "wait for it to finish (`kbflow sources show` says when it did)"
             ) from None
@@ -106,15 +111,30 @@ def source_sync(source_id: str) -> dict[str, Any]:
     settings = Settings()
     with open_registry(settings) as registry:
         source = registry.get_source(source_id)
-    return sync_source(settings, source)
+    summary = _run(settings, source)
+    if summary["outcome"] == "failed":
+        # The run ends Failed with the reason as its message (no traceback: nothing broke in
+        # kbflow); a plain call raises RunFailed holding the summary.
+        failed: Any = Failed(message=summary["error"], data=RunFailed(summary["error"], summary))
+        return failed  # typed Any: a caller never gets this state as a value
+    return summary
 
 
 def sync_source(settings: Settings, source: SourceRecord) -> dict[str, Any]:
-    """The body of `source_sync`, callable without a flow around it (tests, the bench)."""
-    logger = _logger()
+    """The body of `source_sync`, callable without a flow around it (tests, the bench).
+
+    Raises:
+        SourceError: the source could not be listed (the summary is kept on the source).
+    """
+    summary = _run(settings, source)
+    if summary["outcome"] == "failed":
+        raise SourceError(summary["error"])
+    return summary
+
+
+def _run(settings: Settings, source: SourceRecord) -> dict[str, Any]:
     with sync_lock(settings.home, source):
-        run = _Sync(settings, source, logger)
-        return run.run()
+        return _Sync(settings, source, _logger()).run()
 
 
 class _Sync:
@@ -187,8 +207,6 @@ class _Sync:
             self.source.name,
             ", ".join(f"{k} {v}" for k, v in self.counts.items()),
         )
-        if listing_error:
-            raise SourceError(listing_error)
         return summary
 
     # --- the walk ------------------------------------------------------------------------

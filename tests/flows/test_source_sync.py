@@ -337,7 +337,7 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
 def test_an_empty_listing_withdraws_nothing(
     settings: Settings, registry: SqlRegistry, tmp_path: Path, prefect_harness: None
 ) -> None:
-    from tasks.sources.base import SourceError
+    from core.errors import RunFailed
 
     share = tmp_path / "share"
     share.mkdir()
@@ -347,7 +347,7 @@ def test_an_empty_listing_withdraws_nothing(
     ), actor=ROOT)  # fmt: skip
     _sync(settings, "share")
     (share / "parking.md").unlink()  # e.g. a share not mounted: the folder is there, empty
-    with pytest.raises(SourceError, match="listed no items"):
+    with pytest.raises(RunFailed, match="listed no items"):
         _sync(settings, "share")
     assert _live(registry)["parking.md"][0] == "approved"
     shown = service.get_source(settings, "share", ORG)
