@@ -50,6 +50,9 @@ from tasks.review.machine import take_out_at_source
 from tasks.sources import kind_module
 from tasks.sources.base import Item, Limits, Prior, SourceError
 
+_IN_PLAY = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value, None)
+"""Statuses of a version an item gone from its source must not keep."""
+
 MAX_ERRORS_KEPT = 50
 """Failed items listed in a sync's summary (all are counted; each is kept on its item)."""
 
@@ -382,14 +385,19 @@ class _Sync:
                 return open_vector_store(self.settings)
 
             for key in gone:
-                newest = _newest(registry, self.source.org_id,
-                                 source_doc_key(self.source.id, key))  # fmt: skip
-                if newest is not None:
-                    taken = take_out_at_source(
-                        newest, actor=self.actor, note=note, registry=registry, open_store=opener
+                # Every version still in service or in review: an approved one and the draft
+                # of its change waiting for review both go.
+                versions = registry.versions_of(self.source.org_id,
+                                                source_doc_key(self.source.id, key))  # fmt: skip
+                taken = [
+                    take_out_at_source(
+                        doc, actor=self.actor, note=note, registry=registry, open_store=opener
                     )
-                    if taken is not None:
-                        self.counts["withdrawn"] += 1
+                    for doc in sorted(versions, key=lambda d: -d.version)
+                    if doc.status in _IN_PLAY
+                ]
+                if any(t is not None for t in taken):
+                    self.counts["withdrawn"] += 1
                 st = states[key]
                 registry.record_items(
                     self.source.id,

@@ -253,6 +253,13 @@ def remove_source(
     with open_registry(settings) as registry:
         source = resolve(registry, ref, org)
         admin = _authorize(registry, actor, f"remove source {source.name!r}", source.org_id)
+        from flows.source_sync import sync_running
+
+        if sync_running(settings.home, source.id):
+            raise ConfigError(
+                f"a sync of source {source.name!r} is running: wait for it to finish, then "
+                "remove the source (nothing was changed)"
+            )
         withdrawn = 0
         if withdraw:
             withdrawn = _withdraw_all(settings, registry, source, admin)

@@ -322,6 +322,11 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     parking = next(d for d in registry.list_documents(ORG) if d.uri.endswith("parking.md"))
     review.decide(settings, "approve", parking.id, ROOT, None)
     assert "parking.md" in _found(settings, "where do visitors park")
+    # A change waits for review; the approved version stays served meanwhile.
+    (share / "parking.md").write_text(PARKING.replace("north", "south"))
+    assert _sync(settings, "drafts")["counts"]["changed"] == 1
+    assert _live(registry)["parking.md"][:2] == ("pending_review", 2)
+    assert "parking.md" in _found(settings, "where do visitors park")
     # A draft gone from the source is rejected (never served); the approved one withdrawn.
     (share / "travel.md").unlink()
     (share / "parking.md").unlink()
@@ -329,7 +334,12 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     summary = _sync(settings, "drafts")
     assert summary["counts"]["withdrawn"] == 2
     live = _live(registry)
-    assert (live["travel.md"][0], live["parking.md"][0]) == ("rejected", "withdrawn")
+    assert live["travel.md"][0] == "rejected"
+    # Both versions of the parking policy leave: the approved one and its pending change.
+    parking_versions = sorted(
+        (d.version, d.status) for d in registry.list_documents(ORG) if d.uri.endswith("parking.md")
+    )
+    assert parking_versions == [(1, "withdrawn"), (2, "rejected")]
     assert _found(settings, "where do visitors park") == set()
     assert _found(settings, "badges worn inside the building") == set()  # new.md: a draft
 
