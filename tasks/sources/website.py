@@ -159,6 +159,10 @@ class _Stop(Exception):
     """A cap (``max_bytes``) stopped the walk."""
 
 
+_GONE = frozenset({404, 410})
+"""Answers that say a page is not on the site (any more): it is not listed."""
+
+
 @dataclass
 class _Page:
     """What fetching one page gave: the item to list (None: not listed) and links to follow."""
@@ -367,7 +371,15 @@ class WebsiteConnector:
             raise _Stop
         try:
             result = self._get(url, max_bytes=min(item_cap + 1, left), headers=headers)
-        except (UnsafeUrl, FetchError) as exc:
+        except FetchError as exc:
+            if exc.status_code in _GONE:
+                # Not found, or gone for good: the page is no longer on the site (a sitemap or
+                # a link that lags behind). Not listed, so the sync withdraws what it had.
+                self._tally.failed += 1
+                return _Page(None, failed=True)
+            failed = Item(key=url, uri=url, name=fallback_name, error=str(exc), meta=old)
+            return _Page(failed, old_links, failed=True)
+        except UnsafeUrl as exc:
             # The last links known keep a crawl going past a page that failed just now.
             failed = Item(key=url, uri=url, name=fallback_name, error=str(exc), meta=old)
             return _Page(failed, old_links, failed=True)

@@ -232,6 +232,20 @@ def test_a_failing_page_is_a_failed_item_and_the_rest_still_come(site: Site) -> 
     assert complete is True
 
 
+@pytest.mark.parametrize("code", [404, 410])
+def test_a_page_not_found_any_more_is_not_listed_so_the_sync_withdraws_it(
+    site: Site, code: int
+) -> None:
+    first, _ = walk({"start_url": site.base})
+    site.status["/c.html"] = code  # still linked, no longer there
+    second, complete = walk({"start_url": site.base}, prior_of(first))
+
+    assert site.url("c.html") in first and site.url("c.html") not in second
+    assert complete is True
+    # d.html was linked from c.html only: no longer reachable on the site, so not listed either.
+    assert set(second) == set(first) - {site.url("c.html"), site.url("d.html")}
+
+
 def test_an_unchanged_site_is_answered_by_304s_and_no_body_is_sent_again(site: Site) -> None:
     first, _ = walk({"start_url": site.base})
     site.log.clear()
