@@ -103,6 +103,12 @@ def test_the_surface_covers_every_command() -> None:
     recorded = json.loads(FIXTURE.read_text(encoding="utf-8"))
     groups = [c["path"] for c in recorded if "commands" in c]
     leaves = [c["path"] for c in recorded if "commands" not in c]
-    assert len(groups) == 1 + 14 and len(leaves) >= 49
-    for command in ("kbflow ingest", "kbflow review approve", "kbflow eval run", "kbflow seed"):
+    assert len(groups) == 1 + 15 and len(leaves) >= 56
+    for command in (
+        "kbflow ingest",
+        "kbflow review approve",
+        "kbflow eval run",
+        "kbflow seed",
+        "kbflow sources sync",
+    ):
         assert command in groups + leaves
