@@ -25,12 +25,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
-import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +35,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 
 from core import faults, progress
-from core.errors import ConfigError, RunFailed
+from core.errors import RunFailed
 from core.models import DocStatus
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
@@ -49,61 +46,19 @@ from tasks.ingest.steps import extract_batch_task, extractors, index_batch_task,
 from tasks.review.machine import take_out_at_source
 from tasks.sources import kind_module
 from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.state import (  # noqa: F401  (re-exported: the sync's lock and keys)
+    SyncRunning,
+    source_doc_key,
+    sync_lock,
+    sync_lock_path,
+    sync_running,
+)
 
 _IN_PLAY = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value, None)
 """Statuses of a version an item gone from its source must not keep."""
 
 MAX_ERRORS_KEPT = 50
 """Failed items listed in a sync's summary (all are counted; each is kept on its item)."""
-
-
-def source_doc_key(source_id: str, key: str) -> str:
-    """The registry ``source_key`` of an item's documents: its versions share it."""
-    return f"source:{source_id}:{key}"
-
-
-def sync_lock_path(home: Path, source_id: str) -> Path:
-    return Path(home) / "sources" / source_id / "sync.lock"
-
-
-class SyncRunning(ConfigError):
-    """A sync of the source runs already (its lock is held): a second one is refused."""
-
-
-@contextlib.contextmanager
-def sync_lock(home: Path, source: SourceRecord) -> Iterator[None]:
-    """Hold the source's sync lock for the block, or refuse at once (another sync runs)."""
-    path = sync_lock_path(home, source.id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SyncRunning(
-                f"a sync of source {source.name!r} (org {source.org_id}) is running already; "
-                "wait for it to finish (`kbflow sources show` says when it did)"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        yield
-    finally:
-        os.close(fd)
-
-
-def sync_running(home: Path, source_id: str) -> bool:
-    """Whether a process holds the source's sync lock now."""
-    path = sync_lock_path(home, source_id)
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 @flow(name="source-sync", flow_run_name="sync {source_id}")
@@ -172,7 +127,8 @@ class _Sync:
         complete = False
         listing_error: str | None = None
         try:
-            complete = self._walk(states)
+            with extractors():  # one extraction worker for the whole sync, started when needed
+                complete = self._walk(states)
             if complete:
                 self._withdraw_gone(states)
         except SourceError as exc:
@@ -320,12 +276,11 @@ class _Sync:
             repair_task(plan, self.settings, self.actor)
         report = BatchReport()
         if plan.work:
-            with extractors():
-                extracted = extract_batch_task(plan.work, self.settings)
-                for key, doc in list(extracted.items()):  # cite the item, not the staged file
-                    if not isinstance(doc, Exception):
-                        extracted[key] = dataclasses.replace(doc, uri=staged[key][1].uri)
-                report = index_batch_task(plan.work, target, extracted, self.settings)
+            extracted = extract_batch_task(plan.work, self.settings)
+            for key, doc in list(extracted.items()):  # cite the item, not the staged file
+                if not isinstance(doc, Exception):
+                    extracted[key] = dataclasses.replace(doc, uri=staged[key][1].uri)
+            report = index_batch_task(plan.work, target, extracted, self.settings)
         failed = {name: reason for name, reason in report.skipped}
         records: list[dict[str, Any]] = []
         work = {w.source.source_key: w for w in plan.work}

@@ -6,8 +6,8 @@ hence its org, audiences and readable collections (`tasks.query.scopes`). The ag
 the same functions and JSON shapes as ``kbflow tools call`` and ``kbflow ask``/``answer``, and
 the same tools are served over MCP at ``/mcp`` (`kbflow.api.mcp`).
 
-One router per domain (agent, review, seeds, research, documents, jobs, provenance, health),
-each declaring what its routes answer (`kbflow.api.schemas`); what they share is in
+One router per domain (agent, review, seeds, research, documents, jobs, sources, provenance,
+health), each declaring what its routes answer (`kbflow.api.schemas`); what they share is in
 `kbflow.api.auth` (the caller, the service) and `kbflow.api.deps` (path ids, audited checks).
 
 The query path imports no Prefect (tests/test_layers.py).
@@ -34,6 +34,7 @@ from kbflow.api import (
     api_docs,
     documents,
     errors,
+    gauges,
     health,
     inbox,
     jobs,
@@ -41,6 +42,7 @@ from kbflow.api import (
     research,
     review,
     seeds,
+    sources,
 )
 from kbflow.api.auth import Service
 from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
@@ -79,6 +81,10 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
                 lambda after: ctx.registry.finished_jobs("research", after=after)
             )
             health.watch_knowledge(metrics, ctx, settings)  # review backlog, store size
+            # each synced source's items and last sync
+            metrics.registry.register(
+                gauges.Sources(ctx.registry.list_sources, ctx.registry.item_counts)
+            )
             threads = settings.api.api_torch_threads or (1 if worker else 0)
             if threads and isinstance(ctx.embedder, MiniLMEmbedder):
                 # workers: one core each, so concurrent requests use them all
@@ -129,7 +135,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
     # ASGI app (Starlette's Route serves one as is; FastAPI's hint names request handlers only),
     # not a mount: a mount would answer /mcp with a redirect to /mcp/.
     app.add_route(MCP_PATH, mcp, include_in_schema=False)  # type: ignore[arg-type]
-    for domain in (seeds, research, documents, jobs, provenance, health):
+    for domain in (seeds, research, documents, jobs, sources, provenance, health):
         app.include_router(domain.router)
     app.include_router(inbox.router)  # the review inbox's pages for people (/review)
     api_docs.install(app)  # /docs and /redoc, their files served here (offline)

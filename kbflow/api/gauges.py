@@ -137,3 +137,113 @@ class Knowledge(Collector):
             backup = backup if backup.tzinfo else backup.replace(tzinfo=dt.UTC)
             age.add_metric([], max(0.0, (now - backup).total_seconds()))
             yield age
+
+
+class Sources(Collector):
+    """``kbflow_source_items{org,source,state}``, ``kbflow_source_last_sync_timestamp_seconds``,
+    ``kbflow_source_last_sync_success`` and ``kbflow_source_last_sync_failed_items`` (each
+    ``{org,source}``), read from the registry at scrape time, at most every
+    ``KNOWLEDGE_READ_EVERY_S``.
+
+    ``sources()`` lists the sources (each with ``org_id``, ``name``, ``id`` and ``last_sync``,
+    the sync's summary), ``item_counts()`` each source id's items by state. At most `LABEL_CAP`
+    sources are named per process (and orgs, as the other per-org labels); any further one is
+    counted under ``org`` and ``source`` `OTHER`: its items added, its last sync the newest,
+    its failed items added, and its success 0 if any of them failed."""
+
+    STATES = ("present", "failed", "gone")
+
+    def __init__(
+        self, sources: Callable[[], list[Any]], item_counts: Callable[[], dict[str, dict[str, int]]]
+    ) -> None:
+        self._read = (sources, item_counts)
+        self._orgs = CappedLabel(LABEL_CAP)
+        self._names = CappedLabel(LABEL_CAP)
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], dict[str, Any]] = {}
+        self._read_at = -math.inf
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only
+
+    def _read_again(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < KNOWLEDGE_READ_EVERY_S:
+            return
+        self._read_at = now
+        sources, item_counts = self._read
+        try:
+            listed, counts = sources(), item_counts()
+        except KbflowError as exc:
+            log.warning("sources not read for /metrics: %s", exc)
+            return
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for source in listed:
+            org = self._orgs.label(source.org_id)
+            name = self._names.label(f"{source.org_id}/{source.name}")
+            labels = (OTHER, OTHER) if OTHER in (org, name) else (source.org_id, source.name)
+            row = rows.setdefault(
+                labels, {"items": dict.fromkeys(self.STATES, 0), "at": None, "ok": 1, "failed": 0}
+            )
+            for state in self.STATES:
+                row["items"][state] += counts.get(source.id, {}).get(state, 0)
+            last = source.last_sync or {}
+            finished = _unix_time(last.get("finished_at"))
+            if finished is None:
+                continue
+            row["at"] = finished if row["at"] is None else max(row["at"], finished)
+            row["failed"] += int((last.get("counts") or {}).get("failed", 0))
+            row["ok"] = min(row["ok"], 1 if last.get("outcome") == "ok" else 0)
+        self._rows = rows
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            self._read_again()
+            rows = dict(self._rows)
+        items = GaugeMetricFamily(
+            "kbflow_source_items",
+            "Items of each synced source by state: present (in service or review), failed (its "
+            "last read or ingest failed; retried next sync), gone (no longer at the source; its "
+            f"documents taken out of service). At most {LABEL_CAP} sources are named per "
+            f"process; further ones are counted under org and source {OTHER!r}.",
+            labels=["org", "source", "state"],
+        )
+        at = GaugeMetricFamily(
+            "kbflow_source_last_sync_timestamp_seconds",
+            "When each source's last sync finished (unix time); absent while it never finished "
+            "one, and while a sync of it runs.",
+            labels=["org", "source"],
+        )
+        success = GaugeMetricFamily(
+            "kbflow_source_last_sync_success",
+            "1 when each source's last finished sync was ok (every item synced), 0 when it was "
+            "partial (an item failed) or failed (the source could not be listed).",
+            labels=["org", "source"],
+        )
+        failed = GaugeMetricFamily(
+            "kbflow_source_last_sync_failed_items",
+            "Items that failed in each source's last finished sync.",
+            labels=["org", "source"],
+        )
+        for (org, name), row in sorted(rows.items()):
+            for state in self.STATES:
+                items.add_metric([org, name, state], row["items"][state])
+            if row["at"] is not None:
+                at.add_metric([org, name], row["at"])
+                success.add_metric([org, name], row["ok"])
+                failed.add_metric([org, name], row["failed"])
+        yield items
+        yield at
+        yield success
+        yield failed
+
+
+def _unix_time(value: Any) -> float | None:
+    """An ISO timestamp (a sync's ``finished_at``) as unix time; None without one."""
+    if not value:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()

@@ -29,6 +29,7 @@ from kbflow.cli.common import (
     print_table,
 )
 from kbflow.render import console, err_console, progress_bar
+from kbflow.services import source_runs
 from kbflow.services import sources as service
 
 group = command_group(
@@ -328,7 +329,7 @@ def sources_sync(
     skipped, items gone from the source withdrawn. A failing item is reported and the rest
     syncs. Exits 1 when an item failed or the source could not be listed."""
     with _sync_progress(not as_json and err_console.is_terminal) as listener:
-        summary = service.sync(settings, name, org, actor=actor, progress=listener)
+        summary = source_runs.sync(settings, name, org, actor=actor, progress=listener)
     if as_json:
         print_json(summary)
     else:
@@ -352,7 +353,7 @@ def sources_schedule(
     workers use (PREFECT_API_URL or `kbflow server`): one schedule a source, visible in the UI.
     Run it again after adding, changing or removing a schedule. Needs the deployment
     (`prefect deploy -n source-sync`)."""
-    done = service.schedule(settings, org, actor=actor)
+    done = source_runs.schedule(settings, org, actor=actor)
     if as_json:
         print_json(done)
         return

@@ -35,6 +35,7 @@ from kbflow.services.jobs import (
     INGEST_KIND,
     QUEUE_MARK,
     RESEARCH_KIND,
+    SOURCE_SYNC_KIND,
     refresh,
     start_dispatcher,
     submit_ingest_job,
@@ -78,6 +79,8 @@ def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool =
         try:
             if job.kind == RESEARCH_KIND:
                 final, reason, report = _research(settings, job)
+            elif job.kind == SOURCE_SYNC_KIND:
+                final, reason, report = _source_sync(settings, job)
             else:
                 final, reason, report = _ingest(job)
         except Exception as exc:  # the job records any failure; nothing else would see it
@@ -136,6 +139,23 @@ def _research(
         job_id=job.id,
     )
     return *_research_outcome(report), report.to_dict()
+
+
+def _source_sync(
+    settings: Settings, job: JobRecord
+) -> tuple[JobStatus, str | None, dict[str, object]]:
+    """The sync a source-sync job asks for: COMPLETE with its summary (failed items counted and
+    listed in it), FAILED when the source could not be listed."""
+    from core.errors import RunFailed
+    from kbflow.services.source_runs import sync
+
+    try:
+        summary = sync(settings, job.inputs[0], job.org_id, actor=job.params.get("actor"))
+    except RunFailed as exc:
+        return JobStatus.FAILED, str(exc), dict(exc.report)
+    failed = summary["counts"]["failed"]
+    reason = f"{failed} item(s) failed; the rest synced (see errors)" if failed else None
+    return JobStatus.COMPLETE, reason, summary
 
 
 def _outcome(report: IngestReport) -> tuple[JobStatus, str | None]:

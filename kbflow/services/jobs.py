@@ -60,6 +60,7 @@ from sinks.registry import JobRecord, SqlRegistry
 
 INGEST_KIND = "ingest"
 RESEARCH_KIND = "research"
+SOURCE_SYNC_KIND = "source-sync"
 
 QUEUE_MARK = "_runner"
 """The params key that marks a job of the ``process`` runner, admitted through the queue: with
@@ -118,6 +119,15 @@ def submit_research_job(
         "reviewer": reviewer,
     }
     return _start(settings, org, RESEARCH_KIND, [], params)
+
+
+def submit_source_sync_job(
+    settings: Settings, org: str, source_id: str, *, actor: str
+) -> JobRecord:
+    """Record a PROCESSING job that syncs one source (`kbflow.services.source_runs.sync`, the
+    ``source-sync`` flow) and start its run (`_start`); returns at once. The job's report is the
+    sync's summary."""
+    return _start(settings, org, SOURCE_SYNC_KIND, [source_id], {"actor": actor})
 
 
 def _start(

@@ -1,5 +1,5 @@
-"""Synced sources (`kbflow sources`, ``/v1/sources``): add, list, show, update, remove, sync
-and schedule them (docs/SOURCES.md).
+"""Synced sources (`kbflow sources`, the source routes): add, list, show, update and remove
+them (docs/SOURCES.md); syncing and scheduling, which run Prefect, are `source_runs`'.
 
 Adding, changing, removing and syncing a source is the org's account manager's or a
 superadmin's (`tasks.review.access.authorize_org_admin`, audited, a refusal too); a local
@@ -11,20 +11,17 @@ environment.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import ConfigError, KbflowError, NotFound
+from core.errors import ConfigError, NotFound
 from core.models import DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
     from sinks.registry import SourceRecord, SqlRegistry
 
-DEPLOYMENT = "source-sync/source-sync"
-"""The parameterised deployment (prefect.yaml) whose schedules `schedule` sets, one a source."""
-SCHEDULE_SLUG = "source-"
 ENTERING = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value)
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,9 +107,11 @@ def _checked_timezone(name: str) -> None:
         ) from exc
 
 
-def _authorize(
+def authorize_change(
     registry: SqlRegistry, actor: str | None, what: str, org: str, *, local: bool = False
 ) -> str:
+    """The actor's id if they may ``what`` to ``org``'s sources: its account manager or a
+    superadmin (``local``, a local folder: a superadmin); audited refusal otherwise."""
     from tasks.review.access import authorize_org_admin
 
     return authorize_org_admin(registry, actor, what, org, superadmin_only=local)
@@ -134,7 +133,7 @@ def add_source(
 
     _check_name(name)
     with open_registry(settings) as registry:
-        admin = _authorize(registry, actor, f"add source {name!r} to org {org!r}", org,
+        admin = authorize_change(registry, actor, f"add source {name!r} to org {org!r}", org,
                            local=_is_local(fields["kind"], fields["config"]))  # fmt: skip
         registry.get_org(org)
         return registry.create_source(org, name, fields, actor=admin)
@@ -185,7 +184,7 @@ def list_sources(settings: Settings, org: str | None = None) -> list[dict[str, A
 def source_dict(
     settings: Settings, source: SourceRecord, counts: Mapping[str, int]
 ) -> dict[str, Any]:
-    from flows.source_sync import sync_running
+    from tasks.sources.state import sync_running
 
     out = source.to_dict()
     running = sync_running(settings.home, source.id)
@@ -238,7 +237,7 @@ def update_source(
         if not checked:
             raise ConfigError("nothing to change: give at least one option")
         config = checked.get("config", source.config)
-        admin = _authorize(registry, actor, f"change source {source.name!r}", source.org_id,
+        admin = authorize_change(registry, actor, f"change source {source.name!r}", source.org_id,
                            local=_is_local(source.kind, config))  # fmt: skip
         return registry.update_source(source.id, checked, actor=admin)
 
@@ -252,8 +251,8 @@ def remove_source(
 
     with open_registry(settings) as registry:
         source = resolve(registry, ref, org)
-        admin = _authorize(registry, actor, f"remove source {source.name!r}", source.org_id)
-        from flows.source_sync import sync_running
+        admin = authorize_change(registry, actor, f"remove source {source.name!r}", source.org_id)
+        from tasks.sources.state import sync_running
 
         if sync_running(settings.home, source.id):
             raise ConfigError(
@@ -271,9 +270,9 @@ def remove_source(
 def _withdraw_all(
     settings: Settings, registry: SqlRegistry, source: SourceRecord, admin: str
 ) -> int:
-    from flows.source_sync import source_doc_key
     from sinks.connect import open_vector_store
     from tasks.review.machine import take_out_at_source
+    from tasks.sources.state import source_doc_key
 
     note = f"removed at source: source {source.name!r} was removed by {admin}"
     count = 0
@@ -287,122 +286,6 @@ def _withdraw_all(
             )  # fmt: skip
             count += taken is not None
     return count
-
-
-def sync(
-    settings: Settings,
-    ref: str,
-    org: str | None = None,
-    *,
-    actor: str | None,
-    progress: Callable[[str, int, int | None], None] | None = None,
-) -> dict[str, Any]:
-    """Sync one source now, as the ``source-sync`` flow (this process's Prefect run); returns
-    its summary.
-
-    Raises:
-        SourceError: the source could not be listed (its summary is kept: `sources show`).
-        ConfigError: a sync of it runs already.
-    """
-    from flows.source_sync import source_sync
-    from kbflow.services.flow_runs import tracked
-    from kbflow.services.orchestration import prefect_starting
-    from sinks.connect import open_registry
-
-    with open_registry(settings) as registry:
-        source = resolve(registry, ref, org)
-        _authorize(registry, actor, f"sync source {source.name!r}", source.org_id)
-    with prefect_starting():
-        pass  # the embedder loads at the first changed item: an unchanged sync never needs it
-    with tracked(settings.home, source_sync) as flow:
-        named = flow.with_options(flow_run_name=f"sync {source.org_id}/{source.name}")
-        if progress is None:
-            return dict(named(source_id=source.id))
-        from core import progress as channel
-
-        with channel.listening(progress):
-            return dict(named(source_id=source.id))
-
-
-def schedule(
-    settings: Settings, org: str | None = None, *, actor: str | None
-) -> list[dict[str, Any]]:
-    """Put each scheduled source's cron on the ``source-sync`` deployment (one schedule a
-    source, slug ``source-<id>``, its id as the parameter) and drop the schedules of sources
-    removed or unscheduled since. Needs the Prefect server the workers use (and the
-    deployment: ``prefect deploy -n source-sync`` from the repo creates it).
-
-    ``org``: that org's sources only (an AM's); without it every org's (a superadmin's).
-    """
-    from kbflow.services.orchestration import require_prefect_server
-    from sinks.connect import open_registry
-    from tasks.review.access import authorize_admin
-
-    require_prefect_server(
-        "schedules live on a Prefect server: start one (`kbflow server`) or set "
-        "PREFECT_API_URL to the server your workers use, then run this again"
-    )
-    with open_registry(settings) as registry:
-        if org is None:
-            authorize_admin(registry, actor, "schedule every org's sources")
-        else:
-            _authorize(registry, actor, f"schedule the sources of org {org!r}", org)
-        sources = registry.list_sources(org)
-    return _apply_schedules(sources, org)
-
-
-def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[str, Any]]:
-    from prefect import get_client
-    from prefect.client.schemas.actions import DeploymentScheduleCreate
-    from prefect.client.schemas.schedules import CronSchedule
-    from prefect.exceptions import ObjectNotFound
-
-    wanted = {f"{SCHEDULE_SLUG}{s.id}": s for s in sources if s.schedule}
-    mine = {f"{SCHEDULE_SLUG}{s.id}" for s in sources}
-    out: list[dict[str, Any]] = []
-    with get_client(sync_client=True) as client:
-        try:
-            deployment = client.read_deployment_by_name(DEPLOYMENT)
-        except ObjectNotFound:
-            raise KbflowError(
-                f"the Prefect server has no {DEPLOYMENT} deployment: run `prefect deploy -n "
-                f"source-sync` in {REPO} (prefect.yaml), start a worker on its pool, then run "
-                "this again"
-            ) from None
-        for existing in client.read_deployment_schedules(deployment.id):
-            slug = existing.slug or ""
-            if not slug.startswith(SCHEDULE_SLUG):
-                continue
-            # Another org's schedules are left alone when one org's are set.
-            if ((org is None or slug in mine) and slug not in wanted) or slug in wanted:
-                client.delete_deployment_schedule(deployment.id, existing.id)
-        for slug, source in wanted.items():
-            assert source.schedule is not None
-            client.create_deployment_schedules(
-                deployment.id,
-                [
-                    DeploymentScheduleCreate(
-                        schedule=CronSchedule(cron=source.schedule,
-                                              timezone=source.timezone or "UTC"),
-                        active=True,
-                        parameters={"source_id": source.id},
-                        slug=slug,
-                    )
-                ],
-            )  # fmt: skip
-            out.append(
-                {
-                    "source": source.name,
-                    "org_id": source.org_id,
-                    "id": source.id,
-                    "cron": source.schedule,
-                    "timezone": source.timezone or "UTC",
-                    "slug": slug,
-                    "next_run": next_run(source),
-                    "deployment": DEPLOYMENT,
-                }
-            )
-    return out
 
 
 def resolve_source(settings: Settings, ref: str, org: str | None = None) -> SourceRecord:

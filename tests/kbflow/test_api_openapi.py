@@ -131,6 +131,7 @@ def test_one_router_per_domain_and_none_imports_another() -> None:
             "research",
             "documents",
             "jobs",
+            "sources",
             "provenance",
             "health",
             "inbox",

@@ -399,6 +399,15 @@ def _form(*parts: tuple[str, bytes]) -> dict[str, Any]:
     }
 
 
+def _source(body: Any) -> Any:
+    """A source's answer (or a list of them) with its id, 12 hex digits made at random, named."""
+    if isinstance(body, list):
+        return [_source(item) for item in body]
+    if isinstance(body, dict):
+        return {k: "<source>" if k in ("id", "removed") else v for k, v in body.items()}
+    return body
+
+
 def _mcp(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method} | ({"params": params} if params else {})
 
@@ -413,6 +422,9 @@ DRAFTS = "/v1/admin/orgs/acme/drafts"
 DOCS = "/v1/admin/documents"
 ACME = "/v1/admin/orgs/acme"
 MD = "text/markdown"
+SOURCES = f"{ACME}/sources"
+S3_SOURCE = {"name": "policies", "kind": "filesystem", "collection": "hr",
+             "config": {"url": "s3://acme-docs/policies"}, "schedule": "0 6 * * *"}  # fmt: skip
 
 CALLS: list[Call] = [
     # health, and the routes there are
@@ -590,6 +602,32 @@ CALLS: list[Call] = [
     POST("review code: an expert", f"{ACME}/review-codes", "eve"),
     POST("review code: an agent", f"{ACME}/review-codes", "agent"),
     POST("review code: no token", f"{ACME}/review-codes"),
+    # synced sources (none is synced here: a sync runs the source-sync flow)
+    POST("source add", SOURCES, "amy", json=S3_SOURCE, view=_source),
+    POST("source add: the same name again", SOURCES, "amy", json=S3_SOURCE),
+    POST("source add: a local folder (AM)", SOURCES, "amy",
+         json={**S3_SOURCE, "name": "share", "config": {"url": "/"}}),
+    POST("source add: an expert", SOURCES, "eve", json={**S3_SOURCE, "name": "other"}),
+    POST("source add: an unknown scheme", SOURCES, "amy",
+         json={**S3_SOURCE, "name": "other", "config": {"url": "ftp://acme.example/x"}}),
+    POST("source add: a bad body", SOURCES, "amy", json={"name": "other", "kind": "filesystem"}),
+    GET("sources", SOURCES, "eve", view=_source),
+    GET("sources: another org's AM", SOURCES, "gus"),
+    GET("sources: an agent", SOURCES, "agent"),
+    GET("sources: no such org (superadmin)", "/v1/admin/orgs/no-such-org/sources", "root"),
+    GET("source", f"{SOURCES}/policies", "amy", view=_source),
+    GET("source: no such source", f"{SOURCES}/nope", "amy"),
+    Call("source update", "PATCH", f"{SOURCES}/policies", "amy",
+         json={"status": "approved", "schedule": ""}, view=_source),
+    Call("source update: nothing", "PATCH", f"{SOURCES}/policies", "amy", json={}),
+    Call("source update: another org's AM", "PATCH", f"{SOURCES}/policies", "gus",
+         json={"status": "approved"}),
+    POST("source sync: another org's AM", f"{SOURCES}/policies/sync", "gus"),
+    POST("source sync: no such source", f"{SOURCES}/nope/sync", "amy"),
+    POST("source sync: no token", f"{SOURCES}/policies/sync"),
+    Call("source remove: an expert", "DELETE", f"{SOURCES}/policies", "eve"),
+    Call("source remove", "DELETE", f"{SOURCES}/policies", "amy", view=_source),
+    Call("source remove: again", "DELETE", f"{SOURCES}/policies", "amy"),
 ]  # fmt: skip
 
 
@@ -729,7 +767,7 @@ def _recorded(home: Home) -> list[dict[str, Any]]:
             body = response.text
         if call.keep and isinstance(body, dict) and "job_id" in body:
             refs[call.keep] = body["job_id"]
-        if call.view is not None and response.status_code == 200:
+        if call.view is not None and response.status_code in (200, 201):
             body = call.view(body)
         headers = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
         norm.register(body)
