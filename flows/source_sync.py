@@ -122,7 +122,12 @@ class _Sync:
             "flow_run_id": _flow_run_id(),
         }
         with open_registry(self.settings) as registry:
-            registry.set_last_sync(self.source.id, summary)
+            before = dict(registry.get_source(self.source.id).last_sync or {})
+            if before.get("outcome") == "running":  # a killed sync's: keep what it kept
+                before = dict(before.get("previous") or {})
+            # While it runs, the last sync that finished stays readable (`sources show`,
+            # /metrics): under "previous", dropped when this one finishes.
+            registry.set_last_sync(self.source.id, summary | {"previous": before or None})
             states = registry.source_items(self.source.id)
         complete = False
         listing_error: str | None = None

@@ -188,6 +188,8 @@ class Sources(Collector):
             for state in self.STATES:
                 row["items"][state] += counts.get(source.id, {}).get(state, 0)
             last = source.last_sync or {}
+            if last.get("outcome") == "running":  # the last one that finished, meanwhile
+                last = last.get("previous") or {}
             finished = _unix_time(last.get("finished_at"))
             if finished is None:
                 continue

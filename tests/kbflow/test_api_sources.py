@@ -303,10 +303,12 @@ def test_the_source_gauges_cap_their_labels_and_say_each_outcome() -> None:
             last |= {"finished_at": "2026-01-01T00:00:00+00:00", "counts": {"failed": failed}}
         return SimpleNamespace(id=f"{org}-{name}", org_id=org, name=name, last_sync=last)
 
+    again = source("acme", "again", "running")  # runs now; its previous sync was partial
+    again.last_sync["previous"] = source("acme", "again", "partial", 2).last_sync
     listed = [source("acme", "ok", "ok"), source("acme", "some", "partial", 3),
-              source("acme", "never", None), source("acme", "now", "running"),
-              *(source("zeta", f"s{i}", "ok") for i in range(gauges.LABEL_CAP))]  # fmt: skip
-    counts = {"acme-ok": {"present": 4, "gone": 1}, "zeta-s99": {"present": 2}}
+              source("acme", "never", None), source("acme", "now", "running"), again,
+              *(source("zeta", f"s{i}", "ok") for i in range(gauges.LABEL_CAP - 1))]  # fmt: skip
+    counts = {"acme-ok": {"present": 4, "gone": 1}, "zeta-s98": {"present": 2}}
     registry = CollectorRegistry()
     registry.register(gauges.Sources(lambda: listed, lambda: counts))
     text = generate_latest(registry).decode()
@@ -315,6 +317,9 @@ def test_the_source_gauges_cap_their_labels_and_say_each_outcome() -> None:
     assert 'kbflow_source_last_sync_success{org="acme",source="ok"} 1.0' in text
     assert 'kbflow_source_last_sync_success{org="acme",source="some"} 0.0' in text
     assert 'kbflow_source_last_sync_failed_items{org="acme",source="some"} 3.0' in text
+    # a sync running: the previous one's figures stay
+    assert 'kbflow_source_last_sync_failed_items{org="acme",source="again"} 2.0' in text
+    assert 'kbflow_source_last_sync_success{org="acme",source="again"} 0.0' in text
     stamp = re.search(r'^kbflow_source_last_sync_timestamp_seconds\{org="acme",source="ok"\} '
                       r"(\S+)$", text, re.M)  # fmt: skip
     assert stamp is not None and float(stamp.group(1)) == 1_767_225_600
