@@ -49,9 +49,9 @@ from requests.auth import AuthBase
 from core.errors import ConfigError
 from core.settings import Settings
 from tasks.research.fetch import FetchError, UnsafeUrl, check_url
-from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
+from tasks.sources.base import Item, Limits, Prior, SourceError
 from tasks.sources.sql import safe_name
-from tasks.sources.template import check_template, default_markdown, lookup, render, text
+from tasks.sources.template import check_template, lookup, record_item, text
 
 log = logging.getLogger(__name__)
 
@@ -402,21 +402,9 @@ class RestConnector:
             except ConfigError:
                 raw_version = None
             version = None if raw_version is None else text(raw_version)
-        last = prior.get(key)
-        if version is not None and last is not None and last.version == version:
-            return Item(key, uri, name, version=version, unchanged=True)
-        template = self.config.get("template")
-        try:
-            if template:
-                doc = render(template, record)
-            else:
-                doc = default_markdown(record, self.config.get("title"), fallback_title=key_text)
-        except ConfigError as exc:
-            return Item(key, uri, name, version=version, error=f"{key}: {exc}")
-        data = doc.encode("utf-8")
-        if len(data) > self.limits.max_item_bytes:
-            return Item(key, uri, name, version=version, error=too_big(key, len(data), self.limits))
-        return Item(key, uri, name, version=version, data=data)
+        return record_item(record, key=key, uri=uri, name=name, version=version,
+                           prior=prior.get(key), config=self.config, fallback_title=key_text,
+                           limits=self.limits)  # fmt: skip
 
     def _keyless(self, number: int, why: str) -> Item | None:
         key = f"rec/#{number}"

@@ -44,8 +44,8 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, NoSuchTableError, S
 
 from core.errors import ConfigError
 from core.settings import Settings
-from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
-from tasks.sources.template import check_template, default_markdown, render, text
+from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.template import check_template, record_item, text
 
 log = logging.getLogger(__name__)
 
@@ -380,22 +380,10 @@ class SqlConnector:
         version_column = self.config.get("version_column")
         raw_version = row.get(version_column) if version_column else None
         version = None if raw_version is None else str(raw_version)
-        last = prior.get(key)
-        if version is not None and last is not None and last.version == version:
-            return Item(key, uri, name, version=version, unchanged=True)
-        template = self.config.get("template")
-        try:
-            if template:
-                doc = render(template, row)
-            else:
-                fallback = f"{self.where} {' / '.join(text(v) for v in values)}"
-                doc = default_markdown(row, self.config.get("title"), fallback_title=fallback)
-        except ConfigError as exc:
-            return Item(key, uri, name, version=version, error=f"{key}: {exc}")
-        data = doc.encode("utf-8")
-        if len(data) > self.limits.max_item_bytes:
-            return Item(key, uri, name, version=version, error=too_big(key, len(data), self.limits))
-        return Item(key, uri, name, version=version, data=data)
+        fallback = f"{self.where} {' / '.join(text(v) for v in values)}"
+        return record_item(row, key=key, uri=uri, name=name, version=version,
+                           prior=prior.get(key), config=self.config, fallback_title=fallback,
+                           limits=self.limits)  # fmt: skip
 
 
 def connector(config: Mapping[str, Any], limits: Limits, *, settings: Settings) -> SqlConnector:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from core.errors import ConfigError
+from tasks.sources.base import Item, Limits, Prior, too_big
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _SEGMENT = r"\w[\w\-]*"
@@ -192,3 +193,34 @@ def default_markdown(
         lines += [*short, ""]
     lines += long
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def record_item(
+    record: Mapping[str, Any],
+    *,
+    key: str,
+    uri: str,
+    name: str,
+    version: str | None,
+    prior: Prior | None,
+    config: Mapping[str, Any],
+    fallback_title: str,
+    limits: Limits,
+) -> Item:
+    """One row or record as an item: unchanged when its ``version`` is the one last synced,
+    else rendered by the config's ``template`` (or `default_markdown` under its ``title``
+    field); a render that fails or a document over ``max_item_bytes`` is a failed item."""
+    if version is not None and prior is not None and prior.version == version:
+        return Item(key, uri, name, version=version, unchanged=True)
+    template = config.get("template")
+    try:
+        if template:
+            doc = render(template, record)
+        else:
+            doc = default_markdown(record, config.get("title"), fallback_title=fallback_title)
+    except ConfigError as exc:
+        return Item(key, uri, name, version=version, error=f"{key}: {exc}")
+    data = doc.encode("utf-8")
+    if len(data) > limits.max_item_bytes:
+        return Item(key, uri, name, version=version, error=too_big(key, len(data), limits))
+    return Item(key, uri, name, version=version, data=data)
