@@ -25,7 +25,8 @@ PG_TESTS ?= tests/sinks/test_registry.py tests/sinks/test_tokens.py \
 	tests/sinks/test_warehouse_postgres.py tests/tasks/review/test_review.py \
 	tests/tasks/review/test_gate_property.py tests/kbflow/test_settings.py \
 	tests/kbflow/test_backup.py::test_a_backup_under_load_restores_the_same_home \
-	tests/kbflow/test_backup.py::test_a_ledger_in_postgresql_backs_up_and_restores
+	tests/kbflow/test_backup.py::test_a_ledger_in_postgresql_backs_up_and_restores \
+	"tests/flows/test_source_sync.py::test_a_source_syncs_changes_deletions_additions_and_returns[sql]"
 # Below ~20 examples its "not vacuous" checks (agents found chunks, moves happened) can fail.
 PG_GATE_EXAMPLES ?= 20
 
