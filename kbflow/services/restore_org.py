@@ -160,6 +160,8 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
         CollectionRow,
         DocumentRow,
         OrgRow,
+        SourceItemRow,
+        SourceRow,
         UserRow,
     )
 
@@ -202,6 +204,10 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
         agent_ids = [a["id"] for a in agents]
         tokens = rows(src, tables["api_tokens"], ApiTokenRow.agent_id.in_(agent_ids))
         audit = rows(src, tables["audit_log"], AuditRow.org_id == org)
+        # Its synced sources and what their last syncs saw: the next sync goes on from there.
+        synced = rows(src, tables["sources"], SourceRow.org_id == org)
+        items = rows(src, tables["source_items"],
+                     SourceItemRow.source_id.in_([r["id"] for r in synced]))  # fmt: skip
         audit.sort(key=lambda r: r["id"])  # new ids, in the same order
         for row in audit:
             row.pop("id")
@@ -211,7 +217,10 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
             (tables["agents"], agents),
             (tables["api_tokens"], tokens),
             (tables["audit_log"], audit),
+            (tables["sources"], synced),
+            (tables["source_items"], items),
         ):
             for start in range(0, len(batch), _BATCH):
                 dst.execute(insert(table), batch[start : start + _BATCH])
-    return {"documents": len(documents), "chunks": len(chunks), "audit_rows": len(audit)}
+    return {"documents": len(documents), "chunks": len(chunks), "audit_rows": len(audit),
+            "sources": len(synced)}  # fmt: skip

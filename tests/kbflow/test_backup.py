@@ -331,10 +331,20 @@ def test_verify_catches_a_flipped_byte(home: Settings, tmp_path: Path) -> None:
 
 
 def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, embedder: Any) -> None:
+    from sinks.connect import open_registry
+
+    with open_registry(home) as registry:  # a synced source, and what its last sync saw
+        made = registry.create_source("acme", "share", {
+            "kind": "filesystem", "config": {"url": "s3://acme/docs", "glob": "**/*"},
+            "collection": "docs", "status": "approved", "audience": None, "include": [],
+            "exclude": [], "max_items": 10, "max_item_bytes": 1000, "schedule": None,
+            "timezone": None,
+        }, actor="root")  # fmt: skip
+        registry.record_items(made.id, [{"key": "a.md", "version": "e1", "content_hash": "h"}])
     before = snapshot_of(home, ["leave days", "refund window"])
     assert _cli("backup", "--to", str(tmp_path / "b"), home=home.home).exit_code == 0
     other = empty_home(tmp_path, "other")
-    from sinks.connect import open_registry, open_vector_store
+    from sinks.connect import open_vector_store
 
     with open_registry(other) as registry, open_vector_store(other) as store:
         registry.ensure_user("root", Role.SUPERADMIN)
@@ -357,6 +367,10 @@ def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, emb
     ]
     assert after["audit"]["acme"] == before["audit"]["acme"]
     assert after["replays"] == before["replays"] and any(after["replays"].values())
+    with open_registry(other) as registry:
+        (restored,) = registry.list_sources("acme")
+        assert (restored.id, restored.config) == (made.id, made.config)
+        assert registry.source_items(made.id)["a.md"].version == "e1"
     again = _cli("restore", str(tmp_path / "b"), "--org", "acme", home=other)
     assert again.exit_code == 1 and "already" in again.output
 
