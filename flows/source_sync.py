@@ -257,7 +257,7 @@ class _Sync:
         sources = [src for _, src, _ in staged.values()]
         with open_registry(self.settings) as registry:
             coll = registry.ensure_collection(source.org_id, source.collection)
-            plan = plan_ingest(sources, registry, source.org_id)
+            plan = plan_ingest(sources, registry, source.org_id, by_key=True)
             planned = {w.source.source_key for w in plan.work}
             for key, (item, src, _) in staged.items():
                 before = states.get(item.key)

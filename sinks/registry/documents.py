@@ -453,7 +453,23 @@ class DocumentsMixin(RegistryBase):
         statuses: Sequence[str] | None = None,
         collection: str | None = None,
         limit: int | None = None,
+        source_keys: Sequence[str] | None = None,
     ) -> list[DocRecord]:
+        """An org's documents (every version), by collection path, title and version;
+        ``source_keys``: only the versions of those sources (one indexed query per
+        `IN_LIST_MAX` of them)."""
+        if source_keys is not None:
+            keys = list(dict.fromkeys(source_keys))
+            found: list[DocRecord] = []
+            for part in in_lists(keys):
+                with self.session() as s:
+                    stmt = (
+                        select(DocumentRow, CollectionRow.path)
+                        .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+                        .where(DocumentRow.org_id == org_id, DocumentRow.source_key.in_(part))
+                    )
+                    found += [record_of(row, path) for row, path in s.execute(stmt)]
+            return sorted(found, key=lambda d: (d.collection_path, d.title, d.version))
         with self.session() as s:
             stmt = (
                 select(DocumentRow, CollectionRow.path)

@@ -116,11 +116,17 @@ class BatchReport:
         self.notes.extend(other.notes)
 
 
-def plan_ingest(sources: Sequence[Source], registry: SqlRegistry, org_id: str) -> IngestPlan:
+def plan_ingest(
+    sources: Sequence[Source], registry: SqlRegistry, org_id: str, *, by_key: bool = False
+) -> IngestPlan:
     """Split sources into work (new, changed, unfinished) and unchanged, by content hash, and
-    find the older versions a crash left in service (``shadowed``)."""
+    find the older versions a crash left in service (``shadowed``).
+
+    The org's documents are read in one query; ``by_key``: only those of ``sources`` (a sync's
+    step of a few hundred items in an org of many thousands)."""
     versions: dict[str, list[DocRecord]] = {}
-    for doc in registry.list_documents(org_id):  # every version of every source, one query
+    keys_read = [s.source_key for s in sources] if by_key else None
+    for doc in registry.list_documents(org_id, source_keys=keys_read):  # every version
         versions.setdefault(doc.source_key, []).append(doc)
     current = {key: max(docs, key=lambda d: d.version) for key, docs in versions.items()}
     plan = IngestPlan()

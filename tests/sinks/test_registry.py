@@ -856,3 +856,18 @@ def test_racing_bootstraps_make_one_superadmin(registry: SqlRegistry, settings: 
     outcomes = _race(_bootstrap, settings.registry_url, ["r1", "r2", "r3"])
     assert sorted(outcomes.values()) == ["created", "refused", "refused"], outcomes
     assert registry.count_superadmins() == 1
+
+
+def test_list_documents_by_source_keys_reads_only_those_sources(registry: SqlRegistry) -> None:
+    registry.ensure_org("acme")
+    coll = registry.ensure_collection("acme", "docs")
+    for key in ("a", "b", "c"):
+        for version in (1, 2):
+            registry.create_document(
+                org_id="acme", collection_id=coll.id, source_key=key, title=key, uri=key,
+                content_hash=f"{key}{version}", version=version, status=DocStatus.APPROVED,
+            )  # fmt: skip
+    picked = registry.list_documents("acme", source_keys=["c", "a", "a", "zzz"])
+    assert [(d.source_key, d.version) for d in picked] == [("a", 1), ("a", 2), ("c", 1), ("c", 2)]
+    assert registry.list_documents("acme", source_keys=[]) == []
+    assert len(registry.list_documents("acme")) == 6
