@@ -5,15 +5,17 @@ Config: exactly one of ``sitemap`` (the URL of a ``sitemap.xml``, or of a sitema
 sitemaps are read one level deep) or ``start_url`` (a page to crawl from, breadth first, along
 ``<a href>`` links); optional ``max_pages`` (pages fetched per sync, default 500), ``max_bytes``
 (bytes read per sync, robots.txt and sitemaps included, default 200 MB), ``max_depth`` (links
-followed from the start URL, default 5) and ``user_agent``.
+followed from the start URL, default 5), ``user_agent`` and ``trust_lastmod`` (default true).
 
 Every request goes through the research SSRF guard (`tasks.research.fetch.safe_get`): public
 addresses only, pinned, bounded in bytes and time (``sources_fetch_timeout_s``). Only pages on the
 sitemap's or start URL's own site (scheme, host and port) are taken; robots.txt is honoured, and a
 page it disallows is neither fetched nor listed, so the sync withdraws it.
 
-Unchanged pages cost one conditional request each: the ETag and Last-Modified of the last sync
-are sent back (``If-None-Match``, ``If-Modified-Since``) and a 304 is an unchanged item. A crawled
+A page the sitemap dates (``<lastmod>``) as it was when last synced is unchanged without a
+request (``trust_lastmod: false`` asks the site anyway). Other unchanged pages cost one
+conditional request each: the ETag and Last-Modified of the last sync are sent back
+(``If-None-Match``, ``If-Modified-Since``) and a 304 is an unchanged item. A crawled
 page's links are kept in its ``meta`` so the crawl goes on past a 304, which has no body.
 
 An item's key is its URL, normalised (lower-case scheme and host, no default port, no fragment,
@@ -58,7 +60,15 @@ DEFAULT_MAX_BYTES = 200_000_000
 DEFAULT_MAX_DEPTH = 5
 DEFAULT_USER_AGENT = "kbflow-sources/0.1 (+website source; honours robots.txt)"
 
-_CONFIG_KEYS = ("sitemap", "start_url", "max_pages", "max_bytes", "max_depth", "user_agent")
+_CONFIG_KEYS = (
+    "sitemap",
+    "start_url",
+    "max_pages",
+    "max_bytes",
+    "max_depth",
+    "user_agent",
+    "trust_lastmod",
+)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ROBOTS_MAX_BYTES = 512_000  # RFC 9309 §2.5: parse at least 500 KiB
 _SITEMAP_MAX_BYTES = 50_000_000  # sitemaps.org: at most 50 MB uncompressed
@@ -120,6 +130,10 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
         "max_bytes": _whole(config, "max_bytes", DEFAULT_MAX_BYTES, minimum=1),
         "max_depth": _whole(config, "max_depth", DEFAULT_MAX_DEPTH, minimum=0),
     }
+    trust = config.get("trust_lastmod", True)
+    if not isinstance(trust, bool):
+        raise ConfigError(f"trust_lastmod must be true or false, not {trust!r}")
+    out["trust_lastmod"] = trust
     agent = config.get("user_agent")
     if agent is not None:
         if not isinstance(agent, str) or not agent.strip():
@@ -207,6 +221,7 @@ class WebsiteConnector:
         self._max_bytes: int = config.get("max_bytes", DEFAULT_MAX_BYTES)
         self._max_depth: int = config.get("max_depth", DEFAULT_MAX_DEPTH)
         self._agent: str = config.get("user_agent") or DEFAULT_USER_AGENT
+        self._trust_lastmod: bool = bool(config.get("trust_lastmod", True))
         self._limits = limits
         self._timeout_s = settings.sources.sources_fetch_timeout_s
         self._allow_loopback = settings.sources.sources_test_allow_loopback
@@ -294,7 +309,21 @@ class WebsiteConnector:
                 continue
             if self._capped():
                 return False
-            page = self._fetch_page(url, prior.get(url), lastmod=lastmod, keep_links=False)
+            before = prior.get(url)
+            if (
+                self._trust_lastmod
+                and lastmod
+                and before is not None
+                and before.content_hash is not None
+                and before.meta.get("lastmod") == lastmod
+            ):
+                # The sitemap says when the page last changed, and that is when it was synced:
+                # unchanged, without a request (``trust_lastmod: false`` asks the site anyway).
+                name = str(before.meta.get("name") or _file_name(url, ""))
+                yield self._count(Item(key=url, uri=url, name=name, version=before.version,
+                                       unchanged=True, meta=before.meta))  # fmt: skip
+                continue
+            page = self._fetch_page(url, before, lastmod=lastmod, keep_links=False)
             if page.item is not None:
                 yield self._count(page.item)
         return whole

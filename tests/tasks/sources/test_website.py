@@ -422,12 +422,33 @@ def test_sitemap_lastmod_is_the_version_when_the_server_gives_none(site: Site) -
 
 def test_sitemap_second_walk_is_unchanged(site: Site) -> None:
     site.write("sitemap.xml", sitemap(site, "a.html", "b.html"))
-    first, _ = walk({"sitemap": site.url("sitemap.xml")})
+    config = {"sitemap": site.url("sitemap.xml"), "trust_lastmod": False}
+    first, _ = walk(config)
     site.log.clear()
-    second, complete = walk({"sitemap": site.url("sitemap.xml")}, prior_of(first))
+    second, complete = walk(config, prior_of(first))
     assert all(item.unchanged for item in second.values())
     assert site.requested("a.html") == [(304, True)]
     assert complete is True
+
+
+def test_an_unchanged_lastmod_needs_no_request_and_a_new_one_is_fetched(site: Site) -> None:
+    site.write("sitemap.xml", sitemap(site, "a.html", "b.html"))
+    first, _ = walk({"sitemap": site.url("sitemap.xml")})
+    site.log.clear()
+    second, complete = walk({"sitemap": site.url("sitemap.xml")}, prior_of(first))
+    assert complete is True and all(item.unchanged for item in second.values())
+    assert [p for p, _, _ in site.log if p.endswith(".html")] == []  # no page asked for
+    # The site says b.html changed: it is asked for again (and answered in full).
+    site.write("b.html", PAGES["b.html"].replace("B", "B, revised"))
+    site.write("sitemap.xml", sitemap(site, "a.html", "b.html").replace(
+        "<lastmod>2024-05-02</lastmod>", "<lastmod>2024-06-30</lastmod>"))  # fmt: skip
+    site.log.clear()
+    third, _ = walk({"sitemap": site.url("sitemap.xml")}, prior_of(second | first))
+    assert third[site.url("a.html")].unchanged
+    assert (
+        third[site.url("b.html")].data is not None and b"revised" in third[site.url("b.html")].data
+    )
+    assert site.requested("a.html") == []
 
 
 def test_sitemap_index_is_read_one_level_deep(site: Site) -> None:
@@ -493,6 +514,7 @@ def test_check_config_normalises_and_fills_defaults() -> None:
         "max_pages": 500,
         "max_bytes": 200_000_000,
         "max_depth": 5,
+        "trust_lastmod": True,
     }
     assert website.check_config(
         {"sitemap": "http://127.0.0.1:8000/sitemap.xml", "max_pages": "10", "user_agent": "bot/1"}
@@ -501,6 +523,7 @@ def test_check_config_normalises_and_fills_defaults() -> None:
         "max_pages": 10,
         "max_bytes": 200_000_000,
         "max_depth": 5,
+        "trust_lastmod": True,
         "user_agent": "bot/1",
     }
 
