@@ -243,8 +243,9 @@ class _Sync:
         if staged:
             records.extend(self._ingest(staged, states))
         faults.point("sources.before_record")
-        with open_registry(self.settings) as registry:
-            registry.record_items(self.source.id, records)
+        if records:  # an unchanged step has nothing to record: no registry opened for it
+            with open_registry(self.settings) as registry:
+                registry.record_items(self.source.id, records)
         for _, src, _ in staged.values():
             with contextlib.suppress(OSError):
                 shutil.rmtree(src.path.parent)

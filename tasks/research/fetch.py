@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import ipaddress
 import logging
 import socket
@@ -582,12 +583,23 @@ def _unsafe(url: object, detail: str) -> UnsafeUrl:
 
 @contextlib.contextmanager
 def _hop_transport(transport: httpx.BaseTransport | None) -> Iterator[httpx.BaseTransport]:
-    """The caller's transport as is, or a fresh one per hop (its pool is keyed by IP, not host)."""
+    """The caller's transport as is, or a fresh one per hop (its pool is keyed by IP, not host).
+
+    The fresh ones share one TLS context (`_tls_context`): building a context loads the CA
+    bundle, ~19 ms, which was most of an unchanged website sync's time. A context holds no
+    connection, so sharing it reuses nothing across hosts: each hop still connects anew,
+    pinned to its checked address, and verifies the certificate against its own host name."""
     if transport is not None:
         yield transport
         return
-    with httpx.HTTPTransport(retries=0) as own:
+    with httpx.HTTPTransport(retries=0, verify=_tls_context()) as own:
         yield own
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verifying context (certifi's CA bundle), built once per process."""
+    return httpx.create_ssl_context()
 
 
 def _send_pinned(
