@@ -222,7 +222,6 @@ async def sync_source(
 
     For the org's account manager or a superadmin. 409 while another sync of it runs (this
     server's, a command's or a scheduled one)."""
-    from kbflow.services import jobs
     from tasks.sources.state import sync_running
 
     settings = service.settings
@@ -233,7 +232,7 @@ async def sync_source(
             {"detail": f"a sync of source {source.name!r} (org {org}) is running already"},
             status_code=409,
         )
-    job = await run_in_threadpool(jobs.submit_source_sync_job, settings, org, source.id, actor=user)
+    job = await run_in_threadpool(sources.submit_sync_job, settings, org, source.id, actor=user)
     return await run_in_threadpool(accepted, job, service.ctx.registry, response)
 
 

@@ -35,12 +35,12 @@ from kbflow.services.jobs import (
     INGEST_KIND,
     QUEUE_MARK,
     RESEARCH_KIND,
-    SOURCE_SYNC_KIND,
     refresh,
     start_dispatcher,
     submit_ingest_job,
     submit_research_job,
 )
+from kbflow.services.sources import SOURCE_SYNC_KIND
 from kbflow.services.uploads import prune_uploads, remove_uploads
 from sinks.registry import JobRecord, SqlRegistry
 

@@ -60,13 +60,11 @@ from sinks.registry import JobRecord, SqlRegistry
 
 INGEST_KIND = "ingest"
 RESEARCH_KIND = "research"
-SOURCE_SYNC_KIND = "source-sync"
 
 QUEUE_MARK = "_runner"
 """The params key that marks a job of the ``process`` runner, admitted through the queue: with
 no pid yet (and no flow run) the job is waiting for a slot. `kbflow.services.job_runner` drops it
-before it
-reads the params; the API does not show it."""
+before it reads the params; the API does not show it."""
 PROCESS_RUNNER = "process"
 
 ADMISSION_LOCK = ".admission.lock"
@@ -89,12 +87,12 @@ log = logging.getLogger(__name__)
 def submit_ingest_job(
     settings: Settings, paths: list[str], request: IngestRequest, *, actor: str | None = None
 ) -> JobRecord:
-    """Record a PROCESSING ingest job and start its run (`_start`); returns immediately.
+    """Record a PROCESSING ingest job and start its run (`start_job`); returns immediately.
 
     ``actor`` is who the documents are recorded as ingested by (default: ``system``).
     """
     params = request.job_params() | ({"actor": actor} if actor else {})
-    return _start(settings, request.org, INGEST_KIND, paths, params)
+    return start_job(settings, request.org, INGEST_KIND, paths, params)
 
 
 def submit_research_job(
@@ -106,7 +104,7 @@ def submit_research_job(
     budget_tokens: int,
     reviewer: str,
 ) -> JobRecord:
-    """Record a PROCESSING research job and start its run (`_start`); returns at once.
+    """Record a PROCESSING research job and start its run (`start_job`); returns at once.
 
     The run does `kbflow.services.research.run_research` (the ``research`` flow, which
     records its flow run id on the job and pauses for review as ``kbflow research`` does), and
@@ -118,19 +116,10 @@ def submit_research_job(
         "budget_tokens": budget_tokens,
         "reviewer": reviewer,
     }
-    return _start(settings, org, RESEARCH_KIND, [], params)
+    return start_job(settings, org, RESEARCH_KIND, [], params)
 
 
-def submit_source_sync_job(
-    settings: Settings, org: str, source_id: str, *, actor: str
-) -> JobRecord:
-    """Record a PROCESSING job that syncs one source (`kbflow.services.source_runs.sync`, the
-    ``source-sync`` flow) and start its run (`_start`); returns at once. The job's report is the
-    sync's summary."""
-    return _start(settings, org, SOURCE_SYNC_KIND, [source_id], {"actor": actor})
-
-
-def _start(
+def start_job(
     settings: Settings, org: str, kind: str, inputs: list[str], params: dict[str, Any]
 ) -> JobRecord:
     """Record the job and start its run by ``settings.jobs.job_runner``.

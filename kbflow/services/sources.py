@@ -20,9 +20,11 @@ from core.models import DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from sinks.registry import SourceRecord, SqlRegistry
+    from sinks.registry import JobRecord, SourceRecord, SqlRegistry
 
 ENTERING = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value)
+SOURCE_SYNC_KIND = "source-sync"
+"""The kind of the background job that syncs a source (`submit_sync_job`)."""
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -294,3 +296,12 @@ def resolve_source(settings: Settings, ref: str, org: str | None = None) -> Sour
 
     with open_registry(settings) as registry:
         return resolve(registry, ref, org)
+
+
+def submit_sync_job(settings: Settings, org: str, source_id: str, *, actor: str) -> JobRecord:
+    """Record a PROCESSING job that syncs one source (`kbflow.services.source_runs.sync`, the
+    ``source-sync`` flow) and start it (`kbflow.services.jobs.start_job`); returns at once.
+    The job's report is the sync's summary. What the HTTP route starts (no Prefect here)."""
+    from kbflow.services.jobs import start_job
+
+    return start_job(settings, org, SOURCE_SYNC_KIND, [source_id], {"actor": actor})
