@@ -240,7 +240,14 @@ def test_a_backup_under_load_restores_the_same_home(
     restored = _cli("restore", str(tmp_path / "b1"), home=fresh)
     assert restored.exit_code == 0, restored.output
     after = snapshot_of(fresh, queries)
-    assert after["hits"] == before["hits"]  # acme: nothing wrote it meanwhile
+    # acme: nothing wrote it meanwhile, so the same chunks in the same order. Their scores may
+    # move in the fifth decimal: BM25's IDF is over the whole shard, and the backup holds
+    # however much of globex's concurrent ingest it caught (seen: 0.24445 against 0.24442).
+    assert {q: [c for c, _ in h] for q, h in after["hits"].items()} == {
+        q: [c for c, _ in h] for q, h in before["hits"].items()
+    }
+    for q, hits in after["hits"].items():
+        assert [s for _, s in hits] == pytest.approx([s for _, s in before["hits"][q]], abs=1e-3)
     assert sum(len(h) for h in after["hits"].values()) > 0
     assert [d for d in after["docs"] if d[1] == "acme"] == [
         d for d in before["docs"] if d[1] == "acme"
