@@ -43,7 +43,6 @@ from sinks.registry import DocRecord, ItemState, SourceRecord, SqlRegistry
 from tasks.ingest.discover import Source
 from tasks.ingest.index import BatchReport, IngestTarget, WorkItem, plan_ingest
 from tasks.ingest.steps import extract_batch_task, extractors, index_batch_task, repair_task
-from tasks.review.machine import take_out_at_source
 from tasks.sources import kind_module
 from tasks.sources.base import Item, Limits, Prior, SourceError
 from tasks.sources.state import (  # noqa: F401  (re-exported: the sync's lock and keys)
@@ -52,10 +51,8 @@ from tasks.sources.state import (  # noqa: F401  (re-exported: the sync's lock a
     sync_lock,
     sync_lock_path,
     sync_running,
+    take_out_item,
 )
-
-_IN_PLAY = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value, None)
-"""Statuses of a version an item gone from its source must not keep."""
 
 MAX_ERRORS_KEPT = 50
 """Failed items listed in a sync's summary (all are counted; each is kept on its item)."""
@@ -346,18 +343,8 @@ class _Sync:
                 return open_vector_store(self.settings)
 
             for key in gone:
-                # Every version still in service or in review: an approved one and the draft
-                # of its change waiting for review both go.
-                versions = registry.versions_of(self.source.org_id,
-                                                source_doc_key(self.source.id, key))  # fmt: skip
-                taken = [
-                    take_out_at_source(
-                        doc, actor=self.actor, note=note, registry=registry, open_store=opener
-                    )
-                    for doc in sorted(versions, key=lambda d: -d.version)
-                    if doc.status in _IN_PLAY
-                ]
-                if any(t is not None for t in taken):
+                if take_out_item(registry, self.source, key, actor=self.actor, note=note,
+                                 open_store=opener):  # fmt: skip
                     self.counts["withdrawn"] += 1
                 st = states[key]
                 registry.record_items(

@@ -273,21 +273,20 @@ def _withdraw_all(
     settings: Settings, registry: SqlRegistry, source: SourceRecord, admin: str
 ) -> int:
     from sinks.connect import open_vector_store
-    from tasks.review.machine import take_out_at_source
-    from tasks.sources.state import source_doc_key
+    from tasks.sources.state import take_out_item
 
     note = f"removed at source: source {source.name!r} was removed by {admin}"
-    count = 0
-    for key in registry.source_items(source.id):
-        versions = registry.versions_of(source.org_id, source_doc_key(source.id, key))
-        if versions:
-            newest = max(versions, key=lambda d: d.version)
-            taken = take_out_at_source(
-                newest, actor=admin, note=note, registry=registry,
-                open_store=lambda: open_vector_store(settings),
-            )  # fmt: skip
-            count += taken is not None
-    return count
+    return sum(
+        take_out_item(
+            registry,
+            source,
+            key,
+            actor=admin,
+            note=note,
+            open_store=lambda: open_vector_store(settings),
+        )
+        for key in registry.source_items(source.id)
+    )
 
 
 def resolve_source(settings: Settings, ref: str, org: str | None = None) -> SourceRecord:

@@ -1,6 +1,6 @@
 """A source's sync state outside the registry: the lock that keeps two syncs of one source
-apart, and the registry key an item's documents share. No Prefect here: the HTTP routes and
-`kbflow sources show` read it."""
+apart, the registry key an item's documents share, and taking an item's documents out of
+service. No Prefect here: the HTTP routes and `kbflow sources show` read it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from core.errors import ConfigError
-from sinks.registry import SourceRecord
+from core.models import DocStatus
+from sinks.registry import SourceRecord, SqlRegistry
+
+IN_PLAY = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value, None)
+"""Statuses of a version an item gone from its source must not keep."""
 
 
 def source_doc_key(source_id: str, key: str) -> str:
@@ -61,3 +66,26 @@ def sync_running(home: Path, source_id: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def take_out_item(
+    registry: SqlRegistry,
+    source: SourceRecord,
+    key: str,
+    *,
+    actor: str,
+    note: str,
+    open_store: Any,
+) -> bool:
+    """Take every version of one item still in service or in review out of service (an
+    approved one and the draft of its change waiting for review both go), newest first, with
+    `tasks.review.machine.take_out_at_source`. Returns whether any was taken out."""
+    from tasks.review.machine import take_out_at_source
+
+    versions = registry.versions_of(source.org_id, source_doc_key(source.id, key))
+    taken = [
+        take_out_at_source(doc, actor=actor, note=note, registry=registry, open_store=open_store)
+        for doc in sorted(versions, key=lambda d: -d.version)
+        if doc.status in IN_PLAY
+    ]
+    return any(t is not None for t in taken)

@@ -365,3 +365,30 @@ def test_an_empty_listing_withdraws_nothing(
         shown["last_sync"]["outcome"] == "failed"
         and "listed no items" in shown["last_sync"]["error"]
     )
+
+
+def test_removing_a_source_with_withdraw_takes_out_every_version_in_play(
+    settings: Settings, registry: SqlRegistry, tmp_path: Path, prefect_harness: None
+) -> None:
+    from kbflow.services import review
+
+    share = tmp_path / "drafts"
+    share.mkdir()
+    (share / "parking.md").write_text(PARKING)
+    service.add_source(settings, ORG, "drafts", service.source_fields(
+        "filesystem", {"url": str(share)}, collection="policies", status="pending_review",
+    ), actor=ROOT)  # fmt: skip
+    _sync(settings, "drafts")
+    (first,) = registry.list_documents(ORG)
+    review.decide(settings, "approve", first.id, ROOT, None)
+    (share / "parking.md").write_text(PARKING.replace("north", "south"))
+    assert _sync(settings, "drafts")["counts"]["changed"] == 1  # a draft beside the approved one
+
+    removed = service.remove_source(settings, "drafts", ORG, actor=ROOT, withdraw=True)
+    assert removed["withdrawn"] == 1
+    assert sorted((d.version, d.status) for d in registry.list_documents(ORG)) == [
+        (1, "withdrawn"),
+        (2, "rejected"),
+    ]
+    assert _found(settings, "where do visitors park") == set()
+    assert registry.list_sources(ORG) == []
