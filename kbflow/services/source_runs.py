@@ -104,8 +104,9 @@ def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[
             slug = existing.slug or ""
             if not slug.startswith(SCHEDULE_SLUG):
                 continue
-            # Another org's schedules are left alone when one org's are set.
-            if ((org is None or slug in mine) and slug not in wanted) or slug in wanted:
+            # Each of these sources' schedules is replaced (or dropped); with ``org``, another
+            # org's are left alone.
+            if org is None or slug in mine:
                 client.delete_deployment_schedule(deployment.id, existing.id)
         for slug, source in wanted.items():
             assert source.schedule is not None
