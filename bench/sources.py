@@ -267,9 +267,9 @@ def timed_sync(settings: Any, name: str, probe: Probe) -> tuple[float, dict[str,
 
 
 def source_docs(settings: Any, name: str) -> list[Any]:
-    from flows.source_sync import source_doc_key
     from kbflow.services.sources import resolve_source
     from sinks.connect import open_registry
+    from tasks.sources.state import source_doc_key
 
     record = resolve_source(settings, name, ORG)
     prefix = source_doc_key(record.id, "")

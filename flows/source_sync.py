@@ -45,14 +45,7 @@ from tasks.ingest.index import BatchReport, IngestTarget, WorkItem, plan_ingest
 from tasks.ingest.steps import extract_batch_task, extractors, index_batch_task, repair_task
 from tasks.sources import kind_module
 from tasks.sources.base import Item, Limits, Prior, SourceError
-from tasks.sources.state import (  # noqa: F401  (re-exported: the sync's lock and keys)
-    SyncRunning,
-    source_doc_key,
-    sync_lock,
-    sync_lock_path,
-    sync_running,
-    take_out_item,
-)
+from tasks.sources.state import source_doc_key, sync_lock, take_out_item
 
 MAX_ERRORS_KEPT = 50
 """Failed items listed in a sync's summary (all are counted; each is kept on its item)."""
