@@ -8,7 +8,9 @@ SciFact dev queries, in one run:
 2. ``kbflow serve`` started on the same home, once per ``--workers`` setting (default: 1, the
    single process, and 2, two worker processes beside the store's owner):
    ``POST /v1/agent/search`` with an agent token, 1 client in sequence, then 8 concurrent
-   clients (threads, one connection each);
+   clients (threads), each keeping one connection alive as an agent's client does, then the
+   same with a fresh connection per request (kept-alive over fresh: issue 45's stall showed
+   as ~40 ms added to every kept-alive request);
 3. the same two HTTP runs while ``kbflow ingest`` writes a corpus new to this run (its Prefect
    flow reaching the store through the service), measured from its first committed batch.
 
@@ -25,7 +27,8 @@ clients over 1 client (the targets: HTTP p95 <= 30 ms at 1 client; 8 clients >= 
    of real sentences (over the content-word bound: refused at once); the normal client's p95
    beside its p95 alone. Run it from an older checkout to see what the bounds changed.
 
-Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N] [--cases idle,noisy]``; saves
+Run: ``.venv/bin/python bench/serve.py [--home DIR] [--requests N] [--cases idle,ingest,noisy]``;
+saves
 bench/results/serve.json. Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
 """
 
@@ -155,8 +158,12 @@ def _query_embedding(texts: list[str]) -> dict[str, Any]:
     return out
 
 
-def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> dict[str, Any]:
-    """``total`` searches from ``clients`` concurrent clients (each its own connection)."""
+def _http(
+    base: str, token: str, texts: list[str], clients: int, total: int, *, fresh: bool = False
+) -> dict[str, Any]:
+    """``total`` searches from ``clients`` concurrent clients: each client keeps one connection
+    alive for all its requests (as an agent's HTTP client or MCP session does), or, with
+    ``fresh``, opens a new connection for every request."""
     import httpx
 
     samples: list[float] = []
@@ -164,24 +171,29 @@ def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> 
     lock = threading.Lock()
     headers = {"Authorization": f"Bearer {token}"}
 
+    def one(client: httpx.Client, q: str) -> None:
+        t = time.perf_counter()
+        try:
+            r = client.post(f"{base}/v1/agent/search", json={"query": q})
+            ok, degraded = r.status_code == 200, r.status_code == 200 and r.json()["degraded"]
+        except httpx.HTTPError:
+            ok, degraded = False, False
+        took = time.perf_counter() - t
+        with lock:
+            samples.append(took)
+            counts["errors"] += not ok
+            counts["degraded"] += bool(degraded)
+
     def run(k: int) -> None:
         mine = [texts[(k + i * clients) % len(texts)] for i in range(total // clients)]
+        if fresh:
+            for q in mine:
+                with httpx.Client(headers=headers, timeout=60) as client:
+                    one(client, q)
+            return
         with httpx.Client(headers=headers, timeout=60) as client:
             for q in mine:
-                t = time.perf_counter()
-                try:
-                    r = client.post(f"{base}/v1/agent/search", json={"query": q})
-                    ok, degraded = (
-                        r.status_code == 200,
-                        r.status_code == 200 and r.json()["degraded"],
-                    )
-                except httpx.HTTPError:
-                    ok, degraded = False, False
-                took = time.perf_counter() - t
-                with lock:
-                    samples.append(took)
-                    counts["errors"] += not ok
-                    counts["degraded"] += bool(degraded)
+                one(client, q)
 
     for q in texts[:5]:  # warm this route and connection path
         httpx.post(f"{base}/v1/agent/search", json={"query": q}, headers=headers, timeout=60)
@@ -191,7 +203,9 @@ def _http(base: str, token: str, texts: list[str], clients: int, total: int) -> 
         t.start()
     for t in threads:
         t.join()
-    return _figures(samples, time.perf_counter() - started, **counts)
+    out = _figures(samples, time.perf_counter() - started, **counts)
+    out["connections"] = "fresh" if fresh else "kept-alive"
+    return out
 
 
 def _largest_allowed_question() -> str:
@@ -348,7 +362,26 @@ def _configuration(
         one = _http(base, token, texts, 1, args.requests)
         print(f"[workers={workers}] HTTP, 8 clients ...", flush=True)
         eight = _http(base, token, texts, CLIENTS, args.requests)
-        out["idle"] = {"clients_1": one, "clients_8": eight}
+        print(f"[workers={workers}] HTTP, fresh connections, 1 and 8 clients ...", flush=True)
+        one_f = _http(base, token, texts, 1, args.requests, fresh=True)
+        eight_f = _http(base, token, texts, CLIENTS, args.requests, fresh=True)
+        out["idle"] = {
+            "clients_1": one,
+            "clients_8": eight,
+            "clients_1_fresh": one_f,
+            "clients_8_fresh": eight_f,
+        }
+        out["ratios"] = {
+            "kept_alive_p50_over_fresh_p50_1_client": round(
+                one["median_ms"] / one_f["median_ms"], 2
+            ),
+            "kept_alive_p50_over_fresh_p50_8_clients": round(
+                eight["median_ms"] / eight_f["median_ms"], 2
+            ),
+            "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
+        }
+        if "ingest" not in args.cases:
+            return out
 
         nonce = f"{int(time.time())}w{workers}"
         extra = _second_corpus(home / f"bench-extra-{nonce}.jsonl", args.ingest_docs, nonce)
@@ -377,8 +410,7 @@ def _configuration(
             "documents_written_by_then": written,
             "ingest_exit_code": ingest.wait(),
         }
-    out["ratios"] = {
-        "throughput_8_over_1": round(eight["throughput_rps"] / one["throughput_rps"], 2),
+    out["ratios"] |= {
         "during_ingest_throughput_8_over_1": round(
             eight_i["throughput_rps"] / one_i["throughput_rps"], 2
         ),
@@ -403,10 +435,12 @@ def main() -> int:
         help="the kbflow serve --workers settings to measure, comma-separated (default 1,2)",
     )  # fmt: skip
     parser.add_argument(
-        "--cases", type=lambda v: set(v.split(",")), default={"idle", "noisy"},
-        help="what to measure, comma-separated: idle (searches at 1 and 8 clients, then during "
-        "an ingest), noisy (a normal client's answers alone and beside one sending the largest "
-        "questions allowed); default both",
+        "--cases", type=lambda v: set(v.split(",")),
+        default={"idle", "ingest", "noisy"},
+        help="what to measure, comma-separated: idle (searches at 1 and 8 clients, on kept-alive "
+        "and on fresh connections), ingest (the same during an ingest; needs idle), noisy (a "
+        "normal client's answers alone and beside one sending the largest questions allowed); "
+        "default all three",
     )  # fmt: skip
     parser.add_argument("--answers", type=int, default=40, help="normal answers per noisy run")
     parser.add_argument("--skip-in-process", action="store_true",
@@ -475,12 +509,18 @@ def main() -> int:
     for config in result["configurations"]:
         w = config["workers"]
         if "idle" in config:
-            print(row(f"HTTP, 1 client (workers={w})", config["idle"]["clients_1"]))
-            print(row(f"HTTP, 8 clients (workers={w})", config["idle"]["clients_8"]))
+            print(row(f"HTTP, 1 client, kept alive (workers={w})", config["idle"]["clients_1"]))
+            print(row(f"HTTP, 8 clients, kept alive (workers={w})", config["idle"]["clients_8"]))
+            print(row(f"HTTP, 1 client, fresh (workers={w})",
+                      config["idle"]["clients_1_fresh"]))  # fmt: skip
+            print(row(f"HTTP, 8 clients, fresh (workers={w})",
+                      config["idle"]["clients_8_fresh"]))  # fmt: skip
+        if "during_ingest" in config:
             print(row(f"HTTP, 1 client, ingest running (w={w})",
                       config["during_ingest"]["clients_1"]))  # fmt: skip
             print(row(f"HTTP, 8 clients, ingest running (w={w})",
                       config["during_ingest"]["clients_8"]))  # fmt: skip
+        if "ratios" in config:
             print(f"  workers={w}: {json.dumps(config['ratios'])}")
         noisy = config.get("noisy_neighbour")
         if noisy:

@@ -197,11 +197,9 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
     Each worker keeps its own token buckets: a token's rate applies per worker. SIGHUP replaces
     the workers one at a time, each once its replacement answers (`kbflow.api.restart`).
     """
-    import socket
-
     import uvicorn
 
-    from kbflow.api.restart import supervise
+    from kbflow.api.restart import listening_socket, supervise
 
     os.environ["KBFLOW_HOME"] = str(settings.home.resolve())  # the workers' settings
     held = _Held()
@@ -225,12 +223,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> Non
             timeout_graceful_shutdown=settings.api.api_drain_s,
             **uvicorn_logging(settings.api.log_format),  # json: a JSON line per request
         )
-        sock = config.bind_socket()
-        # The workers get this socket rebuilt from its descriptor, which hides that it is TCP
-        # from asyncio, so their connections would keep Nagle's algorithm on (a 40 ms stall on
-        # every response). Set on the listener, TCP_NODELAY is inherited by each connection.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        supervise(config, sock)
+        supervise(config, listening_socket(config))
 
 
 def serve_one(settings: Settings, host: str, port: int, fd: int | None = None) -> None:
@@ -245,7 +238,7 @@ def serve_one(settings: Settings, host: str, port: int, fd: int | None = None) -
 
     import uvicorn
 
-    from kbflow.api.restart import DrainingServer, inherited_socket, reexec
+    from kbflow.api.restart import DrainingServer, listening_socket, reexec
 
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the server handles it
     config = uvicorn.Config(
@@ -257,7 +250,7 @@ def serve_one(settings: Settings, host: str, port: int, fd: int | None = None) -
         timeout_graceful_shutdown=settings.api.api_drain_s,
         **uvicorn_logging(settings.api.log_format),
     )
-    sock = config.bind_socket() if fd is None else inherited_socket(fd)
+    sock = listening_socket(config, fd)
     kept = os.dup(sock.fileno())  # uvicorn closes ``sock`` when it stops; the socket lives on
     server = DrainingServer(config, restartable=True)
     server.run(sockets=[sock])

@@ -5,11 +5,16 @@ connections and without retries, and none of them sees a connection error or a 5
 Both forms, real processes: ``--workers 2`` (the supervisor replaces each worker once its
 replacement answers) and one process (it drains and executes itself again on the same socket).
 A naive restart (SIGTERM, then a new process) fails these tests: see docs/OPERATIONS.md.
+
+Each form's accepted connections have TCP_NODELAY on before and after its restart (issue 45: a
+single process's did not, and every later request on a kept-alive connection waited ~40 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import os
 import re
 import signal
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import uvicorn
 
@@ -109,6 +115,49 @@ class Clients:
             return self.outcomes["ok"]
 
 
+SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture (syscalls added in 5.6)
+
+
+def _dup_from(pid: int, fd: int) -> int | None:
+    """A copy of process ``pid``'s descriptor ``fd`` in this process (pidfd_getfd), or None when
+    it has gone in the meantime."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        mine = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if mine < 0:
+            code = ctypes.get_errno()
+            if code in (errno.EBADF, errno.ESRCH):
+                return None
+            raise OSError(code, f"pidfd_getfd({pid}, {fd}): {os.strerror(code)}")
+        return int(mine)
+    finally:
+        os.close(pidfd)
+
+
+def accepted_nodelay(server_pid: int, port: int) -> bool:
+    """Whether the server's side of a kept-alive connection has TCP_NODELAY on.
+
+    Opens a connection, has one request answered on it (so the server has accepted it), then
+    finds the accepted socket in the server's processes (the one whose peer is this client) and
+    reads its option (issue 45: without it every later request on the connection waited ~40 ms).
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: keep-alive\r\n\r\n")
+        assert client.recv(65536).startswith(b"HTTP/1.1 ")
+        me = client.getsockname()
+        server = psutil.Process(server_pid)
+        for proc in [server, *server.children(recursive=True)]:
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.raddr and tuple(conn.raddr) == me and conn.fd >= 0:
+                    mine = _dup_from(proc.pid, conn.fd)
+                    if mine is None:
+                        continue
+                    with socket.socket(fileno=mine) as accepted:
+                        return bool(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    raise AssertionError(f"no process of server {server_pid} holds the connection from {me}")
+
+
 def _log(path: Path) -> str:
     return path.read_text(errors="replace")
 
@@ -127,10 +176,14 @@ def _restart_under_load(
     on until ``restarted(log text)`` and ``AFTER_S`` more; the clients and the server's pid."""
     env = {"KBFLOW_API_RATE_PER_MINUTE": "1000000", "KBFLOW_API_RATE_BURST": "1000000"}
     with launched(world["home"], log, env=env, args=args) as served:
+        port = int(served.base.rsplit(":", 1)[1])
+        assert accepted_nodelay(served.proc.pid, port), "Nagle's algorithm on: 40 ms a request"
         with Clients(served.base, world["token"]) as clients:
             _wait("first answers", lambda: clients.answered() >= 2 * CLIENTS, log)
             os.kill(served.proc.pid, signal.SIGHUP)
             _wait("the restart", lambda: restarted(_log(log)), log)
+            # the single process now serves on the socket it was handed (--fd); new workers
+            assert accepted_nodelay(served.proc.pid, port), "no TCP_NODELAY after the restart"
             seen = clients.answered()
             time.sleep(AFTER_S)
             _wait("answers after the restart", lambda: clients.answered() > seen + CLIENTS, log)
