@@ -87,6 +87,7 @@ class AuditAction(StrEnum):
     SOURCE_ADDED = "kb.source.added"
     SOURCE_UPDATED = "kb.source.updated"
     SOURCE_REMOVED = "kb.source.removed"
+    SOURCE_WITHDRAW_CONFIRMED = "kb.source.withdraw_confirmed"
     REVIEW_CODE_USED = "kb.review_code.used"
     REVIEW_CODE_REFUSED = "kb.review_code.refused"
 

@@ -45,6 +45,7 @@ from tasks.ingest.index import BatchReport, IngestTarget, WorkItem, plan_ingest
 from tasks.ingest.steps import extract_batch_task, extractors, index_batch_task, repair_task
 from tasks.sources import kind_module
 from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.guard import check_before_sync
 from tasks.sources.state import source_doc_key, sync_lock, take_out_item
 
 MAX_ERRORS_KEPT = 50
@@ -101,6 +102,8 @@ class _Sync:
             "failed": 0,
         }
         self.errors: list[dict[str, str]] = []
+        self.confirmed: dict[str, str] | None = None
+        self.held: dict[str, Any] | None = None
         self.staging = Path(settings.home) / "sources" / source.id / "staged"
 
     def run(self) -> dict[str, Any]:
@@ -113,6 +116,8 @@ class _Sync:
         }
         with open_registry(self.settings) as registry:
             before = dict(registry.get_source(self.source.id).last_sync or {})
+            # A confirmation to withdraw past the deletion-storm bound: used by this sync only.
+            self.confirmed = before.pop("withdraw_confirmed", None)
             if before.get("outcome") == "running":  # a killed sync's: keep what it kept
                 before = dict(before.get("previous") or {})
             # While it runs, the last sync that finished stays readable (`sources show`,
@@ -153,6 +158,8 @@ class _Sync:
             "errors": self.errors[:MAX_ERRORS_KEPT],
             "error": listing_error,
         }
+        if self.held is not None:
+            summary["withdraw_held"] = self.held
         with open_registry(self.settings) as registry:
             registry.set_last_sync(self.source.id, summary)
         _artifact(self.source, summary)
@@ -173,6 +180,7 @@ class _Sync:
             max_items=source.max_items,
             max_item_bytes=source.max_item_bytes,
         )
+        check_before_sync(self.settings, source.org_id, source.config)  # the operator's env list
         conn = kind_module(source.kind).connector(source.config, limits, settings=self.settings)
         # Gone and failed items get no prior: they are read again (and a returning item is
         # ingested again even when its version token did not change).
@@ -329,6 +337,22 @@ class _Sync:
                 "before: nothing was withdrawn. Check its url and credentials; to take its "
                 "documents out of service, `kbflow sources remove NAME --withdraw`."
             )
+        live = sum(1 for st in states.values() if st.state != "gone")
+        bound = self.settings.sources.sources_max_withdraw_ratio
+        if len(gone) >= 2 and len(gone) > bound * live and self.confirmed is None:
+            # A deletion storm (1 of 10 files left, say) is far likelier a mistake at the
+            # source than a decision: nothing is withdrawn until the AM confirms.
+            self.held = {
+                "gone": len(gone),
+                "of": live,
+                "max_ratio": bound,
+                "message": f"{len(gone)} of the {live} items synced before are gone from "
+                f"source {self.source.name!r} (more than {bound:.0%}): none was withdrawn. If "
+                "they really were removed, run `kbflow sources sync "
+                f"{self.source.name} --confirm-withdraw` as its AM or a superadmin.",
+            }
+            self.log.warning("source %s: %s", self.source.name, self.held["message"])
+            return
         note = f"removed at source: source {self.source.name!r} no longer has this item"
         with open_registry(self.settings) as registry:
 

@@ -229,6 +229,8 @@ def sources_show(
         lines.append("  counts      " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if last.get("error"):
         lines.append(f"  error       {escape(str(last['error']))}")
+    if last.get("withdraw_held"):
+        lines.append(f"  [yellow]held[/yellow]        {escape(last['withdraw_held']['message'])}")
     for err in (last.get("errors") or [])[:20]:
         lines.append(f"  [red]failed[/red]      {escape(err['key'])}: {escape(err['error'])}")
     for line in lines:
@@ -324,12 +326,23 @@ def sources_sync(
     org: MaybeOrgOpt = None,
     as_json: JsonOpt = False,
     actor: OrgAdminOpt = None,
+    confirm_withdraw: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-withdraw",
+            help="Withdraw the items gone from the source even when more than "
+            "KBFLOW_SOURCES_MAX_WITHDRAW_RATIO of them are (a sync holds such a deletion storm "
+            "back until you confirm; audited).",
+        ),
+    ] = False,
 ) -> None:
     """Sync a source now: new and changed items are ingested as new versions, unchanged ones
-    skipped, items gone from the source withdrawn. A failing item is reported and the rest
-    syncs. Exits 1 when an item failed or the source could not be listed."""
+    skipped, items gone from the source withdrawn (past KBFLOW_SOURCES_MAX_WITHDRAW_RATIO of
+    them, none until --confirm-withdraw). A failing item is reported and the rest syncs. Exits
+    1 when an item failed or the source could not be listed."""
     with _sync_progress(not as_json and err_console.is_terminal) as listener:
-        summary = source_runs.sync(settings, name, org, actor=actor, progress=listener)
+        summary = source_runs.sync(settings, name, org, actor=actor, progress=listener,
+                                   confirm_withdraw=confirm_withdraw)  # fmt: skip
     if as_json:
         print_json(summary)
     else:
@@ -340,6 +353,10 @@ def sources_sync(
         )  # fmt: skip
         for err in summary["errors"][:20]:
             console.print(f"[red]failed[/red] {escape(err['key'])}: {escape(err['error'])}")
+        if summary.get("withdraw_held"):
+            err_console.print(
+                f"[yellow]held[/yellow] {escape(summary['withdraw_held']['message'])}"
+            )
     if summary["counts"]["failed"]:
         raise typer.Exit(1)
 

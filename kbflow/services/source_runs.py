@@ -27,9 +27,11 @@ def sync(
     *,
     actor: str | None,
     progress: Callable[[str, int, int | None], None] | None = None,
+    confirm_withdraw: bool = False,
 ) -> dict[str, Any]:
     """Sync one source now, as the ``source-sync`` flow (this process's Prefect run); returns
-    its summary.
+    its summary. ``confirm_withdraw``: the actor confirms (audited) that this sync may withdraw
+    more of the source's items than the deletion-storm bound allows.
 
     Raises:
         SourceError: the source could not be listed (its summary is kept: `sources show`).
@@ -42,7 +44,9 @@ def sync(
 
     with open_registry(settings) as registry:
         source = resolve(registry, ref, org)
-        authorize_change(registry, actor, f"sync source {source.name!r}", source.org_id)
+        admin = authorize_change(registry, actor, f"sync source {source.name!r}", source.org_id)
+        if confirm_withdraw:
+            registry.confirm_source_withdrawal(source.id, actor=admin)
     with prefect_starting():
         pass  # the embedder loads at the first changed item: an unchanged sync never needs it
     with tracked(settings.home, source_sync) as flow:

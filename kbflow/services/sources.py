@@ -2,10 +2,13 @@
 them (docs/SOURCES.md); syncing and scheduling, which run Prefect, are `source_runs`'.
 
 Adding, changing, removing and syncing a source is the org's account manager's or a
-superadmin's (`tasks.review.access.authorize_org_admin`, audited, a refusal too); a local
-folder is a superadmin's only, since it reads this machine's files. A source's config is
-checked by its kind (`tasks.sources`) and never holds a secret: credentials come from the
-environment.
+superadmin's (`tasks.review.access.authorize_org_admin`, audited, a refusal too); what reaches
+this machine or a server of the source's choosing — a local folder, a file-backed SQL
+database, a custom S3 endpoint — is a superadmin's only (`tasks.sources.guard`). A source's
+config is checked by its kind (`tasks.sources`) and never holds a secret: credentials come
+from the environment, from the variables the operator allows the org
+(``KBFLOW_SOURCES_SECRET_ENV``; a refusal is audited too), and a SQL source never reads
+kbflow's own stores.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ def _checked_common(**fields: Any) -> dict[str, Any]:
                     f"status {value!r}: a source's documents enter as approved (a trusted "
                     "source) or pending_review (an AM approves each)"
                 )
+        elif name == "audience" and value:
+            from core import ids
+
+            value = ids.audience(value)  # the rule agents' and uploads' audiences follow
         elif name in ("include", "exclude"):
             value = [p for p in (value or []) if p and p.strip()]
         elif name in ("max_items", "max_item_bytes"):
@@ -119,12 +126,43 @@ def authorize_change(
     return authorize_org_admin(registry, actor, what, org, superadmin_only=local)
 
 
-def _is_local(kind: str, config: Mapping[str, Any]) -> bool:
-    if kind != "filesystem":
-        return False
-    from tasks.sources.filesystem import is_local
+def _authorize_config(
+    settings: Settings,
+    registry: SqlRegistry,
+    actor: str | None,
+    what: str,
+    org: str,
+    kind: str,
+    config: Mapping[str, Any],
+    *,
+    check_envs: bool = True,
+) -> str:
+    """`authorize_change` for a source with this config: a superadmin's only when it reaches
+    this machine or a server of its choosing; then, for whoever may, the environment variables
+    it names must be the operator's for ``org`` (``check_envs``) and a SQL database file must
+    lie outside kbflow's stores. Each refusal is audited and changes nothing."""
+    from core.errors import Forbidden
+    from tasks.sources.guard import check_outside_home, check_secret_envs, superadmin_reason
 
-    return is_local(config)
+    reason = superadmin_reason(kind, config)
+    admin = authorize_change(registry, actor, what + (f" ({reason})" if reason else ""), org,
+                             local=reason is not None)  # fmt: skip
+    registry.get_org(org)  # a superadmin is told the org does not exist
+    try:
+        if check_envs:
+            check_secret_envs(settings, org, config)
+        if kind == "sql" and config.get("url"):
+            from sqlalchemy.engine import make_url
+
+            from tasks.sources.sql import database_file
+
+            local = database_file(make_url(str(config["url"])))
+            if local:
+                check_outside_home(settings, local)
+    except (Forbidden, ConfigError) as exc:
+        registry.record_denied(admin, what, org_id=org, reason=str(exc))
+        raise
+    return admin
 
 
 def add_source(
@@ -135,8 +173,8 @@ def add_source(
 
     _check_name(name)
     with open_registry(settings) as registry:
-        admin = authorize_change(registry, actor, f"add source {name!r} to org {org!r}", org,
-                           local=_is_local(fields["kind"], fields["config"]))  # fmt: skip
+        admin = _authorize_config(settings, registry, actor, f"add source {name!r} to org {org!r}",
+                                  org, fields["kind"], fields["config"])  # fmt: skip
         registry.get_org(org)
         return registry.create_source(org, name, fields, actor=admin)
 
@@ -239,8 +277,9 @@ def update_source(
         if not checked:
             raise ConfigError("nothing to change: give at least one option")
         config = checked.get("config", source.config)
-        admin = authorize_change(registry, actor, f"change source {source.name!r}", source.org_id,
-                           local=_is_local(source.kind, config))  # fmt: skip
+        admin = _authorize_config(settings, registry, actor, f"change source {source.name!r}",
+                                  source.org_id, source.kind, config,
+                                  check_envs="config" in checked)  # fmt: skip
         return registry.update_source(source.id, checked, actor=admin)
 
 

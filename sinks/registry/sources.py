@@ -213,6 +213,20 @@ class SourcesMixin(RegistryBase):
                 update(SourceRow).where(SourceRow.id == source_id).values(last_sync=dict(summary))
             )
 
+    def confirm_source_withdrawal(self, source_id: str, *, actor: str) -> None:
+        """Let the next sync of a source withdraw more of its items than the deletion-storm
+        bound allows (kept on its last sync, used once; audited)."""
+        source = self.get_source(source_id)
+        confirmed = {"by": actor, "at": utcnow().isoformat()}
+        with self.session() as s, s.begin():
+            s.execute(
+                update(SourceRow)
+                .where(SourceRow.id == source_id)
+                .values(last_sync={**(source.last_sync or {}), "withdraw_confirmed": confirmed})
+            )
+            s.add(admin_audit(actor, AuditAction.SOURCE_WITHDRAW_CONFIRMED, source.org_id,
+                              None, {"source": source.name, **confirmed}))  # fmt: skip
+
     def source_items(self, source_id: str) -> dict[str, ItemState]:
         query = select(SourceItemRow).where(SourceItemRow.source_id == source_id)
         with self.session() as s:

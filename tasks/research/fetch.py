@@ -181,6 +181,21 @@ class FetchError(KbflowError, RuntimeError):
         self.transient = transient
 
 
+class RedirectRefused(UnsafeUrl):
+    """A redirect the caller's ``follow`` refused (e.g. to another site): nothing was sent to
+    its target.
+
+    Attributes:
+        url: The hop that answered with the redirect.
+        target: Where it pointed.
+    """
+
+    def __init__(self, message: str, *, url: str, target: str) -> None:
+        super().__init__(message)
+        self.url = url
+        self.target = target
+
+
 @dataclass(frozen=True)
 class FetchResult:
     """One fetched page: where it ended up, what it said and how it got there.
@@ -322,6 +337,7 @@ def safe_get(
     user_agent: str = DEFAULT_USER_AGENT,
     headers: Mapping[str, str] | None = None,
     allow_loopback: bool = False,
+    follow: Callable[[str], bool] | None = None,
 ) -> FetchResult:
     """GET a public URL: checked, pinned to the checked address, bounded in bytes, time and hops.
 
@@ -341,13 +357,16 @@ def safe_get(
             ``Accept-Encoding``, ``Content-Length`` and ``Transfer-Encoding`` are refused: they
             would undo the pinning or the byte cap.
         allow_loopback: As for `check_url`, on every hop.
+        follow: Whether a redirect to a URL may be followed (a synced website: same site
+            only); a refused one raises `RedirectRefused` before anything is sent to it.
 
     Returns:
         The page and how it was reached. When ``headers`` hold a conditional header and the
         server answers 304 Not Modified, a result with ``status_code`` 304 and no body.
 
     Raises:
-        UnsafeUrl: The URL, or a redirect hop, breaks a `check_url` rule.
+        UnsafeUrl: The URL, or a redirect hop, breaks a `check_url` rule (`RedirectRefused`:
+            ``follow`` refused a hop).
         FetchError: Offline or unreachable, timed out, too many redirects, or a non-2xx answer
             (``status_code`` is set for the latter; a 304 to an unconditional request is one).
         ConfigError: A limit is not positive, or ``headers`` name a protected header.
@@ -375,6 +394,14 @@ def safe_get(
                 f"redirect {len(redirects)} from {previous!r} to {current!r} "
                 f"(Location: {location!r}) is blocked: {exc}"
             ) from exc
+        if redirects and follow is not None and not follow(current):
+            # After the guard's own check, so that an unsafe hop is still said to be unsafe.
+            raise RedirectRefused(
+                f"{previous!r} redirects to {current!r}, which this fetch may not follow "
+                "(another site); nothing was sent there",
+                url=previous,
+                target=current,
+            )
         with _hop_transport(transport) as hop:
             response = _send_pinned(hop, current, addresses, request_headers, deadline, timeout_s)
             try:

@@ -8,6 +8,12 @@ Config: ``url`` (``/srv/share/policies``, ``file:///srv/share``, ``s3://bucket/p
 ``AWS_ENDPOINT_URL``) from the environment; GCS and Azure use dlt's own configuration
 (``SOURCES__FILESYSTEM__CREDENTIALS__…`` variables, or ``.dlt/secrets.toml``).
 
+A custom ``endpoint_url`` is a superadmin's only (`tasks.sources.guard`): it points a signed
+request at a server of the source's choosing. It passes the SSRF guard of research
+(`tasks.research.fetch`) by its shape when stored and by the addresses its host resolves to at
+every sync: no private, link-local, metadata or loopback address (loopback only with the
+test-only ``sources_test_allow_loopback``).
+
 An item's version is its ETag where the store gives one (S3, GCS, Azure), else its
 modification time and size, as the listing gives them: an unchanged re-sync lists the source
 and reads no file. Symbolic links in a local folder are not followed.
@@ -73,9 +79,18 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
             f"{', '.join(s + '://' for s in REMOTE_SCHEMES)}"
         )
     if config.get("endpoint_url"):
-        endpoint = str(config["endpoint_url"])
+        endpoint = str(config["endpoint_url"]).strip()
         if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
             raise ConfigError(f"endpoint_url {endpoint!r} must be an http(s) URL")
+        from core.errors import UnsafeUrl
+        from tasks.research.fetch import check_url_shape
+
+        try:
+            # Loopback passes here (a test server); the sync refuses it unless the test setting
+            # allows it, and checks what the name resolves to.
+            check_url_shape(endpoint, allow_loopback=True)
+        except UnsafeUrl as exc:
+            raise ConfigError(f"endpoint_url: {exc}") from exc
         out["endpoint_url"] = endpoint
     return out
 
@@ -83,15 +98,20 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def connector(
     config: Mapping[str, Any], limits: Limits, *, settings: Settings
 ) -> FilesystemConnector:
-    return FilesystemConnector(dict(config), limits)
+    return FilesystemConnector(
+        dict(config), limits, allow_loopback=settings.sources.sources_test_allow_loopback
+    )
 
 
 class FilesystemConnector:
     """Lists the folder or bucket with dlt's filesystem source; reads only what changed."""
 
-    def __init__(self, config: dict[str, Any], limits: Limits) -> None:
+    def __init__(
+        self, config: dict[str, Any], limits: Limits, *, allow_loopback: bool = False
+    ) -> None:
         self.config = config
         self.limits = limits
+        self.allow_loopback = allow_loopback
         self.complete = False
 
     def items(self, prior: Mapping[str, Prior]) -> Iterator[Item]:
@@ -139,7 +159,26 @@ class FilesystemConnector:
     def _listing(self) -> Iterator[Any]:
         if self.config["url"].startswith("file://"):
             return _local_listing(self.config["url"], self.config["glob"])
+        if self.config.get("endpoint_url"):
+            _check_endpoint(str(self.config["endpoint_url"]), allow_loopback=self.allow_loopback)
         return _remote_listing(self.config)
+
+
+def _check_endpoint(endpoint: str, *, allow_loopback: bool) -> None:
+    """The SSRF guard on a custom endpoint, by the addresses its host resolves to now.
+
+    Raises:
+        SourceError: the guard refuses it, or its name does not resolve (nothing was sent).
+    """
+    from core.errors import UnsafeUrl
+    from tasks.research.fetch import FetchError, check_url
+
+    try:
+        check_url(endpoint, allow_loopback=allow_loopback)
+    except UnsafeUrl as exc:
+        raise SourceError(f"endpoint_url {endpoint} is refused by the SSRF guard: {exc}") from exc
+    except FetchError as exc:
+        raise SourceError(f"endpoint_url {endpoint} cannot be reached: {exc}") from exc
 
 
 def _aws_credentials(config: Mapping[str, Any]) -> Any:

@@ -16,10 +16,13 @@ Config (checked by `check_config`), shaped like a dlt ``rest_api`` source with o
     template: "# {title}\\n\\n{body}"   # optional Markdown template (`tasks.sources.template`)
     version_field: updated_at    # optional: a record whose value is as last synced is unchanged
 
-Auth kinds: ``bearer`` (``token_env``), ``api_key`` (``key_env``, ``name``; sent as a header)
-and ``http_basic`` (``username``, ``password_env``). A secret written into the config itself
-(``token``, ``password``, ``api_key``...) is refused: only environment variable names are
-stored.
+Auth kinds: ``bearer`` (``token_env``), ``api_key`` (``key_env``, ``name``; sent as a header,
+or as a query parameter with ``location: query``) and ``http_basic`` (``username``,
+``password_env``). A secret written into the config itself (``token``, ``password``,
+``api_key``...) is refused, and so is a query parameter whose name says it holds one
+(``?api_key=``, ``token``, ``sig``...) in ``resource.params``, ``client.base_url`` or
+``resource.path`` (`tasks.sources.guard.looks_secret`): only environment variable names are
+stored, and only those the operator allows the org (``KBFLOW_SOURCES_SECRET_ENV``).
 
 The pages are walked with dlt's `RESTClient` and its paginators. Before any request the base
 URL passes kbflow's SSRF guard (`tasks.research.fetch.check_url`; loopback only with the test
@@ -50,6 +53,7 @@ from core.errors import ConfigError
 from core.settings import Settings
 from tasks.research.fetch import FetchError, UnsafeUrl, check_url
 from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.guard import looks_secret, secret_params
 from tasks.sources.sql import safe_name
 from tasks.sources.template import check_template, lookup, record_item, text
 
@@ -60,7 +64,7 @@ CLIENT_KEYS = ("base_url", "paginator", "auth")
 RESOURCE_KEYS = ("path", "params", "data_selector")
 AUTH_KEYS: dict[str, tuple[str, ...]] = {
     "bearer": ("token_env",),
-    "api_key": ("key_env", "name"),
+    "api_key": ("key_env", "name", "location"),
     "http_basic": ("username", "password_env"),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -124,6 +128,13 @@ def _check_auth(auth: Any) -> dict[str, Any]:
                     f"rest source: client.auth.{name} must be the NAME of an environment "
                     "variable (letters, digits, _) holding the secret"
                 )
+        elif name == "location":
+            if value is None:
+                continue  # a header, dlt's default
+            if value not in ("header", "query"):
+                raise ConfigError(
+                    "rest source: client.auth.location must be header (the default) or query"
+                )
         elif name == "name":
             value = "Authorization" if value is None else value
             if not isinstance(value, str) or not re.fullmatch(
@@ -167,7 +178,19 @@ def _check_base_url(value: Any) -> str:
         )
     if parts.fragment:
         raise ConfigError("rest source: client.base_url may not have a #fragment")
+    _refuse_secret_params("client.base_url's query", secret_params(value))
     return value
+
+
+def _refuse_secret_params(where: str, names: list[str]) -> None:
+    if names:
+        raise ConfigError(
+            f"rest source: {where} holds {', '.join(names)}, which looks like a secret; a "
+            "source's config is stored and shown, so secrets never go in it: put the secret in "
+            "an environment variable and use client.auth (bearer with token_env, api_key with "
+            "key_env, name and location: query for a query parameter, http_basic with "
+            "password_env)"
+        )
 
 
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,6 +216,8 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in params.items()
     ):
         raise ConfigError("rest source: resource.params must map names to plain values")
+    _refuse_secret_params("resource.params", sorted(k for k in params if looks_secret(k)))
+    _refuse_secret_params("resource.path's query", secret_params(path))
     selector = resource.get("data_selector")
     if selector is not None and (not isinstance(selector, str) or not selector.strip()):
         raise ConfigError("rest source: resource.data_selector must be a JSONPath string")
@@ -233,7 +258,7 @@ def _auth(spec: Mapping[str, Any] | None) -> AuthBase | None:
         return BearerTokenAuth(token=_secret(spec["token_env"], "client.auth.token_env"))
     if spec["type"] == "api_key":
         key = _secret(spec["key_env"], "client.auth.key_env")
-        return APIKeyAuth(name=spec["name"], api_key=key, location="header")
+        return APIKeyAuth(name=spec["name"], api_key=key, location=spec.get("location", "header"))
     password = _secret(spec["password_env"], "client.auth.password_env")
     return HttpBasicAuth(username=spec["username"], password=password)
 

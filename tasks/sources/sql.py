@@ -23,6 +23,11 @@ conservative, not a sandbox: give the source a database user that can only read.
 Connecting to PostgreSQL (psycopg) gives up after ``sources_fetch_timeout_s`` unless the URL
 sets its own ``connect_timeout``; a SQLite URL must name an existing file.
 
+A ``url`` that reaches this machine (SQLite, DuckDB, any dialect that is not a network server,
+a server's Unix socket: `is_file_backed`) is a superadmin's only (`tasks.sources.guard`), and no
+database file may lie in kbflow's home or its stores (the registry, the vectors, the
+warehouse), whoever added the source: checked when it is added and again at every sync.
+
 Rows are read with a streaming cursor (``stream_results``, a bounded row buffer), so a large
 table is never loaded whole. Every sync reads every row (the version column saves the rendering
 and the ingest, not the read): that is how a deleted row is noticed.
@@ -45,6 +50,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, NoSuchTableError, S
 from core.errors import ConfigError
 from core.settings import Settings
 from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.guard import NETWORK_BACKENDS, check_outside_home
 from tasks.sources.template import check_template, record_item, text
 
 log = logging.getLogger(__name__)
@@ -181,6 +187,14 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def database_file(url: URL) -> str | None:
+    """The local file a file-backed URL opens (SQLite, DuckDB), or None (a server, memory)."""
+    if url.get_backend_name() in NETWORK_BACKENDS:
+        return None
+    database = (url.database or "").removeprefix("file:").split("?", 1)[0]
+    return None if database in ("", ":memory:") else database
+
+
 def _secret_params(url: URL) -> list[str]:
     """The URL's query parameters that look like secrets (``?sslpassword=``, ``?token=``)."""
     return [name for name in url.query if _SECRET_PARAM.search(name)]
@@ -233,8 +247,10 @@ class SqlConnector:
         *,
         env: str | None,
         timeout_s: float = 20.0,
+        settings: Settings | None = None,
     ) -> None:
         self.config = dict(config)
+        self.settings = settings
         self.timeout_s = timeout_s
         self.limits = limits
         self.url = url
@@ -249,6 +265,12 @@ class SqlConnector:
 
     def _engine(self) -> Engine:
         url = self.url
+        local = database_file(url)
+        if local and self.settings is not None:
+            try:
+                check_outside_home(self.settings, local)
+            except ConfigError as exc:
+                raise SourceError(str(exc)) from exc
         if url.get_backend_name() == "sqlite":
             path = url.database or ""
             on_disk = path and path != ":memory:" and not path.startswith("file:")
@@ -412,5 +434,6 @@ def connector(config: Mapping[str, Any], limits: Limits, *, settings: Settings) 
             "(dialect+driver://user:password@host/db); its value is not shown"
         ) from exc
     return SqlConnector(
-        checked, limits, url, env=env, timeout_s=settings.sources.sources_fetch_timeout_s
-    )
+        checked, limits, url, env=env, timeout_s=settings.sources.sources_fetch_timeout_s,
+        settings=settings,
+    )  # fmt: skip

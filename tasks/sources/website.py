@@ -9,8 +9,9 @@ followed from the start URL, default 5), ``user_agent`` and ``trust_lastmod`` (d
 
 Every request goes through the research SSRF guard (`tasks.research.fetch.safe_get`): public
 addresses only, pinned, bounded in bytes and time (``sources_fetch_timeout_s``). Only pages on the
-sitemap's or start URL's own site (scheme, host and port) are taken; robots.txt is honoured, and a
-page it disallows is neither fetched nor listed, so the sync withdraws it.
+sitemap's or start URL's own site (scheme, host and port) are taken, and a redirect to another
+site is not followed (``safe_get``'s ``follow``: nothing is sent there); robots.txt is honoured,
+and a page it disallows is neither fetched nor listed, so the sync withdraws it.
 
 A page the sitemap dates (``<lastmod>``) as it was when last synced is unchanged without a
 request (``trust_lastmod: false`` asks the site anyway). Other unchanged pages cost one
@@ -44,8 +45,15 @@ import httpx
 
 from core.errors import ConfigError, UnsafeUrl
 from core.settings import Settings
-from tasks.research.fetch import FetchError, FetchResult, check_url_shape, safe_get
+from tasks.research.fetch import (
+    FetchError,
+    FetchResult,
+    RedirectRefused,
+    check_url_shape,
+    safe_get,
+)
 from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
+from tasks.sources.guard import secret_params
 
 try:  # Refuses entity expansion and external DTDs; a dependency of docling-core and fpdf2.
     from defusedxml.ElementTree import fromstring as _xml_fromstring
@@ -408,6 +416,13 @@ class WebsiteConnector:
                 return _Page(None, failed=True)
             failed = Item(key=url, uri=url, name=fallback_name, error=str(exc), meta=old)
             return _Page(failed, old_links, failed=True)
+        except RedirectRefused as exc:
+            logger.info(
+                "website %s: %s redirects off-site to %s; not followed", self._start, url,
+                exc.target,
+            )  # fmt: skip
+            self._tally.off_site += 1
+            return _Page(None, failed=True, final_url=exc.target)
         except UnsafeUrl as exc:
             # The last links known keep a crawl going past a page that failed just now.
             failed = Item(key=url, uri=url, name=fallback_name, error=str(exc), meta=old)
@@ -478,6 +493,7 @@ class WebsiteConnector:
             user_agent=self._agent,
             headers=headers,
             allow_loopback=self._allow_loopback,
+            follow=self._same_site,  # same site only: nothing is sent to another host
         )
 
     # -- robots.txt and sitemaps ---------------------------------------------------------------
@@ -652,6 +668,12 @@ def _config_url(key: str, value: Any) -> str:
         check_url_shape(url, allow_loopback=True)
     except UnsafeUrl as exc:
         raise ConfigError(f"{key}: {exc}") from exc
+    secrets = secret_params(url)
+    if secrets:
+        raise ConfigError(
+            f"{key}'s query holds {', '.join(secrets)}, which looks like a secret; a source's "
+            "config is stored and shown, so it never holds one: sync a public page instead"
+        )
     return url
 
 

@@ -32,6 +32,11 @@ from tests.conftest import ON_POSTGRES, _reset, _worker_database_url, free_port
 KINDS = ("folder", "s3", "website", "rest", "sql")
 TOKEN_ENV = "KBFLOW_TEST_REST_TOKEN"
 SQL_URL_ENV = "KBFLOW_TEST_SOURCE_SQL_URL"
+SYNC_ORG = "syncco"
+"""The org the sync tests add their sources to: the one the operator's list
+(``KBFLOW_SOURCES_SECRET_ENV``) lets name ``TOKEN_ENV`` and ``SQL_URL_ENV``."""
+LOOPBACK = {"KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK": "1"}
+SECRET_ENV = "KBFLOW_SOURCES_SECRET_ENV"
 
 
 @dataclass
@@ -107,7 +112,7 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kind]:
             lambda k, data: client.put_object(Bucket="kbdocs", Key=f"docs/{k}", Body=data),
             lambda k: client.delete_object(Bucket="kbdocs", Key=f"docs/{k}"),
             reads,
-            env=creds,
+            env=creds | LOOPBACK,  # the endpoint passes the SSRF guard at each sync
         )
     finally:
         proc.terminate()
@@ -192,7 +197,7 @@ def website() -> Iterator[Kind]:
             put,
             delete,
             lambda: site.bodies,
-            env={"KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK": "1"},
+            env=LOOPBACK,
         )
 
 
@@ -249,7 +254,7 @@ def rest(monkeypatch: pytest.MonkeyPatch) -> Iterator[Kind]:
             },
             put,
             delete,
-            env={"KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK": "1", TOKEN_ENV: "rest-test-token"},
+            env=LOOPBACK | {TOKEN_ENV: "rest-test-token", SECRET_ENV: f"{SYNC_ORG}:{TOKEN_ENV}"},
         )
 
 
@@ -288,7 +293,7 @@ def sql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kind]:
              "version_column": "rev"},
             put,
             delete,
-            env={SQL_URL_ENV: url},
+            env={SQL_URL_ENV: url, SECRET_ENV: f"{SYNC_ORG}:{SQL_URL_ENV}"},
         )  # fmt: skip
     finally:
         engine.dispose()

@@ -32,7 +32,7 @@ from tests.flows.source_servers import KINDS, Kind
 
 pytestmark = pytest.mark.integration
 
-ORG = "syncco"
+ORG = servers.SYNC_ORG
 ROOT = "root"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,8 @@ def _kind(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 def _add(settings: Settings, kind: Kind, status: str = "approved") -> str:
     fields = service.source_fields(kind.kind, kind.config, collection="policies", status=status,
                                    max_item_bytes=10_000)  # fmt: skip
-    service.add_source(settings, ORG, kind.name, fields, actor=ROOT)
+    # The kind's environment (the operator's list of its variables) is read as a sync reads it.
+    service.add_source(Settings(home=settings.home), ORG, kind.name, fields, actor=ROOT)
     return kind.name
 
 
@@ -331,8 +332,13 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     (share / "travel.md").unlink()
     (share / "parking.md").unlink()
     (share / "new.md").write_text(SECURITY)
+    held = _sync(settings, "drafts")  # 2 of 2 gone at once: held until the AM confirms
+    assert held["counts"]["withdrawn"] == 0 and held["withdraw_held"]["gone"] == 2
+    assert "parking.md" in _found(settings, "where do visitors park")
+    registry.confirm_source_withdrawal(service.resolve_source(settings, "drafts", ORG).id,
+                                       actor=ROOT)  # fmt: skip
     summary = _sync(settings, "drafts")
-    assert summary["counts"]["withdrawn"] == 2
+    assert summary["counts"]["withdrawn"] == 2 and "withdraw_held" not in summary
     live = _live(registry)
     assert live["travel.md"][0] == "rejected"
     # Both versions of the parking policy leave: the approved one and its pending change.
@@ -342,6 +348,45 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     assert parking_versions == [(1, "withdrawn"), (2, "rejected")]
     assert _found(settings, "where do visitors park") == set()
     assert _found(settings, "badges worn inside the building") == set()  # new.md: a draft
+
+
+def test_a_deletion_storm_is_held_until_the_am_confirms(
+    settings: Settings, registry: SqlRegistry, tmp_path: Path, prefect_harness: None
+) -> None:
+    """Issue 41 #14: with 1 of 10 files left, a sync withdrew 9 approved documents at once (on
+    ad21d18). Now it withdraws none, says so in its summary and `sources show`, and the next
+    sync withdraws them once the org's AM confirms (audited); one file gone is withdrawn as
+    before."""
+    from kbflow.services import source_runs
+
+    share = tmp_path / "storm"
+    share.mkdir()
+    for k in range(10):
+        (share / f"policy-{k}.md").write_text(f"# Policy {k}\n\nRule number {k} applies.\n")
+    service.add_source(settings, ORG, "storm", service.source_fields(
+        "filesystem", {"url": str(share)}, collection="c", status="approved",
+    ), actor=ROOT)  # fmt: skip
+    assert _sync(settings, "storm")["counts"]["new"] == 10
+    (share / "policy-9.md").unlink()
+    assert _sync(settings, "storm")["counts"]["withdrawn"] == 1  # one at a time: as before
+    for k in range(1, 9):
+        (share / f"policy-{k}.md").unlink()
+    held = _sync(settings, "storm")
+    assert held["counts"]["withdrawn"] == 0
+    assert held["withdraw_held"]["gone"] == 8 and held["withdraw_held"]["of"] == 9
+    assert "--confirm-withdraw" in held["withdraw_held"]["message"]
+    assert {v[0] for k, v in _live(registry).items() if k.startswith("policy-")
+            and k != "policy-9.md"} == {"approved"}  # fmt: skip
+    shown = service.get_source(settings, "storm", ORG)
+    assert shown["last_sync"]["withdraw_held"]["gone"] == 8
+    again = _sync(settings, "storm")  # not confirmed: still held
+    assert again["counts"]["withdrawn"] == 0 and again["withdraw_held"]["gone"] == 8
+    confirmed = source_runs.sync(settings, "storm", ORG, actor=ROOT, confirm_withdraw=True)
+    assert confirmed["counts"]["withdrawn"] == 8 and "withdraw_held" not in confirmed
+    live = _live(registry)
+    assert [live[f"policy-{k}.md"][0] for k in range(10)] == ["approved"] + ["withdrawn"] * 9
+    trail = [r.action for r in registry.audit_trail(ORG)]
+    assert "kb.source.withdraw_confirmed" in trail
 
 
 def test_an_empty_listing_withdraws_nothing(

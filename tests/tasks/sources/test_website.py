@@ -379,6 +379,17 @@ def test_an_off_site_redirect_is_not_taken(site: Site) -> None:
     assert site.url("d.html") in items
 
 
+def test_a_redirect_to_another_host_sends_nothing_there(site: Site) -> None:
+    # localhost is this same server under another name: what it logs is what was sent there.
+    site.redirects["/b.html"] = f"http://localhost:{site.port}/stolen?from=b"
+    site.redirects["/sitemap.xml"] = f"http://localhost:{site.port}/elsewhere.xml"
+    items, complete = walk({"start_url": site.base})
+    assert site.url("b.html") not in items and complete is True
+    with pytest.raises(SourceError, match="another site"):
+        walk({"sitemap": site.url("sitemap.xml")})
+    assert [p for p, _, _ in site.log if p in ("/stolen", "/elsewhere.xml")] == []
+
+
 def test_a_page_redirected_to_is_listed_once(site: Site) -> None:
     site.redirects["/b.html"] = "/d.html"  # b.html is crawled before c.html links to d.html
     items, complete = walk({"start_url": site.base})
