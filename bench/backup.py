@@ -62,7 +62,7 @@ def main() -> int:
     build_home(settings, corpus, args.docs, args.turns)
     built_s = time.perf_counter() - started
 
-    from kbflow.services.backup import backup
+    from kbflow.services.backup import KEY_FILE, backup, backup_key
     from kbflow.services.restore import restore, verify_backup
 
     first_at = time.perf_counter()
@@ -72,11 +72,11 @@ def main() -> int:
     second = backup(settings, work / "backups" / "second")
     second_s = time.perf_counter() - second_at
     verify_at = time.perf_counter()
-    verify_backup(Path(second.path))
+    verify_backup(Path(second.path), backup_key(settings))
     verify_s = time.perf_counter() - verify_at
     fresh = Settings(home=work / "restored")
     restore_at = time.perf_counter()
-    restored = restore(fresh, Path(second.path))
+    restored = restore(fresh, Path(second.path), key_file=settings.home / KEY_FILE)
     restore_s = time.perf_counter() - restore_at
 
     result: dict[str, Any] = {

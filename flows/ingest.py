@@ -28,6 +28,7 @@ from core.models import DocStatus
 from core.settings import Settings
 from flows.runners import ComputeRunner, compute_runner
 from sinks.connect import open_registry
+from tasks.ingest.drop import deployment_terms
 from tasks.ingest.index import BatchReport, IngestTarget, WorkItem, ingest_report
 from tasks.ingest.planned import take as take_planned
 from tasks.ingest.steps import (
@@ -40,6 +41,16 @@ from tasks.ingest.steps import (
     prepare_batch_task,
     repair_task,
 )
+
+
+def deployment_run() -> bool:
+    """Whether this run was started from a deployment (a subflow of a background job, or a
+    run of `kbflow ingest` in its own process, is not)."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    return run is not None and run.deployment_id is not None
 
 
 @flow(name="ingest")
@@ -72,6 +83,13 @@ def ingest(
     logger = get_run_logger()
     settings = Settings()
     started = time.perf_counter()
+    if deployment_run():  # its parameters are anyone's who reaches the Prefect API
+        asked = status
+        paths, status, actor = deployment_terms(settings, paths, status)
+        logger.info(
+            "a deployment run: reading only the drop folder; documents enter %s (asked: %s) "
+            "as %s", status.value, asked.value if asked else None, actor,
+        )  # fmt: skip
     with open_registry(settings) as registry:
         if job_id is not None:
             from prefect.runtime import flow_run

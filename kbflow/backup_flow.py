@@ -1,5 +1,11 @@
 """The ``backup`` flow: a scheduled `kbflow backup` of the worker's home, verified, with the
-oldest backups beyond ``keep`` removed (prefect.yaml's ``backup`` deployment, daily).
+oldest backups beyond the operator's ``KBFLOW_BACKUP_KEEP`` removed (prefect.yaml's ``backup``
+deployment, daily).
+
+It takes no parameters: anyone who can reach the Prefect API can start a deployment run, so a
+run may choose neither where the home is copied (``KBFLOW_BACKUP_DIR``, default
+``<home>/backups``, private: 0700/0600) nor how many backups are deleted (``KBFLOW_BACKUP_KEEP``).
+A run given a folder or a ``keep`` is refused by Prefect before it starts.
 
 It lives in the app, beside `kbflow.job_flow`, not in ``flows/``: it runs the app's backup
 service (`kbflow.services.backup`), and floors only import down (tests/test_layers.py). The
@@ -15,24 +21,25 @@ from prefect import flow, get_run_logger
 
 from core.settings import Settings
 from kbflow.services.backup import backup as back_up
-from kbflow.services.backup import prune_backups
+from kbflow.services.backup import backup_key, backups_dir, prune_backups
 from kbflow.services.restore import verify_backup
 
 
-@flow(name="backup")
-def backup(folder: str | None = None, keep: int = 14) -> dict[str, Any]:
-    """Back up the home into a new folder under ``folder`` (default ``<home>/backups``),
-    verify it, then remove the oldest finished backups there beyond the newest ``keep``.
+@flow(name="backup", validate_parameters=True)
+def backup() -> dict[str, Any]:
+    """Back up the home into a new folder under the configured backup folder
+    (``KBFLOW_BACKUP_DIR``, default ``<home>/backups``), verify it, then remove the oldest
+    finished backups there beyond the newest ``KBFLOW_BACKUP_KEEP`` (14).
 
     Unchanged files are hard-linked from the previous backup, so a daily run costs little when
     little changed. A run that fails leaves the earlier backups as they were.
     """
     log = get_run_logger()
     settings = Settings()
-    root = Path(folder) if folder else None
-    report = back_up(settings, None if root is None else root / _stamp())
-    verify_backup(Path(report.path))
-    removed = prune_backups(settings, root, keep=keep)
+    root = backups_dir(settings)
+    report = back_up(settings, root / _stamp())
+    verify_backup(Path(report.path), backup_key(settings))
+    removed = prune_backups(settings, root, keep=settings.stores.backup_keep)
     log.info(
         "backed up to %s in %.1f s: %d bytes (%d linked), verified; removed %d old backups",
         report.path,

@@ -249,8 +249,8 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     )
     prefect = [sys.executable, "-m", "prefect"]
     kbflow = [sys.executable, "-m", "kbflow.cli"]
-    doc = tmp_path / "incoming" / "leave-policy.md"
-    doc.parent.mkdir()
+    doc = home / "drop" / "incoming" / "leave-policy.md"  # the only folder it may read
+    doc.parent.mkdir(parents=True)
     doc.write_text("# Leave policy\n\nEvery employee gets 25 days of paid annual leave a year.\n")
     beir = _beir_folder(tmp_path)
     job_doc = tmp_path / "for-jobs" / "parking-policy.md"
@@ -287,7 +287,16 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     assert [(s["source"], s["cron"]) for s in scheduled] == [("share", "* * * * *")]
     sync_run = _scheduled_run(api, "source-sync/source-sync", scheduled[0])
 
-    ingest_run = _run_deployment(api, "ingest/ingest", {"paths": [str(doc)], "org": ORG})
+    # A deployment run's parameters are anyone's who reaches the Prefect API (issue 41 #5): it
+    # reads the drop folder only, and what it ingests waits for review whatever it asks.
+    ingest_run = _run_deployment(
+        api, "ingest/ingest", {"paths": ["incoming"], "org": ORG, "status": "approved"}
+    )
+    outside = tmp_path / "secret.md"
+    outside.write_text("# Root's notes\n\nThe vault code is 4711.\n")
+    escape_run = _run_deployment(
+        api, "ingest/ingest", {"paths": [str(outside), "../secret.md"], "org": ORG}
+    )
     eval_run = _run_deployment(
         api,
         "nightly-eval/nightly-eval",
@@ -314,10 +323,12 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     assert good_job.flow_run_id and bad_job.flow_run_id
     job_runs = [good_job.flow_run_id, bad_job.flow_run_id]
 
-    states = _wait_final(api, [ingest_run, eval_run, sync_run, *job_runs], processes)
+    states = _wait_final(api, [ingest_run, escape_run, eval_run, sync_run, *job_runs], processes)
 
     worker_log = processes.tail("worker")
     assert states[ingest_run]["type"] == "COMPLETED", f"{states[ingest_run]}\n{worker_log}"
+    assert states[escape_run]["type"] == "FAILED", f"{states[escape_run]}\n{worker_log}"
+    assert "reads only the drop folder" in (states[escape_run].get("message") or worker_log)
     assert states[eval_run]["type"] == "COMPLETED", f"{states[eval_run]}\n{worker_log}"
     assert states[sync_run]["type"] == "COMPLETED", f"{states[sync_run]}\n{worker_log}"
     synced = json.loads(_run([*kbflow, "sources", "show", "share", "--org", ORG, "--json"], env))
@@ -325,7 +336,7 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     assert synced["last_sync"]["flow_run_id"] == sync_run
     docs = json.loads(_run([*kbflow, "docs", "list", "--org", ORG, "--json"], env))
     assert sorted((d["uri"].rsplit("/", 1)[-1], d["status"], d["parse_status"]) for d in docs) == [
-        ("leave-policy.md", "approved", "ingested"),
+        ("leave-policy.md", "pending_review", "ingested"),
         ("parking-policy.md", "approved", "ingested"),
         ("visitor-parking.md", "approved", "ingested"),
     ]

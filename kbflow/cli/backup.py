@@ -29,6 +29,18 @@ group = typer.Typer(
 BackupDirArg = Annotated[
     Path, typer.Argument(help="A backup folder (see `kbflow backup list`).", show_default=False)
 ]
+RestoreActorOpt = Annotated[
+    str | None,
+    typer.Option("--as", help="Your user id: a superadmin of this home (needed with --org)."),
+]
+KeyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file",
+        help="The backup-key of the home that made the backup (default: this home's "
+        "<KBFLOW_HOME>/backup-key). Needed for a backup from another home or machine.",
+    ),
+]
 
 
 @group.callback()
@@ -77,11 +89,14 @@ def backup_home(
 
 @group.command("verify")
 @command
-def backup_verify(settings: Settings, path: BackupDirArg, as_json: JsonOpt = False) -> None:
-    """Check a backup without restoring it: every file's bytes and sha256, and the counts its
-    copies hold, against its manifest. Exits 1 naming the part that differs, or when the
-    folder has no manifest (an unfinished backup)."""
-    report = restores.verify_backup(path)
+def backup_verify(
+    settings: Settings, path: BackupDirArg, key_file: KeyFileOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Check a backup without restoring it: its manifest's signature (this home's backup-key,
+    or --key-file), every file's bytes and sha256, and the counts its copies hold, against its
+    manifest. Exits 1 naming what differs: a missing or bad signature, a part, a link, or no
+    manifest (an unfinished backup)."""
+    report = restores.verify_backup(path, restores.restore_key(settings, key_file))
     if as_json:
         print_json(report)
         return
@@ -121,12 +136,18 @@ def backup_list(
 @commands.command("restore")
 @command
 def restore(
-    settings: Settings, path: BackupDirArg, org: MaybeOrgOpt = None, as_json: JsonOpt = False
+    settings: Settings,
+    path: BackupDirArg,
+    org: MaybeOrgOpt = None,
+    actor: RestoreActorOpt = None,
+    key_file: KeyFileOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Restore a backup (verified first) into an EMPTY home, or with --org one org of it into
-    a home that has no such org. A home that is not empty is refused, and nothing is changed.
+    """Restore a backup (verified first, its signature too) into an EMPTY home, or with --org
+    one org of it into a home that has no such org (--as a superadmin of this home). A home
+    that is not empty is refused, and nothing is changed.
     """
-    report = restores.restore(settings, path, org=org)
+    report = restores.restore(settings, path, org=org, actor=actor, key_file=key_file)
     if as_json:
         print_json(report)
         return

@@ -10,21 +10,40 @@
 - **restore --org ORG** (`kbflow.services.restore_org`) adds one org of a backup to a home
   that has no org of that name.
 
+What a backup says is trusted only once proven: its manifest must carry an HMAC made with the
+restoring home's ``backup-key`` (or the key given with ``--key-file``); every path it names must
+stay inside the backup and, restored, inside the home (no absolute path, no ``..``); and a
+backup holding anything but folders and regular files (a symbolic link, a device, a pipe) is
+refused. ``--org`` needs a superadmin's ``--as`` and brings only the org's own rows.
+
 Backups are never written to: a restore copies out of them (hard links between backups stay
 shared, never with a home).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-from pathlib import Path
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.contracts import Report
 from core.errors import ConfigError, StoreError
-from core.settings import Settings
-from kbflow.services.backup import MANIFEST, manifest_of, schema_head, scratch
+from core.settings import Settings, make_private_dir
+from kbflow.services.backup import (
+    KEY_FILE,
+    MANIFEST,
+    backup_key,
+    check_signature,
+    make_private,
+    manifest_of,
+    read_key_file,
+    schema_head,
+    scratch,
+)
 from kbflow.services.backup_parts import (
+    HOME_FILES,
     LEDGER_FILE,
     TURNS_SQL,
     WAREHOUSE_FILE,
@@ -33,6 +52,14 @@ from kbflow.services.backup_parts import (
 from sinks.snapshot import copy_file, copy_tree, duckdb_count, files_under, sha256_file
 
 STAGING = ".restore.partial"
+PART_ROOTS = {
+    "registry": {"registry"},
+    "vectors": {"vectors"},
+    "ledger": {"warehouse", "ledger"},
+    "warehouse": {"warehouse-evals"},
+    "files": {"files"},
+}
+"""The parts a backup may hold, and the folder each may live in."""
 
 
 class VerifyReport(Report):
@@ -56,17 +83,37 @@ class RestoreReport(Report):
     counts: dict[str, Any]
 
 
-def verify_backup(path: Path) -> VerifyReport:
-    """Check every file and count of the backup at ``path`` against its manifest.
+def verify_backup(path: Path, key: bytes | None = None) -> VerifyReport:
+    """Check the backup at ``path``: its manifest's signature against ``key``, its paths and
+    files, then every file and count against the manifest.
+
+    Args:
+        key: The key of the home that made it (`kbflow.services.backup.backup_key`); None
+            refuses it (no key to check its signature with).
 
     Raises:
         NotFound: no folder, or no manifest (an unfinished backup).
-        StoreError: a file is missing, extra, of other bytes or another checksum, or a count
-            differs; the message names the part and the file.
+        StoreError: no signature, another key's, or a bad one; a path outside the backup; a
+            link or other non-regular file in it; a file is missing, extra, of other bytes or
+            another checksum, or a count differs; the message names the part and the file.
     """
+    return _verified(path, key)[0]
+
+
+def verified_manifest(path: Path, key: bytes | None) -> dict[str, Any]:
+    """The manifest of the backup at ``path``, once `verify_backup` passed."""
+    return _verified(path, key)[1]
+
+
+def _verified(path: Path, key: bytes | None) -> tuple[VerifyReport, dict[str, Any]]:
     path = path.resolve()
     manifest = manifest_of(path)
-    problems: list[str] = []
+    check_signature(path, manifest, key)
+    problems = _shape_problems(path, manifest)
+    if problems:
+        raise StoreError(
+            f"the backup at {path} is refused — do not restore it: " + "; ".join(problems)
+        )
     expected: set[Path] = {path / MANIFEST}
     for name, part in manifest["parts"].items():
         root = path / part["root"]
@@ -106,7 +153,64 @@ def verify_backup(path: Path) -> VerifyReport:
         files=sum(len(p["files"]) for p in manifest["parts"].values()),
         bytes=sum(f["bytes"] for p in manifest["parts"].values() for f in p["files"]),
         counts=counts,
-    )
+    ), manifest
+
+
+def safe_relative(text: object) -> PurePosixPath:
+    """``text`` as a relative path that stays where it is put: not empty, not absolute, no
+    ``..`` or ``.`` steps, no backslash or NUL.
+
+    Raises:
+        StoreError: it is not; the message names it.
+    """
+    bad = not isinstance(text, str) or not text or "\\" in text or "\x00" in text
+    rel = PurePosixPath(text if isinstance(text, str) else "")
+    if bad or rel.is_absolute() or any(p in ("..", ".", "") for p in str(text).split("/")):
+        raise StoreError(f"the manifest names the path {text!r}, which leaves its folder")
+    return rel
+
+
+def _shape_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """What the manifest and the folder may not hold: unknown parts, paths that leave the
+    backup (or, restored, the home), and anything but folders and regular files."""
+    problems: list[str] = []
+    parts = manifest.get("parts")
+    if not isinstance(parts, dict):
+        return ["the manifest has no parts"]
+    for name, part in parts.items():
+        if name not in PART_ROOTS or part.get("root") not in PART_ROOTS[name]:
+            problems.append(
+                f"part {name!r} in folder {part.get('root')!r} is not a part kbflow writes"
+            )
+            continue
+        for record in part.get("files", []):
+            try:
+                rel = safe_relative(record.get("path"))
+            except StoreError as exc:
+                problems.append(f"part {name}: {exc}")
+                continue
+            where = (path / part["root"] / rel).resolve()
+            if not where.is_relative_to(path / part["root"]):
+                problems.append(f"part {name}: {rel} resolves outside the backup ({where})")
+            if name == "files" and (rel.parts[0] not in HOME_FILES or rel.parts[0] == KEY_FILE):
+                problems.append(f"part files: {rel} is not a file of the home a backup keeps")
+    for dirpath, dirnames, filenames in os.walk(path):
+        for entry in dirnames + filenames:
+            full = Path(dirpath) / entry
+            mode = full.lstat().st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                problems.append(f"{full.relative_to(path)} is {what}: a backup holds none")
+    return problems
+
+
+def _copy_checked(src: Path, dst: Path, sha256: str) -> None:
+    """Copy one verified file, refusing it if it changed since it was verified."""
+    if src.is_symlink() or not src.is_file():
+        raise StoreError(f"{src} is no longer a regular file: the backup changed while restored")
+    _, sha = copy_file(src, dst)
+    if sha != sha256:
+        raise StoreError(f"{src} changed after it was verified: the restore is stopped")
 
 
 def _count_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
@@ -159,23 +263,44 @@ def _shard_counts(shard: Path) -> dict[str, Any]:
     return {"points": sum(per_org.values()), "points_per_org": dict(per_org)}
 
 
-def restore(settings: Settings, path: Path, *, org: str | None = None) -> RestoreReport:
+def restore_key(settings: Settings, key_file: Path | None) -> bytes | None:
+    """The key a backup is checked with: the one in ``key_file`` when given, else the home's
+    ``backup-key`` (None when it has none)."""
+    return read_key_file(key_file) if key_file is not None else backup_key(settings)
+
+
+def restore(
+    settings: Settings,
+    path: Path,
+    *,
+    org: str | None = None,
+    actor: str | None = None,
+    key_file: Path | None = None,
+) -> RestoreReport:
     """Restore the backup at ``path`` into ``settings.home`` (and its configured stores), or
     only ``org`` of it into a home that has no such org.
 
+    Args:
+        actor: With ``org``: a superadmin of this home (``--as``), checked first and audited.
+        key_file: The key of the home that made the backup; default this home's
+            ``backup-key``. A whole restore into a home without a key installs it there.
+
     Raises:
+        Forbidden: with ``org``, no ``actor`` or one who is not a superadmin here.
         NotFound, StoreError: the backup does not verify (`verify_backup`).
         ConfigError: the home (or the configured database or Qdrant) is not empty; or, with
             ``org``, the home has that org already, or the backup has no such org.
     """
     path = path.resolve()
-    verify_backup(path)
+    key = restore_key(settings, key_file)
     if org is not None:
-        from kbflow.services.restore_org import restore_org
+        from kbflow.services.restore_org import authorize_restore, restore_org
 
-        counts = restore_org(settings, path, org)
+        admin = authorize_restore(settings, org, actor)
+        manifest = verified_manifest(path, key)
+        counts = restore_org(settings, path, org, actor=admin, manifest=manifest)
         return RestoreReport(path=str(path), home=str(settings.home), org=org, counts=counts)
-    manifest = manifest_of(path)
+    manifest = verified_manifest(path, key)
     _refuse_unless_empty(settings, manifest)
     if manifest.get("schema_version") and manifest["schema_version"] > schema_head():
         raise ConfigError(
@@ -183,21 +308,24 @@ def restore(settings: Settings, path: Path, *, org: str | None = None) -> Restor
             f"kbflow's {schema_head()} — restore it with kbflow {manifest['kbflow_version']}"
         )
     home = settings.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(home)
     staging = home / STAGING
     if staging.exists():
         shutil.rmtree(staging)
-    staging.mkdir()
+    staging.mkdir(mode=0o700)
     parts = manifest["parts"]
     moves: list[tuple[Path, Path]] = []
     sqlite_file = _sqlite_file(settings)
     by_file = parts.get("registry", {}).get("kind") == "sqlite" and sqlite_file is not None
     if by_file:
         assert sqlite_file is not None
-        copy_file(path / "registry" / "registry.db", staging / "registry.db")
+        (record,) = [f for f in parts["registry"]["files"] if f["path"] == "registry.db"]
+        _copy_checked(path / "registry" / "registry.db", staging / "registry.db", record["sha256"])
         moves.append((staging / "registry.db", sqlite_file))
     if parts.get("vectors", {}).get("kind") == "qdrant-edge":
-        copy_tree(path / "vectors", staging / "vectors")
+        for record in parts["vectors"]["files"]:
+            rel = record["path"]
+            _copy_checked(path / "vectors" / rel, staging / "vectors" / rel, record["sha256"])
         moves.append((staging / "vectors", settings.vectors_dir.resolve()))
     ledger_by_file = (
         parts.get("ledger", {}).get("kind") == "duckdb" and not settings.stores.warehouse_url
@@ -205,14 +333,16 @@ def restore(settings: Settings, path: Path, *, org: str | None = None) -> Restor
     for name, file in (("ledger", LEDGER_FILE), ("warehouse", WAREHOUSE_FILE)):
         if name in parts and (name != "ledger" or ledger_by_file):
             root = path / parts[name]["root"]
-            copy_file(root / file, staging / "warehouse" / file)
+            (record,) = [f for f in parts[name]["files"] if f["path"] == file]
+            _copy_checked(root / file, staging / "warehouse" / file, record["sha256"])
             moves.append((staging / "warehouse" / file, home / "warehouse" / file))
     for record in parts.get("files", {}).get("files", []):
-        rel = record["path"]
-        copy_file(path / "files" / rel, staging / "files" / rel)
+        rel = record["path"]  # checked: under one of HOME_FILES (`_shape_problems`)
+        _copy_checked(path / "files" / rel, staging / "files" / rel, record["sha256"])
         moves.append((staging / "files" / rel, home / rel))
+    make_private(staging)
     for src, dst in moves:  # a rename within the home's file system (a registry elsewhere: a copy)
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(dst.parent)
         if dst.is_dir() and not any(dst.iterdir()):
             dst.rmdir()  # an empty folder a command made: nothing to keep
         shutil.move(src, dst)
@@ -233,7 +363,17 @@ def restore(settings: Settings, path: Path, *, org: str | None = None) -> Restor
     if parts.get("vectors", {}).get("kind") == "qdrant-points":
         _load_points(settings, path / "vectors" / "points.jsonl")
     counts = _restored_counts(settings, manifest)
+    if key_file is not None and key is not None and backup_key(settings) is None:
+        _install_key(home / KEY_FILE, key)  # its next backups: signed like the restored ones
+    if sqlite_file is not None and sqlite_file.is_file():
+        os.chmod(sqlite_file, 0o600)
     return RestoreReport(path=str(path), home=str(home), counts=counts)
+
+
+def _install_key(path: Path, key: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(key.hex() + "\n")
 
 
 def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:

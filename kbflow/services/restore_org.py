@@ -1,13 +1,19 @@
 """``kbflow restore DIR --org ORG``: one org of a backup, added to a home that is in use.
 
+Who: a superadmin of the home (``--as``), checked before anything is read or written, and
+audited (``kb.org.restored``; a refusal ``kb.access.denied``).
+
 The rule: the org must not exist in the home (an org is restored whole or not at all, never
 merged into a live one — to replace an org, restore it into a fresh home and compare first).
-What comes back: the org, its collections (given new ids, the agents' allow-lists and the
-documents following them), its documents with their versions and statuses, its chunks, its
-agents and their API tokens, its audit rows (new row ids, same contents), the users that belong
-to it or are its account manager (unless the home has them), its points, and its ledger turns.
-Background jobs and one-time review codes are not restored: they belong to the home that ran
-them.
+What comes back, and only the org's own rows: the org, its collections (given new ids, the
+agents' allow-lists and the documents following them), its documents with their versions and
+statuses, the chunks of those documents, its agents and their agent tokens, its audit rows (new
+row ids, same contents), its points, and its ledger turns. People: the users of the org (its
+experts, engineers and account managers) and its account manager when an account manager with
+no other org — never a superadmin, never a user the home has already (the home's user stands),
+and never a password, session or user token (each sets a password in this home). The org's
+account-manager assignment is kept when that user is an account manager here. Background jobs
+and one-time review codes are not restored: they belong to the home that ran them.
 
 Order, so that a failure half-way can simply be run again: the points first (an upsert by
 id; no search can reach them until the registry knows the org), then the ledger turns (their
@@ -23,18 +29,37 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
+from core.models import Role
 from core.settings import Settings
-from kbflow.services.backup import manifest_of, scratch
+from kbflow.services.backup import scratch
 from sinks.snapshot import copy_tree
 
 _BATCH = 256
 
 
-def restore_org(settings: Settings, path: Path, org: str) -> dict[str, Any]:
-    """Add ``org`` from the verified backup at ``path`` to ``settings.home``.
+def authorize_restore(settings: Settings, org: str, actor: str | None) -> str:
+    """The actor's id if they may add ``org`` from a backup to this home: a superadmin here.
+
+    Raises:
+        Forbidden: no ``actor``, an unknown user, or not a superadmin (audited); nothing read.
+    """
+    from sinks.connect import open_registry
+    from tasks.review.access import authorize_org_admin
+
+    what = f"restore org {org!r} from a backup"
+    with open_registry(settings) as registry:
+        return authorize_org_admin(registry, actor, what, org, superadmin_only=True)
+
+
+def restore_org(
+    settings: Settings, path: Path, org: str, *, actor: str, manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """Add ``org`` from the verified backup at ``path`` (its ``manifest``, signature checked)
+    to ``settings.home``, for ``actor`` (a superadmin, `authorize_restore`).
 
     Returns:
-        What was restored: ``documents``, ``chunks``, ``audit_rows``, ``points``, ``turns``.
+        What was restored: ``documents``, ``chunks``, ``audit_rows``, ``sources``, ``users``,
+        ``points``, ``turns``.
 
     Raises:
         ConfigError: the home has the org (or one of its agents) already, or the backup has
@@ -45,7 +70,6 @@ def restore_org(settings: Settings, path: Path, org: str) -> dict[str, Any]:
     from sinks.connect import open_registry
     from sinks.registry.schema import AgentRow, OrgRow
 
-    manifest = manifest_of(path)
     parts = manifest["parts"]
     if "registry" not in parts:
         raise ConfigError(f"the backup at {path} has no registry to take {org} from")
@@ -74,7 +98,7 @@ def restore_org(settings: Settings, path: Path, org: str) -> dict[str, Any]:
                 )
         points = _restore_points(settings, path, parts, org)
         turns = _restore_turns(settings, path, parts, org)
-        counts = _restore_rows(source, registry.engine, org)
+        counts = _restore_rows(source, registry.engine, org, actor=actor, backup=path.name)
     return {**counts, "points": points, "turns": turns}
 
 
@@ -147,8 +171,9 @@ def _restore_turns(settings: Settings, path: Path, parts: dict[str, Any], org: s
     return ledger_copy.load(settings, rows)
 
 
-def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
-    """The org's registry rows, copied in one transaction (collections get new ids)."""
+def _restore_rows(source: Any, engine: Any, org: str, *, actor: str, backup: str) -> dict[str, int]:
+    """The org's own registry rows, copied in one transaction (collections get new ids), and
+    the audit row that says who restored it."""
     from sqlalchemy import insert, select
 
     from sinks.registry.schema import (
@@ -172,11 +197,17 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
 
     with source.connect() as src, engine.begin() as dst:
         org_row = rows(src, tables["orgs"], OrgRow.id == org)[0]
-        people = rows(src, tables["users"], UserRow.org_id == org)
-        if org_row["am_user_id"]:
-            people += rows(src, tables["users"], UserRow.id == org_row["am_user_id"])
-        have = {r[0] for r in dst.execute(select(UserRow.id))}
+        # The org's own people, never a superadmin (their rights would reach every org).
+        people = rows(src, tables["users"], UserRow.org_id == org, UserRow.role != Role.SUPERADMIN)
+        am = org_row["am_user_id"]
+        if am:
+            people += rows(src, tables["users"], UserRow.id == am,
+                           UserRow.role == Role.ACCOUNT_MANAGER,
+                           UserRow.org_id.is_(None))  # fmt: skip
+        have = {r[0]: r[1] for r in dst.execute(select(UserRow.id, UserRow.role))}
         new_people = {u["id"]: u for u in people if u["id"] not in have}
+        if am and not (am in new_people or have.get(am) == Role.ACCOUNT_MANAGER):
+            org_row["am_user_id"] = None  # no such account manager here: a superadmin assigns
         am_later = {u["id"]: u for u in new_people.values() if u["org_id"] == org}
         for user in new_people.values():  # the org's own users after the org (foreign key)
             if user["id"] not in am_later:
@@ -195,14 +226,16 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
         documents = rows(src, tables["documents"], DocumentRow.org_id == org)
         for doc in documents:
             doc["collection_id"] = new_ids[doc["collection_id"]]
-        chunks = rows(src, tables["chunks"], ChunkRow.org_id == org)
+        doc_ids = [d["id"] for d in documents]
+        chunks = rows(src, tables["chunks"], ChunkRow.org_id == org, ChunkRow.doc_id.in_(doc_ids))
         agents = rows(src, tables["agents"], AgentRow.org_id == org)
         for agent in agents:
             agent["allowed_collection_ids"] = [
                 new_ids[i] for i in agent["allowed_collection_ids"] or [] if i in new_ids
             ]
         agent_ids = [a["id"] for a in agents]
-        tokens = rows(src, tables["api_tokens"], ApiTokenRow.agent_id.in_(agent_ids))
+        tokens = rows(src, tables["api_tokens"], ApiTokenRow.agent_id.in_(agent_ids),
+                      ApiTokenRow.user_id.is_(None))  # fmt: skip
         audit = rows(src, tables["audit_log"], AuditRow.org_id == org)
         # Its synced sources and what their last syncs saw: the next sync goes on from there.
         synced = rows(src, tables["sources"], SourceRow.org_id == org)
@@ -222,5 +255,10 @@ def _restore_rows(source: Any, engine: Any, org: str) -> dict[str, int]:
         ):
             for start in range(0, len(batch), _BATCH):
                 dst.execute(insert(table), batch[start : start + _BATCH])
-    return {"documents": len(documents), "chunks": len(chunks), "audit_rows": len(audit),
-            "sources": len(synced)}  # fmt: skip
+        counts = {"documents": len(documents), "chunks": len(chunks), "audit_rows": len(audit),
+                  "sources": len(synced), "users": len(new_people)}  # fmt: skip
+        dst.execute(insert(tables["audit_log"]).values(
+            actor=actor, action="kb.org.restored", org_id=org,
+            after={"backup": backup, **counts, "am_user_id": org_row["am_user_id"]},
+        ))  # fmt: skip
+    return counts

@@ -115,6 +115,13 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
     return token
 
 
+def _superadmin(settings: Settings) -> None:
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        registry.ensure_user("root", Role.SUPERADMIN)
+
+
 def _reject(settings: Settings, doc_id: str) -> None:
     result = runner.invoke(app, ["review", "reject", doc_id, "--as", "amy", "--note", "no"])
     assert result.exit_code == 0, result.output
@@ -162,6 +169,11 @@ def _cli(*args: str, home: Path | Settings, json_out: bool = True) -> Any:
         home = home.home
     env["KBFLOW_HOME"] = str(home)
     return runner.invoke(app, [*args, *(["--json"] if json_out else [])], env=env)
+
+
+def key_of(home: Settings) -> list[str]:
+    """``--key-file`` with the backup key of ``home`` (made by its first backup)."""
+    return ["--key-file", str(home.home / "backup-key")]
 
 
 def empty_home(tmp_path: Path, name: str) -> Settings:
@@ -237,7 +249,7 @@ def test_a_backup_under_load_restores_the_same_home(
     assert report["parts"]["ledger"]["counts"]["turns"] == len(QUESTIONS)
 
     fresh = empty_home(tmp_path, "fresh")
-    restored = _cli("restore", str(tmp_path / "b1"), home=fresh)
+    restored = _cli("restore", str(tmp_path / "b1"), *key_of(home), home=fresh)
     assert restored.exit_code == 0, restored.output
     after = snapshot_of(fresh, queries)
     # acme: nothing wrote it meanwhile, so the same chunks in the same order. Their scores may
@@ -332,7 +344,7 @@ def test_verify_catches_a_flipped_byte(home: Settings, tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "part vectors" in result.output and record["path"] in result.output
     fresh = empty_home(tmp_path, "fresh")
-    refused = _cli("restore", str(backup), home=fresh)
+    refused = _cli("restore", str(backup), *key_of(home), home=fresh)
     assert refused.exit_code == 1 and "does not match" in refused.output
     assert not (fresh.home / "registry.db").exists() and not fresh.vectors_dir.exists()
 
@@ -357,9 +369,10 @@ def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, emb
         registry.ensure_user("root", Role.SUPERADMIN)
         index_records(_records("initech", 4), org="initech", store=store, registry=registry,
                       embedder=embedder)  # fmt: skip
-    refused = _cli("restore", str(tmp_path / "b"), "--org", "initech", home=other)
+    as_root = ["--as", "root", *key_of(home)]
+    refused = _cli("restore", str(tmp_path / "b"), "--org", "initech", *as_root, home=other)
     assert refused.exit_code == 1 and "no org 'initech'" in refused.output
-    done = _cli("restore", str(tmp_path / "b"), "--org", "acme", home=other)
+    done = _cli("restore", str(tmp_path / "b"), "--org", "acme", *as_root, home=other)
     assert done.exit_code == 0, done.output
     counts = json.loads(done.stdout)["counts"]
     assert counts["turns"] == len(QUESTIONS) and counts["points"] > 0
@@ -372,13 +385,17 @@ def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, emb
     assert [d for d in after["docs"] if d[1] == "acme"] == [
         d for d in before["docs"] if d[1] == "acme"
     ]
-    assert after["audit"]["acme"] == before["audit"]["acme"]
+    restored_by = [a for a in after["audit"]["acme"] if a[1] == "kb.org.restored"]
+    assert [a[0] for a in restored_by] == ["root"]
+    assert [a for a in after["audit"]["acme"] if a[1] != "kb.org.restored"] == before["audit"][
+        "acme"
+    ]
     assert after["replays"] == before["replays"] and any(after["replays"].values())
     with open_registry(other) as registry:
         (restored,) = registry.list_sources("acme")
         assert (restored.id, restored.config) == (made.id, made.config)
         assert registry.source_items(made.id)["a.md"].version == "e1"
-    again = _cli("restore", str(tmp_path / "b"), "--org", "acme", home=other)
+    again = _cli("restore", str(tmp_path / "b"), "--org", "acme", *as_root, home=other)
     assert again.exit_code == 1 and "already" in again.output
 
 
@@ -389,13 +406,15 @@ def _quiet_prefect(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_the_scheduled_flow_backs_up_verifies_and_keeps_the_newest(
-    home: Settings, tmp_path: Path, prefect_harness: None
+    home: Settings, tmp_path: Path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kbflow.backup_flow import backup
 
     folder = tmp_path / "daily"
-    first = backup(folder=str(folder), keep=1)
-    second = backup(folder=str(folder), keep=1)
+    monkeypatch.setenv("KBFLOW_BACKUP_DIR", str(folder))  # the operator's settings
+    monkeypatch.setenv("KBFLOW_BACKUP_KEEP", "1")
+    first = backup()
+    second = backup()
     assert second["removed"] == [first["path"]] and first["removed"] == []
     assert [p.name for p in folder.iterdir()] == [Path(second["path"]).name]
     assert second["linked_bytes"] > 0  # unchanged files came from the first, by hard link
@@ -421,14 +440,16 @@ def test_a_registry_in_another_database_backs_up_as_rows_and_restores(
     fresh = Settings(home=tmp_path / "fresh").replace(
         database_url=f"sqlite+pysqlite:///{tmp_path}/d.db"
     )
-    done = _cli("restore", str(tmp_path / "b"), home=fresh)
+    done = _cli("restore", str(tmp_path / "b"), *key_of(source), home=fresh)
     assert done.exit_code == 0, done.output
     assert snapshot_of(fresh, queries) == before
     assert _cli("restore", str(tmp_path / "b"), home=fresh).exit_code == 1  # not empty now
     other = Settings(home=tmp_path / "other").replace(
         database_url=f"sqlite+pysqlite:///{tmp_path}/o.db"
     )
-    one = _cli("restore", str(tmp_path / "b"), "--org", "globex", home=other)
+    _superadmin(other)
+    one = _cli("restore", str(tmp_path / "b"), "--org", "globex", "--as", "root",
+               *key_of(source), home=other)  # fmt: skip
     assert one.exit_code == 0, one.output
     assert json.loads(one.stdout)["counts"]["documents"] == 8
 
@@ -449,14 +470,16 @@ def test_a_ledger_in_postgresql_backs_up_and_restores(
     assert parts["ledger"]["kind"] == "sql-jsonl" and parts["ledger"]["counts"]["turns"] == 3
     assert parts["registry"]["kind"] == "sql-jsonl"
     fresh = empty_home(tmp_path, "fresh").replace(warehouse_url=None)
-    done = _cli("restore", str(tmp_path / "b"), home=fresh)
+    done = _cli("restore", str(tmp_path / "b"), *key_of(source), home=fresh)
     assert done.exit_code == 0, done.output
     assert snapshot_of(fresh, queries) == before
     other_ledger = _reset(
         _worker_database_url("ledger_other"), "DROP SCHEMA IF EXISTS ledger CASCADE"
     )
     other = empty_home(tmp_path, "other").replace(warehouse_url=other_ledger)
-    one = _cli("restore", str(tmp_path / "b"), "--org", "acme", home=other)
+    _superadmin(other)
+    one = _cli("restore", str(tmp_path / "b"), "--org", "acme", "--as", "root", *key_of(source),
+               home=other)  # fmt: skip
     assert one.exit_code == 0, one.output
     assert snapshot_of(other, queries)["replays"] == before["replays"]
 
@@ -479,10 +502,203 @@ def test_points_of_a_qdrant_server_back_up_and_restore(
     assert vectors["kind"] == "qdrant-points" and vectors["counts"]["points"] >= 6
     monkeypatch.setenv("KBFLOW_QDRANT_URL", f"file://{tmp_path / 'qdrant-b'}")
     fresh = empty_home(tmp_path, "fresh")
-    done = _cli("restore", str(tmp_path / "b"), home=fresh)
+    done = _cli("restore", str(tmp_path / "b"), *key_of(source), home=fresh)
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["counts"]["vectors"]["points"] == vectors["counts"]["points"]
     assert snapshot_of(fresh, ["leave days", "refund window"])["hits"] == before["hits"]
     assert all(before["hits"].values())
-    again = _cli("restore", str(tmp_path / "b"), home=empty_home(tmp_path, "third"))
+    again = _cli("restore", str(tmp_path / "b"), *key_of(source),
+                 home=empty_home(tmp_path, "third"))  # fmt: skip
     assert again.exit_code == 1 and "points in the Qdrant" in again.output  # b's not empty
+
+
+# --- hostile backups and deployment runs (issue: backups, restore, deployment parameters) ------
+
+
+def _copy(backup: Path, to: Path) -> dict[str, Any]:
+    """A copy of ``backup`` (links kept as links) and its manifest, to tamper with."""
+    import shutil
+
+    shutil.copytree(backup, to, symlinks=True)
+    return json.loads((to / "manifest.json").read_text())
+
+
+def _save(backup: Path, manifest: dict[str, Any], key: Path | None = None) -> None:
+    """Write a tampered manifest; signed with ``key`` when given (an attacker holding it)."""
+    if key is not None:
+        from kbflow.services.backup import read_key_file, sign
+
+        manifest["signature"] = sign(manifest, read_key_file(key))
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _rehash(manifest: dict[str, Any], part: str, record: dict[str, Any], file: Path) -> None:
+    from sinks.snapshot import sha256_file
+
+    for entry in manifest["parts"][part]["files"]:
+        if entry["path"] == record["path"]:
+            entry.update(bytes=file.stat().st_size, sha256=sha256_file(file))
+
+
+def test_a_tampered_backup_is_refused_and_writes_nothing(home: Settings, tmp_path: Path) -> None:
+    """A re-hashed manifest, a path that leaves the home, a link to a host file: refused by
+    verify and restore, even signed with the right key, and nothing lands outside the home."""
+    good = tmp_path / "b"
+    assert _cli("backup", "--to", str(good), home=home.home).exit_code == 0
+    key = home.home / "backup-key"
+    assert _cli("backup", "verify", str(good), home=home.home).exit_code == 0
+
+    # A re-hashed manifest: the credential replaced, its sha256 and size updated.
+    rehashed = tmp_path / "rehashed"
+    manifest = _copy(good, rehashed)
+    (auth,) = [f for f in manifest["parts"]["files"]["files"] if f["path"] == "prefect-auth"]
+    (rehashed / "files" / "prefect-auth").write_text("kbflow:attacker\n")
+    _rehash(manifest, "files", auth, rehashed / "files" / "prefect-auth")
+    _save(rehashed, manifest)
+    result = _cli("backup", "verify", str(rehashed), home=home.home)
+    assert result.exit_code == 1 and "bad signature" in result.output, result.output
+    del manifest["signature"]
+    _save(rehashed, manifest)
+    result = _cli("backup", "verify", str(rehashed), home=home.home, json_out=False)
+    assert result.exit_code == 1 and "no signature" in result.output, result.output
+
+    # A path out of the home, and a link to a host file, even under a valid signature.
+    outside = tmp_path / "x"
+    escaping = tmp_path / "escaping"
+    manifest = _copy(good, escaping)
+    planted = escaping / "files" / "uploads" / "x"
+    planted.write_text("planted\n")
+    manifest["parts"]["files"]["files"].append(
+        {"path": "uploads/../../../x", "bytes": 8, "sha256": _sha(planted), "linked": False}
+    )
+    _save(escaping, manifest, key)
+    fresh = empty_home(tmp_path, "fresh")
+    refused = _cli("restore", str(escaping), "--key-file", str(key), home=fresh)
+    assert refused.exit_code == 1 and "leaves its folder" in refused.output, refused.output
+    assert not outside.exists() and not (fresh.home / "registry.db").exists()
+
+    host = tmp_path / "host-secret"
+    host.write_text("a host file\n")
+    linked = tmp_path / "linked"
+    manifest = _copy(good, linked)
+    (memo,) = [f for f in manifest["parts"]["files"]["files"] if f["path"].endswith("memo.txt")]
+    (linked / "files" / memo["path"]).unlink()
+    (linked / "files" / memo["path"]).symlink_to(host)
+    _rehash(manifest, "files", memo, host)
+    _save(linked, manifest, key)
+    result = _cli("backup", "verify", str(linked), "--key-file", str(key), home=fresh)
+    assert result.exit_code == 1 and "symbolic link" in result.output, result.output
+    refused = _cli("restore", str(linked), "--key-file", str(key), home=fresh)
+    assert refused.exit_code == 1 and not (fresh.home / "registry.db").exists()
+
+    # Another home's backup needs its key: this home has none, or another one.
+    refused = _cli("restore", str(good), home=fresh)
+    assert refused.exit_code == 1 and "--key-file" in refused.output
+    other_key = tmp_path / "other-key"
+    other_key.write_text("ab" * 32 + "\n")
+    refused = _cli("backup", "verify", str(good), "--key-file", str(other_key), home=fresh)
+    assert refused.exit_code == 1 and "another key" in refused.output
+
+
+def _sha(path: Path) -> str:
+    from sinks.snapshot import sha256_file
+
+    return sha256_file(path)
+
+
+def test_restore_org_needs_a_superadmin_and_brings_only_the_orgs_own_rows(
+    home: Settings, tmp_path: Path
+) -> None:
+    from sqlalchemy import text
+
+    from sinks.connect import open_registry
+
+    with open_registry(home) as registry:  # planted in the backed-up home
+        registry.create_token(user_id="amy", expires_at=None, created_by="root")
+        with registry.engine.begin() as con:
+            con.execute(text(
+                "INSERT INTO users (id, name, role, org_id, created_at) VALUES "
+                "('mallory', 'Mallory', 'superadmin', 'acme', CURRENT_TIMESTAMP)"
+            ))  # fmt: skip
+    assert _cli("backup", "--to", str(tmp_path / "b"), home=home.home).exit_code == 0
+    other = empty_home(tmp_path, "other")
+    with open_registry(other) as registry:
+        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.ensure_user("ed", Role.EXPERT)
+    args = ("restore", str(tmp_path / "b"), "--org", "acme", *key_of(home))
+    for claim in ([], ["--as", "ed"], ["--as", "nobody"]):
+        refused = _cli(*args, *claim, home=other)
+        assert refused.exit_code == 1 and "superadmin" in refused.output, refused.output
+    with open_registry(other) as registry:
+        assert [o.id for o in registry.list_orgs()] == []
+        denied = [a for a in registry.audit_trail(None) if a.action == "kb.access.denied"]
+        assert len(denied) == 3
+    done = _cli(*args, "--as", "root", home=other)
+    assert done.exit_code == 0, done.output
+    with open_registry(other) as registry:
+        users = {u.id: u.role for u in registry.list_users()}
+        assert users == {"root": Role.SUPERADMIN, "ed": Role.EXPERT, "amy": Role.ACCOUNT_MANAGER,
+                         "eve": Role.EXPERT}  # fmt: skip
+        with registry.engine.connect() as con:
+            tokens = con.execute(text("SELECT user_id, agent_id FROM api_tokens")).all()
+        assert tokens == [(None, "hr-bot")]  # the org's agent's; no user's
+
+
+def test_the_home_and_its_backups_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 022: the home kbflow creates and its registry, every backup, and every
+    restored file are 0700 (folders) / 0600 (files)."""
+    from kbflow.services.backup import backup
+    from kbflow.services.restore import restore
+
+    home = tmp_path / "new" / "home"
+    env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}
+    env.pop("KBFLOW_DATABASE_URL", None)
+    made = subprocess.run(
+        [sys.executable, "-m", "kbflow.cli", "users", "add", "root", "--role", "superadmin"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=REPO,
+        preexec_fn=lambda: os.umask(0o022),
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert _mode(home) == 0o700 and _mode(home / "registry.db") == 0o600
+    assert _mode(home.parent) == 0o700  # kbflow made it too
+    (home / "prefect-auth").write_text("kbflow:secret\n")
+    os.chmod(home / "prefect-auth", 0o600)
+    old = os.umask(0o022)
+    try:
+        settings = Settings(home=home)
+        report = backup(settings, tmp_path / "backups" / "b")
+        again = backup(settings, tmp_path / "backups" / "c")  # hard links from b
+        assert again.linked_bytes > 0
+        restored = Settings(home=tmp_path / "restored")
+        restore(restored, Path(report.path), key_file=home / "backup-key")
+    finally:
+        os.umask(old)
+    assert _mode(home / "backup-key") == 0o600
+    for root in (tmp_path / "backups", tmp_path / "restored"):
+        found = [root, *root.rglob("*")]
+        assert len(found) > 3
+        wrong = {
+            str(p): oct(_mode(p)) for p in found if _mode(p) != (0o700 if p.is_dir() else 0o600)
+        }
+        assert wrong == {}
+    assert (tmp_path / "restored" / "prefect-auth").read_text() == "kbflow:secret\n"
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_backup_deployment_takes_no_folder_and_no_keep(tmp_path: Path) -> None:
+    """An anonymous deployment run may choose neither where the home is copied nor how many
+    backups are deleted: such parameters are refused before the flow starts."""
+    import yaml
+
+    from kbflow.backup_flow import backup
+
+    for parameters in ({"folder": str(tmp_path / "loot")}, {"keep": 1}, {"to": "/tmp/x"}):
+        with pytest.raises(Exception, match="parameters"):
+            backup.validate_parameters(parameters)
+    assert not (tmp_path / "loot").exists()
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (deployment,) = [d for d in spec["deployments"] if d["name"] == "backup"]
+    assert not deployment.get("parameters")
