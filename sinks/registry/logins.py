@@ -3,12 +3,16 @@ inbox, and one-time review codes. The registry keeps no secret in the clear: a p
 argon2id hash, a session cookie and a review code as their sha256 (both carry 256 resp. ~60
 random bits, and a code lives 15 minutes and is used once, so a fast hash gives nothing away).
 
-- **Passwords**: :meth:`LoginsMixin.set_password` (audited; revokes the user's sessions);
-  :meth:`LoginsMixin.check_password` counts failures in the same row it checks, so two
-  concurrent guesses cannot both slip under the limit: after ``backoff_after`` failures each
-  further attempt must wait (1 s, 2 s, 4 s …), and at ``max_failures`` the login is locked for
-  ``lock_s`` (audited). An unknown user costs the same argon2 work as a known one and gets the
-  same message.
+- **Passwords**: :meth:`LoginsMixin.set_password` (audited; revokes the user's sessions;
+  `sinks.registry.passwords` says which passwords may be chosen);
+  :meth:`LoginsMixin.check_password` first reserves the attempt in ``login_attempts`` with one
+  conditional ``UPDATE`` (compare-and-set), and only then verifies the password: however many
+  guesses arrive at once, at most ``max_failures`` are checked per lock window. A failure
+  after ``backoff_after`` makes the next attempt wait (1 s, 2 s, 4 s …); the one that reaches
+  ``max_failures`` locks the login for ``lock_s`` (audited); a success clears the count. The
+  attempts are kept by the name as typed, so an unknown user id is counted, slowed down and
+  locked exactly like a known one, costs the same argon2 work (a dummy hash), and gets the same
+  answers.
 - **Sessions**: a random cookie secret per login; each has an absolute expiry and an idle
   expiry, and :meth:`LoginsMixin.end_session` revokes it on the server (a copied cookie no
   longer works after logout). Each carries its own CSRF token.
@@ -27,23 +31,31 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import select, update
+from sqlalchemy import case, delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from core.errors import ConfigError, NotFound, Unauthorized
 from core.models import AuditAction, Role
 from sinks.registry.audit import admin_audit
 from sinks.registry.base import RegistryBase
+from sinks.registry.passwords import password_problem
 from sinks.registry.records import UserRecord
-from sinks.registry.schema import ReviewCodeRow, UserLoginRow, UserRow, WebSessionRow, utcnow
+from sinks.registry.schema import (
+    LoginAttemptRow,
+    ReviewCodeRow,
+    UserLoginRow,
+    UserRow,
+    WebSessionRow,
+    utcnow,
+)
 
-PASSWORD_MIN = 10
-PASSWORD_MAX = 1024  # argon2 hashes anything; a cap keeps a login request cheap to refuse
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read aloud, typed back
 CODE_GROUPS = 3
 CODE_GROUP_LEN = 4
 CODE_TTL_MAX = dt.timedelta(minutes=15)
 LAST_SEEN_EVERY = dt.timedelta(seconds=30)
 BAD_LOGIN = "wrong user or password. Check both and try again."
+LOGIN_KEY_MAX = 120  # the longest user id; a longer typed name is counted by its first 120
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
 # Verified against when the user does not exist or has no password, so that case costs the
@@ -62,19 +74,6 @@ def _aware(at: dt.datetime) -> dt.datetime:
 def normalize_code(code: str) -> str:
     """A review code as stored: upper case, without the spaces and dashes people type."""
     return "".join(ch for ch in code.upper() if ch.isalnum())
-
-
-def password_problem(user_id: str, password: str) -> str | None:
-    """Why ``password`` may not be a password (None: it may)."""
-    if len(password) < PASSWORD_MIN:
-        return f"a password needs at least {PASSWORD_MIN} characters"
-    if len(password) > PASSWORD_MAX:
-        return f"a password has at most {PASSWORD_MAX} characters"
-    if password.strip().lower() == user_id.lower():
-        return "a password may not be the user id"
-    if len(set(password)) < 4:
-        return "a password needs more than three different characters"
-    return None
 
 
 @dataclass(frozen=True)
@@ -142,6 +141,7 @@ class LoginsMixin(RegistryBase):
             row.failed_attempts = 0
             row.locked_until = None
             row.changed_at = now
+            s.execute(delete(LoginAttemptRow).where(LoginAttemptRow.login == user_id))
             s.execute(
                 update(WebSessionRow)
                 .where(WebSessionRow.user_id == user_id, WebSessionRow.revoked_at.is_(None))
@@ -157,14 +157,13 @@ class LoginsMixin(RegistryBase):
     def login_state(self, user_id: str) -> LoginState:
         with self.session() as s:
             row = s.get(UserLoginRow, user_id)
+            tries = s.get(LoginAttemptRow, user_id[:LOGIN_KEY_MAX])
+            attempts = tries.attempts if tries is not None else 0
+            locked = _aware(tries.locked_until) if tries and tries.locked_until else None
             if row is None:
-                return LoginState(user_id, False, False, 0, None)
+                return LoginState(user_id, False, False, attempts, locked)
             return LoginState(
-                user_id,
-                row.password_hash is not None,
-                row.must_change,
-                row.failed_attempts,
-                _aware(row.locked_until) if row.locked_until else None,
+                user_id, row.password_hash is not None, row.must_change, attempts, locked
             )
 
     def check_password(
@@ -178,32 +177,37 @@ class LoginsMixin(RegistryBase):
     ) -> tuple[UserRecord, bool]:
         """The user and whether they must choose a new password, when ``password`` is theirs.
 
+        The attempt is reserved (`_reserve_attempt`) before the password is verified, so at
+        most ``max_failures`` checks run per lock window however many arrive at once. Known
+        and unknown user ids go through the same steps, with the same argon2 work.
+
         Raises:
             Unauthorized: wrong user or password (one message for both), or the login is
-                locked or must wait (the message says until when). Every failure is audited;
-                the failure that reaches ``max_failures`` locks the login for ``lock_s``.
+                locked or must wait (the message says until when, the same for any id). Every
+                failure is audited; the failure that reaches ``max_failures`` locks the login
+                for ``lock_s``.
         """
-        now = utcnow()
-        with self.session() as s:
-            user = s.get(UserRow, user_id) if user_id else None
-            row = s.get(UserLoginRow, user_id) if user is not None else None
-            stored = row.password_hash if row is not None else None
-            locked = _aware(row.locked_until) if row is not None and row.locked_until else None
-        if locked is not None and locked > now:
-            wait = int((locked - now).total_seconds()) + 1
+        key = user_id[:LOGIN_KEY_MAX]
+        wait = self._reserve_attempt(key, max_failures=max_failures, lock_s=lock_s)
+        if wait is not None:
             raise Unauthorized(
                 f"too many failed logins for this user: try again in {wait} s"
                 + (" (or ask a superadmin to reset the password)." if wait > 60 else ".")
             )
+        with self.session() as s:
+            user = s.get(UserRow, user_id) if user_id else None
+            row = s.get(UserLoginRow, user_id) if user is not None else None
+            stored = row.password_hash if row is not None else None
         try:
             ok = _hasher.verify(stored or _DUMMY_HASH, password) and stored is not None
         except (VerificationError, InvalidHashError):
             ok = False
         if user is None or not ok:
-            self._login_failed(user_id, user, max_failures, lock_s, backoff_after)
+            self._login_failed(key, user, max_failures, lock_s, backoff_after)
             raise Unauthorized(BAD_LOGIN)
         assert row is not None and stored is not None
         with self.session() as s, s.begin():
+            s.execute(delete(LoginAttemptRow).where(LoginAttemptRow.login == key))
             login = s.get(UserLoginRow, user_id)
             if login is not None:
                 login.failed_attempts = 0
@@ -213,48 +217,88 @@ class LoginsMixin(RegistryBase):
             s.add(admin_audit(user_id, AuditAction.LOGGED_IN, user.org_id, None, None))
         return UserRecord(user.id, user.name, Role(user.role), user.org_id), row.must_change
 
+    def _reserve_attempt(self, key: str, *, max_failures: int, lock_s: float) -> int | None:
+        """Reserve one password check for the login name ``key``: None when reserved, else
+        the seconds until one may be.
+
+        One conditional ``UPDATE`` is the compare-and-set: it counts the attempt only while the
+        login is not locked and fewer than ``max_failures`` checks were reserved in this window
+        (a window whose last attempt is ``lock_s`` old starts again, so a check that never
+        finished, say in a crash, does not lock anyone out for good). A name never seen gets
+        its row by an ``INSERT``; of two at once, the loser counts through the ``UPDATE``.
+        """
+        col = LoginAttemptRow
+        for _ in range(3):
+            now = utcnow()
+            stale = now - dt.timedelta(seconds=lock_s)
+            try:
+                with self.session() as s, s.begin():
+                    done = s.execute(
+                        update(col)
+                        .where(
+                            col.login == key,
+                            or_(col.locked_until.is_(None), col.locked_until <= now),
+                            or_(col.attempts < max_failures, col.last_at <= stale),
+                        )
+                        .values(
+                            attempts=case((col.last_at <= stale, 1), else_=col.attempts + 1),
+                            last_at=now,
+                        )
+                    )
+                    if done.rowcount == 1:  # type: ignore[attr-defined]
+                        return None
+                    row = s.get(col, key)
+                    if row is None:
+                        s.execute(delete(col).where(col.last_at <= stale, or_(
+                            col.locked_until.is_(None), col.locked_until <= now)))  # fmt: skip
+                        s.add(col(login=key, attempts=1, locked_until=None, last_at=now))
+                        return None
+                    until = _aware(row.locked_until) if row.locked_until else None
+                    if until is None or until <= now:  # full: checks in flight decide it
+                        until = _aware(row.last_at) + dt.timedelta(seconds=lock_s)
+                    return max(1, int((until - now).total_seconds()) + 1)
+            except IntegrityError:  # another request added the row first: count through it
+                continue
+        return 1
+
     def _login_failed(
         self,
-        user_id: str,
+        key: str,
         user: UserRow | None,
         max_failures: int,
         lock_s: float,
         backoff_after: int,
     ) -> None:
-        """Count a failed login (atomically) and lock or slow down the next one."""
+        """A reserved check failed: slow down the next one, or lock the login at
+        ``max_failures`` (the attempt itself was counted when it was reserved)."""
         now = utcnow()
         locked_now = False
         with self.session() as s, s.begin():
-            failures = 0
-            if user is not None:
-                s.execute(
-                    update(UserLoginRow)
-                    .where(UserLoginRow.user_id == user_id)
-                    .values(failed_attempts=UserLoginRow.failed_attempts + 1)
-                )
-                login = s.get(UserLoginRow, user_id)
-                if login is not None:
-                    s.refresh(login)
-                    failures = login.failed_attempts
-                    if failures >= max_failures:
-                        login.locked_until = now + dt.timedelta(seconds=lock_s)
-                        login.failed_attempts = 0
-                        locked_now = True
-                    elif failures >= backoff_after:
-                        wait = min(2 ** (failures - backoff_after), 60)
-                        login.locked_until = now + dt.timedelta(seconds=wait)
+            login = s.scalar(select(LoginAttemptRow).where(LoginAttemptRow.login == key)
+                             .with_for_update())  # fmt: skip
+            failures = login.attempts if login is not None else 0
+            if login is not None:
+                held = _aware(login.locked_until) if login.locked_until else None
+                if failures >= max_failures:
+                    login.locked_until = now + dt.timedelta(seconds=lock_s)
+                    login.attempts = 0  # the next window starts when the lock ends
+                    locked_now = True
+                elif failures >= backoff_after:
+                    wait = now + dt.timedelta(seconds=min(2 ** (failures - backoff_after), 60))
+                    login.locked_until = max(wait, held) if held else wait
             s.add(
                 admin_audit(
-                    user_id[:120] or "(anonymous)", AuditAction.LOGIN_FAILED,
+                    key or "(anonymous)", AuditAction.LOGIN_FAILED,
                     user.org_id if user is not None else None, None,
                     {"known_user": user is not None, "failures": failures},
                 )
             )  # fmt: skip
-            if locked_now and user is not None:
+            if locked_now:
                 s.add(
                     admin_audit(
-                        user_id, AuditAction.LOGIN_LOCKED, user.org_id, None,
-                        {"locked_for_s": lock_s},
+                        key or "(anonymous)", AuditAction.LOGIN_LOCKED,
+                        user.org_id if user is not None else None, None,
+                        {"locked_for_s": lock_s, "known_user": user is not None},
                     )
                 )  # fmt: skip
 

@@ -46,7 +46,7 @@ from tests.flows.test_review_browser import (  # noqa: F401  (ui and page are fi
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 ROOT = "root"
-PASSWORDS = {AM: "amy-reviews-drafts-42", ROOT: "root-restores-things-42"}
+PASSWORDS = {AM: "reviews-drafts-with-care-42", ROOT: "restores-withdrawn-things-42"}
 PRICES = """# Larch Cycles price list
 
 ## Bikes

@@ -26,7 +26,7 @@ from tests.flows.test_review_browser import CHROMIUM, LAUNCH_ARGS, playwright_ap
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-ORG, AM, PASSWORD = "acme", "amy", "amy-reviews-drafts-42"
+ORG, AM, PASSWORD = "acme", "amy", "reviews-drafts-with-care-42"
 HOSTILE = [
     "<script>alert(1)</script>",
     "<img src=x onerror=alert(2)>",

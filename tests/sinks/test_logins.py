@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
+from typing import Literal
 
 import pytest
+from argon2 import PasswordHasher
 from sqlalchemy import select, update
 
 from core.errors import ConfigError, Unauthorized
 from core.models import AuditAction, Role
-from sinks.registry import SqlRegistry
+from sinks.registry import SqlRegistry, logins
 from sinks.registry.logins import BAD_LOGIN, normalize_code
 from sinks.registry.schema import (
     AuditRow,
@@ -68,7 +71,13 @@ def test_a_password_is_stored_as_an_argon2_hash_and_checks(people: SqlRegistry) 
 
 
 def test_a_weak_password_is_refused_and_nothing_is_stored(people: SqlRegistry) -> None:
-    for weak in ("short", "amy", "aaaaaaaaaaaaaaa", "x" * 2000):
+    weak_ones = (
+        "short", "amy", "aaaaaaaaaaaaaaa", "x" * 2000,
+        # finding 16: short, common, sequences, the user id inside
+        "password12", "1234567890", "password1234", "123456789012", "qwertyuiop12",
+        "p@ssw0rd2024!", "abcabcabcabc", "amy-reviews-drafts",
+    )  # fmt: skip
+    for weak in weak_ones:
         with pytest.raises(ConfigError):
             people.set_password("amy", weak, actor="root")
     assert not people.login_state("amy").has_password
@@ -115,6 +124,76 @@ def test_concurrent_guesses_are_all_counted(people: SqlRegistry) -> None:
     for t in threads:
         t.join()
     assert people.login_state("amy").failed_attempts == 6
+
+
+class _SlowCountingHasher(PasswordHasher):
+    """argon2 as the registry uses it, counting each verification and holding it a moment, so
+    that guesses sent together are all in flight together."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.verified = 0
+        self._count = threading.Lock()
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        with self._count:
+            self.verified += 1
+        time.sleep(0.05)
+        return super().verify(hash, password)
+
+
+def test_parallel_guesses_check_at_most_max_failures_per_lock_window(
+    people: SqlRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6: 30 guesses at once, 29 wrong and the right one: each attempt is reserved in
+    the registry before its password is verified, so at most 5 are checked; the others are
+    refused as locked unchecked (the right one gets in only if it was among the 5)."""
+    people.set_password("amy", PASSWORD, actor="root")
+    hasher = _SlowCountingHasher()
+    monkeypatch.setattr(logins, "_hasher", hasher)
+    start = threading.Barrier(30)
+    answers: list[str] = []
+
+    def guess(password: str) -> None:
+        start.wait(timeout=30)
+        answers.append(check(people, "amy", password, max_failures=5, backoff_after=99))
+
+    guesses = [f"wrong password {i}" for i in range(29)] + [PASSWORD]
+    threads = [threading.Thread(target=guess, args=(g,)) for g in guesses]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(answers) == 30
+    assert hasher.verified <= 5, f"{hasher.verified} of 30 parallel guesses were checked"
+    got_in = answers.count("amy")
+    assert answers.count(BAD_LOGIN) + got_in == hasher.verified
+    refused = [a for a in answers if a.startswith("too many failed logins")]
+    assert len(refused) == 30 - hasher.verified
+    assert actions(people).count(AuditAction.LOGIN_FAILED.value) == hasher.verified - got_in
+
+
+def test_a_success_clears_the_reserved_attempts(people: SqlRegistry) -> None:
+    people.set_password("amy", PASSWORD, actor="root")
+    limits = {"max_failures": 3, "backoff_after": 99}
+    for i in range(2):
+        assert check(people, "amy", f"wrong password {i}", **limits) == BAD_LOGIN
+    assert check(people, "amy", PASSWORD, **limits) == "amy"  # the 3rd of 3: checked
+    assert people.login_state("amy").failed_attempts == 0
+    for i in range(2):  # a new window of 3
+        assert check(people, "amy", f"wrong password {i}", **limits) == BAD_LOGIN
+    assert check(people, "amy", PASSWORD, **limits) == "amy"
+
+
+def test_an_unknown_user_id_is_slowed_and_locked_like_a_known_one(people: SqlRegistry) -> None:
+    """Finding 11: the same failures give the same answers, whether the id exists or not."""
+    people.set_password("amy", PASSWORD, actor="root")
+    for who in ("amy", "nobody"):
+        said = [check(people, who, f"wrong password {i}", max_failures=4) for i in range(5)]
+        assert said[:3] == [BAD_LOGIN] * 3
+        assert said[3].startswith("too many failed logins")  # the 3rd failure: wait 1 s
+        assert said[4].startswith("too many failed logins")
+    assert people.login_state("nobody").failed_attempts == 3
 
 
 # --- sessions ----------------------------------------------------------------------------------
