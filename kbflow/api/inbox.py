@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from core.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict, Unauthorized
 from kbflow.api.auth import Service, service_of
 from kbflow.api.deps import ID_PATTERN
+from kbflow.api.login_guard import LOGIN_REASONS, LoginRefused, client_of, guard_of, reason_code
 from kbflow.services import inbox as service
 
 if TYPE_CHECKING:
@@ -143,9 +145,17 @@ def _current(request: Request) -> tuple[Service, WebSession | None, str | None]:
 def _to_login(request: Request, why: str | None = None) -> Response:
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     where = f"/review/login?next={quote(target, safe='')}"
-    if why and why != "not logged in.":
-        where += f"&why={quote(why, safe='')}"
+    if code := reason_code(why):
+        where += f"&why={code}"
     return _guarded(RedirectResponse(where, status_code=303))
+
+
+def _busy(refused: LoginRefused, *, user: Any = None, csrf: str = "") -> Response:
+    back = "/review/login" if user is None else "/review/password"
+    response = _message("Try again in a moment", refused.message, refused.status, user=user,
+                        csrf=csrf, back=back)  # fmt: skip
+    response.headers["Retry-After"] = str(refused.retry_after_s)
+    return response
 
 
 def _checked_post(request: Request, csrf: str) -> tuple[Service, WebSession] | Response:
@@ -185,7 +195,7 @@ def login_page(request: Request, next: str = "/review", why: str | None = None) 
     token = secrets.token_urlsafe(32)
     response = _page(
         "login.html", title="Log in", user=None, csrf=token, next=_local(next), typed_user="",
-        flash=why, flash_kind="error",
+        flash=LOGIN_REASONS.get(why or ""), flash_kind="error",
     )  # fmt: skip
     _set_cookie(response, request, service_of(request), LOGIN_CSRF_COOKIE, token, 3600)
     return response
@@ -199,7 +209,7 @@ def _local(target: str) -> str:
 
 
 @router.post("/login")
-def login(
+async def login(
     request: Request,
     user: Annotated[str, Form(max_length=120)] = "",
     password: Annotated[str, Form(max_length=1024)] = "",
@@ -218,8 +228,18 @@ def login(
             403,
             back="/review/login",
         )
+    # Async up to here, so that a refused attempt never takes a worker thread; the password
+    # check runs in one only with a hashing slot held. Every id counts alike, known or not.
+    guard = guard_of(request)
+    if (refused_now := guard.admit(client_of(request))) is not None:
+        return _busy(refused_now)
     try:
-        logged = service.log_in(service_.ctx.registry, service_.settings, user, password)
+        with guard.hashing_slot() as busy:
+            if busy is not None:
+                return _busy(busy)
+            logged = await run_in_threadpool(
+                service.log_in, service_.ctx.registry, service_.settings, user, password
+            )
     except Unauthorized as exc:
         token = secrets.token_urlsafe(32)
         response = _page(
@@ -279,10 +299,16 @@ def change_password(
 
     if new != again:
         return again_page("The two new passwords differ. Nothing was changed.", 400)
+    guard = guard_of(request)
+    if (refused := guard.admit(client_of(request))) is not None:
+        return _busy(refused, user=session.user, csrf=session.csrf)
     try:
-        logged = service.change_password(
-            service_.ctx.registry, service_.settings, session.user, current, new
-        )
+        with guard.hashing_slot() as busy:
+            if busy is not None:
+                return _busy(busy, user=session.user, csrf=session.csrf)
+            logged = service.change_password(
+                service_.ctx.registry, service_.settings, session.user, current, new
+            )
     except Unauthorized as exc:
         return again_page(f"The current password is not right: {exc}", 401)
     except ConfigError as exc:
@@ -383,6 +409,7 @@ def decide(
     csrf: Annotated[str, Form(max_length=200)] = "",
     note: Annotated[str, Form(max_length=MAX_NOTE)] = "",
     content: Annotated[str, Form(max_length=MAX_CONTENT)] = "",
+    seen: Annotated[str, Form(max_length=80)] = "",
 ) -> Response:
     checked = _checked_post(request, csrf)
     if isinstance(checked, Response):
@@ -396,7 +423,7 @@ def decide(
         with service_.use() as ctx:
             decided = service.decide(
                 ctx, service_.settings, user, _doc_id(doc_id), action,  # type: ignore[arg-type]
-                content=content if action == "edit" else None, note=note,
+                content=content if action == "edit" else None, note=note, seen=seen or None,
             )  # fmt: skip
     except ReviewConflict as exc:
         return _draft_response(service_, session, doc_id, status=409, flash_kind="error",
@@ -459,9 +486,11 @@ def review_code(
                         csrf=session.csrf)  # fmt: skip
     return _message(
         "Your review code",
-        f'{issued.code} — type it into the review form\'s "Your review code" field in the '
-        f"Prefect UI. It works once, for org {org}, until "
-        f"{issued.expires_at:%H:%M} UTC.",
+        f"{issued.code} — for a program that resumes a paused run of org {org}: it signs "
+        "the exact decisions with it (tasks.review.codes.sign_decisions) and sends the proof, "
+        "never the code (a code in the Prefect form is refused: anyone who reaches the Prefect "
+        "API could read it there). To decide yourself, use this inbox: it resumes the run for "
+        f"you. It works once, until {issued.expires_at:%H:%M} UTC.",
         200,
         user=session.user,
         csrf=session.csrf,

@@ -302,7 +302,8 @@ class Readiness(ApiModel):
 
 
 class ReviewCodeOut(ApiModel):
-    """A one-time review code (shown once): type it into a paused review run's form."""
+    """A one-time review code (shown once): it signs the decisions a program sends to a paused
+    review run (`tasks.review.codes.sign_decisions`); the code itself is never sent there."""
 
     code: str = Field(description="The code, e.g. ABCD-EFGH-JKMN: once, for 15 minutes.")
     user_id: str = Field(description="Who it proves: the caller.")

@@ -296,12 +296,14 @@ def review_code(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Get a one-time review code: the proof a paused review run's form asks for.
+    """Get a one-time review code: the key that signs a paused review run's decisions.
 
-    Only a superadmin or ORG's assigned account manager gets one. Type it into the form's
-    "Your review code" field when you resume the run in the Prefect UI; the run then applies
-    your decisions as you. A code works once, for 15 minutes, for ORG only (and for one run,
-    with --run). The registry keeps only its hash.
+    Only a superadmin or ORG's assigned account manager gets one. A program signs the exact
+    decisions it sends to a paused run with it (`tasks.review.codes.sign_decisions(code,
+    run_id, run_input)`) and puts the proof in the form's "code" field; the code itself never
+    goes to Prefect (a bare code is refused there). To decide yourself, use the review inbox:
+    it resumes the run for you. A code works once, for 15 minutes, for ORG only (and for one
+    run, with --run). The registry keeps only its hash.
     """
     issued = service.review_code(settings, org, actor, flow_run_id=run)
     if as_json:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,30 +182,27 @@ def configured_url() -> str | None:
     return os.environ.get("PREFECT_API_URL", "").strip().rstrip("/") or None
 
 
-def paused_review_run(url: str, org: str, field: str) -> str | None:
-    """The newest paused run of the ``review`` flow for ``org`` whose stored form has
-    ``field`` (a draft's ``doc_<id>``), ready to be resumed; None when there is none."""
-    body = {
-        "flows": {"name": {"any_": ["review"]}},
-        "flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}},
-        "sort": "START_TIME_DESC",
-        "limit": 20,
-    }
+def paused_review_run(url: str, run_ids: Sequence[str], org: str, field: str) -> str | None:
+    """The first of ``run_ids`` (runs kbflow recorded, newest first) that is a paused run of
+    the ``review`` flow for ``org`` whose stored form has ``field`` (a draft's ``doc_<id>``),
+    ready to be resumed; None when there is none. Runs not in ``run_ids`` are never
+    considered: a paused run planted through the Prefect API gets no decision."""
     try:
         with _client(url) as client:
-            runs = _checked(client.post("/flow_runs/filter", json=body), "list paused runs")
-            for run in runs:
-                if (run.get("parameters") or {}).get("org") != org:
-                    continue
-                details = (run.get("state") or {}).get("state_details") or {}
-                keyset = details.get("run_input_keyset") or {}
-                if "schema" not in keyset:
-                    continue  # paused, its form not stored yet: not resumable
-                response = client.get(f"/flow_runs/{run['id']}/input/{keyset['schema']}")
+            for run_id in run_ids:
+                response = client.get(f"/flow_runs/{run_id}")
                 if response.is_error:
                     continue
-                if f'"{field}"' in response.text:
-                    return str(run["id"])
+                run = response.json()
+                state = run.get("state") or {}
+                if state.get("type") != "PAUSED" or (run.get("parameters") or {}).get("org") != org:
+                    continue
+                keyset = (state.get("state_details") or {}).get("run_input_keyset") or {}
+                if "schema" not in keyset:
+                    continue  # paused, its form not stored yet: not resumable
+                response = client.get(f"/flow_runs/{run_id}/input/{keyset['schema']}")
+                if not response.is_error and f'"{field}"' in response.text:
+                    return str(run_id)
     except httpx.HTTPError as exc:
         raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
     return None

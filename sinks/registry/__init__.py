@@ -44,6 +44,7 @@ from sinks.registry.records import (
     collection_ancestry,
     normalize_collection_path,
 )
+from sinks.registry.review_runs import ReviewRunsMixin
 from sinks.registry.sources import ItemState, SourceRecord, SourcesMixin
 from sinks.registry.tokens import TokenRecord, TokensMixin
 
@@ -78,6 +79,7 @@ class SqlRegistry(
     JobsMixin,
     TokensMixin,
     LoginsMixin,
+    ReviewRunsMixin,
     SourcesMixin,
     AuditMixin,
     RegistryBase,

@@ -256,6 +256,20 @@ class UserLoginRow(Base):
     changed_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class LoginAttemptRow(Base):
+    """The password checks a login name has had since its last success, by the name as typed
+    (no foreign key: an unknown user id is counted and locked like a known one, so neither
+    answer nor timing tells which ids exist). A check is reserved here before the password is
+    verified (`LoginsMixin.check_password`)."""
+
+    __tablename__ = "login_attempts"
+    login: Mapped[str] = mapped_column(String(120), primary_key=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    locked_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    __table_args__ = (Index("ix_login_attempts_last_at", "last_at"),)
+
+
 class WebSessionRow(Base):
     """A browser session of the review inbox: only the sha256 of its cookie is kept; it ends at
     ``expires_at`` (absolute), after an idle spell (``last_seen_at``) or when revoked."""
@@ -286,3 +300,16 @@ class ReviewCodeRow(Base):
     used_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     used_by_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
     __table_args__ = (Index("ix_review_codes_user", "user_id"),)
+
+
+class ReviewRunRow(Base):
+    """A paused ``review`` flow run that kbflow's own code started and recorded (the review
+    flow writes it just before it pauses): the only runs the inbox hands decisions to. A run
+    planted through the Prefect API has no row here."""
+
+    __tablename__ = "review_runs"
+    flow_run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
+    doc_ids: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    __table_args__ = (Index("ix_review_runs_org", "org_id", "created_at"),)

@@ -456,6 +456,10 @@ def _rapidocr_engine() -> Any:
     ensure_ocr_engine("rapidocr")
     from rapidocr import RapidOCR
 
+    from tasks.text.ort import onnxruntime_without_telemetry
+
+    onnxruntime_without_telemetry()  # RapidOCR runs its models on it
+
     return RapidOCR(params={"Global.log_level": "warning"})
 
 

@@ -5,6 +5,7 @@ decisions is never retried or cached (each is a compare-and-set with one audit r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -13,7 +14,7 @@ from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import DocRecord
 from tasks.retries import TASK_RETRIES
-from tasks.review.codes import prove_reviewer
+from tasks.review.codes import prove_decisions
 from tasks.review.decisions import Decision, Outcome, apply_decisions
 from tasks.review.inspection import draft_texts
 from tasks.review.inspection import pending_documents as pending
@@ -59,8 +60,20 @@ def apply_decisions_task(
 
 
 @task(name="prove-reviewer", cache_policy=NO_CACHE, persist_result=False)
-def prove_reviewer_task(code: str, org: str, flow_run_id: str, settings: Settings) -> str:
-    """Who submitted the form, proven by their one-time review code (used up here): their
-    user id. Raises Unauthorized or Forbidden (nothing is applied then)."""
+def prove_reviewer_task(
+    proof: str, org: str, flow_run_id: str, run_input: dict[str, Any], settings: Settings
+) -> str:
+    """Who made exactly the decisions in ``run_input`` for this run, proven by the proof their
+    one-time review code signed (the code used up here): their user id. Raises Unauthorized
+    or Forbidden (nothing is applied then)."""
     with open_registry(settings) as registry:
-        return prove_reviewer(registry, code, org, flow_run_id).id
+        return prove_decisions(registry, proof, org, flow_run_id, run_input).id
+
+
+@task(name="record-review-run", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
+def record_review_run_task(
+    flow_run_id: str, org: str, doc_ids: list[str], settings: Settings
+) -> None:
+    """Record this paused run as one kbflow started: the inbox hands decisions to no other."""
+    with open_registry(settings) as registry:
+        registry.record_review_run(flow_run_id, org, doc_ids)

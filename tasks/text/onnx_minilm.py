@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.text.offline_hf import quiet_offline_hf
+from tasks.text.ort import onnxruntime_without_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,7 @@ def _build(model_dir: Path, target: Path) -> dict[str, Any]:
     started = time.perf_counter()
     log.info("building the ONNX form of %s once (about 10 s)", model_dir)
     quiet_offline_hf()
+    onnxruntime_without_telemetry()  # the optimizer below opens sessions of its own
     import numpy as np
     import torch
     from onnxruntime.transformers import optimizer
@@ -451,8 +453,7 @@ class OnnxEncoder:
 
 
 def _session(path: Path, threads: int) -> Any:
-    import onnxruntime
-
+    onnxruntime = onnxruntime_without_telemetry()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1

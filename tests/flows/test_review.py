@@ -15,9 +15,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,9 +96,16 @@ class Server:
             return get_client(sync_client=True)
 
     def resume(self, flow_run_id: UUID, run_input: dict[str, Any]) -> None:
+        """Resume as a program does: a review code in ``code`` is sent as the proof it signs
+        for exactly these decisions and this run (`tasks.review.codes.sign_decisions`)."""
         from prefect.flow_runs import resume_flow_run
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
+        from tasks.review.codes import is_proof, sign_decisions
+
+        code = run_input.get("code")
+        if code and not is_proof(code):
+            run_input = {**run_input, "code": sign_decisions(code, str(flow_run_id), run_input)}
         with temporary_settings({PREFECT_API_URL: self.api_url}):
             resume_flow_run(flow_run_id, run_input=run_input)
 
@@ -947,3 +956,154 @@ def _fresh_visible(
                 ids |= {h.doc_id for h in hits}
             found[mode.value] = ids
     return found
+
+
+class _OpenedLate:
+    """A vector store opened on first use (the inbox's context, while the review child may
+    still need the store for itself)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings, self._store, self._stack = settings, None, ExitStack()
+
+    def __getattr__(self, name: str) -> Any:
+        if self._store is None:
+            self._store = self._stack.enter_context(open_vector_store(self._settings))
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@contextmanager
+def _inbox(settings: Settings, registry: SqlRegistry, embedder: Any, api_url: str) -> Any:
+    """What ``kbflow serve``'s inbox decides with: its context, and the Prefect server known."""
+    from kbflow.services.context import SearchContext
+
+    store = _OpenedLate(settings)
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api_url
+    try:
+        yield SearchContext(settings=settings, registry=registry, store=store, embedder=embedder)
+    finally:
+        store.close()
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
+
+
+def test_input_swapped_after_the_inbox_resumes_is_refused(
+    prefect_server: Server,
+    start_review: Any,
+    drafts: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+) -> None:
+    """Issue 41 #1, the race: amy approves the kiln draft in the inbox, which resumes the paused
+    run; another client of the Prefect API reads her input the moment it is stored, deletes it
+    and posts its own decisions with what it found there, inside the run's polling window. The
+    run refuses the swapped input (the proof covers exactly amy's decisions and this run, and
+    the code itself was never there), applies nothing of the attacker's, and amy's decision is
+    applied directly; on ad21d18 the attacker's edit and approval were applied as amy's."""
+    from kbflow.services.inbox import decide
+
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    stolen: dict[str, Any] = {}
+    swapped = threading.Event()
+
+    def attacker() -> None:
+        key = f"/flow_runs/{run_id}/input/paused-1-response"
+        deadline = time.monotonic() + 60
+        with httpx.Client(base_url=prefect_server.api_url, timeout=10) as api:
+            while time.monotonic() < deadline:
+                found = api.get(key)
+                if found.status_code == 200:
+                    stolen.update(json.loads(found.json()) if isinstance(found.json(), str)
+                                  else found.json())  # fmt: skip
+                    api.delete(key)
+                    forged = {
+                        "code": stolen.get("code", ""),
+                        f"doc_{drafts['kiln']}": {"action": "edit", "content": "ATTACKER TEXT",
+                                                  "note": ""},
+                        f"doc_{drafts['glaze']}": {"action": "approve", "content": "",
+                                                   "note": ""},
+                    }  # fmt: skip
+                    posted = api.post(
+                        f"/flow_runs/{run_id}/input",
+                        json={"key": "paused-1-response", "value": json.dumps(forged)},
+                    )
+                    assert posted.status_code < 300, posted.text
+                    swapped.set()
+                    return
+                time.sleep(0.003)
+
+    thief = threading.Thread(target=attacker)
+    thief.start()
+    with _inbox(settings, registry, embedder, prefect_server.api_url) as ctx:
+        amy = registry.get_user(AM)
+        decided = decide(ctx, settings, amy, drafts["kiln"], "approve")
+    thief.join()
+    assert swapped.is_set(), "the attacker never saw the input (the test proves nothing)"
+    rc, _ = child.finish()
+    assert rc == 0, child.output()
+    docs = registry.get_documents(drafts.values())
+    assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value  # never approved
+    code = str(stolen.get("code", ""))
+    assert code.startswith("kbp1."), f"a bare code went into Prefect's storage: {code!r}"
+    state = _final_state(prefect_server, run_id)
+    assert state.is_failed() and "not the ones the review code signed" in state.message, state
+    assert docs[drafts["kiln"]].status == DocStatus.APPROVED.value  # amy's, applied directly
+    assert docs[drafts["kiln"]].approved_by == AM and decided.doc.id == drafts["kiln"]
+    with open_vector_store(settings) as store:
+        hits = search("kiln firing stoneware degrees", Scope(org_id=ORG), store=store,
+                      registry=registry, embedder=embedder)  # fmt: skip
+    assert hits and all("ATTACKER" not in h.text for h in hits)
+    assert "1,240" in hits[0].text
+
+
+def test_a_planted_paused_run_gets_no_inbox_decision(
+    prefect_server: Server,
+    drafts: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+) -> None:
+    """Issue 41 #4: an anonymous client plants a paused ``review`` run for the org whose form
+    names amy's draft. The inbox hands her decision to no run kbflow did not record: it is
+    applied directly, at once, and the planted run gets nothing (on ad21d18 the inbox resumed
+    it with a fresh valid code and waited 30 s for a decision that never came)."""
+    from kbflow.services.inbox import decide
+
+    with httpx.Client(base_url=prefect_server.api_url, timeout=10) as api:
+        flow = api.post("/flows/", json={"name": "review"}).json()
+        run = api.post(
+            "/flow_runs/",
+            json={"flow_id": flow["id"], "parameters": {"org": ORG}, "name": "planted",
+                  "state": {"type": "PAUSED", "name": "Paused", "state_details": {
+                      "pause_reschedule": False,
+                      "run_input_keyset": {"schema": "paused-1-schema",
+                                           "response": "paused-1-response",
+                                           "description": "paused-1-description"}}}},
+        ).json()  # fmt: skip
+        schema = {"type": "object", "properties": {"code": {"type": "string"},
+                  f"doc_{drafts['kiln']}": {"type": "object"}}}  # fmt: skip
+        stored = api.post(
+            f"/flow_runs/{run['id']}/input",
+            json={"key": "paused-1-schema", "value": json.dumps(schema)},
+        )
+        assert stored.status_code < 300, stored.text
+        assert api.get(f"/flow_runs/{run['id']}").json()["state"]["type"] == "PAUSED"
+        started = time.monotonic()
+        with _inbox(settings, registry, embedder, prefect_server.api_url) as ctx:
+            decided = decide(ctx, settings, registry.get_user(AM), drafts["kiln"], "approve")
+        took = time.monotonic() - started
+        planted = api.get(f"/flow_runs/{run['id']}").json()
+        response = api.get(f"/flow_runs/{run['id']}/input/paused-1-response")
+    assert decided.via_run is None and took < 15, (decided, took)
+    assert registry.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
+    assert planted["state"]["type"] == "PAUSED"  # never resumed
+    assert response.status_code == 404  # no code, no decision handed to it
+    issued = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.issued"]
+    assert issued == []

@@ -3,12 +3,14 @@ Playwright in Debian's Chromium, against `kbflow server` on a free loopback port
 
 A brand-new org is seeded, `kbflow research` runs until its review pauses, and the AM opens the
 paused run's page: the form names every draft but shows none of its text (anyone who reaches
-the Prefect API can read the form). The AM gets a one-time review code (`kbflow review code`),
-types it in, approves one draft, edits one (pasting its text with a sentence changed), rejects
-one, skips one and submits. kbflow then has to agree: the approved and edited drafts are
+the Prefect API can read the form). The AM approves one draft, edits one (pasting its text with
+a sentence changed), rejects one, skips one, pastes the proof that her one-time review code
+(`kbflow review code`) signed for exactly those decisions and this run (as a program signs
+them: `tasks.review.codes.sign_decisions`; the code itself never goes into the form) and
+submits. kbflow then has to agree: the approved and edited drafts are
 searchable (the edit's new sentence, not the old one), the rejected one never is, the skipped
 one is still pending, and the audit log holds exactly those three decisions by that AM. A
-second run, submitted with a made-up code, ends Failed with the reason on the run's page.
+second run, submitted with a made-up bare code, ends Failed with the reason on the run's page.
 
 Screenshots of the form (before and after submit) are saved under the test's tmp dir, and into
 ``$KBFLOW_UI_SCREENSHOTS`` when it is set (`make screenshots` writes docs/img).
@@ -32,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from tasks.review.codes import sign_decisions
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -249,22 +252,33 @@ def test_the_am_reviews_each_draft_in_the_prefect_ui(ui: Ui, page: Any, tmp_path
         expect(draft.get_by_text(sentence)).to_have_count(0)  # no draft text in the form
         content = field(draft, page, "Content").last.locator("textarea")
         expect(content).to_have_value("")
-    code = ui.data("review", "code", "--org", ORG, "--as", AM, "--json")["code"]
-    field(dialog, page, "Your review code").first.locator("textarea").fill(code)
     shoot(page, tmp_path, "review-form", whole_form=True)
     page.locator(".p-modal__body").evaluate("body => { body.scrollTop = 0 }")
     shoot(page, tmp_path, "review-form-top", dialog=True)
 
+    chosen: dict[str, Any] = {}  # what the form will send, for the proof
     for number, (title, (_, action)) in enumerate(sorted(DRAFTS.items()), start=1):
         draft = field(dialog, page, f"Draft {number} of 4: {title}").first
         if action == "skip":
             continue
         choose(page, draft, action)
+        text = ""
         if action == "edit":  # the AM copies the draft's text (inbox, `review show`), edits it
             text = ui.data("review", "show", by_title[title]["id"], "--as", AM, "--json")["text"]
+            text = text.replace(OLD, NEW)
             content = field(draft, page, "Content").last.locator("textarea")
-            content.fill(text.replace(OLD, NEW))
+            content.fill(text)
         field(draft, page, "Note").last.locator("textarea").fill(f"{action} in the UI")
+        chosen[f"doc_{by_title[title]['id']}"] = {
+            "action": action,
+            "content": text,
+            "note": f"{action} in the UI",
+        }
+    # The proof: the AM's one-time code signs exactly these decisions for this run (issue 41:
+    # the code itself never goes into the form, where the Prefect API would keep it readable).
+    code = ui.data("review", "code", "--org", ORG, "--as", AM, "--json")["code"]
+    proof = sign_decisions(code, url.rsplit("/", 1)[1], chosen)
+    field(dialog, page, "Your decision proof").first.locator("textarea").fill(proof)
     shoot(page, tmp_path, "review-form-filled", whole_form=True)
     dialog.get_by_role("button", name="Submit").click()
     dialog.wait_for(state="hidden")
@@ -322,7 +336,7 @@ def test_a_submission_without_a_valid_code_fails_the_run(ui: Ui, page: Any, tmp_
     before = ui.data("docs", "list", "--org", ORG)
 
     dialog = open_form(page, url)
-    field(dialog, page, "Your review code").first.locator("textarea").fill("MADE-UPCO-DE42")
+    field(dialog, page, "Your decision proof").first.locator("textarea").fill("MADE-UPCO-DE42")
     draft = field(dialog, page, "Draft 1 of 1: Key contacts").first
     choose(page, draft, "approve")
     dialog.get_by_role("button", name="Submit").click()
@@ -338,4 +352,4 @@ def test_a_submission_without_a_valid_code_fails_the_run(ui: Ui, page: Any, tmp_
     expect(reason.first).to_be_visible()
     shoot(page, tmp_path, "review-refused")
     assert ui.data("docs", "list", "--org", ORG) == before  # nothing was applied
-    assert "the review code is not valid" in (ui.home.parent / "review.err").read_text()
+    assert "bare review code" in (ui.home.parent / "review.err").read_text()

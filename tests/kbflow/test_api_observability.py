@@ -209,6 +209,19 @@ def test_metrics_count_orgs_agents_tools_the_backlog_and_the_store(live: dict[st
     assert any(name.startswith("kbflow_http_request_seconds_count{") for name in seen)
 
 
+@pytest.mark.integration
+def test_only_real_orgs_get_a_label(live: dict[str, Any]) -> None:
+    """Issue 41 #17: requests naming orgs that do not exist (a superadmin's token on an admin
+    path) get no org label; on ad21d18 each took one of the label's slots."""
+    with httpx.Client(base_url=live["base"], timeout=30, headers=_bearer(live["user"])) as http:
+        for k in range(5):
+            assert http.get(f"/v1/admin/orgs/ghost-{k}/sources").status_code in (403, 404)
+        assert http.get("/v1/admin/orgs/acme/sources").status_code == 200
+    seen = _scrape(live["base"])
+    assert not [name for name in seen if 'org="ghost-' in name]
+    assert seen['kbflow_org_requests_total{org="acme",status_class="2xx"}'] >= 1
+
+
 def test_per_org_and_agent_labels_stop_at_the_cap() -> None:
     capped = gauges.CappedLabel(2)
     assert [capped.label(v) for v in ("a", "b", "c", "a", "d", "b")] == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -100,10 +101,44 @@ def test_an_ingest_of_too_many_bad_files_fails_with_one_message_and_no_traceback
     assert done.stdout == ""
 
 
+def _demo_and_a_sync_offline(home: Path, share: Path) -> tuple[Any, bool]:
+    """``kbflow demo``, then a folder source's first sync, in an empty network namespace whose
+    only DNS server writes down every name asked (issue 41 #19: no library phones home; the
+    offline demo and a local sync need no name at all). Without the rights to make one, the
+    demo runs as usual and the lookups are not checked. Also says whether it added ``root``
+    (the first superadmin, who adds the source)."""
+    from tests import netns
+
+    share.mkdir()
+    (share / "visitors.md").write_text("# Visitors\n\nVisitors park by the gatehouse.\n")
+    if not netns.available():
+        return _kbflow("demo", "--json", home=home), False
+    env = {**os.environ, "KBFLOW_HOME": str(home)}
+    env = {k: v for k, v in env.items() if not k.startswith("PREFECT_API")}
+    cli = [sys.executable, "-m", "kbflow.cli"]
+    ran, lookups = netns.run_isolated(
+        [
+            [*cli, "demo", "--json"],
+            [*cli, "users", "add", "root", "--role", "superadmin"],
+            [*cli, "sources", "add", "share", "--org", "larkspur", "--kind", "filesystem",
+             "--url", str(share), "--collection", "synced", "--as", "root"],
+            [*cli, "sources", "sync", "share", "--org", "larkspur", "--as", "root", "--json"],
+        ],
+        env=env, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    for step in ran[1:]:
+        assert step.returncode == 0, step.stderr[-3000:]
+    assert json.loads(ran[3].stdout), ran[3].stdout[-2000:]
+    own = {socket.gethostname(), socket.getfqdn(), "localhost"}
+    unexpected = sorted({name for name in lookups if name.rstrip(".") not in own})
+    assert not unexpected, f"looked up with no network and nothing configured: {unexpected}"
+    return ran[0], True
+
+
 @pytest.mark.integration
 def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    demo = _kbflow("demo", "--json", home=home)
+    demo, root_added = _demo_and_a_sync_offline(home, tmp_path / "share")
     assert demo.returncode == 0, demo.stderr[-3000:]
     report: dict[str, Any] = json.loads(demo.stdout)
     assert report["ok"] is True
@@ -114,8 +149,9 @@ def test_demo_then_search_and_list_as_json(tmp_path: Path) -> None:
     assert [c["status"] for c in service["calls"]] == [200, 200, 200, 401]
     assert service["calls"][1]["summary"]["results"] > 0
 
-    root = _kbflow("users", "add", "root", "--role", "superadmin", home=home)
-    assert root.returncode == 0, root.stderr[-2000:]
+    if not root_added:
+        root = _kbflow("users", "add", "root", "--role", "superadmin", home=home)
+        assert root.returncode == 0, root.stderr[-2000:]
     made = _kbflow("users", "add", "ops", "--role", "engineer", "--as", "root", home=home)
     assert made.returncode == 0, made.stderr[-2000:]
     refused = _kbflow("search", "annual leave days", "--org", "larkspur", home=home)

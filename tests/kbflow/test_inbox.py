@@ -26,12 +26,12 @@ from tests.conftest import index_records
 
 pytestmark = pytest.mark.integration
 
-PASSWORDS = {
-    "amy": "amy-likes-long-passwords",
-    "gus": "gus-has-another-org-9",
-    "ed": "ed-is-an-engineer-77",
-    "lou": "lou-will-be-locked-1",
-    "root": "root-of-all-trust-42",
+PASSWORDS = {  # none may contain its user id, be short or common (sinks/registry/passwords.py)
+    "amy": "likes-long-kestrel-phrases",
+    "gus": "has-another-org-in-wren-9",
+    "ed": "is-an-engineer-of-gears-77",
+    "lou": "will-be-locked-by-guesses-1",
+    "root": "of-all-the-lantern-keepers-42",
 }
 DRAFT = """## Who we are
 
@@ -104,6 +104,9 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
         store.close()
         registry.close()
     env = {"KBFLOW_LOGIN_MAX_FAILURES": "3", "KBFLOW_LOGIN_LOCK_S": "600"}
+    # every test here logs in from 127.0.0.1: the per-client and global rates are for floods
+    for rate in ("CLIENT_PER_MINUTE", "CLIENT_BURST", "GLOBAL_PER_MINUTE", "GLOBAL_BURST"):
+        env[f"KBFLOW_LOGIN_{rate}"] = "10000"
     log = home.parent / "serve.log"
     with launched(home, log, env=env, require_ready=False) as served:
         yield {
@@ -352,7 +355,7 @@ def test_set_password_needs_a_superadmin_or_the_user(tmp_path: Path) -> None:
         set_password(settings, "amy", "a password by gus", temporary=False, actor="gus")
     with pytest.raises(Forbidden):
         set_password(settings, "amy", "a password by nobody", temporary=False, actor=None)
-    set_password(settings, "amy", "amy sets her own", temporary=False, actor="amy")
+    set_password(settings, "amy", "she sets her own now", temporary=False, actor="amy")
     registry = SqlRegistry.open(settings.registry_url)
     try:
         assert registry.login_state("amy").has_password
@@ -377,3 +380,35 @@ def test_the_inbox_gives_a_review_code_for_the_users_own_orgs_only(inbox: dict[s
     finally:
         registry.close()
     assert client.post("/review/codes", data={"csrf": csrf, "org": "globex"}).status_code == 403
+
+
+def _seen(html: str) -> str:
+    found = re.search(r'name="seen" value="([^"]+)"', html)
+    assert found, html[:2000]
+    return found.group(1)
+
+
+def test_a_stale_edit_after_someone_approved_is_a_conflict(inbox: dict[str, Any]) -> None:
+    """Issue 41 #12: amy opens a draft; root approves it meanwhile; amy's edit, made on the page
+    she saw, is refused with 409 and makes no version 2 (on ad21d18 it became v2, superseding
+    the approval she never saw)."""
+    draft = inbox["drafts"][1]
+    amy, root = login(inbox, "amy"), login(inbox, "root")
+    page = amy.get(f"/review/drafts/{draft}")
+    seen, csrf = _seen(page.text), _csrf(page.text)
+    assert seen == "1:pending_review"
+    theirs = root.get(f"/review/drafts/{draft}")
+    approved = root.post(f"/review/drafts/{draft}/approve",
+                         data={"csrf": _csrf(theirs.text), "seen": _seen(theirs.text)})  # fmt: skip
+    assert approved.status_code == 303 and status(inbox, draft) == "approved"
+    new = DRAFT.format(seed=inbox["seed"]).replace("Prefer short sentences.", "Stale words.")
+    stale = amy.post(f"/review/drafts/{draft}/edit",
+                     data={"csrf": csrf, "content": new, "seen": seen})  # fmt: skip
+    assert stale.status_code == 409 and "changed since you opened it" in stale.text
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        versions = [d for d in registry.list_documents("larkspur")
+                    if d.source_key == registry.get_document(draft).source_key]  # fmt: skip
+    finally:
+        registry.close()
+    assert [(d.version, d.status) for d in versions] == [(1, "approved")]

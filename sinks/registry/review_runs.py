@@ -1,0 +1,126 @@
+"""Decision proofs and the review runs kbflow started (see :mod:`tasks.review.codes`).
+
+- :meth:`ReviewRunsMixin.redeem_review_proof` uses up the review code that signed a run's
+  decisions, in one compare-and-set, once the caller's check of the signature holds;
+- :meth:`ReviewRunsMixin.record_review_run` is written by the review flow before it pauses,
+  and :meth:`ReviewRunsMixin.review_runs_holding` is how the inbox finds a run to hand a
+  decision to: only runs recorded here, never one planted through the Prefect API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import select, update
+
+from core.errors import Unauthorized
+from core.models import AuditAction
+from sinks.registry.audit import admin_audit
+from sinks.registry.base import RegistryBase
+from sinks.registry.schema import ReviewCodeRow, ReviewRunRow, utcnow
+
+GET_CODE = "get a new one with `kbflow review code --org ORG --as USER` or from the review inbox"
+
+
+def _aware(at: dt.datetime) -> dt.datetime:
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
+
+
+class ReviewRunsMixin(RegistryBase):
+    def redeem_review_proof(
+        self,
+        tag: str,
+        verify: Callable[[str], bool],
+        *,
+        org_id: str,
+        flow_run_id: str,
+        tag_of: Callable[[str], str],
+    ) -> str:
+        """Use up the review code whose proof tag is ``tag`` and whose key (its stored hash)
+        ``verify`` accepts for run ``flow_run_id`` of ``org_id``; returns its user.
+
+        Raises:
+            Unauthorized: no such live code for this org and run, or the signature does not
+                hold (decisions or run other than the signed ones); audited, the code unused.
+        """
+        now = utcnow()
+        with self.session() as s:
+            rows = s.scalars(
+                select(ReviewCodeRow).where(
+                    ReviewCodeRow.org_id == org_id,
+                    (ReviewCodeRow.flow_run_id.is_(None))
+                    | (ReviewCodeRow.flow_run_id == flow_run_id),
+                )
+            ).all()
+        mine = [r for r in rows if tag and tag_of(r.code_hash) == tag]
+        why: str | None = None
+        if not mine:
+            why = (
+                f"the decision proof names no review code issued for this org and run; {GET_CODE}."
+            )
+        else:
+            row = mine[0]
+            if row.used_at is not None:
+                why = f"the review code that signed these decisions was already used; {GET_CODE}."
+            elif _aware(row.expires_at) <= now:
+                why = f"the review code that signed these decisions expired; {GET_CODE}."
+            elif not verify(row.code_hash):
+                why = (
+                    "the decisions this run received are not the ones the review code signed "
+                    "(they were changed after they were sent, or signed for another run): "
+                    "nothing was applied. Decide again in the review inbox."
+                )
+            else:
+                with self.session() as s, s.begin():
+                    done = s.execute(
+                        update(ReviewCodeRow)
+                        .where(
+                            ReviewCodeRow.code_hash == row.code_hash,
+                            ReviewCodeRow.used_at.is_(None),
+                        )
+                        .values(used_at=now, used_by_run=flow_run_id)
+                    )
+                    if done.rowcount == 1:  # type: ignore[attr-defined]
+                        s.add(
+                            admin_audit(
+                                row.user_id, AuditAction.REVIEW_CODE_USED, org_id, None,
+                                {"flow_run_id": flow_run_id, "proof": True},
+                            )
+                        )  # fmt: skip
+                        return row.user_id
+                why = f"the review code that signed these decisions was already used; {GET_CODE}."
+        self.refuse_review_code(org_id, flow_run_id, why)
+        raise Unauthorized(why)
+
+    def refuse_review_code(self, org_id: str, flow_run_id: str, reason: str) -> None:
+        """Audit a refused proof or code for run ``flow_run_id``."""
+        with self.session() as s, s.begin():
+            s.add(
+                admin_audit(
+                    "(review code)", AuditAction.REVIEW_CODE_REFUSED, org_id, None,
+                    {"flow_run_id": flow_run_id, "reason": reason},
+                )
+            )  # fmt: skip
+
+    def record_review_run(self, flow_run_id: str, org_id: str, doc_ids: Sequence[str]) -> None:
+        """Record a review run kbflow's own flow is about to pause (idempotent)."""
+        with self.session() as s, s.begin():
+            row = s.get(ReviewRunRow, flow_run_id)
+            if row is None:
+                s.add(ReviewRunRow(flow_run_id=flow_run_id, org_id=org_id,
+                                   doc_ids=list(doc_ids), created_at=utcnow()))  # fmt: skip
+            else:
+                row.doc_ids = list(doc_ids)
+
+    def review_runs_holding(self, org_id: str, doc_id: str, limit: int = 50) -> list[str]:
+        """The recorded review runs of ``org_id`` whose drafts include ``doc_id``, newest
+        first (whether each is still paused is the Prefect server's to say)."""
+        with self.session() as s:
+            rows = s.scalars(
+                select(ReviewRunRow)
+                .where(ReviewRunRow.org_id == org_id)
+                .order_by(ReviewRunRow.created_at.desc())
+                .limit(limit)
+            ).all()
+        return [r.flow_run_id for r in rows if doc_id in (r.doc_ids or [])]
