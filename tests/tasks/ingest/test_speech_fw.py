@@ -131,9 +131,14 @@ def test_synthesised_speech_transcribes_with_a_low_word_error_rate(
 
 def test_noise_gets_a_low_confidence(transcriber: FasterWhisperTranscriber) -> None:
     segments = transcriber.transcribe(_white_noise(), language="en")
-    confidence = transcript_confidence([s for s in segments if s.text.strip()])
-    # Whisper invents words on noise; what it says is unsure, and it says so.
-    assert confidence is not None and confidence < THRESHOLD, (confidence, segments)
+    said = [s for s in segments if s.text.strip()]
+    confidence = transcript_confidence(said)
+    # Whisper often invents words on noise; what it says is then unsure, and it says so. On
+    # some machines it says nothing at all (seen here on 2026-12-06, on ad21d18's code too:
+    # no segment): nothing is claimed then, which is as safe. Never a confident transcript.
+    assert (not said and confidence is None) or (
+        confidence is not None and confidence < THRESHOLD
+    ), (confidence, segments)
     assert all(s.end_s <= 5.0 for s in segments)  # nothing placed past the end of the clip
 
 
