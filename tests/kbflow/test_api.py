@@ -27,11 +27,33 @@ def served(
     request: pytest.FixtureRequest, settings: Settings, tmp_path: Path, embedder: Any
 ) -> Iterator[dict[str, Any]]:
     """Two orgs' documents, agents and tokens; then the service started on them (with the
-    environment of an indirect parameter, if any)."""
+    environment of an indirect parameter, if any). For a test that changes what it serves."""
+    options = dict(getattr(request, "param", {}))  # "_drafts": how many; the rest: environment
+    with _serving(settings, tmp_path / "serve.log", options, embedder) as world:
+        yield world
+
+
+@pytest.fixture(scope="module")
+def served_once(
+    tmp_path_factory: pytest.TempPathFactory, embedder: Any
+) -> Iterator[dict[str, Any]]:
+    """The same world and service, started once per module for the tests that only read it
+    and are refused (nothing they do changes what another sees; a generous rate, since they
+    share the tokens' buckets)."""
+    folder = tmp_path_factory.mktemp("served-once")
+    options = {"KBFLOW_API_RATE_BURST": "1000", "KBFLOW_API_RATE_PER_MINUTE": "100000"}
+    with _serving(Settings(home=folder / "home"), folder / "serve.log", options, embedder) as w:
+        yield w
+
+
+@contextmanager
+def _serving(
+    settings: Settings, log: Path, options: dict[str, Any], embedder: Any
+) -> Iterator[dict[str, Any]]:
     from sinks.qdrant_edge import QdrantEdgeStore
     from sinks.registry import SqlRegistry
 
-    options = dict(getattr(request, "param", {}))  # "_drafts": how many; the rest: environment
+    options = dict(options)
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
@@ -86,7 +108,7 @@ def served(
     finally:
         store.close()
         registry.close()
-    with running_service(settings.home, tmp_path / "serve.log", options) as base:
+    with running_service(settings.home, log, options) as base:
         yield {
             "base": base,
             "tokens": {k: v[1] for k, v in secrets.items()},
@@ -124,7 +146,8 @@ def _clean(response: httpx.Response) -> None:
     assert "/tmp/" not in response.text and str(REPO) not in response.text
 
 
-def test_who_calls_is_the_tokens_business(served: dict[str, Any]) -> None:
+def test_who_calls_is_the_tokens_business(served_once: dict[str, Any]) -> None:
+    served = served_once
     search = {"query": TOPIC}
     cases = {
         "no token": (_call(served, "POST", "/v1/agent/search", json=search), 401, "no token"),
@@ -171,7 +194,8 @@ def test_who_calls_is_the_tokens_business(served: dict[str, Any]) -> None:
         _clean(response)
 
 
-def test_an_agent_searches_its_own_scope_only(served: dict[str, Any]) -> None:
+def test_an_agent_searches_its_own_scope_only(served_once: dict[str, Any]) -> None:
+    served = served_once
     response = _call(served, "POST", "/v1/agent/search", "agent", json={"query": TOPIC})
     assert response.status_code == 200, response.text
     found = {hit["doc_id"] for hit in response.json()["results"]}
@@ -186,7 +210,8 @@ def test_an_agent_searches_its_own_scope_only(served: dict[str, Any]) -> None:
     assert "switched off" in off.json()["note"]
 
 
-def test_the_agent_routes_answer_like_the_tools(served: dict[str, Any]) -> None:
+def test_the_agent_routes_answer_like_the_tools(served_once: dict[str, Any]) -> None:
+    served = served_once
     listed = _call(served, "GET", "/v1/agent/collections", "agent")
     assert listed.status_code == 200, listed.text
     assert [c["name"] for c in listed.json()["collections"]] == ["hr"]
@@ -215,15 +240,17 @@ def test_the_agent_routes_answer_like_the_tools(served: dict[str, Any]) -> None:
     ],
 )
 def test_bad_bodies_name_the_field(
-    served: dict[str, Any], path: str, body: dict[str, Any], field: str
+    served_once: dict[str, Any], path: str, body: dict[str, Any], field: str
 ) -> None:
+    served = served_once
     response = _call(served, "POST", path, "agent", json=body)
     assert response.status_code == 422, response.text
     assert any(e["field"].endswith(field) for e in response.json()["errors"]), response.text
     _clean(response)
 
 
-def test_health_docs_and_garbage(served: dict[str, Any]) -> None:
+def test_health_docs_and_garbage(served_once: dict[str, Any]) -> None:
+    served = served_once
     assert httpx.get(served["base"] + "/healthz").json() == {"status": "ok"}
     assert httpx.get(served["base"] + "/readyz").json()["vector_store"] == "open"
     assert httpx.get(served["base"] + "/docs").status_code == 200
@@ -279,7 +306,8 @@ def test_the_review_queue_and_decisions(served: dict[str, Any]) -> None:
     assert (drafts[0], "amy") in actions and (drafts[1], "root") in actions
 
 
-def test_who_may_review_what(served: dict[str, Any]) -> None:
+def test_who_may_review_what(served_once: dict[str, Any]) -> None:
+    served = served_once
     draft = served["drafts"][3]
     cases = [
         ("agent", "GET", "/v1/admin/orgs/acme/drafts", 403, "people"),

@@ -24,9 +24,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from kbflow.api.mcp import ANSWER_TOOL
 from kbflow.services.tools import TOOLS
-from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served
+from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served, served_once
 
-__all__ = ["served"]  # the fixture, imported for these tests
+__all__ = ["served", "served_once"]  # the fixtures, imported for these tests
 
 TOOL_NAMES = [
     "list_knowledge_collections",
@@ -74,7 +74,9 @@ def _post_mcp(served: dict[str, Any], headers: dict[str, str]) -> httpx.Response
     )
 
 
-def test_an_mcp_client_gets_the_agent_tools_for_its_token(served: dict[str, Any]) -> None:
+def test_an_mcp_client_gets_the_agent_tools_for_its_token(served_once: dict[str, Any]) -> None:
+    served = served_once
+
     async def steps(session: ClientSession) -> dict[str, Any]:
         listed = await session.list_tools()
         return {
@@ -121,7 +123,9 @@ def test_an_mcp_client_gets_the_agent_tools_for_its_token(served: dict[str, Any]
     assert 'kbflow_http_request_seconds_count{method="POST",route="/mcp",status="200"}' in metrics
 
 
-def test_a_refused_tool_call_says_why(served: dict[str, Any]) -> None:
+def test_a_refused_tool_call_says_why(served_once: dict[str, Any]) -> None:
+    served = served_once
+
     async def steps(session: ClientSession) -> dict[str, Any]:
         calls: dict[str, tuple[str, dict[str, Any]]] = {
             "top_k 0": ("search_knowledge_base", {"query": TOPIC, "top_k": 0}),
@@ -158,7 +162,9 @@ def test_a_refused_tool_call_says_why(served: dict[str, Any]) -> None:
     assert _text(got["not allowed"]).endswith("(hr) — call list_knowledge_collections to see them")
 
 
-def test_an_agent_switched_off_is_told_so(served: dict[str, Any]) -> None:
+def test_an_agent_switched_off_is_told_so(served_once: dict[str, Any]) -> None:
+    served = served_once
+
     async def steps(session: ClientSession) -> dict[str, Any]:
         return {
             "collections": await session.call_tool("list_knowledge_collections", {}),
@@ -182,7 +188,8 @@ def test_an_agent_switched_off_is_told_so(served: dict[str, Any]) -> None:
     assert answered["refusal"]["reason"] == "the knowledge base is switched off for off-bot"
 
 
-def test_mcp_callers_are_the_tokens_business(served: dict[str, Any]) -> None:
+def test_mcp_callers_are_the_tokens_business(served_once: dict[str, Any]) -> None:
+    served = served_once
     cases = {
         "no token": (_post_mcp(served, {}), 401, "no token"),
         "not bearer": (_post_mcp(served, {"Authorization": "Basic cm9vdDpyb290"}), 401, "Bearer"),
