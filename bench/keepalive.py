@@ -8,12 +8,14 @@ restart (serving on the socket it was handed, ``--fd``), and ``--workers 2`` —
   median of each, and their ratio (kept-alive over fresh; the bar: <= 1.5);
 - 30 ``search_knowledge_base`` calls from one MCP SDK client session (its own pooled client).
 
-``--code DIR`` runs the servers from another checkout (e.g. a ``git worktree`` of the commit
-before the fix) with this venv, so the "before" and "after" come from the same machine:
+For the "before", run this script from a ``git worktree`` of the older commit with this venv
+and a home of its own (a home this tree migrated is newer than the old code can open); ``--code
+DIR`` serves from another checkout over a home that checkout can read:
 
-    git worktree add /tmp/kbflow-base ad21d18
-    .venv/bin/python bench/keepalive.py --code /tmp/kbflow-base --out /tmp/before.json
-    .venv/bin/python bench/keepalive.py
+    git worktree add /tmp/kbflow-base ad21d18 && cp bench/keepalive.py /tmp/kbflow-base/bench/
+    (cd /tmp/kbflow-base && PYTHONPATH=. "$OLDPWD/.venv/bin/python" bench/keepalive.py \
+        --home /tmp/ka-home-base --out "$OLDPWD/bench/results/keepalive_ad21d18.json")
+    .venv/bin/python bench/keepalive.py --home /tmp/ka-home
 
 The home holds ``--docs`` SciFact abstracts (ingested once into ``--home``). Saves
 bench/results/keepalive.json. Needs ../shared/datasets/scifact (or KBFLOW_DATASETS).
@@ -97,7 +99,7 @@ def _mcp(base: str, token: str, texts: list[str]) -> dict[str, Any]:
                     "search_knowledge_base", {"query": texts[i % len(texts)]}
                 )
                 samples.append(time.perf_counter() - t)
-                errors += bool(result.isError)
+                errors += bool(result.is_error)
         return errors
 
     errors = anyio.run(main)
