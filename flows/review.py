@@ -60,6 +60,7 @@ from core.contracts import Report, ReviewReport
 from core.errors import ConfigError, Forbidden, ReviewTimeout, RunFailed, StoreBusy, Unauthorized
 from core.settings import Settings
 from sinks.registry import DocRecord
+from tasks.review.codes import DRAFT_FIELD_PREFIX
 from tasks.review.decisions import Decision, Outcome, review_failure, same_content
 from tasks.review.steps import (
     apply_decisions_task,
@@ -112,9 +113,6 @@ class DraftDecision(BaseModel):
         "draft, it is approved as it is.",
     )
     note: str = Field("", description="Why (optional): kept with the decision in the audit log.")
-
-
-DRAFT_FIELD_PREFIX = "doc_"
 
 
 class ReviewDecision(RunInput):

@@ -16,7 +16,7 @@ from sqlalchemy import and_, or_, select, update
 from core.errors import NotFound
 from core.models import JobStatus
 from sinks.registry.base import RegistryBase
-from sinks.registry.schema import JobRow, utcnow
+from sinks.registry.schema import JobRow, aware, utcnow
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,9 @@ def _record(row: JobRow) -> JobRecord:
         flow_run_id=row.flow_run_id,
         pid=row.pid,
         log_path=row.log_path,
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
     )
-
-
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
 
 
 class JobsMixin(RegistryBase):

@@ -41,11 +41,13 @@ from sinks.registry.base import RegistryBase
 from sinks.registry.passwords import password_problem
 from sinks.registry.records import UserRecord
 from sinks.registry.schema import (
+    AuditRow,
     LoginAttemptRow,
     ReviewCodeRow,
     UserLoginRow,
     UserRow,
     WebSessionRow,
+    aware,
     utcnow,
 )
 
@@ -67,13 +69,26 @@ def _sha(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
-
-
 def normalize_code(code: str) -> str:
     """A review code as stored: upper case, without the spaces and dashes people type."""
     return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+def code_hash(code: str) -> str:
+    """What the registry keeps of a review code (its sha256, as normalised)."""
+    return _sha(normalize_code(code))
+
+
+GET_CODE = "get a new one with `kbflow review code --org ORG --as USER` or from the review inbox"
+"""How a refused review code's message ends: where to get another."""
+
+
+def code_refused(org_id: str, flow_run_id: str, reason: str) -> AuditRow:
+    """The audit row of a refused review code or decision proof for run ``flow_run_id``."""
+    return admin_audit(
+        "(review code)", AuditAction.REVIEW_CODE_REFUSED, org_id, None,
+        {"flow_run_id": flow_run_id, "reason": reason},
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,7 @@ class LoginsMixin(RegistryBase):
             row = s.get(UserLoginRow, user_id)
             tries = s.get(LoginAttemptRow, user_id[:LOGIN_KEY_MAX])
             attempts = tries.attempts if tries is not None else 0
-            locked = _aware(tries.locked_until) if tries and tries.locked_until else None
+            locked = aware(tries.locked_until) if tries and tries.locked_until else None
             if row is None:
                 return LoginState(user_id, False, False, attempts, locked)
             return LoginState(
@@ -253,9 +268,9 @@ class LoginsMixin(RegistryBase):
                             col.locked_until.is_(None), col.locked_until <= now)))  # fmt: skip
                         s.add(col(login=key, attempts=1, locked_until=None, last_at=now))
                         return None
-                    until = _aware(row.locked_until) if row.locked_until else None
+                    until = aware(row.locked_until) if row.locked_until else None
                     if until is None or until <= now:  # full: checks in flight decide it
-                        until = _aware(row.last_at) + dt.timedelta(seconds=lock_s)
+                        until = aware(row.last_at) + dt.timedelta(seconds=lock_s)
                     return max(1, int((until - now).total_seconds()) + 1)
             except IntegrityError:  # another request added the row first: count through it
                 continue
@@ -278,7 +293,7 @@ class LoginsMixin(RegistryBase):
                              .with_for_update())  # fmt: skip
             failures = login.attempts if login is not None else 0
             if login is not None:
-                held = _aware(login.locked_until) if login.locked_until else None
+                held = aware(login.locked_until) if login.locked_until else None
                 if failures >= max_failures:
                     login.locked_until = now + dt.timedelta(seconds=lock_s)
                     login.attempts = 0  # the next window starts when the lock ends
@@ -339,21 +354,21 @@ class LoginsMixin(RegistryBase):
                 raise Unauthorized("not logged in.")
             if row.revoked_at is not None:
                 raise Unauthorized("this session was logged out: log in again.")
-            if _aware(row.expires_at) <= now:
+            if aware(row.expires_at) <= now:
                 raise Unauthorized("this session expired: log in again.")
-            if _aware(row.last_seen_at) + dt.timedelta(seconds=idle_s) <= now:
+            if aware(row.last_seen_at) + dt.timedelta(seconds=idle_s) <= now:
                 row.revoked_at = now
                 raise Unauthorized("this session was idle too long: log in again.")
             user = s.get(UserRow, row.user_id)
             if user is None:
                 raise Unauthorized("this session's user no longer exists.")
-            if now - _aware(row.last_seen_at) >= LAST_SEEN_EVERY:
+            if now - aware(row.last_seen_at) >= LAST_SEEN_EVERY:
                 row.last_seen_at = now
             login = s.get(UserLoginRow, row.user_id)
             return WebSession(
                 UserRecord(user.id, user.name, Role(user.role), user.org_id),
                 row.csrf,
-                _aware(row.expires_at),
+                aware(row.expires_at),
                 bool(login and login.must_change),
             )
 
@@ -440,18 +455,13 @@ class LoginsMixin(RegistryBase):
                 return row.user_id
         why = self._code_refusal(raw, digest, org_id, flow_run_id, now)
         with self.session() as s, s.begin():
-            s.add(
-                admin_audit(
-                    "(review code)", AuditAction.REVIEW_CODE_REFUSED, org_id, None,
-                    {"flow_run_id": flow_run_id, "reason": why},
-                )
-            )  # fmt: skip
+            s.add(code_refused(org_id, flow_run_id, why))
         raise Unauthorized(why)
 
     def _code_refusal(
         self, raw: str, digest: str, org_id: str, flow_run_id: str, now: dt.datetime
     ) -> str:
-        get = "get a new one with `kbflow review code --org ORG --as USER` or from the review inbox"
+        get = GET_CODE
         if not raw:
             return f"no review code was given: a typed name proves nothing; {get}."
         with self.session() as s:
@@ -460,7 +470,7 @@ class LoginsMixin(RegistryBase):
             return f"the review code is not valid (mistyped, or never issued); {get}."
         if row.used_at is not None:
             return f"the review code was already used (each code works once); {get}."
-        if _aware(row.expires_at) <= now:
+        if aware(row.expires_at) <= now:
             return f"the review code expired (codes last at most 15 minutes); {get}."
         if row.org_id != org_id:
             return f"the review code was issued for another org, not {org_id!r}; {get}."

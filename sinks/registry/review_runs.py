@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, update
@@ -18,13 +17,8 @@ from core.errors import Unauthorized
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
 from sinks.registry.base import RegistryBase
-from sinks.registry.schema import ReviewCodeRow, ReviewRunRow, utcnow
-
-GET_CODE = "get a new one with `kbflow review code --org ORG --as USER` or from the review inbox"
-
-
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)  # SQLite drops the zone
+from sinks.registry.logins import GET_CODE, code_refused
+from sinks.registry.schema import ReviewCodeRow, ReviewRunRow, aware, utcnow
 
 
 class ReviewRunsMixin(RegistryBase):
@@ -63,7 +57,7 @@ class ReviewRunsMixin(RegistryBase):
             row = mine[0]
             if row.used_at is not None:
                 why = f"the review code that signed these decisions was already used; {GET_CODE}."
-            elif _aware(row.expires_at) <= now:
+            elif aware(row.expires_at) <= now:
                 why = f"the review code that signed these decisions expired; {GET_CODE}."
             elif not verify(row.code_hash):
                 why = (
@@ -96,12 +90,7 @@ class ReviewRunsMixin(RegistryBase):
     def refuse_review_code(self, org_id: str, flow_run_id: str, reason: str) -> None:
         """Audit a refused proof or code for run ``flow_run_id``."""
         with self.session() as s, s.begin():
-            s.add(
-                admin_audit(
-                    "(review code)", AuditAction.REVIEW_CODE_REFUSED, org_id, None,
-                    {"flow_run_id": flow_run_id, "reason": reason},
-                )
-            )  # fmt: skip
+            s.add(code_refused(org_id, flow_run_id, reason))
 
     def record_review_run(self, flow_run_id: str, org_id: str, doc_ids: Sequence[str]) -> None:
         """Record a review run kbflow's own flow is about to pause (idempotent)."""

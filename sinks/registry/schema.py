@@ -29,6 +29,11 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def aware(at: dt.datetime) -> dt.datetime:
+    """A stored time with its zone (SQLite drops it; every stored time is UTC)."""
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+
+
 class Base(DeclarativeBase):
     pass
 

@@ -22,7 +22,7 @@ from core.errors import ConfigError, NotFound
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
 from sinks.registry.base import RegistryBase
-from sinks.registry.schema import SourceItemRow, SourceRow, utcnow
+from sinks.registry.schema import SourceItemRow, SourceRow, aware, utcnow
 
 SOURCE_FIELDS = (
     "kind",
@@ -84,10 +84,6 @@ def item_id(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _aware(at: dt.datetime) -> dt.datetime:
-    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
-
-
 def _record(row: SourceRow) -> SourceRecord:
     return SourceRecord(
         id=row.id,
@@ -105,8 +101,8 @@ def _record(row: SourceRow) -> SourceRecord:
         schedule=row.schedule,
         timezone=row.timezone,
         created_by=row.created_by,
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
         last_sync=dict(row.last_sync) if row.last_sync else None,
     )
 
@@ -239,7 +235,7 @@ class SourcesMixin(RegistryBase):
                     meta=dict(row.meta or {}),
                     state=row.state,
                     error=row.error,
-                    seen_at=_aware(row.seen_at),
+                    seen_at=aware(row.seen_at),
                 )
                 for row in s.scalars(query)
             }

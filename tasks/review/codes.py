@@ -27,7 +27,7 @@ from typing import Any
 
 from core.errors import Unauthorized
 from sinks.registry import IssuedCode, SqlRegistry, UserRecord
-from sinks.registry.logins import normalize_code
+from sinks.registry.logins import code_hash
 from tasks.review.access import authorize_decision
 
 CODE_TTL = dt.timedelta(minutes=15)
@@ -65,8 +65,8 @@ def prove_reviewer(registry: SqlRegistry, code: str, org_id: str, flow_run_id: s
 
 
 def code_key(code: str) -> str:
-    """The HMAC key of a code's proofs: its sha256 (what the registry stores, never the code)."""
-    return hashlib.sha256(normalize_code(code).encode()).hexdigest()
+    """The HMAC key of a code's proofs: its hash as the registry stores it (never the code)."""
+    return code_hash(code)
 
 
 def lookup_tag(key: str) -> str:
