@@ -314,14 +314,65 @@ class AnswerSettings(_Group):
         validation_alias=AliasChoices("KBFLOW_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
         description="Anthropic key for research; unset means the offline extractive synthesizer.",
     )
-    answer_model: Literal["auto", "extractive", "anthropic"] = Field(
+    answer_model: Literal["auto", "extractive", "anthropic", "openai"] = Field(
         "auto",
-        description="Model for agent answers and knowledge search: anthropic (Claude), "
-        "extractive (offline, quotes and cites), or auto (anthropic when a key is set).",
+        description="Model for agent answers and knowledge search: anthropic (Claude), openai "
+        "(the OpenAI-compatible server of KBFLOW_LLM_BASE_URL), extractive (offline, quotes "
+        "and cites), or auto (the model KBFLOW_LLM_PROVIDER picks, else extractive).",
     )
     answer_llm: str = Field(
         "claude-haiku-4-5", description="Claude model id for answers, triage and synthesis."
     )
+    llm_provider: Literal["auto", "anthropic", "openai", "none"] = Field(
+        "auto",
+        description="Who reads for kbflow (answers, knowledge search, research drafts): "
+        "anthropic (Claude, by ANTHROPIC_API_KEY), openai (any OpenAI-compatible server: "
+        "Ollama, vLLM, llama.cpp, LM Studio, OpenAI, Azure OpenAI; KBFLOW_LLM_BASE_URL and "
+        "KBFLOW_LLM_MODEL), none (offline), or auto: anthropic when its key is set, else openai "
+        "when KBFLOW_LLM_BASE_URL is set, else none. docs/ANSWERS.md, 'Which model reads'.",
+    )
+    llm_base_url: str | None = Field(
+        None,
+        description="The OpenAI-compatible API root, e.g. http://localhost:11434/v1 (Ollama), "
+        "http://localhost:8000/v1 (vLLM), https://<resource>.openai.azure.com/openai/v1/ "
+        "(Azure OpenAI). Unset with KBFLOW_LLM_PROVIDER=openai: OpenAI's own.",
+    )
+    llm_model: str | None = Field(
+        None,
+        description="The model id the provider serves (e.g. qwen2.5:7b-instruct for Ollama). "
+        "Required for openai; for anthropic it replaces KBFLOW_ANSWER_LLM when set.",
+    )
+    llm_api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="The name of the environment variable that holds the OpenAI-compatible "
+        "server's key (the key itself is never a setting); unset or empty: no key (local "
+        "servers).",
+    )
+    llm_json_mode: Literal["schema", "object", "object-schema", "off"] = Field(
+        "schema",
+        description="How JSON is asked of an OpenAI-compatible server: schema (response_format "
+        "json_schema, OpenAI's form: OpenAI, vLLM, Ollama, LM Studio, llama.cpp's llama-server; "
+        "the server constrains its output), object-schema (json_object with the schema, the "
+        "llama-cpp-python server's form), object (json_object) or off (the prompt alone). "
+        "Every reply is checked either way.",
+    )
+    llm_timeout_s: float = Field(
+        120.0, gt=0, description="Time limit per model request (each retry has its own)."
+    )
+    mcp_sampling_orgs: str = Field(
+        "",
+        description="Orgs whose agents' own models may read for them over MCP (sampling): "
+        "comma-separated org ids, or * for every org; empty (default): none. When an agent of "
+        "such an org calls the MCP answer or research_knowledge_search tool and declares the "
+        "sampling capability, kbflow sends it the gated passages to read instead of using "
+        "the configured model; every quote it gives back is checked the same way.",
+    )
+
+    def samples_for(self, org_id: str) -> bool:
+        """Whether ``org_id``'s agents may read through their own model (MCP sampling)."""
+        named = {o.strip() for o in self.mcp_sampling_orgs.split(",") if o.strip()}
+        return "*" in named or org_id in named
+
     agent_contact_data: Literal["reveal", "scrub"] = Field(
         "reveal",
         description="What an org's own agents get of the e-mail addresses and phone numbers "

@@ -1,4 +1,5 @@
-"""Anthropic's real SDK on a scripted ``httpx2.MockTransport``: no network, every request kept."""
+"""The providers' real SDKs (Anthropic, OpenAI) on a scripted ``httpx2.MockTransport``: no network,
+every request kept."""
 
 from __future__ import annotations
 
@@ -61,4 +62,54 @@ def anthropic_client(recorder: Recorder) -> Any:
 
     return anthropic.Anthropic(
         api_key="t", http_client=httpx2.Client(transport=httpx2.MockTransport(recorder))
+    )
+
+
+def completion(
+    text: str | None, tokens_in: int = 100, tokens_out: int = 50, finish: str = "stop"
+) -> Any:
+    """A successful OpenAI Chat Completions response carrying ``text``."""
+    import httpx2
+
+    return httpx2.Response(
+        200,
+        json={
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "local-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            },
+        },
+    )
+
+
+def openai_error(status: int, message: str = "test", headers: dict[str, str] | None = None) -> Any:
+    """An OpenAI-style error response."""
+    import httpx2
+
+    body = {"error": {"message": message, "type": "server_error", "code": None}}
+    return httpx2.Response(status, json=body, headers=headers)
+
+
+def openai_client(recorder: Recorder) -> Any:
+    """A real ``openai.OpenAI`` whose HTTP goes to ``recorder`` (the SDK's retries left on, as
+    above)."""
+    import httpx2
+    import openai
+
+    return openai.OpenAI(
+        api_key="t",
+        base_url="http://model.test/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(recorder)),
     )

@@ -1,5 +1,6 @@
-"""Claude writes the drafts: the prompts, the request (one retry layer: `tasks.llm.AnthropicChat`,
-or the Prefect task), parsing the JSON reply, and one repair turn."""
+"""A model writes the drafts: the prompts, the request (one retry layer: `tasks.llm.RetryingChat`,
+or the Prefect task), parsing the JSON reply, and one repair turn. `ChatSynthesizer` takes any
+provider's chat (`tasks.llm.chat_model`); `AnthropicSynthesizer` builds Claude's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from core.errors import ConfigError, LlmError, SynthesisFailed, SynthesisInvalid
 from core.models import DraftDocument, ResearchCorpus, SynthesisResult
-from tasks.llm import AnthropicChat
+from tasks.llm import AnthropicChat, RetryingChat, is_api_error, status_of
 from tasks.research.steering import PROMPT_SOURCE
 from tasks.research.synthesize import (
     BRAND_VOICE,
@@ -104,7 +105,7 @@ def parse_drafts(reply: str) -> list[DraftDocument]:
     if not text.startswith("{") and "{" in text:  # tolerate a sentence before/after the object
         text = text[text.find("{") : text.rfind("}") + 1]
     try:
-        data = json.loads(text)
+        data = json.loads(text, strict=False)  # a raw line break inside a string is text
     except json.JSONDecodeError as exc:
         raise SynthesisInvalid(
             f"the reply is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
@@ -131,6 +132,28 @@ def parse_drafts(reply: str) -> list[DraftDocument]:
     return docs
 
 
+DRAFTS_SCHEMA: dict[str, Any] = {
+    "title": "drafts",
+    "type": "object",
+    "properties": {
+        "documents": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "filename": {"type": "string"},
+                    "title": {"type": "string"},
+                    "content": {"type": "string"},
+                },
+                "required": ["filename", "title", "content"],
+            },
+        }
+    },
+    "required": ["documents"],
+}
+"""The reply's JSON Schema, for providers that constrain their output to one."""
+
+
 @dataclass(frozen=True)
 class _Reply:
     text: str
@@ -138,101 +161,60 @@ class _Reply:
     truncated: bool  # stopped at max_tokens
 
 
-class AnthropicSynthesizer:
-    """Claude writes the drafts: one Messages request, and at most one repair request.
+class ChatSynthesizer:
+    """A chat model writes the drafts: one request, and at most one repair request.
 
     Transient failures (429, 408/409, 5xx incl. 529 overloaded, connection errors and timeouts)
-    are retried with exponential backoff (``backoff_s * 2**n``, or the server's ``retry-after``
-    when longer) by `tasks.llm.AnthropicChat`, the one retry layer (the SDK's own retries are
-    switched off). A reply that is not valid JSON or breaks :func:`validate_drafts` gets one repair
-    request carrying the exact error; a second failure raises :class:`SynthesisFailed`.
-
-    Args:
-        api_key: the Anthropic API key (unused when ``client`` is given).
-        model: the model id; resolve overrides with :func:`resolve_model`.
-        client: an ``anthropic.Anthropic`` to use instead of building one (tests, proxies).
-        max_retries: retries per request after the first attempt, for transient errors only.
-        backoff_s: the first retry's delay; each later retry doubles it.
-        sleep: how to wait between retries (injected by tests).
-        timeout_s: per-request timeout (explicit, so large ``max_output_tokens`` is allowed
-            without streaming).
+    are retried with exponential backoff by the chat's one retry layer (`tasks.llm.RetryingChat`;
+    the SDKs' own retries are switched off). A reply that is not valid JSON or breaks
+    :func:`validate_drafts` gets one repair request carrying the exact error; a second failure
+    raises :class:`SynthesisFailed`.
     """
 
-    def __init__(
-        self,
-        api_key: str,
-        model: str = DEFAULT_MODEL,
-        *,
-        client: Any | None = None,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-        timeout_s: float = 600.0,
-    ) -> None:
-        if not model.strip():
-            raise ConfigError("model must be a model id such as 'claude-haiku-4-5'. It is empty.")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more. Currently it is {max_retries}.")
-        if backoff_s < 0:
-            raise ConfigError(f"backoff_s must be 0 or more. Currently it is {backoff_s}.")
-        if timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be greater than 0. Currently it is {timeout_s}.")
-        if client is None and not api_key:
-            raise ConfigError(
-                "the Anthropic API key is empty: set ANTHROPIC_API_KEY, or use the extractive "
-                "synthesizer to work offline."
-            )
-        self.model_id = model.strip()
-        self._chat = AnthropicChat(
-            api_key,
-            self.model_id,
-            client=client,
-            attempts=max_retries + 1,
-            backoff_s=backoff_s,
-            timeout_s=timeout_s,
-            sleep=sleep,
-        )
+    def __init__(self, chat: RetryingChat) -> None:
+        self._chat = chat
+        self.model_id = chat.model_id
 
     def _call(self, messages: list[dict[str, str]], max_output_tokens: int) -> _Reply:
-        """One Messages request; transient errors are retried by `AnthropicChat.create`."""
-        import anthropic
-
+        """One request; transient errors are retried by `RetryingChat.send`."""
         started = time.perf_counter()
         try:
-            response, _ = self._chat.create(
+            reply, _ = self._chat.send(
                 purpose="synthesis",
                 system=SYSTEM_PROMPT,
                 messages=messages,
                 max_tokens=max_output_tokens,
+                schema=DRAFTS_SCHEMA,
             )
         except LlmError as exc:
             cause = exc.__cause__
-            if not isinstance(cause, anthropic.APIError):
+            if not is_api_error(cause):
                 raise (cause or exc) from None  # not the API's answer: a bug, raised as it came
+            provider = self._chat.provider
             if not exc.transient:
                 raise SynthesisFailed(
-                    f"Anthropic rejected the synthesis request for model {self.model_id!r} "
-                    f"(HTTP {getattr(cause, 'status_code', None)}): {cause} — check the API key, "
-                    "the model id and max_output_tokens; this error is not retried"
+                    f"{provider} rejected the synthesis request for model {self.model_id!r} "
+                    f"(HTTP {status_of(cause) if cause else None}): {cause} — check the API "
+                    "key, the model id and max_output_tokens; this error is not retried"
                 ) from cause
             raise SynthesisFailed(
-                f"Anthropic still failing after {exc.attempts} attempt(s) "
+                f"{provider} still failing after {exc.attempts} attempt(s) "
                 f"(model {self.model_id!r}): {cause} — try again later",
                 transient=True,
             ) from cause
-        usage = response.usage
         log.info(
-            "anthropic %s: %d tokens in, %d out, stop=%s, %.1fs",
+            "%s %s: %d tokens in, %d out, truncated=%s, %.1fs",
+            self._chat.provider,
             self.model_id,
-            usage.input_tokens,
-            usage.output_tokens,
-            response.stop_reason,
+            reply.input_tokens,
+            reply.output_tokens,
+            reply.truncated,
             time.perf_counter() - started,
         )
         return _Reply(
-            text="".join(b.text for b in response.content if getattr(b, "type", "") == "text"),
-            tokens=int(usage.input_tokens or 0) + int(usage.output_tokens or 0),
-            truncated=response.stop_reason == "max_tokens",
+            text=reply.text,
+            tokens=reply.input_tokens + reply.output_tokens,
+            truncated=reply.truncated,
         )
 
     def _drafts(
@@ -274,3 +256,54 @@ class AnthropicSynthesizer:
                     f"({consumed} tokens spent). First reply: {first}. After repair: {second}"
                 ) from second
         return SynthesisResult(documents=docs, consumed_tokens=consumed, model=self.model_id)
+
+
+class AnthropicSynthesizer(ChatSynthesizer):
+    """Claude writes the drafts (`ChatSynthesizer` over `tasks.llm.AnthropicChat`).
+
+    Args:
+        api_key: the Anthropic API key (unused when ``client`` is given).
+        model: the model id; resolve overrides with :func:`resolve_model`.
+        client: an ``anthropic.Anthropic`` to use instead of building one (tests, proxies).
+        max_retries: retries per request after the first attempt, for transient errors only.
+        backoff_s: the first retry's delay; each later retry doubles it.
+        sleep: how to wait between retries (injected by tests).
+        timeout_s: per-request timeout (explicit, so large ``max_output_tokens`` is allowed
+            without streaming).
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        *,
+        client: Any | None = None,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+        timeout_s: float = 600.0,
+    ) -> None:
+        if not model.strip():
+            raise ConfigError("model must be a model id such as 'claude-haiku-4-5'. It is empty.")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be 0 or more. Currently it is {max_retries}.")
+        if backoff_s < 0:
+            raise ConfigError(f"backoff_s must be 0 or more. Currently it is {backoff_s}.")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be greater than 0. Currently it is {timeout_s}.")
+        if client is None and not api_key:
+            raise ConfigError(
+                "the Anthropic API key is empty: set ANTHROPIC_API_KEY, or use the extractive "
+                "synthesizer to work offline."
+            )
+        super().__init__(
+            AnthropicChat(
+                api_key,
+                model.strip(),
+                client=client,
+                attempts=max_retries + 1,
+                backoff_s=backoff_s,
+                timeout_s=timeout_s,
+                sleep=sleep,
+            )
+        )

@@ -24,7 +24,8 @@ from prefect.cache_policies import NO_CACHE
 from core.models import DraftDocument, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
-from tasks.research.claude import AnthropicSynthesizer
+from tasks.llm_choice import chat_model, provider_of
+from tasks.research.claude import AnthropicSynthesizer, ChatSynthesizer
 from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.fetch import FetchResult, safe_get
 from tasks.research.run import (
@@ -62,16 +63,25 @@ def gather_task(request: ResearchRequest, settings: Settings, public_context: bo
 
 @task(name="synthesize-drafts", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
-    """Four validated drafts: Claude with a key (this task retries it), else offline."""
-    key = (
-        settings.answers.anthropic_api_key.get_secret_value()
-        if settings.answers.anthropic_api_key
-        else None
-    )
-    synthesizer: AnthropicSynthesizer | ExtractiveSynthesizer
-    if key:
+    """Four validated drafts: written by the configured model (`tasks.llm.provider_of`: Claude
+    with a key, an OpenAI-compatible server by URL; this task retries it), else offline."""
+    provider = provider_of(settings)
+    synthesizer: ChatSynthesizer | ExtractiveSynthesizer
+    if provider == "anthropic":
+        key = settings.answers.anthropic_api_key
         model = resolve_model(gathered.request.model)
-        synthesizer = AnthropicSynthesizer(key, model, max_retries=0)
+        synthesizer = AnthropicSynthesizer(key.get_secret_value() if key else "", model,
+                                           max_retries=0)  # fmt: skip
+    elif provider == "openai":
+        chat = chat_model(
+            settings,
+            provider="openai",
+            model_id=gathered.request.model,
+            attempts=1,
+            timeout_s=max(settings.answers.llm_timeout_s, 600.0),
+        )
+        assert chat is not None  # a provider was named
+        synthesizer = ChatSynthesizer(chat)
     else:
         synthesizer = ExtractiveSynthesizer(embedder_for(settings))
     return synthesize_drafts(gathered, synthesizer)
