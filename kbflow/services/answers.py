@@ -29,7 +29,8 @@ from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.replay import Replay, check_replayable
 from tasks.answer.replay import replay as replay_synthesis
 from tasks.answer.turns import AnswerConfig
-from tasks.llm import AnthropicChat
+from tasks.llm import ChatModel
+from tasks.llm_choice import chat_model, client_provider, provider_of
 from tasks.query.bounds import check_queries, check_query
 from tasks.query.public_uri import publish_uris
 from tasks.query.scopes import agent_scope
@@ -56,35 +57,44 @@ def knowledge_model(
     client: Any | None = None,
     model_id: str | None = None,
     threshold: float | None = None,
+    chat: ChatModel | None = None,
 ) -> tuple[KnowledgeModel | None, str | None]:
     """The configured knowledge model, or None and why none can be used.
 
+    ``KBFLOW_ANSWER_MODEL`` decides: ``extractive`` (offline), ``anthropic`` or ``openai`` (that
+    provider), ``auto`` (the provider ``KBFLOW_LLM_PROVIDER`` picks: `tasks.llm.provider_of`,
+    else offline).
+
     Args:
-        client: an ``anthropic.Anthropic`` to use (tests, proxies); implies Claude.
-        model_id: this Claude model, whatever the settings say (replay of a recorded turn).
+        client: a provider SDK client to use (tests, proxies); implies its provider.
+        model_id: this model, whatever the settings say (replay of a recorded turn): Claude for
+            a ``claude-*`` id, else the configured OpenAI-compatible server.
         threshold: the offline model's triage threshold (the turn's, `AnswerConfig.for_query`);
             ``KBFLOW_ANSWER_MIN_CONFIDENCE`` by default.
+        chat: this chat model, whatever the settings say (MCP sampling: the calling agent's
+            own model, `tasks.llm.SampledChat`).
     """
-    key = (
-        settings.answers.anthropic_api_key.get_secret_value()
-        if settings.answers.anthropic_api_key
-        else ""
-    )
+    if chat is not None:
+        return ClaudeKnowledgeModel(chat), None
     choice = settings.answers.answer_model
+    forced: str | None = None
     if model_id is not None:
-        choice = "anthropic"
-    elif choice == "auto":
-        choice = "anthropic" if key or client is not None else "extractive"
-    if choice == "extractive":
+        forced = "anthropic" if model_id.startswith("claude") else "openai"
+    elif client is not None:
+        forced = client_provider(client)
+    elif choice in ("anthropic", "openai"):
+        forced = choice
+    elif choice == "extractive":
+        forced = "none"
+    if provider_of(settings, forced) == "none":
         chosen = settings.answers.answer_min_confidence if threshold is None else threshold
         return ExtractiveKnowledgeModel(chosen), None
-    if not key and client is None:
-        return None, (
-            "the answer model is Claude but ANTHROPIC_API_KEY is not set — set it, or "
-            "KBFLOW_ANSWER_MODEL=extractive to answer offline"
-        )
-    chat = AnthropicChat(key, model_id or settings.answers.answer_llm, client=client)
-    return ClaudeKnowledgeModel(chat), None
+    try:
+        made = chat_model(settings, provider=forced, model_id=model_id, client=client)
+    except ConfigError as exc:
+        return None, str(exc)
+    assert made is not None  # not "none": checked above
+    return ClaudeKnowledgeModel(made), None
 
 
 def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
@@ -98,10 +108,12 @@ def ask(
     *,
     client: Any | None = None,
     ledger: Ledger | None = None,
+    chat: ChatModel | None = None,
 ) -> dict[str, Any]:
-    """``research_knowledge_search`` for an agent; the turn is recorded, then returned."""
+    """``research_knowledge_search`` for an agent; the turn is recorded, then returned.
+    ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
     check_queries(queries)
-    return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger)
+    return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger, chat)
 
 
 def answer(
@@ -111,10 +123,12 @@ def answer(
     *,
     client: Any | None = None,
     ledger: Ledger | None = None,
+    chat: ChatModel | None = None,
 ) -> dict[str, Any]:
-    """Answer for an agent with a citation on every claim, or refuse; recorded, then returned."""
+    """Answer for an agent with a citation on every claim, or refuse; recorded, then returned.
+    ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
     check_query(question, "question")
-    return _agent_turn(ctx, agent_id, cited_answer, question, client, ledger)
+    return _agent_turn(ctx, agent_id, cited_answer, question, client, ledger, chat)
 
 
 def _agent_turn(
@@ -124,13 +138,18 @@ def _agent_turn(
     asked: Any,
     client: Any | None,
     ledger: Ledger | None,
+    chat: ChatModel | None = None,
 ) -> dict[str, Any]:
-    """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it."""
+    """Run ``run`` (`answer` or `knowledge_search`) for the agent, record the turn, return it.
+
+    Raises:
+        SamplingNeeded: ``chat`` is the agent's own model and must read a prompt first
+            (nothing is recorded; the MCP tool asks the agent and runs the turn again)."""
     config = answer_config(ctx.settings)
     # The offline model triages at the threshold the turn records (its queries' form's).
     queries = [asked] if isinstance(asked, str) else list(asked)
     threshold = config.for_query(*queries).threshold if queries else None  # none: the turn says
-    model, why = knowledge_model(ctx.settings, client=client, threshold=threshold)
+    model, why = knowledge_model(ctx.settings, client=client, threshold=threshold, chat=chat)
     org_id = _agent_org(ctx.registry, agent_id)
     turn = run(
         asked,

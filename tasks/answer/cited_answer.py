@@ -18,7 +18,8 @@ from core.models import Citation, Scope, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import SUPPORT_VERSION, text_cosines
 from tasks.answer.contract import Claim, Evidence, KnowledgeModel
-from tasks.answer.extractive import EXTRACTIVE_MODEL_ID
+from tasks.answer.extractive import EVIDENCE_QUOTES, EXTRACTIVE_MODEL_ID, evidence_quotes
+from tasks.answer.proofs import judge_proved
 from tasks.answer.quotes import quote_text, units
 from tasks.answer.support import Judgement, judge
 from tasks.answer.turns import (
@@ -106,12 +107,18 @@ def answer(
     replay_input = rec.replay_input(
         model, question=asked, evidence=[e.to_dict() for e in evidence]
     ) | {"query_form": config.form}  # added last: older keys keep their order
+    unusable = None  # why the model's reply could not be used, when it could not
     try:
         claims = model.answer(asked, evidence, rec.calls)
-    except (LlmError, LlmReplyInvalid) as exc:
+    except LlmError as exc:
         why = f"the answer model failed: {exc}"
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
-    valid = verify_citations(registry, scope, [c for claim in claims for c in claim.chunk_ids])
+    except LlmReplyInvalid as exc:  # read, but broke its contract twice: hand over the evidence
+        unusable = f"the answer model's reply could not be used ({exc})"
+        claims = evidence_quotes(asked, evidence)
+    # The evidence's chunks too: a "maybe" may hand over any of them (`settle`).
+    valid = verify_citations(registry, scope, [*(c for claim in claims for c in claim.chunk_ids),
+                                               *(e.chunk_id for e in evidence)])  # fmt: skip
     kept = [_servable(claim, valid) for claim in claims if any(c in valid for c in claim.chunk_ids)]
     if not kept:
         why = (
@@ -120,16 +127,7 @@ def answer(
             else ("no claim cited a servable chunk")
         )
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
-    judgement = (
-        judge(
-            asked,
-            kept,
-            {e.chunk_id: e.text for e in evidence},
-            {e.chunk_id: e.title for e in evidence},
-        )
-        if model.model_id not in UNQUOTED_MODELS
-        else Judgement(True, tuple(kept))
-    )
+    judgement = settle(model.model_id, asked, kept, evidence, set(valid), unusable)
     kept = list(judgement.claims)
     citations = quoted_citations(kept, valid)
     sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
@@ -151,6 +149,40 @@ def answer(
     output = turn.output("answered", render_answer(kept, citations), claims=served,
                          citations=listed, missing=None)  # fmt: skip
     return rec.record("answered", output, replay_input, citations)
+
+
+def settle(
+    model_id: str,
+    question: str,
+    claims: Sequence[Claim],
+    evidence: Sequence[Evidence],
+    servable: set[str],
+    unusable: str | None = None,
+) -> Judgement:
+    """Answered or "maybe", and with which claims: the offline model by what a structure
+    proves (`tasks.answer.proofs`), a model by the support check of its quotes
+    (`tasks.answer.support`), models from before quotes as they were. A "maybe" hands the
+    agent verbatim evidence: a model's unquoted (or unverifiable) claims give way to the
+    passages' own best text. ``unusable``: why the model's reply could not be used (then
+    ``claims`` are the passages' own and nothing is answered). The answer path and its
+    replay settle the same way."""
+    if model_id == EXTRACTIVE_MODEL_ID:
+        judgement = judge_proved(question, claims, evidence)
+    elif model_id not in UNQUOTED_MODELS:
+        judgement = judge(question, claims, {e.chunk_id: e.text for e in evidence},
+                          {e.chunk_id: e.title for e in evidence})  # fmt: skip
+    else:
+        judgement = Judgement(True, tuple(claims))
+    if unusable:
+        judgement = Judgement(False, judgement.claims, unusable)
+    kept = list(judgement.claims)
+    if not judgement.answered and any(not c.quote for c in kept):
+        quoted = [c for c in kept if c.quote]
+        said = {q.quote for q in quoted}
+        more = [c for c in evidence_quotes(question, evidence)
+                if c.chunk_ids[0] in servable and c.quote not in said]  # fmt: skip
+        kept = (quoted + more)[:EVIDENCE_QUOTES] or kept
+    return Judgement(judgement.answered, tuple(kept), judgement.missing)
 
 
 def _with_unit_scores(evidence: Evidence, question: str, embedder: Embedder) -> Evidence:

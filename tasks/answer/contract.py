@@ -107,6 +107,12 @@ class Claim:
     quote: str = ""
     spans: tuple[tuple[int, int], ...] = ()
     computed: bool = False
+    unverified: str = ""
+    """Why a model's claim carries no quote although the model gave one: the quote it gave is
+    not text of the passage it cites (the claim then proves nothing: "maybe")."""
+    proof: str = ""
+    """The structure that proves the claim offline (`tasks.answer.proofs`: a table cell, a value
+    in a sentence); empty for a claim that only quotes evidence, and for a model's claims."""
 
 
 @dataclass(frozen=True)

@@ -18,21 +18,27 @@ from typing import Any
 from core.models import AnswerStatus, LlmCall
 from tasks.answer.asks import ask_of, holds_kind
 from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
+from tasks.answer.proofs import prove
 from tasks.answer.quotes import Unit, quote_text, units
 from tasks.answer.table_answers import table_answer
 from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
 from tasks.text.values import holds_value_for, is_question
 
-EXTRACTIVE_MODEL_ID = "extractive-v3"
+EXTRACTIVE_MODEL_ID = "extractive-v4"
 EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
 # Every version a recorded turn may name; each replays byte-identically. v2 adds value words
 # (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
 # v3 quotes exact spans (a table row with its header), answers a table's cell or superlative
 # (`tasks.answer.table_answers`), and prefers units that state the value a question asks for;
 # its answers go through the support check (`tasks.answer.support`).
-EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", EXTRACTIVE_MODEL_ID)
-MAX_CLAIMS = 3  # sentences an extractive answer quotes
+# v4 says "answered" only where a structure proves it (`tasks.answer.proofs`: a table cell, a
+# value in a sentence that holds the question's subject); otherwise it hands over the passages'
+# best units, each quote once ("maybe"). Its syntheses are v3's.
+QUOTING_MODEL_IDS = ("extractive-v3", EXTRACTIVE_MODEL_ID)
+EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", *QUOTING_MODEL_IDS)
+MAX_CLAIMS = 3  # sentences an extractive answer quotes (v1 to v3)
+EVIDENCE_QUOTES = 5  # quotes a "maybe" hands over (v4, and a model's "maybe")
 SENTENCES_PER_QUERY = 2  # sentences an extractive synthesis quotes per query
 _MIN_SENTENCE_CHARS = 20
 _QUOTE_CHARS = 400
@@ -157,7 +163,7 @@ class ExtractiveKnowledgeModel:
     def synthesize(
         self, queries: Sequence[str], docs: Sequence[KnowledgeDoc], calls: list[LlmCall]
     ) -> Synthesis:
-        split = _units_with_headers if self.model_id == EXTRACTIVE_MODEL_ID else _sentences
+        split = _units_with_headers if self.model_id in QUOTING_MODEL_IDS else _sentences
         pool: list[tuple[str, str]] = [
             (cid, s) for d in docs for cid, text in d.chunks for s in split(text)
         ]
@@ -197,8 +203,11 @@ class ExtractiveKnowledgeModel:
     def answer(
         self, question: str, evidence: Sequence[Evidence], calls: list[LlmCall]
     ) -> list[Claim]:
-        if self.model_id == EXTRACTIVE_MODEL_ID:
-            claims = _quoting_answer(question, evidence)
+        if self.model_id in QUOTING_MODEL_IDS:
+            if self.model_id == EXTRACTIVE_MODEL_ID:
+                claims = proving_answer(question, evidence)
+            else:
+                claims = _quoting_answer(question, evidence)
             calls.append(self._answered(question, evidence, claims))
             return claims
         per_chunk = [[s for s in _sentences(e.text)] for e in evidence]
@@ -245,7 +254,9 @@ class ExtractiveKnowledgeModel:
         )
 
 
-def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
+def _quoting_answer(
+    question: str, evidence: Sequence[Evidence], limit: int = MAX_CLAIMS
+) -> list[Claim]:
     """extractive-v3: a table's cell or superlative when the question reads one off a table,
     then the best-covering unit (sentence, list item, or table row with its header) of each
     chunk, or two neighbouring sentences together; units that state a value of the asked kind
@@ -285,7 +296,7 @@ def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
             best.append((score, rank, spans))
     best.sort(key=lambda b: (-b[0], b[1]))
     for _, rank, spans in best:
-        if len(claims) >= MAX_CLAIMS:
+        if len(claims) >= limit:
             break
         e = evidence[rank]
         if claims and claims[0].chunk_ids[0] == e.chunk_id and claims[0].spans[-1:] == spans[-1:]:
@@ -293,6 +304,42 @@ def _quoting_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
         said = quote_text(e.text, spans)
         claims.append(Claim(f"“{said}”", (e.chunk_id,), said, spans))
     return claims
+
+
+def proving_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
+    """extractive-v4: the claim a structure proves (`tasks.answer.proofs`), if any, then the
+    passages' best units as evidence, each quote once, `EVIDENCE_QUOTES` in all."""
+    proved, _ = prove(ask_of(question), evidence)
+    claims = [proved.claim] if proved is not None else []
+    for claim in evidence_quotes(question, evidence):
+        if len(claims) >= EVIDENCE_QUOTES:
+            break
+        said = " ".join(claim.quote.split())
+        if any(said and said in " ".join(c.quote.split()) for c in claims):
+            continue  # the proved claim already quotes it
+        claims.append(claim)
+    return claims
+
+
+def evidence_quotes(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
+    """The passages' own best text for ``question``, as a "maybe" hands it to the agent: the
+    units extractive-v3 would quote (`_quoting_answer`), each quote once however many
+    overlapping chunks hold it."""
+    return dedupe_quotes(_quoting_answer(question, evidence, EVIDENCE_QUOTES + 2))[:EVIDENCE_QUOTES]
+
+
+def dedupe_quotes(claims: Sequence[Claim]) -> list[Claim]:
+    """``claims`` without a quote already given (the same text from overlapping chunks, or a
+    quote inside another one already kept); the first one of each stays."""
+    kept: list[Claim] = []
+    seen: list[str] = []
+    for claim in claims:
+        said = " ".join((claim.quote or claim.text).split()).casefold()
+        if any(said in s or s in said for s in seen if said and s):
+            continue
+        seen.append(said)
+        kept.append(claim)
+    return kept
 
 
 def _units_with_headers(text: str) -> list[str]:

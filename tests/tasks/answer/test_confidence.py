@@ -145,8 +145,10 @@ def test_the_offline_model_quotes_the_sentence_with_the_asked_value_and_v1_repla
 ):
     evidence = [Evidence("c1", "d1", "test://menu", "Arctic Breakfast", MENU[0][2], 0.7)]
     question = "What is the price of Arctic Breakfast?"
-    v2 = ExtractiveKnowledgeModel(0.59).answer(question, evidence, [])
-    assert "14.50 EUR" in v2[0].text and "Arctic Breakfast" in v2[0].text
+    v3 = ExtractiveKnowledgeModel(0.59, "extractive-v3").answer(question, evidence, [])
+    assert "14.50 EUR" in v3[0].text and "Arctic Breakfast" in v3[0].text
+    v4 = ExtractiveKnowledgeModel(0.59).answer(question, evidence, [])  # the price, proved
+    assert "14.50 EUR" in v4[0].quote and v4[0].proof == "value-in-sentence"
     v1 = ExtractiveKnowledgeModel(0.59, "extractive-v1")
     assert v1.model_id == "extractive-v1"
     assert "14.50 EUR" not in v1.answer(question, evidence, [])[0].text  # as recorded then

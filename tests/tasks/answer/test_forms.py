@@ -128,7 +128,7 @@ def recorded_model(turn: Turn) -> ExtractiveKnowledgeModel:
 
 
 def test_an_answer_uses_and_records_its_forms_threshold(kb: dict[str, Any]) -> None:
-    question = "Which class is standard for short flights?"
+    question = "How many days ahead are flights booked?"
     best = run_answer(kb, question, AnswerConfig(threshold=0.5)).output["best_confidence"]
     # the question form's threshold just below the best support answers; the default above it
     # would refuse, and the keyword form's is never read for a question
@@ -138,7 +138,7 @@ def test_an_answer_uses_and_records_its_forms_threshold(kb: dict[str, Any]) -> N
     assert said.output["threshold"] == said.replay_input["threshold"] == best - 0.01
     assert said.output["query_form"] == said.replay_input["query_form"] == "question"
     assert replay(said, recorded_model(said)).identical
-    keywords = run_answer(kb, "economy class short flights", config)
+    keywords = run_answer(kb, "flights booked days ahead", config)
     assert keywords.output["status"] == "refused"
     assert (keywords.output["threshold"], keywords.output["query_form"]) == (0.99, "keywords")
     assert "no chunk reached confidence 0.99" in keywords.output["refusal"]["reason"]

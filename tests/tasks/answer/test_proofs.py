@@ -1,0 +1,96 @@
+"""The offline model says "answered" only where a structure proves it (`tasks.answer.proofs`):
+a table cell under the asked row and column, or the asked kind of value in one sentence that
+holds the question's subject. Everything else is "maybe", with a reason in plain English."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.answer.asks import ask_of
+from tasks.answer.contract import Evidence
+from tasks.answer.extractive import dedupe_quotes, evidence_quotes, proving_answer
+from tasks.answer.proofs import PROOF_CELL, PROOF_SENTENCE, judge_proved, prove, unproven
+
+SHEET = (
+    "## Aurora e-bike\n\nThe Aurora e-bike weighs 23.8 kg and has a range of up to 110 km.\n\n"
+    "## Prices\n\n| Model | Price | Weight |\n|---|---|---|\n| Aurora | 3,490 EUR | 23.8 kg |\n"
+    "| Meridian gravel | 2,190 EUR | 9.4 kg |\n"
+)
+BILL = "Bill no. 3139, issued 4 March 2024 to Hotel Adler.\n\nTotal amount due: CHF 2,930.05."
+OFFICE = "Our office in Ghent opens at 9:00. The Ghent team answers calls until 17:00."
+
+
+def _ev(text: str, cid: str = "c1", title: str = "Product sheet") -> Evidence:
+    return Evidence(cid, "d1", "kb://d1", title, text, 0.8)
+
+
+def _proved(question: str, *texts: str) -> tuple[object, str]:
+    evidence = [_ev(t, f"c{i}") for i, t in enumerate(texts, 1)]
+    return prove(ask_of(question), evidence)
+
+
+def test_a_table_cell_under_the_named_row_and_column_is_proved() -> None:
+    got, why = _proved("What is the price of the Meridian gravel?", SHEET)
+    assert got is not None and got.proof == PROOF_CELL and why == ""
+    assert "2,190 EUR" in got.claim.quote and "| Model | Price | Weight |" in got.claim.quote
+
+
+def test_a_row_that_names_only_part_of_the_question_proves_nothing() -> None:
+    # A near-miss: there is an "Aurora", but no "Aurora Mini".
+    got, why = _proved("What is the price of the Aurora Mini?", SHEET)
+    assert got is None and "Aurora Mini" in why
+
+
+def test_a_value_in_a_sentence_that_holds_the_subject_is_proved() -> None:
+    got, _ = _proved("How much does the Aurora e-bike weigh?", SHEET.split("## Prices")[0])
+    assert got is not None and got.proof == PROOF_SENTENCE and "23.8 kg" in got.claim.quote
+
+
+def test_the_asked_value_beside_another_number_is_not_the_number_asked_for() -> None:
+    # "bill no. 3139" names the bill; the total is an amount of money in another line.
+    got, _ = _proved("What is the total amount due on bill no. 3139?", BILL)
+    assert got is None or "2,930.05" in got.claim.quote
+
+
+def test_two_passages_that_disagree_prove_nothing() -> None:
+    got, why = _proved("When does the Ghent office open?", OFFICE,
+                       "The Ghent office opens at 8:30 on weekdays.")  # fmt: skip
+    assert got is None and "different values" in why
+
+
+def test_a_question_that_asks_for_no_value_is_maybe_with_a_reason() -> None:
+    got, why = _proved("Why does the Aurora have a range of 110 km?", SHEET)
+    assert got is None and why.startswith("the question asks why or how")
+    got, why = _proved("What makes the Aurora a good commuter bike?", SHEET)
+    assert got is None and why.startswith("the question asks for more than a value")
+
+
+@pytest.mark.parametrize(
+    ("question", "says"),
+    [
+        ("How much does the Zephyr cost?", "states an amount of money for “Zephyr”"),
+        ("When is the Zephyr delivered?", "a date or year or a duration or a time of day"),
+    ],
+)
+def test_reasons_are_english_and_name_what_is_missing(question: str, says: str) -> None:
+    why = unproven(ask_of(question))
+    assert says in why and "  " not in why and "no a " not in why
+
+
+def test_maybe_hands_over_each_quote_once_however_many_chunks_hold_it() -> None:
+    text = "Returns are accepted within 30 days. Refunds take five working days."
+    evidence = [_ev(text, "c1"), _ev(text, "c2"), _ev("Refunds take five working days.", "c3")]
+    quotes = [c.quote for c in evidence_quotes("How do returns work?", evidence)]
+    assert len(quotes) == len(set(quotes)) and len(quotes) <= 3
+    assert dedupe_quotes([]) == []
+
+
+def test_the_offline_model_answers_only_what_is_proved() -> None:
+    evidence = [_ev(SHEET)]
+    claims = proving_answer("What is the price of the Meridian gravel?", evidence)
+    assert claims[0].proof == PROOF_CELL
+    verdict = judge_proved("What is the price of the Meridian gravel?", claims, evidence)
+    assert verdict.answered and all(c.proof for c in verdict.claims)
+    unsure = proving_answer("Is the Aurora good for commuting?", evidence)
+    verdict = judge_proved("Is the Aurora good for commuting?", unsure, evidence)
+    assert not verdict.answered and verdict.claims and verdict.missing
