@@ -24,6 +24,7 @@ from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 from tasks.research.budget import ResearchBudget
+from tasks.research.cite_check import check_drafts
 from tasks.research.claude import SYSTEM_PROMPT
 from tasks.research.corpus import build_corpus, homepage_of, seed_entries
 from tasks.research.public_context import Fetcher, SearchProvider, gather_public_context
@@ -125,6 +126,15 @@ def synthesize_drafts(gathered: Gathered, synthesizer: Synthesizer) -> Drafted:
             gathered.corpus, max_output_tokens=max(1, min(remaining, MAX_OUTPUT_TOKENS))
         )
         drafts = validate_drafts(result.documents, gathered.corpus)
+        if not synthesizer.model_id.startswith("extractive"):  # a model wrote prose: check it
+            drafts, dropped = check_drafts(drafts, gathered.corpus)
+            if dropped:
+                gathered.notes.append(
+                    f"citation check: {len(dropped)} sentence(s) dropped because the source "
+                    "they cite does not hold them — review what is left and add what is "
+                    "missing from the seeds"
+                )
+                gathered.notes.extend(d.note() for d in dropped)
         budget.charge_tokens(sum(estimate_tokens(d.content) for d in drafts), "response")
     except BudgetExceeded as exc:
         gathered.notes.append(str(exc))
