@@ -32,6 +32,7 @@ import anyio
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -44,6 +45,8 @@ from kbflow.api.schemas import AnswerBody
 from kbflow.services import answers, tools
 from kbflow.services.context import SearchContext
 from kbflow.services.tool_models import tool_schema
+from tasks.llm import ChatModel
+from tasks.llm_sampling import Sampled, SampledChat, SamplingNeeded
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +80,18 @@ class AgentCall:
 
 @dataclass(frozen=True)
 class McpTool:
-    """A tool as MCP publishes it, and how it runs in the service's store for an agent."""
+    """A tool as MCP publishes it, and how it runs in the service's store for an agent
+    (``run(ctx, agent_id, arguments, chat)``: ``chat`` is the agent's own model when it reads
+    through MCP sampling, else None)."""
 
     name: str
     description: str
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     read_only: bool
-    run: Callable[[SearchContext, str, dict[str, Any]], dict[str, Any]]
+    run: Callable[[SearchContext, str, dict[str, Any], ChatModel | None], dict[str, Any]]
+    reads: bool = False
+    """A model reads for it (answer, research_knowledge_search): the agent's own may."""
 
     def listing(self) -> types.Tool:
         return types.Tool(
@@ -101,22 +108,29 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
     it: the raw JSON arguments checked once, against the tool's published schema."""
     tool = tools.TOOLS[name]
 
-    def run(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return tools.call_tool(ctx, name, agent_id, arguments)
+    def run(
+        ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
+    ) -> dict[str, Any]:
+        extra = {"chat": chat} if chat is not None else {}
+        return tools.call_tool(ctx, name, agent_id, arguments, **extra)
 
-    return McpTool(name, tool.description, tool.input_schema, tool.output_schema, read_only, run)
+    return McpTool(name, tool.description, tool.input_schema, tool.output_schema, read_only, run,
+                   reads=name == "research_knowledge_search")  # fmt: skip
 
 
-def _answer(ctx: SearchContext, agent_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def _answer(
+    ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
+) -> dict[str, Any]:
     tools.check_arguments("answer", ANSWER_TOOL.input_schema, arguments)
-    return answers.answer(ctx, agent_id, arguments["question"])
+    return answers.answer(ctx, agent_id, arguments["question"], chat=chat)
 
 
 # ``answer``'s schema is the HTTP route's body (``POST /v1/agent/answer``); its result has none
 # published (a turn's output), so MCP gets none either.
 ANSWER_TOOL = McpTool(
-    "answer", ANSWER_DESCRIPTION, tool_schema(AnswerBody), None, read_only=False, run=_answer
-)
+    "answer", ANSWER_DESCRIPTION, tool_schema(AnswerBody), None, read_only=False, run=_answer,
+    reads=True,
+)  # fmt: skip
 
 MCP_TOOLS: dict[str, McpTool] = {
     tool.name: tool
@@ -130,15 +144,32 @@ MCP_TOOLS: dict[str, McpTool] = {
 }
 
 
-def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+def run_tool(
+    call: AgentCall,
+    name: str,
+    arguments: dict[str, Any],
+    sampled: dict[str, Sampled] | None = None,
+) -> types.CallToolResult | types.InputRequiredResult:
     """Run tool ``name`` for the caller (blocking: the store, the model): its JSON result, or
-    ``isError`` with kbflow's message when the tool refuses."""
+    ``isError`` with kbflow's message when the tool refuses.
+
+    ``sampled``: the agent declared MCP sampling, with what its model has read so far (None:
+    it did not). When the agent's org lets its model read (`AnswerSettings.samples_for`), a
+    reading tool runs on it; a prompt it has not read yet comes back as the input the tool
+    requires (`_sampling_request`), and the call is made again with the reply."""
     tool = MCP_TOOLS.get(name)
     try:
         if tool is None:
             raise tools.ToolError(f"unknown tool {name!r} — tools: {', '.join(MCP_TOOLS)}")
+        ctx = call.service.read()
+        chat = None
+        if sampled is not None and tool.reads:
+            org = ctx.registry.get_agent(call.agent_id).org_id
+            chat = SampledChat(sampled) if ctx.settings.answers.samples_for(org) else None
         # Side by side, as on the HTTP routes: the ledger takes its own writes one at a time.
-        result = tool.run(call.service.read(), call.agent_id, arguments)
+        result = tool.run(ctx, call.agent_id, arguments, chat)
+    except SamplingNeeded as need:
+        return _sampling_request(need, sampled or {})
     except KbflowError as exc:
         return _refused(str(exc), call)
     except Exception:
@@ -156,6 +187,69 @@ def run_tool(call: AgentCall, name: str, arguments: dict[str, Any]) -> types.Cal
     )
 
 
+SAMPLING = types.ClientCapabilities(sampling=types.SamplingCapability())
+MAX_SAMPLED_CHARS = 200_000
+"""The most text an agent's model may hand back over one tool call's round trips, all replies
+together (a reply past it is refused, not cut)."""
+
+
+def _sampling_request(
+    need: SamplingNeeded, sampled: dict[str, Sampled]
+) -> types.InputRequiredResult:
+    """Ask the agent's model to read ``need``'s prompt: the gated, scrubbed passages in a user
+    message, kbflow's instructions as the system prompt. What it read so far travels in the
+    request state, which the agent sends back with the reply (it is the agent's own text: it
+    is checked as such when it comes back)."""
+    message = types.SamplingMessage(
+        role="user", content=types.TextContent(text=need.messages[-1]["content"])
+    )
+    request = types.CreateMessageRequest(
+        params=types.CreateMessageRequestParams(
+            messages=[message],
+            system_prompt=need.system,
+            max_tokens=need.max_tokens,
+            temperature=0,
+            include_context="none",
+        )
+    )
+    state = [[key, got.text, got.model] for key, got in sampled.items()]
+    return types.InputRequiredResult(
+        input_requests={need.key: request}, request_state=json.dumps(state, ensure_ascii=False)
+    )
+
+
+def sampled_so_far(params: types.CallToolRequestParams) -> dict[str, Sampled]:
+    """What the agent's model has read for this tool call: the request state it sent back and
+    the replies it brings now, by prompt key.
+
+    Raises:
+        ToolError: the state or a reply is malformed, or too long (`MAX_SAMPLED_CHARS`).
+    """
+    out: dict[str, Sampled] = {}
+    state = params.request_state
+    if state:
+        try:
+            rows = json.loads(state)
+            pairs = [(str(k), Sampled(str(t), str(m))) for k, t, m in rows]
+        except (ValueError, TypeError) as exc:
+            raise tools.ToolError("the request state is not the one kbflow sent: call the tool "
+                                  "again without it") from exc  # fmt: skip
+        out.update(pairs)
+    for key, reply in (params.input_responses or {}).items():
+        if not isinstance(reply, types.CreateMessageResult):
+            raise tools.ToolError(f"input {key[:12]}: a sampling reply (CreateMessageResult) "
+                                  "was expected")  # fmt: skip
+        content = reply.content
+        text = content.text if isinstance(content, types.TextContent) else ""
+        if not text:
+            raise tools.ToolError(f"input {key[:12]}: the sampling reply holds no text")
+        out[str(key)] = Sampled(text, reply.model or "agent")
+    if sum(len(s.text) for s in out.values()) > MAX_SAMPLED_CHARS:
+        raise tools.ToolError(f"the agent's model replied with more than {MAX_SAMPLED_CHARS:,} "
+                              "characters over this call")  # fmt: skip
+    return out
+
+
 def _refused(message: str, call: AgentCall | None = None) -> types.CallToolResult:
     if call is not None and call.facts is not None:
         call.facts.outcome = "error"
@@ -170,7 +264,7 @@ async def _list_tools(
 
 async def _call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+) -> types.CallToolResult | types.InputRequiredResult:
     call = ctx.request.scope.get(CALLER_KEY) if isinstance(ctx.request, Request) else None
     if not isinstance(call, AgentCall):
         # Only reachable if the server is served without `McpEndpoint`'s gate in front.
@@ -179,10 +273,27 @@ async def _call_tool(
     if call.facts is not None:  # a published tool's name only: the name is the client's text
         call.facts.tool = params.name if params.name in MCP_TOOLS else "unknown"
     arguments = dict(params.arguments or {})
+    sampled: dict[str, Sampled] | None = None
+    if _can_sample(ctx):  # the agent's model may read for it, if its org lets it (run_tool)
+        try:
+            sampled = sampled_so_far(params)
+        except KbflowError as exc:
+            return _refused(str(exc), call)
     try:
-        return await call.service.within_deadline(partial(run_tool, call, params.name, arguments))
+        return await call.service.within_deadline(
+            partial(run_tool, call, params.name, arguments, sampled)
+        )
     except KbflowError as exc:  # past the deadline
         return _refused(str(exc), call)
+
+
+def _can_sample(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """The client declared sampling, on a protocol where a tool may ask for it in its reply
+    (2026-07-28 and later: the input a tool requires; stateless, so no request of our own)."""
+    return bool(
+        ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        and ctx.session.check_client_capability(SAMPLING)
+    )
 
 
 def _input_schema(name: str) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -39,6 +39,9 @@ from kbflow.services.tool_models import (
 from sinks.registry import AgentRecord, SqlRegistry
 from tasks.query.bounds import check_query
 from tasks.query.public_uri import publish_uris
+
+if TYPE_CHECKING:
+    from tasks.llm import ChatModel
 
 
 class ToolError(KbflowError, ValueError):
@@ -131,13 +134,14 @@ def search_knowledge_base(
 
 
 def research_knowledge_search(
-    ctx: SearchContext, agent_id: str, queries: list[str]
+    ctx: SearchContext, agent_id: str, queries: list[str], *, chat: ChatModel | None = None
 ) -> dict[str, Any]:
     """The tri-state knowledge search (recorded in the ledger): see
-    `kbflow.services.answers.ask`."""
+    `kbflow.services.answers.ask`. ``chat``: the model that reads (MCP sampling: the calling
+    agent's own), instead of the configured one."""
     from kbflow.services.answers import ask
 
-    return ask(ctx, _agent(ctx.registry, agent_id).id, queries)
+    return ask(ctx, _agent(ctx.registry, agent_id).id, queries, chat=chat)
 
 
 def _agent(registry: SqlRegistry, agent_id: str) -> AgentRecord:
@@ -292,12 +296,15 @@ def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
         )
 
 
-def call_tool(ctx: SearchContext, name: str, agent_id: str, arguments: Any) -> dict[str, Any]:
+def call_tool(
+    ctx: SearchContext, name: str, agent_id: str, arguments: Any, **extra: Any
+) -> dict[str, Any]:
     """Validate raw JSON arguments against the tool's input schema, call it, validate the
-    result against its output schema (``kbflow tools call``, the MCP server)."""
+    result against its output schema (``kbflow tools call``, the MCP server). ``extra``: the
+    caller's own keywords for the tool (never the client's: e.g. the MCP server's ``chat``)."""
     tool = _tool(name)
     check_arguments(name, tool.input_schema, arguments)
-    result = tool.func(ctx, agent_id, **arguments)
+    result = tool.func(ctx, agent_id, **arguments, **extra)
     # our own contract: a bug if it fails
     _output_validator_of(json.dumps(tool.output_schema, sort_keys=True)).validate(result)
     return result
