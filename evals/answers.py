@@ -78,6 +78,12 @@ EVAL_COLLECTION = "default"
 QUOTE_CHARS = 300  # of the quoted text kept per question in the report
 
 
+def _reader(settings: Settings) -> str:
+    from tasks.llm_choice import reader_of
+
+    return reader_of(settings)
+
+
 def answers_dataset(corpus: str) -> str:
     """The warehouse dataset and baseline name of a corpus's answer eval: ``answers-<corpus>``."""
     return f"answers-{corpus}"
@@ -142,6 +148,8 @@ class Judged:
         cited: The source files cited.
         quote: The answer's quoted text, cut to `QUOTE_CHARS`.
         missing: For a "maybe", what the support check found missing (None otherwise).
+        evidence: For an answerable question not answered, whether the quotes handed over
+            hold the expected answer (the agent can read it there); None otherwise.
     """
 
     id: str
@@ -156,6 +164,7 @@ class Judged:
     cited: tuple[str, ...]
     quote: str
     missing: str | None = None
+    evidence: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"cited": list(self.cited)}
@@ -201,6 +210,11 @@ def judge(
         cited=cited,
         quote=quote[:QUOTE_CHARS] + ("…" if len(quote) > QUOTE_CHARS else ""),
         missing=output.get("missing"),
+        evidence=(
+            any(holds(question.answer or "", t) for t in texts)
+            if question.answerable and status != "answered"
+            else None
+        ),
     )
 
 
@@ -218,7 +232,9 @@ def rates(judged: Sequence[Judged]) -> dict[str, Any]:
     - ``answered_correct_rate``: answered-correct / answered;
     - ``answered_rate``: answerable questions answered / answerable;
     - ``near_miss_not_answered_rate``, ``near_miss_refused_rate``, ``near_miss_maybe_rate``:
-      near-misses refused or maybe, refused, maybe / near-misses.
+      near-misses refused or maybe, refused, maybe / near-misses;
+    - ``maybe_evidence_rate``: answerable questions not answered whose handed-over quotes hold
+      the expected answer / answerable questions not answered (refused ones count as without).
     """
     counts = {b: sum(j.bucket == b for j in judged) for b in BUCKETS}
     answerable = [j for j in judged if j.answerable]
@@ -226,6 +242,7 @@ def rates(judged: Sequence[Judged]) -> dict[str, Any]:
     answered = [j for j in judged if j.status == "answered"]
     near_refused = sum(j.status == "refused" for j in near)
     near_maybe = sum(j.bucket == "maybe" for j in near)
+    unanswered = [j for j in answerable if j.status != "answered"]
     return {
         "questions": len(judged),
         "answerable": len(answerable),
@@ -238,6 +255,7 @@ def rates(judged: Sequence[Judged]) -> dict[str, Any]:
         "near_miss_not_answered_rate": _share(near_refused + near_maybe, len(near)),
         "near_miss_refused_rate": _share(near_refused, len(near)),
         "near_miss_maybe_rate": _share(near_maybe, len(near)),
+        "maybe_evidence_rate": _share(sum(bool(j.evidence) for j in unanswered), len(unanswered)),
     }
 
 
@@ -406,6 +424,7 @@ def run_answers(
         **summary,
         "by_corpus": {c: summarise([j for j in judged if j.corpus == c]) for c in corpora},
         "model": ", ".join(sorted(models)) or None,
+        "provider": _reader(settings),
         "threshold": settings.answers.answer_min_confidence,
         "home": None if temporary else str(where),
         "seconds": round(time.perf_counter() - started, 1),
@@ -462,6 +481,7 @@ def answer_records(report: dict[str, Any], settings: Settings) -> list[EvalRecor
                 commit=_git_commit(),
                 settings={
                     "model": report["model"],
+                    "provider": report.get("provider"),
                     "threshold": report["threshold"],
                     "top_k": settings.answers.answer_top_k,
                 },

@@ -139,8 +139,12 @@ def nightly_eval(
         report = answer_eval_task(corpus)
         if report is None:
             continue
-        summaries[answers_dataset(corpus)] = report["all"]
-        logger.info("%s: %s", answers_dataset(corpus), report["all"])
+        # Who read beside the figures: rates of one provider and model say nothing of another.
+        summaries[answers_dataset(corpus)] = {
+            **report["all"], "provider": report.get("provider"), "model": report.get("model")
+        }  # fmt: skip
+        logger.info("%s (%s, %s): %s", answers_dataset(corpus), report.get("provider"),
+                    report.get("model"), report["all"])  # fmt: skip
         try:
             for note in check_answer_baselines(
                 report, Path(baseline_dir) if baseline_dir else None, tolerance

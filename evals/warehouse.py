@@ -72,6 +72,7 @@ ANSWER_METRICS: tuple[str, ...] = (
     "near_miss_not_answered_rate",
     "near_miss_refused_rate",
     "near_miss_maybe_rate",
+    "maybe_evidence_rate",
 )
 ANSWER_OUTCOMES: tuple[str, ...] = (
     "answer_answered_correct",

@@ -118,6 +118,14 @@ def eval_answers(
         bool,
         typer.Option("--write-baseline", help="Make this run the baseline (instead of comparing)."),
     ] = False,
+    provider: Annotated[
+        str | None,
+        typer.Option(
+            help="Who reads: none (offline), anthropic or openai (KBFLOW_LLM_BASE_URL, "
+            "KBFLOW_LLM_MODEL). Default: KBFLOW_LLM_PROVIDER's choice. The report names the "
+            "provider and model."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure whether answers are right: every question of the sets goes through `kbflow
@@ -130,7 +138,9 @@ def eval_answers(
     from evals.answers import answer_records, run_answers
     from evals.regression import answer_baseline, baseline_path, check_answer_baselines
     from evals.regression import save_baseline as save
+    from tasks.llm_choice import provider_settings
 
+    settings = provider_settings(settings, provider)
     with stage_progress(enabled=not as_json) as progress:
         report = run_answers(settings, _answerer, corpus, home=home, progress=progress)
     if record:
@@ -172,7 +182,8 @@ def _print_answers(report: dict[str, Any]) -> None:
         sets["both"] = report
     numbers = ("questions", *BUCKETS, *_RATE_HEADERS)
     print_table(
-        f"answer correctness — model {escape(report['model'])}, "
+        f"answer correctness — {escape(str(report.get('provider')))}: model "
+        f"{escape(str(report['model']))}, "
         f"threshold {report['threshold']:.3f}",
         ("set", *numbers),
         (
@@ -206,6 +217,7 @@ _RATE_HEADERS = (
     "near-misses not answered",
     "near-misses refused",
     "near-misses maybe",
+    "unanswered with evidence",
 )
 
 
