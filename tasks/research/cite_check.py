@@ -33,6 +33,12 @@ _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _WEB = re.compile(r"https?://[^\s\]\)>\"']+")
 
 
+EMPTIED = (
+    "> kbflow's citation check removed every cited sentence of this draft: the sources they "
+    "cite do not hold them (the research run's notes list each one). Write it from the seeds."
+)
+
+
 @dataclass(frozen=True)
 class Dropped:
     """A draft sentence its citations do not hold, and which draft it was in."""
@@ -113,7 +119,11 @@ def check_draft(
             if marker and not text.lstrip().startswith(marker.group(0).strip()):
                 text = marker.group(0).strip() + " " + text
             lines.append(prefix + text.lstrip())
-    content = "\n".join(lines) + tail
+    body_left = "\n".join(lines)
+    if dropped and not CITE_OPEN.search(body_left):
+        # Nothing cited is left: the draft says so rather than going out empty or uncited.
+        body_left = body_left.rstrip() + f"\n\n{EMPTIED}\n\n"
+    content = body_left + tail
     return (replace(draft, content=content) if dropped else draft), dropped
 
 

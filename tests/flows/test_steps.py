@@ -239,7 +239,7 @@ def test_an_overloaded_model_is_retried_and_recovers(
     with scripted_claude(monkeypatch, api_error(529, "overloaded_error")) as requests:
         report = _research(offline=True)
     assert len(requests) == 2  # the 529, then the retry of the task
-    assert len(report["doc_ids"]) == 4 and report["synthesizer"].startswith("claude")
+    assert len(report["doc_ids"]) == 4 and report["synthesizer"].startswith("claude"), report
 
 
 def test_a_bad_request_is_not_retried(
