@@ -149,6 +149,7 @@ def _values(kind: str, text: str, question: str) -> set[str]:
 def _sentence_proof(ask: Ask, evidence: Sequence[Evidence]) -> tuple[Proved | None, str | None]:
     """The first sentence that proves the asked value, or None and why not (ambiguity)."""
     hits: list[tuple[Evidence, Unit, str, frozenset[str]]] = []
+    noun = counted(ask)
     for e in evidence:
         for unit in units(e.text):
             if unit.table is not None:
@@ -157,7 +158,6 @@ def _sentence_proof(ask: Ask, evidence: Sequence[Evidence]) -> tuple[Proved | No
             context = f"{said}\n{_heading_before(e.text, unit.span[0])}\n{e.title}"
             if not _subject_held(ask, set(analyze(context))):
                 continue
-            noun = counted(ask)
             for kind in sorted(ask.kinds):
                 values = _values(kind, said, ask.question)
                 if kind == "number" and noun is not None:
