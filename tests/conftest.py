@@ -263,18 +263,27 @@ def prefect_harness() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def local_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real OpenAI-compatible server on this machine (`evals.local_llm`: llama.cpp's, Gemma 3
-    270M), started once per worker for the tests that read through one; skipped without the
-    ``local-llm`` extra (`make local-llm`)."""
+def local_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma 3 270M's weights joined and checked once per worker (`evals.local_llm`); skipped
+    without the ``local-llm`` extra (`make local-llm`)."""
     from evals import local_llm
 
     reason = local_llm.unavailable()
     if reason:
         pytest.skip(reason)
-    weights = local_llm.assemble_weights(tmp_path_factory.mktemp("gguf"))
+    return local_llm.assemble_weights(tmp_path_factory.mktemp("gguf"))
+
+
+@pytest.fixture(scope="session")
+def local_model(local_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real OpenAI-compatible server on this machine (`evals.local_llm`: llama.cpp's, Gemma 3
+    270M), started once per worker for the tests that read through one. A test that abandons a
+    request must not use it: the server generates on for a request its client gave up on, and
+    the next test on the worker would wait for it (use a `local_llm.local_server` of its own)."""
+    from evals import local_llm
+
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with local_llm.local_server(weights, n_ctx=4096, log_path=log) as running:
+    with local_llm.local_server(local_weights, n_ctx=4096, log_path=log) as running:
         yield running
 
 

@@ -172,12 +172,22 @@ def test_a_client_without_sampling_gets_the_configured_model(
     assert asked == [] and turn.llm_calls[0].model.startswith("extractive")
 
 
+# The agent's model answers in the contract's shape with bounded strings, so that a 270M model
+# cannot ramble on until max_tokens under the server's grammar (about 10 tokens a second).
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 80}
+BOUNDED = {"type": "object", "required": ["claims"], "properties": {"claims": {
+    "type": "array", "maxItems": 1, "items": {
+        "type": "object", "required": ["text", "chunk_ids", "quote"], "properties": {
+            "text": _TEXT, "quote": _TEXT,
+            "chunk_ids": {"type": "array", "minItems": 1, "maxItems": 1, "items": _TEXT}}}}}}  # fmt: skip
+
+
 def test_the_local_model_server_reads_for_the_agent(
     sampling_world: dict[str, Any], local_model: Any
 ) -> None:
     from tasks.llm_openai import OpenAIChat
 
-    model = OpenAIChat(local_model.model_id, base_url=local_model.base_url, json_mode="object",
+    model = OpenAIChat(local_model.model_id, base_url=local_model.base_url, json_mode="object-schema",
                        timeout_s=300.0)  # fmt: skip
 
     async def local(params: types.CreateMessageRequestParams) -> str:
@@ -188,7 +198,7 @@ def test_the_local_model_server_reads_for_the_agent(
                 system=params.system_prompt or "",
                 messages=messages,
                 max_tokens=min(params.max_tokens, 200),
-                schema={"type": "object"},
+                schema=BOUNDED,
             )
         )
         return reply.text

@@ -205,9 +205,18 @@ def test_a_draft_sentence_whose_citation_does_not_hold_it_is_dropped(
     assert "1 sentence(s) dropped" in notes and "“The Aurora weighs 12 kg.”" in notes, notes
 
 
+@pytest.fixture
+def own_server(local_weights: Path, tmp_path: Path) -> Any:
+    """A server of the test's own: llama.cpp generates on for a request whose client timed out,
+    so a shared one would keep the next test waiting for minutes."""
+    with local_llm.local_server(local_weights, n_ctx=4096, log_path=tmp_path / "own.log") as s:
+        yield s
+
+
 def test_a_request_that_times_out_is_a_clear_error_and_nothing_is_recorded_half(
-    server: local_llm.LocalServer, world: Any, tmp_path: Path
+    own_server: local_llm.LocalServer, world: Any
 ) -> None:
+    server = own_server
     slow = chat(server, timeout_s=0.01, attempts=1)
     out = answers.answer(world["ctx"], "helper", QUESTION, chat=slow)
     assert out["status"] == "refused"
