@@ -29,9 +29,21 @@ With ``--cli`` the extractive path also runs as an account manager runs it, ``kb
 then ``kbflow research`` (the Prefect flow) in subprocesses on this checkout (rows
 ``<bundle>/extractive-cli``; they should equal the in-process rows).
 
-Usage: ``.venv/bin/python bench/research_coverage.py [--home DIR] [--drafts DIR] [--cli]`` (a
-temporary home by default; ``--drafts`` writes each path's four drafts there to read). No
-network and no dataset needed; under a minute on two cores, about two more with ``--cli``.
+``--provider anthropic|openai`` has the configured model write the drafts instead of the offline
+synthesizer (``ANTHROPIC_API_KEY``; ``KBFLOW_LLM_BASE_URL`` and ``KBFLOW_LLM_MODEL``), through
+the function the flow's task chooses with (`tasks.research.synthesizers.synthesizer_for`);
+rows are named ``<bundle>/<provider>`` and the scripted path is left out.
+
+``--walkthrough`` also researches the walk-through's seeds, taken from the shared real documents
+(`evals.research_walkthrough`: three PDFs, a DOCX, a PPTX, an HTML page, a CSV and a prompt),
+with the same synthesizer, and counts the page furniture quoted (contents lines, page numbers,
+running footers), quotes given twice, and the people and contacts the contacts draft names
+with their role or company; skipped without the dataset.
+
+Usage: ``.venv/bin/python bench/research_coverage.py [--home DIR] [--drafts DIR] [--cli]
+[--provider none|anthropic|openai] [--walkthrough]`` (a temporary home by default; ``--drafts``
+writes each path's four drafts there to read). No network needed; under a minute on two cores,
+about two more with ``--cli``, two more with ``--walkthrough``.
 """
 
 from __future__ import annotations
@@ -76,18 +88,45 @@ def main() -> int:
         help="also run the extractive path through `kbflow seed` and `kbflow research` "
         "(the Prefect flow, in subprocesses: slower)",
     )
+    parser.add_argument(
+        "--provider",
+        choices=("none", "anthropic", "openai"),
+        default="none",
+        help="who writes the drafts: none (offline evidence packs, the default), anthropic "
+        "(ANTHROPIC_API_KEY) or openai (KBFLOW_LLM_BASE_URL, KBFLOW_LLM_MODEL)",
+    )
+    parser.add_argument(
+        "--walkthrough",
+        action="store_true",
+        help="also research the walk-through's seeds from the shared real documents "
+        "(evals.research_walkthrough: page furniture, repeated quotes, contacts)",
+    )
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="kbflow-research-bench-"))
     os.environ["KBFLOW_HOME"] = str(home)
-    os.environ.pop("ANTHROPIC_API_KEY", None)
+    if args.provider != "anthropic":
+        os.environ.pop("ANTHROPIC_API_KEY", None)
     try:
-        out = run(home, args.drafts)
+        out = run(home, args.drafts, provider=args.provider, walkthrough=args.walkthrough)
         if args.cli:
             out["paths"].update(run_cli(home / "cli"))
             out["summary"] = _summary(out["paths"])
     finally:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)
+    walk = out.get("walkthrough")
+    if walk:
+        print(
+            f"walk-through ({walk['synthesizer']}): {walk['lines']} quoted lines, "
+            f"{walk['furniture_lines']} page furniture, {walk['duplicate_quote_lines']} "
+            f"repeated quotes, {walk['not_in_reference_lines']} not in the reference text; "
+            f"people named with their role {sum(walk['people_with_role'].values())}/"
+            f"{len(walk['people_with_role'])}, CSV contacts named with company or e-mail "
+            f"{walk['csv_contacts_named']}/{walk['csv_contacts']}"
+        )
+        for kind in ("furniture", "duplicate_quotes", "not_in_reference"):
+            for line in walk[kind]:
+                print(f"  {kind}: {line[:140]}")
     print(
         "| bundle/path | facts | in the right draft | and cited to their seed | citation kept "
         "| precision | prompt quoted | duplicated blocks | misfiled | left-out found |"
@@ -111,19 +150,23 @@ def main() -> int:
     return 0
 
 
-def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
+def run(
+    home: Path, drafts_dir: Path | None = None, *, provider: str = "none", walkthrough: bool = False
+) -> dict[str, Any]:
     from core.models import ResearchRequest
     from core.settings import Settings
     from evals.research_coverage import BUNDLES_ALL, CIDER, score_drafts, scripted_reply
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.isolate import isolated_extractor
-    from tasks.research.extractive import ExtractiveSynthesizer
+    from tasks.llm_choice import provider_settings
     from tasks.research.run import run_research
     from tasks.research.seed import SeedBundle, list_seeds, seed_bundle
+    from tasks.research.synthesizers import synthesizer_for
     from tasks.text.embed import embedder_for
 
-    settings = Settings(home=home)
+    settings = provider_settings(Settings(home=home), provider)
     embedder = embedder_for(settings)
+    path_name = "extractive" if provider == "none" else provider
     paths: dict[str, Any] = {}
     bundles: dict[str, Any] = {}
     with open_registry(settings) as registry, open_vector_store(settings, share=False) as store:
@@ -148,8 +191,8 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
                 "facts": len(facts),
             }
             requests: list[dict[str, Any]] = []
-            synthesizers: dict[str, Any] = {"extractive": ExtractiveSynthesizer(embedder)}
-            if bundle is CIDER:  # the bundle with a scripted reply
+            synthesizers: dict[str, Any] = {path_name: synthesizer_for(settings)}
+            if bundle is CIDER and provider == "none":  # the bundle with a scripted reply
                 claude, recorder = _claude(scripted_reply(seed_cites, titles))
                 synthesizers["claude-scripted"] = claude
                 requests = recorder.bodies
@@ -185,12 +228,74 @@ def run(home: Path, drafts_dir: Path | None = None) -> dict[str, Any]:
                 paths[f"{bundle.name}/claude-scripted"]["request_lists_every_seed"] = all(
                     f"[{cid}]" in user for cid in seed_cites.values()
                 )
+        walked = (
+            _walkthrough(settings, registry, store, embedder, drafts_dir, path_name)
+            if walkthrough
+            else None
+        )
     return {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "provider": provider,
         "bundles": bundles,
         "summary": _summary(paths),
         "paths": paths,
+        **({"walkthrough": walked} if walked else {}),
+    }
+
+
+def _walkthrough(
+    settings: Any, registry: Any, store: Any, embedder: Any, drafts_dir: Path | None, name: str
+) -> dict[str, Any] | None:
+    """Research the walk-through's seeds (`evals.research_walkthrough`) in an org of its own,
+    with the bench's synthesizer, and score the drafts."""
+    from core.models import ResearchRequest
+    from evals import research_walkthrough as walk
+    from tasks.ingest.isolate import isolated_extractor
+    from tasks.research.run import run_research
+    from tasks.research.seed import SeedBundle, list_seeds, seed_bundle
+    from tasks.research.synthesize import CONTACTS
+    from tasks.research.synthesizers import synthesizer_for
+    from tasks.text.chunk import chunks_to_markdown
+
+    reason = walk.available()
+    if reason:
+        print(f"walk-through skipped: {reason}")
+        return None
+    org = "walkthrough"
+    registry.ensure_org(org, walk.CLIENT)
+    with isolated_extractor(settings) as extract:
+        seed_bundle(
+            SeedBundle(files=tuple(walk.seed_files()), urls=(), prompts=(walk.PROMPT,)),
+            org, registry=registry, store=store, embedder=embedder, extract_file=extract,
+        )  # fmt: skip
+    seeds = [d for d in list_seeds(registry, org) if d.source_tag != "am_prompt"]
+    cites = {f"doc:{d.id}": Path(d.uri).name for d in seeds}
+    extracted = {
+        Path(d.uri).name: chunks_to_markdown(
+            [(tuple(c.payload.get("heading_path") or ()), str(c.payload.get("text", "")))
+             for c in store.inspect_document_chunks(d.id)]
+        )
+        for d in seeds
+    }  # fmt: skip
+    started = time.perf_counter()
+    outcome = run_research(
+        ResearchRequest(org_id=org, client_name=walk.CLIENT),
+        registry=registry, store=store, embedder=lambda: embedder,
+        synthesizer=synthesizer_for(settings), public_context=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    drafts = {d.filename: d.content for d in outcome.documents}
+    if drafts_dir is not None:
+        (drafts_dir / "walkthrough" / name).mkdir(parents=True, exist_ok=True)
+        for filename, content in drafts.items():
+            (drafts_dir / "walkthrough" / name / filename).write_text(content)
+    scored = walk.score(drafts, cites, extracted, CONTACTS)
+    return {
+        **scored.to_dict(),
+        "seeds": sorted(cites.values()),
+        "synthesizer": outcome.synthesizer,
+        "seconds": round(seconds, 2),
     }
 
 

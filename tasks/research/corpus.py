@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from core.models import CorpusEntry, ResearchCorpus
 from sinks.registry import DocRecord
 from sinks.vectors import VectorStore
+from tasks.text.boilerplate import strip_boilerplate
 from tasks.text.chunk import chunks_to_markdown
 
 MAX_ENTRY_CHARS = 60_000  # one seed's text (a long PDF handbook: ~25 pages)
@@ -19,8 +20,10 @@ def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusE
 
     Reads through the store's inspection path (seeds are not served to agents). The text is the
     document's Markdown rebuilt from its chunks: headings, lists and tables included, each
-    section's chunks joined on their own (so a table never runs into the next sheet's). Texts
-    are bounded by `fair_shares`: a long handbook is read whole when the bundle has room.
+    section's chunks joined on their own (so a table never runs into the next sheet's), less
+    its page furniture (`strip_boilerplate`: running headers and footers, contents lines, page
+    numbers). Texts are bounded by `fair_shares`: a long handbook is read whole when the
+    bundle has room.
     """
     texts = []
     for doc in seeds:
@@ -32,7 +35,7 @@ def seed_entries(seeds: Sequence[DocRecord], store: VectorStore) -> list[CorpusE
                 if c.payload.get("content_hash") in (None, doc.content_hash)
             ]
         )
-        texts.append(text)
+        texts.append(strip_boilerplate(text))  # page furniture is no fact of the client's
     shares = fair_shares([len(t) for t in texts], MAX_ENTRY_CHARS, MAX_SEED_CHARS)
     return [
         CorpusEntry(

@@ -306,8 +306,9 @@ class _Plan:
     ) -> DraftDocument:
         title = f"{DOC_TITLES[filename]} — {self.corpus.client_name}"
         note = (
-            f"> Extractive draft: {intro} Each line quotes the research corpus and cites its "
-            "source; edit before approving."
+            f"> Evidence pack, assembled without a model: {intro} Each line is quoted from "
+            "the research corpus as written and cites its source; nothing is paraphrased. "
+            "Edit before approving."
         )
         content = render_document(title, [("", [note]), *self._fit(sections)], self.titles)
         return DraftDocument(filename=filename, title=title, content=content)
@@ -471,6 +472,7 @@ class _Plan:
             if i not in escalation
             and (
                 i in self.contact_like
+                or (s.table is None and cues.BIO.match(s.text))  # a person, by their role
                 or (
                     cues.ROLE.search(s.text)
                     and cues.NAME.search(s.text)

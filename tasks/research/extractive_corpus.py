@@ -135,8 +135,37 @@ def corpus_sentences(corpus: ResearchCorpus, limit: int) -> list[Sentence]:
                 out.append(sentence)
                 if len(out) >= limit:
                     log.warning("corpus has more than %d sentences; the rest are not used", limit)
-                    return out
-    return out
+                    return drop_contained(out)
+    return drop_contained(out)
+
+
+_SHINGLE = 5  # words: a sentence is looked for inside others by its first five
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def drop_contained(sentences: Sequence[Sentence]) -> list[Sentence]:
+    """One quote per fact: a sentence whose words run inside a longer one of the corpus (a
+    piece cut at a chunk's edge, a fact a second seed repeats within a longer sentence) is
+    dropped for the longer; table rows are facts of their own and always kept."""
+    words = [_words(s.text) for s in sentences]
+    order = sorted(range(len(sentences)), key=lambda i: -len(words[i]))
+    index: dict[tuple[str, ...], list[int]] = {}
+    dropped: set[int] = set()
+    for i in order:
+        own = words[i]
+        if sentences[i].header or len(own) < _SHINGLE:
+            continue
+        joined = f" {' '.join(own)} "
+        head = tuple(own[:_SHINGLE])
+        if any(f" {' '.join(words[j])} ".find(joined) >= 0 for j in index.get(head, ())):
+            dropped.add(i)
+            continue
+        for k in range(len(own) - _SHINGLE + 1):
+            index.setdefault(tuple(own[k : k + _SHINGLE]), []).append(i)
+    return [s for i, s in enumerate(sentences) if i not in dropped]
 
 
 _TITLE_LINE = re.compile(r"^(?:\d+(?:\.\d+)*\.?\s+)?[A-Z][^.!?:;|@]*$")
@@ -165,12 +194,12 @@ def _labelled_sentences(text: str, headings: str) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     title = ""
     lead = ""
-    for paragraph in re.split(r"\n[ \t]*\n", text):
-        if not paragraph.strip():
-            continue
-        if _is_title(paragraph):
-            title, lead = paragraph.strip(), ""
-            continue
+    paragraphs = [p for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
+    for n, paragraph in enumerate(paragraphs):
+        if _is_title(paragraph) or _CAPTION.match(paragraph.strip()):
+            if not _is_code(paragraphs[n + 1] if n + 1 < len(paragraphs) else ""):
+                title, lead = paragraph.strip(), ""
+            continue  # a code line ("RETURN CASE") says nothing, and titles nothing
         context = " > ".join(h for h in (headings, title) if h)
         is_item = bool(LIST_ITEM.match(paragraph.lstrip()))
         found = _split(paragraph)
@@ -178,6 +207,20 @@ def _labelled_sentences(text: str, headings: str) -> list[tuple[str, str, str]]:
         if not is_item and found:
             lead = found[-1]
     return out
+
+
+_CAPTION = re.compile(
+    r"^(?:Example|Table|Figure|Fig\.|Listing|Exhibit|Chart)\s+(?:[A-Z]-?)?\d+(?:[-.]\d+)*\s+"
+    r"[^\n]{1,120}$"
+)
+"""A caption ("Example 3-9 Creating a mask on the TAX_ID column"): it labels what follows."""
+_CODE_MARKS = re.compile(r"[=;(){}<>]|\b[A-Z]+_[A-Z_]+\b")
+
+
+def _is_code(paragraph: str) -> bool:
+    """A paragraph of program text as a PDF gives it (no fences): operators, brackets,
+    semicolons, SNAKE_CASE identifiers, two or more of them."""
+    return len(_CODE_MARKS.findall(paragraph)) >= 2
 
 
 def _split(paragraph: str) -> list[str]:

@@ -138,9 +138,16 @@ def has_phone(text: str) -> bool:
 
 ROLE = re.compile(
     r"\b(CEO|CTO|CFO|COO|CMO|founder|co-founder|head of|director|manager|lead|VP|"
-    r"vice president|chief|owner|president|coordinator|officer|specialist|partner)\b",
+    r"vice president|chief|owner|president|coordinator|officer|specialist|partner|"
+    r"consultant|engineer|analyst|advis[eo]r|architect|administrator|representative)\b",
     re.I,
 )
+BIO = re.compile(
+    r"^(?:(?:Dr|Prof|Mr|Mrs|Ms)\.? )?[A-Z][a-z'’]+(?:[ -][A-Z][a-z'’]+)+,? "
+    r"(?:is|was|serves as|works as|joined [\w ]{1,40} as) (?:a|an|the|our|its)\b"
+)
+"""A sentence that introduces a named person by what they are ("Jim Bainbridge is a senior
+DB2 consultant on …"): a person and their role, however the role is worded."""
 
 
 NAME = re.compile(r"\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)+\b")
@@ -180,7 +187,9 @@ QUOTES_WORDS = re.compile(r"\"[^\"]+\"|“[^”]+”|(?<!\w)'[^'\n]+'(?!\w)|‘[
 
 
 EXAMPLE_LEAD = re.compile(
-    r"^(?:(?:an?|one|another|here is an?) )?(example|e\.g\.|say|sample|for instance)\b", re.I
+    r"^(?:(?:an?|one|another|here is an?) )?(example|e\.g\.|say|sample|for instance)\b"
+    r"(?!\s+(?-i:(?:[A-Z]-?)?\d+(?:[-.]\d+)*)(?:\s|$))",  # a caption: "Example 3-9 Creating…"
+    re.I,
 )
 
 

@@ -24,9 +24,6 @@ from prefect.cache_policies import NO_CACHE
 from core.models import DraftDocument, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
-from tasks.llm_choice import chat_model, provider_of
-from tasks.research.claude import AnthropicSynthesizer, ChatSynthesizer
-from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.fetch import FetchResult, safe_get
 from tasks.research.run import (
     Drafted,
@@ -35,7 +32,7 @@ from tasks.research.run import (
     persist_drafts,
     synthesize_drafts,
 )
-from tasks.research.synthesize import resolve_model
+from tasks.research.synthesizers import synthesizer_for
 from tasks.retries import TASK_RETRIES
 from tasks.text.embed import embedder_for
 
@@ -65,26 +62,7 @@ def gather_task(request: ResearchRequest, settings: Settings, public_context: bo
 def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
     """Four validated drafts: written by the configured model (`tasks.llm.provider_of`: Claude
     with a key, an OpenAI-compatible server by URL; this task retries it), else offline."""
-    provider = provider_of(settings)
-    synthesizer: ChatSynthesizer | ExtractiveSynthesizer
-    if provider == "anthropic":
-        key = settings.answers.anthropic_api_key
-        model = resolve_model(gathered.request.model)
-        synthesizer = AnthropicSynthesizer(key.get_secret_value() if key else "", model,
-                                           max_retries=0)  # fmt: skip
-    elif provider == "openai":
-        chat = chat_model(
-            settings,
-            provider="openai",
-            model_id=gathered.request.model,
-            attempts=1,
-            timeout_s=max(settings.answers.llm_timeout_s, 600.0),
-        )
-        assert chat is not None  # a provider was named
-        synthesizer = ChatSynthesizer(chat)
-    else:
-        synthesizer = ExtractiveSynthesizer(embedder_for(settings))
-    return synthesize_drafts(gathered, synthesizer)
+    return synthesize_drafts(gathered, synthesizer_for(settings, gathered.request.model))
 
 
 @task(name="persist-drafts", cache_policy=NO_CACHE, **TASK_RETRIES)

@@ -85,6 +85,13 @@ def call_answer(
 ) -> tuple[Any, list[Any]]:
     """``answer`` over MCP as ``agent`` with a client that declares sampling when ``sampler``
     is given; returns the tool result and every sampling request the agent was sent."""
+    return call_tool(world, agent, sampler, "answer", {"question": QUESTION})
+
+
+def call_tool(
+    world: dict[str, Any], agent: str, sampler: Sampler | None, tool: str, args: dict[str, Any]
+) -> tuple[Any, list[Any]]:
+    """``tool`` over MCP as ``agent`` (see `call_answer`)."""
     asked: list[types.CreateMessageRequestParams] = []
 
     async def callback(context: Any, params: types.CreateMessageRequestParams) -> Any:
@@ -101,7 +108,7 @@ def call_answer(
             transport = streamable_http_client(f"{world['base']}/mcp", http_client=http)
             extra = {"sampling_callback": callback} if sampler is not None else {}
             async with Client(transport, **extra) as client:
-                return await client.call_tool("answer", {"question": QUESTION})
+                return await client.call_tool(tool, args)
 
     return anyio.run(main), asked
 
@@ -172,6 +179,41 @@ def test_a_client_without_sampling_gets_the_configured_model(
     assert asked == [] and turn.llm_calls[0].model.startswith("extractive")
 
 
+async def _knowledge_reader(params: types.CreateMessageRequestParams) -> str:
+    """The agent's model on research_knowledge_search's two prompts: the triage (every
+    candidate could help) and the synthesis (a yes, citing the first passage it was given)."""
+    prompt = _prompt(params)
+    if '"relevant"' in (params.system_prompt or ""):
+        count = prompt.count("\n[") or 1
+        return json.dumps({"relevant": list(range(count))})
+    chunk = prompt.split("[chunk:", 1)[1].split("]", 1)[0]
+    return json.dumps({"answer_status": "yes",
+                       "synthesis": f"Within 30 days of the purchase [chunk:{chunk}].",
+                       "citations": [{"chunk_id": chunk, "quote": QUOTE}]})  # fmt: skip
+
+
+def test_research_knowledge_search_is_read_by_the_agents_model_on_approved_passages_only(
+    sampling_world: dict[str, Any],
+) -> None:
+    args = {"queries": [QUESTION, "expense receipts"]}
+    result, asked = call_tool(sampling_world, "acme-bot", _knowledge_reader,
+                              "research_knowledge_search", args)  # fmt: skip
+    out = _output(result)
+    assert asked, "the agent's model was never asked"
+    for params in asked:  # triage and synthesis: approved, allowed passages only
+        prompt = _prompt(params)
+        assert "DRAFT-ONLY" not in prompt and "Globex" not in prompt
+    assert any(QUOTE in _prompt(params) for params in asked)  # the passage itself was read
+    assert out["answer_status"] == "yes", out
+    assert QUOTE in json.dumps(out["citations"])
+    turn = Ledger(sampling_world["home"]).get_turn(out["turn_id"])
+    assert turn.llm_calls and all(c.model == "mcp-sampling:agent-model" for c in turn.llm_calls)
+    # globex did not opt in: offered sampling, never asked
+    result, asked = call_tool(sampling_world, "globex-bot", _knowledge_reader,
+                              "research_knowledge_search", args)  # fmt: skip
+    assert asked == [] and not result.is_error
+
+
 # The agent's model answers in the contract's shape with bounded strings, so that a 270M model
 # cannot ramble on until max_tokens under the server's grammar (about 10 tokens a second).
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 80}
@@ -179,7 +221,8 @@ BOUNDED = {"type": "object", "required": ["claims"], "properties": {"claims": {
     "type": "array", "maxItems": 1, "items": {
         "type": "object", "required": ["text", "chunk_ids", "quote"], "properties": {
             "text": _TEXT, "quote": _TEXT,
-            "chunk_ids": {"type": "array", "minItems": 1, "maxItems": 1, "items": _TEXT}}}}}}  # fmt: skip
+            "chunk_ids": {"type": "array", "minItems": 1, "maxItems": 1, "items": _TEXT},
+        }}}}}  # fmt: skip
 
 
 def test_the_local_model_server_reads_for_the_agent(
@@ -187,8 +230,8 @@ def test_the_local_model_server_reads_for_the_agent(
 ) -> None:
     from tasks.llm_openai import OpenAIChat
 
-    model = OpenAIChat(local_model.model_id, base_url=local_model.base_url, json_mode="object-schema",
-                       timeout_s=300.0)  # fmt: skip
+    model = OpenAIChat(local_model.model_id, base_url=local_model.base_url,
+                       json_mode="object-schema", timeout_s=300.0)  # fmt: skip
 
     async def local(params: types.CreateMessageRequestParams) -> str:
         messages = [{"role": "user", "content": _prompt(params)}]

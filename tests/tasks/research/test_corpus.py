@@ -88,3 +88,28 @@ def test_a_seed_reads_as_markdown_and_its_tables_never_run_together() -> None:
         ("name", "role"),
     ]
     assert (entry.cite_id, entry.uri) == ("doc:s1", "upload:o/book.xlsx")
+
+
+def test_one_quote_per_fact_across_overlapping_pieces_and_seeds() -> None:
+    from core.models import ResearchCorpus
+    from tasks.research.extractive_corpus import corpus_sentences
+
+    full = "Dana Reyes leads the support desk and answers escalations within one working day."
+    again = f"As agreed, {full[0].lower()}{full[1:]}"  # the fact inside a longer sentence
+    cut = "and answers escalations within one working day."  # a piece cut at a chunk's edge
+    row = "| Name | Role |\n| - | - |\n| Dana Reyes | Support lead, answers escalations |\n"
+    corpus = ResearchCorpus(
+        "Acme",
+        (
+            CorpusEntry(
+                "doc:a", "Team", f"{full}\n\nThe desk opens at 8 in the morning.", "am_file"
+            ),
+            CorpusEntry("doc:b", "Notes", f"{cut}\n\n{again}", "am_file"),
+            CorpusEntry("doc:c", "Sheet", row, "am_file"),
+        ),
+    )
+    texts = [s.text for s in corpus_sentences(corpus, 100)]
+    assert sum("answers escalations within one working day" in t for t in texts) == 1, texts
+    assert any(t.startswith("As agreed") for t in texts)  # the longest telling is the one kept
+    assert "The desk opens at 8 in the morning." in texts
+    assert any("Support lead" in t for t in texts)  # a table row is a fact of its own

@@ -696,3 +696,63 @@ def test_parse_drafts_tolerates_a_fence_and_names_bad_shapes() -> None:
         parse_drafts('{"docs": []}')
     with pytest.raises(SynthesisInvalid, match=r"documents\[0\] must be an object"):
         parse_drafts('{"documents": [{"filename": "x.md"}]}')
+
+
+# A technical PDF's text as kbflow extracts it: a contents page run together, a footer with
+# the page number on every page, authors introduced by their role, SQL without fences (whose
+# keyword line reads like a title) and example captions.
+HANDBOOK_PDF = """\
+Notices . . . . . . . . . . . . . . . . . . vii Trademarks . . . . . . . . . . . . . . viii
+
+Chapter 1. Securing data . . . . . . . . . 1 1.1 Security fundamentals . . . . . . . . . 2
+
+© Copyright Larkspur Corp. 2024. All rights reserved. iii
+
+Ines Ortega is a senior database consultant on the Larkspur security team in Rotterdam.
+
+Marek Havel is a Lead IT Specialist at Larkspur Lab Services. Write to mhavel@larkspur.example.
+
+2 Row and Column Access Control at Larkspur
+
+© Copyright Larkspur Corp. 2024. All rights reserved. xi
+
+Example 3-9 Creating a mask on the TAX_ID column
+
+RETURN CASE
+
+WHEN VERIFY_GROUP_FOR_USER ( SESSION_USER , 'HR' ) = 1 THEN EMPLOYEES . TAX_ID ELSE NULL END ;
+
+- Employees can see only their own unmasked TAX_ID under the privacy policy.
+
+4 Row and Column Access Control at Larkspur
+
+© Copyright Larkspur Corp. 2024. All rights reserved. 1
+
+Personal data of employees is kept for six years after they leave, as the law requires.
+
+6 Row and Column Access Control at Larkspur
+"""
+
+
+def test_an_evidence_pack_from_a_pdf_quotes_no_furniture_twice_nothing_and_names_roles(
+    extractive: ExtractiveSynthesizer,
+) -> None:
+    from tasks.text.boilerplate import strip_boilerplate
+
+    entry = CorpusEntry("doc:pdf1", "Handbook", strip_boilerplate(HANDBOOK_PDF), "am_file")
+    docs = _drafts(extractive, make_corpus(entry), 4000)
+    everything = "\n".join(docs.values())
+    for furniture in (". . . .", "All rights reserved", "Row and Column Access Control at"):
+        assert furniture not in everything, furniture
+    assert "Example 3-9" not in docs[BRAND]  # a caption is no copy to imitate
+    contacts = docs[CONTACTS]
+    assert "Ines Ortega is a senior database consultant" in contacts  # name with role
+    assert "Marek Havel is a Lead IT Specialist" in contacts
+    for doc in docs.values():
+        assert doc.startswith("# ") and "assembled without a model" in doc
+    quoted = [text for doc in docs.values() for text, _ in content_lines(doc)]
+    assert len(quoted) == len(set(quoted))  # no quote twice across the four drafts
+    compliance = docs[COMPLIANCE]
+    if "TAX_ID" in compliance:  # a code keyword ("RETURN") never files it under returns
+        section = compliance.split("TAX_ID")[0].rsplit("\n## ", 1)[-1]
+        assert not section.startswith("Warranty"), compliance
