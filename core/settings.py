@@ -411,7 +411,25 @@ class AnswerSettings(_Group):
         "'Aurora e-bike price'). Calibrated per form: docs/ANSWERS.md, 'Thresholds per query "
         "form'.",
     )
+    answer_evidence_floor: float | None = Field(
+        0.35,
+        ge=-1.0,
+        le=1.0,
+        description="Offline (no model configured), when no chunk reaches the confidence "
+        "threshold: the support down to which the closest passages are still handed to the "
+        "agent as unproven evidence (status maybe, saying so) instead of a refusal; nothing "
+        "is ever 'answered' from them. Unset (empty) refuses below the threshold. Calibrated "
+        "on the question sets: docs/ANSWERS.md.",
+    )
     answer_top_k: int = Field(8, gt=0, le=50, description="Chunks retrieved per answer query.")
+
+    @field_validator("answer_evidence_floor", mode="before")
+    @classmethod
+    def _floor_off(cls, value: Any) -> Any:
+        """An empty value, "none" or "off" turns the floor off (refuse below the threshold)."""
+        if isinstance(value, str) and value.strip().casefold() in ("", "none", "off"):
+            return None
+        return value
 
     def answer_thresholds(self) -> dict[str, float]:
         """The confidence threshold of each query form (`tasks.answer.confidence.query_form`).

@@ -74,10 +74,11 @@ def answer(
     """Answer from approved knowledge with a citation on every claim, or refuse.
 
     "No chunk, no answer": when no retrieved chunk reaches KBFLOW_ANSWER_MIN_CONFIDENCE the
-    standard refusal comes back with the evidence it lacked. "answered" only when a quote of
-    the cited text holds the answer (a value of the asked kind, a table's cell with its header,
-    a superlative computed over the rows); otherwise "maybe", with the closest evidence and
-    what it lacks. The turn is recorded in the ledger.
+    standard refusal comes back with the evidence it lacked (offline, chunks down to
+    KBFLOW_ANSWER_EVIDENCE_FLOOR are handed over instead, as an unproven "maybe"). "answered"
+    only when a quote of the cited text holds the answer (a value of the asked kind, a table's
+    cell with its header, a superlative computed over the rows); otherwise "maybe", with the
+    closest evidence and what it lacks. The turn is recorded in the ledger.
     """
     with search_context(settings, degrade=True) as ctx:
         out = service.answer(ctx, agent, question)

@@ -48,6 +48,7 @@ def answer_config(settings: Settings) -> AnswerConfig:
         top_k=settings.answers.answer_top_k,
         reveal_contacts=settings.answers.agent_contact_data == "reveal",
         thresholds=settings.answers.answer_thresholds(),
+        floor=settings.answers.answer_evidence_floor,
     )
 
 

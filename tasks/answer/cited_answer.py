@@ -89,6 +89,9 @@ def answer(
         for h, c in scored
         if c >= config.threshold
     ][: config.max_evidence]
+    weak = None  # why the evidence proves nothing whatever it says, when it is below the bar
+    if not evidence and model is not None and model.model_id == EXTRACTIVE_MODEL_ID:
+        evidence, weak = _closest(rec, scored, config)
     if not evidence:
         best = (
             f"the best of {len(scored)} retrieved chunks scored {scored[0][1]:.3f}"
@@ -107,6 +110,8 @@ def answer(
     replay_input = rec.replay_input(
         model, question=asked, evidence=[e.to_dict() for e in evidence]
     ) | {"query_form": config.form}  # added last: older keys keep their order
+    if weak:
+        replay_input["below_threshold"] = weak  # replay settles it the same way
     unusable = None  # why the model's reply could not be used, when it could not
     try:
         claims = model.answer(asked, evidence, rec.calls)
@@ -127,7 +132,7 @@ def answer(
             else ("no claim cited a servable chunk")
         )
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
-    judgement = settle(model.model_id, asked, kept, evidence, set(valid), unusable)
+    judgement = settle(model.model_id, asked, kept, evidence, set(valid), unusable or weak)
     kept = list(judgement.claims)
     citations = quoted_citations(kept, valid)
     sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
@@ -149,6 +154,28 @@ def answer(
     output = turn.output("answered", render_answer(kept, citations), claims=served,
                          citations=listed, missing=None)  # fmt: skip
     return rec.record("answered", output, replay_input, citations)
+
+
+def _closest(
+    rec: TurnRecorder, scored: Sequence[tuple[Any, float]], config: AnswerConfig
+) -> tuple[list[Evidence], str | None]:
+    """Offline, when no chunk reached the threshold: the chunks at or above ``config.floor``,
+    as evidence that can prove nothing (the turn is a "maybe" whatever they say), and the
+    reason the turn gives. None below the floor, or with no floor: then the turn refuses."""
+    if config.floor is None or not scored or scored[0][1] < config.floor:
+        return [], None
+    floor = config.floor
+    closest = [
+        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, rec.clean(h.text), round(c, 6))
+        for h, c in scored
+        if c >= floor
+    ][: config.max_evidence]
+    why = (
+        f"no passage reached the confidence {config.threshold:.2f} an answer needs (the best "
+        f"scored {scored[0][1]:.3f}): the closest passages are quoted, unproven; read them "
+        "before relying on them"
+    )
+    return closest, why
 
 
 def settle(

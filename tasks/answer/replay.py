@@ -79,7 +79,8 @@ def replay(
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
     by_id = {e.chunk_id: e for e in evidence}
     claims = model.answer(data["question"], evidence, calls)
-    judgement = settle(model.model_id, data["question"], claims, evidence, set(by_id))
+    judgement = settle(model.model_id, data["question"], claims, evidence, set(by_id),
+                       data.get("below_threshold"))  # fmt: skip
     claims, answered, missing = list(judgement.claims), judgement.answered, judgement.missing
     cited = {
         cid: Citation(cid, by_id[cid].doc_id, by_id[cid].uri, by_id[cid].title)

@@ -86,6 +86,9 @@ class AnswerConfig:
             ``question``, ``claim``, ``keywords``; ``KBFLOW_ANSWER_MIN_CONFIDENCE_<FORM>``);
             a form without an entry gets ``threshold``.
         form: the query form ``threshold`` was chosen for (`for_query`); None until then.
+        floor: below ``threshold``, the support down to which the offline model still hands
+            the closest passages over as unproven evidence (a "maybe" that says so) instead of
+            refusing (``KBFLOW_ANSWER_EVIDENCE_FLOOR``); None: refuse below ``threshold``.
     """
 
     threshold: float
@@ -95,6 +98,7 @@ class AnswerConfig:
     reveal_contacts: bool = False
     thresholds: Mapping[str, float] = field(default_factory=dict, hash=False)
     form: QueryForm | None = None
+    floor: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in {"": self.threshold, **self.thresholds}.items():

@@ -184,3 +184,17 @@ def test_answer_config_carries_the_per_form_thresholds(monkeypatch: pytest.Monke
     assert config.threshold == Settings().answers.answer_min_confidence  # what old code reads
     assert config.threshold_for("How heavy is the Aurora e-bike?") == 0.45
     assert config.threshold_for("Aurora e-bike weight") == config.thresholds["keywords"]
+
+
+@pytest.mark.parametrize("off", ["", "none", "OFF"])
+def test_the_evidence_floor_is_turned_off_by_an_empty_or_off_value(
+    monkeypatch: pytest.MonkeyPatch, off: str
+) -> None:
+    assert Settings().answers.answer_evidence_floor == 0.35  # calibrated: docs/ANSWERS.md
+    monkeypatch.setenv("KBFLOW_ANSWER_EVIDENCE_FLOOR", off)
+    assert Settings().answers.answer_evidence_floor is None
+    monkeypatch.setenv("KBFLOW_ANSWER_EVIDENCE_FLOOR", "0.2")
+    assert Settings().answers.answer_evidence_floor == 0.2
+    monkeypatch.setenv("KBFLOW_ANSWER_EVIDENCE_FLOOR", "1.5")
+    with pytest.raises(ValidationError):
+        Settings()

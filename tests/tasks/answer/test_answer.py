@@ -177,6 +177,37 @@ def test_no_chunk_no_answer(kb: dict[str, Any]) -> None:
     assert turn.llm_calls == ()  # refused before any model call
 
 
+def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
+    kb: dict[str, Any],
+) -> None:
+    """Between the floor and the threshold the offline model answers nothing and refuses
+    nothing: the agent gets the closest passages as a "maybe" that says they prove nothing,
+    and a replay settles it the same way; below the floor, or with no floor, it refuses."""
+    question = "How many days ahead are flights booked?"
+    best = run_answer(kb, question).output["best_confidence"]
+    above = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=best - 0.05)
+    turn = run_answer_with(kb, question, above)
+    out = turn.output
+    assert out["status"] == "maybe", out  # the chunk that states it is below the bar
+    assert "no passage reached the confidence" in out["missing"] and "unproven" in out["missing"]
+    assert out["citations"] and all(c.get("quote") for c in out["citations"])
+    assert turn.replay_input["below_threshold"] == out["missing"]
+    result = replay(turn, ExtractiveKnowledgeModel(above.threshold))
+    assert result.identical, result.diff()
+    below = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=min(best + 0.04, 1.0))
+    assert run_answer_with(kb, question, below).output["status"] == "refused"
+    nofloor = AnswerConfig(threshold=min(best + 0.05, 1.0))
+    assert run_answer_with(kb, question, nofloor).output["status"] == "refused"
+
+
+def run_answer_with(kb: dict[str, Any], question: str, config: AnswerConfig) -> Turn:
+    turn = answer(question, HANDBOOK, org_id="acme", agent_id="helper",
+                  retrieve_fn=kb["retrieve_fn"], registry=kb["registry"], embedder=kb["embedder"],
+                  model=ExtractiveKnowledgeModel(config.threshold), config=config)  # fmt: skip
+    checked(kb["registry"], turn)
+    return turn
+
+
 def test_pending_documents_are_never_evidence(kb: dict[str, Any]) -> None:
     turn = run_answer(kb, "Expense reports are now due within 7 days (draft policy)")
     cited = {c["doc_id"] for c in turn.output["citations"]}
