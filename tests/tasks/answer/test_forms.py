@@ -186,8 +186,9 @@ def test_the_service_records_and_replays_a_search_at_its_forms_threshold(
 
     index_handbook(registry, edge_store, embedder)
     registry.create_agent("acme", "helper")
-    tuned = settings.replace(answer_min_confidence=0.99, answer_min_confidence_keywords=0.3,
-                             answer_evidence_floor=None)  # below 0.99: refused, not maybe
+    tuned = settings.replace(
+        answer_min_confidence=0.99, answer_min_confidence_keywords=0.3, answer_evidence_floor=None
+    )  # below 0.99: refused, not maybe
     ctx = SearchContext(settings=tuned, registry=registry, store=edge_store, embedder=embedder)
     out = answers.ask(ctx, "helper", ["days to submit expense reports"])
     assert (out["answer_status"], out["query_form"]) == ("yes", "keywords")
