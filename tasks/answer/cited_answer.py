@@ -18,7 +18,12 @@ from core.models import Citation, Scope, Turn
 from sinks.registry import SqlRegistry
 from tasks.answer.confidence import SUPPORT_VERSION, text_cosines
 from tasks.answer.contract import Claim, Evidence, KnowledgeModel
-from tasks.answer.extractive import EVIDENCE_QUOTES, EXTRACTIVE_MODEL_ID, evidence_quotes
+from tasks.answer.extractive import (
+    EVIDENCE_QUOTES,
+    EXTRACTIVE_MODEL_ID,
+    PROVING_MODEL_IDS,
+    evidence_quotes,
+)
 from tasks.answer.proofs import judge_proved
 from tasks.answer.quotes import quote_text, units
 from tasks.answer.support import Judgement, judge
@@ -90,7 +95,7 @@ def answer(
         if c >= config.threshold
     ][: config.max_evidence]
     weak = None  # why the evidence proves nothing whatever it says, when it is below the bar
-    if not evidence and model is not None and model.model_id == EXTRACTIVE_MODEL_ID:
+    if not evidence and model is not None and model.model_id in PROVING_MODEL_IDS:
         evidence, weak = _closest(rec, scored, config)
     if not evidence:
         best = (
@@ -193,7 +198,7 @@ def settle(
     passages' own best text. ``unusable``: why the model's reply could not be used (then
     ``claims`` are the passages' own and nothing is answered). The answer path and its
     replay settle the same way."""
-    if model_id == EXTRACTIVE_MODEL_ID:
+    if model_id in PROVING_MODEL_IDS:
         judgement = judge_proved(question, claims, evidence)
     elif model_id not in UNQUOTED_MODELS:
         judgement = judge(question, claims, {e.chunk_id: e.text for e in evidence},
@@ -206,7 +211,8 @@ def settle(
     if not judgement.answered and any(not c.quote for c in kept):
         quoted = [c for c in kept if c.quote]
         said = {q.quote for q in quoted}
-        more = [c for c in evidence_quotes(question, evidence)
+        whole = model_id == EXTRACTIVE_MODEL_ID  # v5 hands tables over whole
+        more = [c for c in evidence_quotes(question, evidence, whole_tables=whole)
                 if c.chunk_ids[0] in servable and c.quote not in said]  # fmt: skip
         kept = (quoted + more)[:EVIDENCE_QUOTES] or kept
     return Judgement(judgement.answered, tuple(kept), judgement.missing)

@@ -25,7 +25,7 @@ from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
 from tasks.text.values import holds_value_for, is_question
 
-EXTRACTIVE_MODEL_ID = "extractive-v4"
+EXTRACTIVE_MODEL_ID = "extractive-v5"
 EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
 # Every version a recorded turn may name; each replays byte-identically. v2 adds value words
 # (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
@@ -35,10 +35,15 @@ EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: 
 # v4 says "answered" only where a structure proves it (`tasks.answer.proofs`: a table cell, a
 # value in a sentence that holds the question's subject); otherwise it hands over the passages'
 # best units, each quote once ("maybe"). Its syntheses are v3's.
-QUOTING_MODEL_IDS = ("extractive-v3", EXTRACTIVE_MODEL_ID)
+# v5 is v4 whose "maybe" hands a table over whole (its header and every row, when it is short
+# enough to quote) where v4 quoted one row of it, tables first for a superlative: the agent
+# reads the row or computes the extreme itself.
+PROVING_MODEL_IDS = ("extractive-v4", EXTRACTIVE_MODEL_ID)
+QUOTING_MODEL_IDS = ("extractive-v3", *PROVING_MODEL_IDS)
 EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", *QUOTING_MODEL_IDS)
 MAX_CLAIMS = 3  # sentences an extractive answer quotes (v1 to v3)
 EVIDENCE_QUOTES = 5  # quotes a "maybe" hands over (v4, and a model's "maybe")
+WHOLE_TABLE_CHARS = 2_000  # a table a "maybe" quotes whole, at most (v5)
 SENTENCES_PER_QUERY = 2  # sentences an extractive synthesis quotes per query
 _MIN_SENTENCE_CHARS = 20
 _QUOTE_CHARS = 400
@@ -204,8 +209,10 @@ class ExtractiveKnowledgeModel:
         self, question: str, evidence: Sequence[Evidence], calls: list[LlmCall]
     ) -> list[Claim]:
         if self.model_id in QUOTING_MODEL_IDS:
-            if self.model_id == EXTRACTIVE_MODEL_ID:
-                claims = proving_answer(question, evidence)
+            if self.model_id in PROVING_MODEL_IDS:
+                claims = proving_answer(
+                    question, evidence, whole_tables=self.model_id == EXTRACTIVE_MODEL_ID
+                )
             else:
                 claims = _quoting_answer(question, evidence)
             calls.append(self._answered(question, evidence, claims))
@@ -306,12 +313,15 @@ def _quoting_answer(
     return claims
 
 
-def proving_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
-    """extractive-v4: the claim a structure proves (`tasks.answer.proofs`), if any, then the
-    passages' best units as evidence, each quote once, `EVIDENCE_QUOTES` in all."""
+def proving_answer(
+    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False
+) -> list[Claim]:
+    """extractive-v4 and v5: the claim a structure proves (`tasks.answer.proofs`), if any,
+    then the passages' best units as evidence, each quote once, `EVIDENCE_QUOTES` in all (v5:
+    ``whole_tables``, see `evidence_quotes`)."""
     proved, _ = prove(ask_of(question), evidence)
     claims = [proved.claim] if proved is not None else []
-    for claim in evidence_quotes(question, evidence):
+    for claim in evidence_quotes(question, evidence, whole_tables=whole_tables):
         if len(claims) >= EVIDENCE_QUOTES:
             break
         said = " ".join(claim.quote.split())
@@ -321,11 +331,43 @@ def proving_answer(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
     return claims
 
 
-def evidence_quotes(question: str, evidence: Sequence[Evidence]) -> list[Claim]:
+def evidence_quotes(
+    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False
+) -> list[Claim]:
     """The passages' own best text for ``question``, as a "maybe" hands it to the agent: the
     units extractive-v3 would quote (`_quoting_answer`), each quote once however many
-    overlapping chunks hold it."""
-    return dedupe_quotes(_quoting_answer(question, evidence, EVIDENCE_QUOTES + 2))[:EVIDENCE_QUOTES]
+    overlapping chunks hold it. ``whole_tables`` (v5): a quoted table row becomes its whole
+    table (header and every row, up to `WHOLE_TABLE_CHARS`), each table once, and for a
+    superlative the tables come first."""
+    claims = _quoting_answer(question, evidence, EVIDENCE_QUOTES + 2)
+    if whole_tables:
+        claims = _whole_tables(claims, evidence, first=ask_of(question).extreme is not None)
+    return dedupe_quotes(claims)[:EVIDENCE_QUOTES]
+
+
+def _whole_tables(
+    claims: Sequence[Claim], evidence: Sequence[Evidence], *, first: bool
+) -> list[Claim]:
+    texts = {e.chunk_id: e.text for e in evidence}
+    tables: list[Claim] = []
+    rest: list[Claim] = []
+    for claim in claims:
+        text = texts.get(claim.chunk_ids[0])
+        table = next(
+            (u.table for u in units(text) if u.table is not None and u.spans == claim.spans),
+            None,
+        ) if text is not None and claim.spans else None  # fmt: skip
+        if table is None:
+            rest.append(claim)
+            continue
+        spans = (table.header_span, *(r.span for r in table.rows))
+        said = quote_text(text or "", spans)
+        if len(said) > WHOLE_TABLE_CHARS:
+            rest.append(claim)
+            continue
+        whole = Claim(f"“{said}”", claim.chunk_ids, said, spans)
+        (tables if first else rest).append(whole)
+    return [*tables, *rest]
 
 
 def dedupe_quotes(claims: Sequence[Claim]) -> list[Claim]:

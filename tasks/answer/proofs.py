@@ -1,5 +1,5 @@
 """What a passage's structure proves without a model: the only two ways the offline model
-(``extractive-v4``) says "answered".
+(``extractive-v4`` and ``-v5``) says "answered".
 
 - **A table cell.** The question names one row of a table (every name it gives is in that row)
   and one column (the column's header holds a word of the question, or the row has exactly one

@@ -266,6 +266,17 @@ def test_offline_replay_is_byte_identical(kb: dict[str, Any]) -> None:
     assert result.identical and result.replayed == turn.output["answer"] and not result.diff()
 
 
+@pytest.mark.parametrize("version", ["extractive-v4", "extractive-v5"])
+def test_an_offline_maybe_replays_byte_identically_in_its_own_version(
+    kb: dict[str, Any], version: str
+) -> None:
+    model = ExtractiveKnowledgeModel(THRESHOLD, version)
+    turn = run_answer(kb, "Why are expense reports checked against receipts?", model)
+    assert turn.output["status"] == "maybe" and turn.llm_calls[0].model == version
+    result = replay(turn, ExtractiveKnowledgeModel(THRESHOLD, version))
+    assert result.identical, result.diff()
+
+
 def test_replay_of_a_refusal_before_synthesis_says_so(kb: dict[str, Any]) -> None:
     turn = run_answer(kb, "What is the airspeed velocity of an unladen swallow?")
     with pytest.raises(ConfigError, match=r"ended before synthesis.*nothing to replay"):

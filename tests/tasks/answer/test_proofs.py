@@ -94,3 +94,32 @@ def test_the_offline_model_answers_only_what_is_proved() -> None:
     unsure = proving_answer("Is the Aurora good for commuting?", evidence)
     verdict = judge_proved("Is the Aurora good for commuting?", unsure, evidence)
     assert not verdict.answered and verdict.claims and verdict.missing
+
+
+LINEUP = (
+    "## 2026 range\n\nThree bikes, sold in our Utrecht and Ghent stores.\n\n"
+    "| Model | Frame | Weight | Price |\n|---|---|---|---|\n"
+    "| Aurora E-Bike | aluminium | 23.8 kg | 3,190 EUR |\n"
+    "| Meridian Gravel | carbon | 9.4 kg | 2,190 EUR |\n"
+    "| Sparrow City | steel | 13.2 kg | 1,290 EUR |\n"
+)
+
+
+def test_a_maybe_hands_a_table_over_whole_and_first_for_a_superlative() -> None:
+    """v5: where v4 quoted one row (the agent could not read the lightest bike off it), the
+    "maybe" quotes the table whole, header and every row, verbatim from the chunk."""
+    evidence = [_ev(LINEUP)]
+    question = "Which bike in the range has the lowest weight?"
+    v4 = evidence_quotes(question, evidence)
+    v5 = evidence_quotes(question, evidence, whole_tables=True)
+    assert not any("Meridian" in c.quote and "Sparrow" in c.quote for c in v4)
+    table = v5[0].quote  # first: a superlative reads the extreme off the whole table
+    assert table.splitlines()[0] == "| Model | Frame | Weight | Price |"
+    assert all(name in table for name in ("Aurora E-Bike", "Meridian Gravel", "Sparrow City"))
+    lines = LINEUP.splitlines()
+    assert all(line in lines for c in v5 for line in c.quote.splitlines())  # exact lines
+    assert sum("| Model |" in c.quote for c in v5) == 1  # the table once
+    long_table = LINEUP + "".join(f"| Model {i} | steel | 1{i} kg | {i},000 EUR |\n"
+                                  for i in range(80))  # fmt: skip
+    quotes = evidence_quotes(question, [_ev(long_table)], whole_tables=True)
+    assert all(len(c.quote) <= 2_000 for c in quotes)  # too long to quote whole: rows, as v4
