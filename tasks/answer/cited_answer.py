@@ -89,11 +89,7 @@ def answer(
     considered = [
         {"chunk_id": h.chunk_id, "uri": h.uri, "confidence": round(c, 4)} for h, c in scored[:3]
     ]
-    evidence = [
-        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, rec.clean(h.text), round(c, 6))
-        for h, c in scored
-        if c >= config.threshold
-    ][: config.max_evidence]
+    evidence = _evidence(rec, scored, config.threshold, config.max_evidence)
     weak = None  # why the evidence proves nothing whatever it says, when it is below the bar
     if not evidence and model is not None and model.model_id in PROVING_MODEL_IDS:
         evidence, weak = _closest(rec, scored, config)
@@ -161,6 +157,17 @@ def answer(
     return rec.record("answered", output, replay_input, citations)
 
 
+def _evidence(
+    rec: TurnRecorder, scored: Sequence[tuple[Any, float]], at_least: float, limit: int
+) -> list[Evidence]:
+    """The scored hits at or above ``at_least``, best first, as (cleaned) evidence."""
+    return [
+        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, rec.clean(h.text), round(c, 6))
+        for h, c in scored
+        if c >= at_least
+    ][:limit]
+
+
 def _closest(
     rec: TurnRecorder, scored: Sequence[tuple[Any, float]], config: AnswerConfig
 ) -> tuple[list[Evidence], str | None]:
@@ -169,12 +176,7 @@ def _closest(
     reason the turn gives. None below the floor, or with no floor: then the turn refuses."""
     if config.floor is None or not scored or scored[0][1] < config.floor:
         return [], None
-    floor = config.floor
-    closest = [
-        Evidence(h.chunk_id, h.doc_id, h.uri, h.title, rec.clean(h.text), round(c, 6))
-        for h, c in scored
-        if c >= floor
-    ][: config.max_evidence]
+    closest = _evidence(rec, scored, config.floor, config.max_evidence)
     why = (
         f"no passage reached the confidence {config.threshold:.2f} an answer needs (the best "
         f"scored {scored[0][1]:.3f}): the closest passages are quoted, unproven; read them "

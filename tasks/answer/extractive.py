@@ -19,7 +19,7 @@ from core.models import AnswerStatus, LlmCall
 from tasks.answer.asks import ask_of, holds_kind
 from tasks.answer.contract import Candidate, Claim, Evidence, KnowledgeDoc, Synthesis
 from tasks.answer.proofs import prove
-from tasks.answer.quotes import Unit, quote_text, units
+from tasks.answer.quotes import Span, Table, Unit, quote_text, units
 from tasks.answer.table_answers import table_answer
 from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
@@ -349,19 +349,20 @@ def _whole_tables(
     claims: Sequence[Claim], evidence: Sequence[Evidence], *, first: bool
 ) -> list[Claim]:
     texts = {e.chunk_id: e.text for e in evidence}
+    tables_of: dict[str, dict[tuple[Span, ...], Table]] = {}  # by chunk: a row's spans -> table
     tables: list[Claim] = []
     rest: list[Claim] = []
     for claim in claims:
-        text = texts.get(claim.chunk_ids[0])
-        table = next(
-            (u.table for u in units(text) if u.table is not None and u.spans == claim.spans),
-            None,
-        ) if text is not None and claim.spans else None  # fmt: skip
+        cid = claim.chunk_ids[0]
+        text = texts.get(cid, "")
+        if cid not in tables_of:
+            tables_of[cid] = {u.spans: u.table for u in units(text) if u.table is not None}
+        table = tables_of[cid].get(claim.spans)
         if table is None:
             rest.append(claim)
             continue
         spans = (table.header_span, *(r.span for r in table.rows))
-        said = quote_text(text or "", spans)
+        said = quote_text(text, spans)
         if len(said) > WHOLE_TABLE_CHARS:
             rest.append(claim)
             continue

@@ -63,10 +63,9 @@ def _is_toc_row(line: str) -> bool:
     """A table row of a contents table: a dot leader in a cell, the rest page numbers."""
     if not _is_table_line(line):
         return False
-    cells = [c for c in line.strip().strip("|").split("|")]
-    leaders = sum(bool(re.search(r"(?:\.\s?){4,}", c)) for c in cells)
-    return leaders >= 1 and all(
-        re.search(r"(?:\.\s?){4,}", c) or _LEADER_CELL.match(c) for c in cells
+    cells = line.strip().strip("|").split("|")
+    return any(_DOTS.search(c) for c in cells) and all(
+        _DOTS.search(c) or _LEADER_CELL.match(c) for c in cells
     )
 
 

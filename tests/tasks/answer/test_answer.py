@@ -90,7 +90,7 @@ def run_answer(kb: dict[str, Any], question: str, model: Any = OFFLINE, **kw: An
     turn = answer(question, kw.pop("scope", HANDBOOK), org_id="acme", agent_id="helper",
                   retrieve_fn=kb["retrieve_fn"], registry=kb["registry"], embedder=kb["embedder"],
                   model=offline(model),
-                  config=AnswerConfig(threshold=THRESHOLD), **kw)  # fmt: skip
+                  config=kw.pop("config", AnswerConfig(threshold=THRESHOLD)), **kw)  # fmt: skip
     checked(kb["registry"], turn)
     return turn
 
@@ -186,7 +186,7 @@ def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
     question = "How many days ahead are flights booked?"
     best = run_answer(kb, question).output["best_confidence"]
     above = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=best - 0.05)
-    turn = run_answer_with(kb, question, above)
+    turn = run_answer(kb, question, ExtractiveKnowledgeModel(above.threshold), config=above)
     out = turn.output
     assert out["status"] == "maybe", out  # the chunk that states it is below the bar
     assert "no passage reached the confidence" in out["missing"] and "unproven" in out["missing"]
@@ -195,17 +195,19 @@ def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
     result = replay(turn, ExtractiveKnowledgeModel(above.threshold))
     assert result.identical, result.diff()
     below = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=min(best + 0.04, 1.0))
-    assert run_answer_with(kb, question, below).output["status"] == "refused"
+    assert (
+        run_answer(kb, question, ExtractiveKnowledgeModel(below.threshold), config=below).output[
+            "status"
+        ]
+        == "refused"
+    )
     nofloor = AnswerConfig(threshold=min(best + 0.05, 1.0))
-    assert run_answer_with(kb, question, nofloor).output["status"] == "refused"
-
-
-def run_answer_with(kb: dict[str, Any], question: str, config: AnswerConfig) -> Turn:
-    turn = answer(question, HANDBOOK, org_id="acme", agent_id="helper",
-                  retrieve_fn=kb["retrieve_fn"], registry=kb["registry"], embedder=kb["embedder"],
-                  model=ExtractiveKnowledgeModel(config.threshold), config=config)  # fmt: skip
-    checked(kb["registry"], turn)
-    return turn
+    assert (
+        run_answer(
+            kb, question, ExtractiveKnowledgeModel(nofloor.threshold), config=nofloor
+        ).output["status"]
+        == "refused"
+    )
 
 
 def test_pending_documents_are_never_evidence(kb: dict[str, Any]) -> None:
