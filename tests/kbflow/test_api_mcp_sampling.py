@@ -216,7 +216,7 @@ def test_research_knowledge_search_is_read_by_the_agents_model_on_approved_passa
 
 # The agent's model answers in the contract's shape with bounded strings, so that a 270M model
 # cannot ramble on until max_tokens under the server's grammar (about 10 tokens a second).
-_TEXT = {"type": "string", "minLength": 1, "maxLength": 80}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 40}
 BOUNDED = {"type": "object", "required": ["claims"], "properties": {"claims": {
     "type": "array", "maxItems": 1, "items": {
         "type": "object", "required": ["text", "chunk_ids", "quote"], "properties": {

@@ -40,7 +40,7 @@ from tests.tasks.answer.test_answer import index_handbook
 pytestmark = pytest.mark.integration
 
 QUESTION = "How many days do employees have to submit expense reports?"
-INVENTED = "Expense reports may be handed in at any time within ninety days."
+INVENTED = "Expense reports are due within ninety days."
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_the_servers_json_reply_is_parsed_and_recorded(
     # inside one until max_tokens: what it writes in them is its own.
     registry = world["registry"]
     ids = [i for d in world["docs"].values() for i in _chunk_ids(registry, d)]
-    text = {"type": "string", "minLength": 1, "maxLength": 80}
+    text = {"type": "string", "minLength": 1, "maxLength": 40}
     claim = {"type": "object", "required": ["text", "chunk_ids", "quote"], "properties": {
         "text": text, "quote": text,
         "chunk_ids": {"type": "array", "minItems": 1, "maxItems": 1,
@@ -166,11 +166,13 @@ CORPUS = ResearchCorpus(
 )
 HELD = "The Aurora sells for 3,490 EUR [doc:price]."
 FALSE = "The Aurora weighs 12 kg [doc:team]."
-_PRICE = "\n\n---\n## Citations\n- [doc:price] Price list\n"
-_TEAM = "\n\n---\n## Citations\n- [doc:team] Team\n"
-# As short as the contract allows: the model writes every character of it, one by one.
+_PRICE = "\n---\n## Citations\n- [doc:price] Price list\n"
+_TEAM = "\n---\n## Citations\n- [doc:team] Team\n"
+# As short as the contract allows (the model writes every character of it, one token at a
+# time, under the server's grammar; a title left out is the file's own): each document cites,
+# and its footer lists what it cites.
 CONTENT = {
-    BRAND_VOICE: f"## Golden examples\n\n- {HELD}\n\n## Anti-examples\n\n- {HELD}{_PRICE}",
+    BRAND_VOICE: f"{HELD}{_PRICE}",
     PRODUCT: f"{HELD} {FALSE}{_PRICE}- [doc:team] Team\n",
     COMPLIANCE: f"{HELD}{_PRICE}",
     CONTACTS: f"Dana Reyes is head of support [doc:team].{_TEAM}",
@@ -188,9 +190,8 @@ def test_a_draft_sentence_whose_citation_does_not_hold_it_is_dropped(
     docs = {
         "type": "array", "minItems": 4, "maxItems": 4,
         "prefixItems": [
-            {"type": "object", "properties": {"filename": _one(name), "title": _one(name),
-                                              "content": _one(content)},
-             "required": ["filename", "title", "content"]}
+            {"type": "object", "properties": {"filename": _one(name), "content": _one(content)},
+             "required": ["filename", "content"]}
             for name, content in CONTENT.items()
         ],
     }  # fmt: skip
