@@ -1029,6 +1029,10 @@ def configure_environment(settings: Settings) -> None:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    if os.environ["PREFECT_HOME"] == defaults["PREFECT_HOME"]:  # kbflow's own, not the user's
+        from core import prefect_database
+
+        prefect_database.seed(Path(defaults["PREFECT_HOME"]))  # a new home: copied, migrated
     _secure_prefect_environment(settings)
 
 

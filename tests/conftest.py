@@ -254,6 +254,16 @@ def _live_qdrant_addresses() -> frozenset[str]:
         return frozenset({host})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _prefect_database_template() -> None:
+    """The migrated Prefect database that every new test home is seeded from
+    (`core.prefect_database`): built once per machine and Prefect version, before any test
+    starts a server, so no test home runs Prefect's migrations itself."""
+    from core import prefect_database
+
+    prefect_database.build_template()
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     from prefect.testing.utilities import prefect_test_harness

@@ -28,6 +28,7 @@ import httpx
 import psutil
 import pytest
 
+from core import prefect_database
 from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
@@ -259,6 +260,7 @@ def test_prefect_yaml_deployments_run_from_the_repo_on_a_process_worker(
     broken = tmp_path / "for-jobs" / "broken.pdf"
     broken.write_bytes(random.Random(7).randbytes(4096))  # matches no format: the job fails
 
+    prefect_database.seed(Path(env["PREFECT_HOME"]), build=True, environ=env)
     processes.start(
         "server",
         [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core import prefect_database
 from core.errors import ConfigError, KbflowError
 from core.settings import Settings, prefect_cors_environment
 
@@ -79,6 +80,8 @@ def prefect_starting() -> Iterator[None]:
 
     def start() -> None:
         try:
+            if home := os.environ.get("PREFECT_HOME"):  # migrated once per machine, not per home
+                prefect_database.seed(Path(home), build=True)
             server.start()
         except BaseException as exc:  # reported in the caller's thread
             failed.append(exc)
@@ -277,6 +280,8 @@ def run_prefect_server(settings: Settings, plan: PrefectServerPlan) -> int:
         str(plan.port),
     ]
     env = prefect_server_environment(plan)
+    if home := env.get("PREFECT_HOME"):  # a new home's database: migrated once per machine
+        prefect_database.seed(Path(home), build=True, environ=env)
     _sweep_once_up(settings, plan)
     record = _record_server(settings.home, local_api_url(plan))
     try:

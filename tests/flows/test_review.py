@@ -28,6 +28,7 @@ from uuid import UUID
 import httpx
 import pytest
 
+from core import prefect_database
 from core.models import AuditAction, DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
 from sinks.connect import open_vector_store
@@ -122,6 +123,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
         PREFECT_SERVER_UI_ENABLED="false",
         DO_NOT_TRACK="1",
     )
+    prefect_database.seed(home, build=True, environ=env)  # migrated once per machine
     log = (home / "server.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host=127.0.0.1", f"--port={port}"],
