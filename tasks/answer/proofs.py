@@ -136,7 +136,11 @@ def _values(kind: str, text: str, question: str) -> set[str]:
     if kind == "name":
         return {"name"} if holds_kind(kind, text, question) else set()
     if kind in ("phone", "email"):
-        return {" ".join(f.text.split()).lower() for f in find_pii(text) if f.kind == kind}
+        return {
+            " ".join(text[f.start : f.end].split()).lower()
+            for f in find_pii(text)
+            if f.kind == kind
+        }
     if kind == "date":
         return {"date"} if holds_kind(kind, text, question) else set()
     text = _LABELS.sub(" ", text)

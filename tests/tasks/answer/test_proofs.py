@@ -123,3 +123,14 @@ def test_a_maybe_hands_a_table_over_whole_and_first_for_a_superlative() -> None:
                                   for i in range(80))  # fmt: skip
     quotes = evidence_quotes(question, [_ev(long_table)], whole_tables=True)
     assert all(len(c.quote) <= 2_000 for c in quotes)  # too long to quote whole: rows, as v4
+
+
+def test_a_phone_number_in_the_subjects_sentence_is_proved_and_two_differ() -> None:
+    # The "exactly one value" rule reads phone numbers as the PII finder finds them (it read
+    # an attribute the finding does not have, and failed on every phone or email question).
+    line = "The phone number of the Ghent office is +32 9 224 18 70."
+    got, _ = _proved("What is the phone number of the Ghent office?", line)
+    assert got is not None and "+32 9 224 18 70" in got.claim.quote
+    other = "The Ghent office phone number for returns is +32 9 224 99 11."
+    got, why = _proved("What is the phone number of the Ghent office?", line, other)
+    assert got is None and "different values" in why
