@@ -15,7 +15,6 @@ with a database URL of its own (``PREFECT_API_DATABASE_CONNECTION_URL`` or
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -27,20 +26,14 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
+from core.machine_cache import exclusive, kbflow_cache
+
 log = logging.getLogger(__name__)
 
 DATABASE_FILE = "prefect.db"
 """The database a Prefect server uses under PREFECT_HOME when no URL is set."""
 URL_VARIABLES = ("PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL")
 BUILD_TIMEOUT_S = 300.0
-
-
-def cache_folder() -> Path:
-    configured = os.environ.get("KBFLOW_PREFECT_DB_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kbflow" / "prefect"
 
 
 def template_path() -> Path | None:
@@ -50,7 +43,7 @@ def template_path() -> Path | None:
         version = metadata.version("prefect")
     except metadata.PackageNotFoundError:
         return None
-    return cache_folder() / f"prefect-{version}.db"
+    return kbflow_cache("prefect", "KBFLOW_PREFECT_DB_CACHE") / f"prefect-{version}.db"
 
 
 def default_database(prefect_home: Path, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -69,9 +62,7 @@ def build_template() -> Path | None:
     template = template_path()
     if template is None or template.is_file():
         return template
-    template.parent.mkdir(parents=True, exist_ok=True)
-    with (template.parent / f"{template.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(template.parent / f"{template.name}.lock"):
         if template.is_file():
             return template
         with tempfile.TemporaryDirectory(dir=template.parent) as scratch:

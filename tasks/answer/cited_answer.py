@@ -22,6 +22,7 @@ from tasks.answer.extractive import (
     EVIDENCE_QUOTES,
     EXTRACTIVE_MODEL_ID,
     PROVING_MODEL_IDS,
+    WHOLE_TABLE_MODEL_IDS,
     evidence_quotes,
 )
 from tasks.answer.proofs import judge_proved
@@ -213,7 +214,7 @@ def settle(
     if not judgement.answered and any(not c.quote for c in kept):
         quoted = [c for c in kept if c.quote]
         said = {q.quote for q in quoted}
-        whole = model_id == EXTRACTIVE_MODEL_ID  # v5 hands tables over whole
+        whole = model_id in WHOLE_TABLE_MODEL_IDS  # v5 hands tables over whole
         more = [c for c in evidence_quotes(question, evidence, whole_tables=whole)
                 if c.chunk_ids[0] in servable and c.quote not in said]  # fmt: skip
         kept = (quoted + more)[:EVIDENCE_QUOTES] or kept

@@ -39,6 +39,7 @@ EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: 
 # enough to quote) where v4 quoted one row of it, tables first for a superlative: the agent
 # reads the row or computes the extreme itself.
 PROVING_MODEL_IDS = ("extractive-v4", EXTRACTIVE_MODEL_ID)
+WHOLE_TABLE_MODEL_IDS = ("extractive-v5",)  # named, so a later version's bump keeps v5's replays
 QUOTING_MODEL_IDS = ("extractive-v3", *PROVING_MODEL_IDS)
 EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", *QUOTING_MODEL_IDS)
 MAX_CLAIMS = 3  # sentences an extractive answer quotes (v1 to v3)
@@ -210,9 +211,8 @@ class ExtractiveKnowledgeModel:
     ) -> list[Claim]:
         if self.model_id in QUOTING_MODEL_IDS:
             if self.model_id in PROVING_MODEL_IDS:
-                claims = proving_answer(
-                    question, evidence, whole_tables=self.model_id == EXTRACTIVE_MODEL_ID
-                )
+                whole = self.model_id in WHOLE_TABLE_MODEL_IDS
+                claims = proving_answer(question, evidence, whole_tables=whole)
             else:
                 claims = _quoting_answer(question, evidence)
             calls.append(self._answered(question, evidence, claims))

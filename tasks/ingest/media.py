@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from core.errors import ConfigError, ExtractionError, KbflowError
+from core.machine_cache import kbflow_cache, user_cache
 from core.models import Location, Section
 from tasks.ingest.segments import SAMPLE_RATE, Segment, segment_confidence
 
@@ -312,8 +313,7 @@ def resolve_whisper_checkpoint(model: str, download_root: Path | None) -> Path |
     """
     if _is_model_name(model):
         folders = [download_root] if download_root is not None else []
-        default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        folders.append(default_cache / "whisper")
+        folders.append(user_cache() / "whisper")
         for folder in folders:
             candidate = Path(folder).expanduser() / f"{model}.pt"
             if candidate.is_file():
@@ -358,8 +358,7 @@ def get_transcriber(
     from tasks.ingest.speech_fw import MODEL_DIRNAME, load_faster_whisper, packaged_parts
 
     if model_dir is None:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        model_dir = cache / "kbflow" / MODEL_DIRNAME
+        model_dir = kbflow_cache(MODEL_DIRNAME)
     if engine == "pocketsphinx":
         return PocketsphinxTranscriber()
     if engine == "whisper":

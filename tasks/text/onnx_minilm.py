@@ -23,7 +23,6 @@ are close to, not equal to, the fp32 ones, so it has its own model id (`int8_mod
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.machine_cache import exclusive, kbflow_cache
 from tasks.text.offline_hf import quiet_offline_hf
 from tasks.text.ort import onnxruntime_without_telemetry
 
@@ -92,11 +92,7 @@ class OnnxUnavailable(RuntimeError):
 
 
 def cache_root() -> Path:
-    configured = os.environ.get("KBFLOW_ONNX_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kbflow" / "onnx"
+    return kbflow_cache("onnx", "KBFLOW_ONNX_CACHE")
 
 
 def _mean_pooled(model_dir: Path) -> int:
@@ -145,17 +141,6 @@ def _fingerprint(model_dir: Path) -> str:
     return digest.hexdigest()[:24]
 
 
-@contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # a second process waits for the first build
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def int8_model_id(model: str) -> str:
     """The model id of ``model``'s int8 form: its vectors differ slightly from the fp32 ones,
     so caches and indexes keyed by model id must keep them apart."""
@@ -188,7 +173,7 @@ def _cached(key: str, suffix: str, what: str, build: Callable[[Path], dict[str, 
     failed = folder / f"failed{suffix}.json"
     if model.is_file():
         return model
-    with _exclusive(cache_root() / f"{key}.lock"):
+    with exclusive(cache_root() / f"{key}.lock"):  # a second process waits for the build
         if model.is_file():
             return model
         if failed.is_file():

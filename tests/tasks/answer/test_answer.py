@@ -186,7 +186,11 @@ def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
     question = "How many days ahead are flights booked?"
     best = run_answer(kb, question).output["best_confidence"]
     above = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=best - 0.05)
-    turn = run_answer(kb, question, ExtractiveKnowledgeModel(above.threshold), config=above)
+
+    def run_at(config: AnswerConfig) -> Turn:
+        return run_answer(kb, question, ExtractiveKnowledgeModel(config.threshold), config=config)
+
+    turn = run_at(above)
     out = turn.output
     assert out["status"] == "maybe", out  # the chunk that states it is below the bar
     assert "no passage reached the confidence" in out["missing"] and "unproven" in out["missing"]
@@ -195,19 +199,9 @@ def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
     result = replay(turn, ExtractiveKnowledgeModel(above.threshold))
     assert result.identical, result.diff()
     below = AnswerConfig(threshold=min(best + 0.05, 1.0), floor=min(best + 0.04, 1.0))
-    assert (
-        run_answer(kb, question, ExtractiveKnowledgeModel(below.threshold), config=below).output[
-            "status"
-        ]
-        == "refused"
-    )
+    assert run_at(below).output["status"] == "refused"
     nofloor = AnswerConfig(threshold=min(best + 0.05, 1.0))
-    assert (
-        run_answer(
-            kb, question, ExtractiveKnowledgeModel(nofloor.threshold), config=nofloor
-        ).output["status"]
-        == "refused"
-    )
+    assert run_at(nofloor).output["status"] == "refused"
 
 
 def test_pending_documents_are_never_evidence(kb: dict[str, Any]) -> None:
