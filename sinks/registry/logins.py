@@ -25,6 +25,7 @@ random bits, and a code lives 15 minutes and is used once, so a fast hash gives 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -60,9 +61,15 @@ BAD_LOGIN = "wrong user or password. Check both and try again."
 LOGIN_KEY_MAX = 120  # the longest user id; a longer typed name is counted by its first 120
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
-# Verified against when the user does not exist or has no password, so that case costs the
-# same time as a wrong password and does not tell an attacker which users exist.
-_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the user does not exist or has no password, so that case costs the
+    same time as a wrong password and does not tell an attacker which users exist. Made on the
+    first login of a process, whoever logs in (argon2 takes ~0.1 s: every CLI start paid it when
+    it was made at import)."""
+    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 def _sha(secret: str) -> str:
@@ -209,12 +216,13 @@ class LoginsMixin(RegistryBase):
                 f"too many failed logins for this user: try again in {wait} s"
                 + (" (or ask a superadmin to reset the password)." if wait > 60 else ".")
             )
+        dummy = _dummy_hash()  # before the lookup: the first login costs the same for anyone
         with self.session() as s:
             user = s.get(UserRow, user_id) if user_id else None
             row = s.get(UserLoginRow, user_id) if user is not None else None
             stored = row.password_hash if row is not None else None
         try:
-            ok = _hasher.verify(stored or _DUMMY_HASH, password) and stored is not None
+            ok = _hasher.verify(stored or dummy, password) and stored is not None
         except (VerificationError, InvalidHashError):
             ok = False
         if user is None or not ok:
