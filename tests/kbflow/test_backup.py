@@ -27,6 +27,7 @@ from tests.conftest import (
     ON_POSTGRES,
     _reset,
     _worker_database_url,
+    copy_home,
     index_records,
     registry_url,
     warehouse_database_url,
@@ -517,9 +518,7 @@ def test_points_of_a_qdrant_server_back_up_and_restore(
 
 def _copy(backup: Path, to: Path) -> dict[str, Any]:
     """A copy of ``backup`` (links kept as links) and its manifest, to tamper with."""
-    import shutil
-
-    shutil.copytree(backup, to, symlinks=True)
+    copy_home(backup, to)
     return json.loads((to / "manifest.json").read_text())
 
 

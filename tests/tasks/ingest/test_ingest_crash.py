@@ -16,7 +16,6 @@ version: never none, never both. ``tests/flows/test_ingest_kill.py`` does the sa
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +32,7 @@ from tasks.ingest.index import IngestTarget, index_batch, plan_ingest, repair_sh
 from tasks.query.fallback import KeywordFallback
 from tasks.query.retrieve import retrieve, search
 from tasks.review.machine import reconcile
+from tests.conftest import copy_home
 
 ORG = "acme"
 SOURCES = 12
@@ -173,7 +173,7 @@ def v1_template(tmp_path_factory: pytest.TempPathFactory, memo_embedder: MemoEmb
 @contextmanager
 def copy_of(v1_template: Path, home: Path, memo_embedder: MemoEmbedder) -> Iterator[dict]:
     """A world (registry, store, embedder, fallback) opened on a fresh copy of the v1 data."""
-    shutil.copytree(v1_template, home)
+    copy_home(v1_template, home)
     registry = SqlRegistry.open(f"sqlite:///{home / 'registry.db'}")
     store = QdrantEdgeStore.open(home / "vectors", lock_timeout_s=1)
     from sinks.gate import build_gate

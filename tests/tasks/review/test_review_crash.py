@@ -13,7 +13,6 @@ withdrawn must be hidden in the store as well (hiding transitions fail safe).
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from tasks.ingest.index import plan_ingest, repair_shadowed
 from tasks.query.fallback import KeywordFallback
 from tasks.query.retrieve import retrieve
 from tasks.review import machine as review
-from tests.conftest import index_records
+from tests.conftest import copy_home, index_records
 from tests.tasks.ingest.test_ingest_crash import MemoEmbedder
 
 ORG, AM = "acme", "am@agency"
@@ -241,7 +240,7 @@ def check(world: dict[str, Any], scenario: Scenario, where: str) -> None:
 
 @contextmanager
 def copy_of(template: Path, home: Path, embedder: MemoEmbedder) -> Iterator[dict[str, Any]]:
-    shutil.copytree(template, home)
+    copy_home(template, home)
     with opened(home, embedder) as world:
         yield world
 
