@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import functools
 import random
 import re
 import shutil
@@ -500,47 +501,55 @@ def find_gate_filters(root: Path) -> list[FilterUse]:
     for package in SCANNED_PACKAGES:
         for file in sorted((root / package).rglob("*.py")):
             rel = file.relative_to(root).as_posix()
-            source = file.read_text(encoding="utf-8")
-            tree = ast.parse(source, filename=rel)
-            spans = _function_spans(tree)
-
-            def add(
-                line: int,
-                field: str | None,
-                what: str,
-                rel: str = rel,
-                spans: list[tuple[int, int, str]] = spans,
-            ) -> None:
-                uses.add(FilterUse(rel, line, _enclosing(spans, line), field, what))
-
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call):
-                    name = _call_name(node)
-                    if name in GATE_ONLY_CALLS:
-                        add(node.lineno, None, f"{name}(...)")
-                    if name in KEYED_CONDITIONS:
-                        key = _key_argument(node)
-                        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                            if key.value in GATED_FIELDS:
-                                add(node.lineno, key.value, f"{name}(key={key.value!r})")
-                        elif key is not None:
-                            # A computed key could name any field; only the gate may do that.
-                            add(node.lineno, None, f"{name}(key=<computed>)")
-                elif isinstance(node, ast.Dict):
-                    # qdrant-client also takes filters as plain dicts: {"key": "status", ...}.
-                    for k, v in zip(node.keys, node.values, strict=True):
-                        if (
-                            isinstance(k, ast.Constant)
-                            and k.value == "key"
-                            and isinstance(v, ast.Constant)
-                            and v.value in GATED_FIELDS
-                        ):
-                            add(node.lineno, str(v.value), f"{{'key': {v.value!r}}}")
-            # Text fallback for spellings the AST walk misses (e.g. **{"key": ...}).
-            for lineno, text in enumerate(source.splitlines(), start=1):
-                for match in _KEY_TEXT.finditer(text):
-                    add(lineno, match["field"], f"text {match.group(0)!r}")
+            uses.update(_file_filters(rel, file.read_text(encoding="utf-8")))
     return sorted(uses, key=lambda u: (u.path, u.line, u.what))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_filters(rel: str, source: str) -> frozenset[FilterUse]:
+    """The filter uses in one file's source (remembered by path and text: the injection tests
+    scan a copy of the tree in which only one file differs)."""
+    uses: set[FilterUse] = set()
+    tree = ast.parse(source, filename=rel)
+    spans = _function_spans(tree)
+
+    def add(
+        line: int,
+        field: str | None,
+        what: str,
+        rel: str = rel,
+        spans: list[tuple[int, int, str]] = spans,
+    ) -> None:
+        uses.add(FilterUse(rel, line, _enclosing(spans, line), field, what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _call_name(node)
+            if name in GATE_ONLY_CALLS:
+                add(node.lineno, None, f"{name}(...)")
+            if name in KEYED_CONDITIONS:
+                key = _key_argument(node)
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    if key.value in GATED_FIELDS:
+                        add(node.lineno, key.value, f"{name}(key={key.value!r})")
+                elif key is not None:
+                    # A computed key could name any field; only the gate may do that.
+                    add(node.lineno, None, f"{name}(key=<computed>)")
+        elif isinstance(node, ast.Dict):
+            # qdrant-client also takes filters as plain dicts: {"key": "status", ...}.
+            for k, v in zip(node.keys, node.values, strict=True):
+                if (
+                    isinstance(k, ast.Constant)
+                    and k.value == "key"
+                    and isinstance(v, ast.Constant)
+                    and v.value in GATED_FIELDS
+                ):
+                    add(node.lineno, str(v.value), f"{{'key': {v.value!r}}}")
+    # Text fallback for spellings the AST walk misses (e.g. **{"key": ...}).
+    for lineno, text in enumerate(source.splitlines(), start=1):
+        for match in _KEY_TEXT.finditer(text):
+            add(lineno, match["field"], f"text {match.group(0)!r}")
+    return frozenset(uses)
 
 
 def test_only_the_gate_builds_filters_on_gated_fields() -> None:
