@@ -139,9 +139,13 @@ def write_renamed_pdf(folder: Path) -> Path:
 
 
 def assert_no_leftover_workers() -> None:
-    """No extraction worker outlives its pool (checked via the process table)."""
+    """No extraction worker outlives its pool (checked via the process table) but the idle one
+    parked for the next pool, which is stopped here first."""
     import psutil
 
+    from tasks.ingest import isolate
+
+    isolate.stop_parked_workers()
     me = psutil.Process(os.getpid())
     workers = [p for p in me.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
     assert not workers, workers

@@ -6,16 +6,25 @@ bytes. Each file is extracted in a long-lived worker process started with ``spaw
 deadline and samples the worker's resident memory while it waits; a worker that overruns
 either, or dies, is killed and replaced, and that one file is reported failed with the reason.
 Everything already stored is untouched: workers only read files and return text.
+
+Starting a worker costs seconds of CPU (Docling imports torch and transformers even for a
+Markdown file), so a pool that ends with its worker idle parks it for the next pool of this
+process (a schedule's next sync, the next flow of `kbflow serve`), for `PARK_IDLE_S` at most and
+only while the process's environment, working folder and import path are what the worker was
+started with. A worker that was busy when its pool ended, or died, is never parked.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import logging
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -51,10 +60,77 @@ class Limits:
     memory_mb: int = 4096
 
 
+PARK_IDLE_S = 120.0
+"""How long a parked worker waits for the next pool before it is stopped."""
+_parked: dict[str, tuple[_Worker, threading.Timer]] = {}  # one per target, the latest
+_parked_lock = threading.Lock()
+
+
+def _world() -> int:
+    """What a spawned worker inherited and keeps: the environment, the working folder and the
+    import path at its start. A parked worker serves only a pool that sees the same."""
+    return hash((tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path)))
+
+
+def _park(worker: _Worker) -> None:
+    """Keep an idle, live worker for the next pool with its target (it replaces the one parked
+    before it), or stop it."""
+    if not worker.process.is_alive():
+        worker.kill()
+        return
+    timer = threading.Timer(PARK_IDLE_S, _expire, (worker,))
+    timer.daemon = True
+    with _parked_lock:
+        before = _parked.get(worker.target)
+        _parked[worker.target] = (worker, timer)
+        timer.start()
+    if before is not None:
+        before[1].cancel()
+        before[0].stop()
+
+
+def _unpark(target: str) -> _Worker | None:
+    """The worker parked for ``target`` if it is alive and started in this world."""
+    with _parked_lock:
+        entry = _parked.pop(target, None)
+    if entry is None:
+        return None
+    worker, timer = entry
+    timer.cancel()
+    if worker.world == _world() and worker.process.is_alive():
+        return worker
+    worker.stop()
+    return None
+
+
+def _expire(worker: _Worker) -> None:
+    with _parked_lock:
+        if _parked.get(worker.target, (None,))[0] is not worker:
+            return
+        del _parked[worker.target]
+    worker.stop()
+
+
+def stop_parked_workers() -> int:
+    """Stop every parked worker of this process now; returns how many there were."""
+    with _parked_lock:
+        entries = list(_parked.values())
+        _parked.clear()
+    for worker, timer in entries:
+        timer.cancel()
+        worker.stop()
+    return len(entries)
+
+
+atexit.register(stop_parked_workers)
+
+
 class _Worker:
     """One worker process and the parent's end of its pipe."""
 
     def __init__(self, target: str) -> None:
+        self.target = target
+        self.world = _world()
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(
@@ -71,6 +147,15 @@ class _Worker:
                 self.process.kill()
         self.process.join(timeout=10)
         self.conn.close()
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not within 5 s."""
+        try:
+            self.conn.send(None)
+            self.process.join(timeout=5)
+        except (OSError, BrokenPipeError):
+            pass
+        self.kill()
 
 
 class ExtractionPool:
@@ -93,6 +178,7 @@ class ExtractionPool:
         self.kwargs = kwargs
         self.limits = limits or Limits()
         self._worker: _Worker | None = None
+        self._busy = False  # a file was sent and its outcome not read: never park the worker
 
     def __enter__(self) -> ExtractionPool:
         return self
@@ -101,14 +187,14 @@ class ExtractionPool:
         self.close()
 
     def close(self) -> None:
-        if self._worker is not None:
-            try:
-                self._worker.conn.send(None)  # ask it to exit; kill if it does not
-                self._worker.process.join(timeout=5)
-            except (OSError, BrokenPipeError):
-                pass
-            self._worker.kill()
-            self._worker = None
+        """End the pool: an idle worker is parked for the next pool, a busy one killed."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        if self._busy:
+            worker.kill()
+        else:
+            _park(worker)
 
     def extract(self, path: Path, *, limits: Limits | None = None) -> ExtractedDocument:
         """Extract one file in the worker, within the limits.
@@ -120,6 +206,7 @@ class ExtractionPool:
         limits = limits or self.limits
         worker = self._ensure_worker()
         name = Path(path).name
+        self._busy = True
         try:
             worker.conn.send((str(path), self.kwargs))
         except (OSError, BrokenPipeError):
@@ -127,6 +214,7 @@ class ExtractionPool:
             worker = self._ensure_worker()
             worker.conn.send((str(path), self.kwargs))
         outcome = self._await(worker, name, limits)
+        self._busy = False
         kind, payload = outcome
         if kind == "ok":
             assert isinstance(payload, ExtractedDocument)
@@ -189,10 +277,11 @@ class ExtractionPool:
     def _ensure_worker(self) -> _Worker:
         if self._worker is None or not self._worker.process.is_alive():
             self._discard()
-            self._worker = _Worker(self.target)
+            self._worker = _unpark(self.target) or _Worker(self.target)
         return self._worker
 
     def _discard(self) -> None:
+        self._busy = False
         if self._worker is not None:
             self._worker.kill()
             self._worker = None

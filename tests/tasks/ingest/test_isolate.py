@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from core.errors import ExtractionError
+from tasks.ingest import isolate
 from tasks.ingest.discover import Source, file_sha256
 from tasks.ingest.index import IngestTarget, WorkItem, extract_batch, index_batch, prefetched
 from tasks.ingest.isolate import ExtractionPool, Limits
+from tests.conftest import running
 
 TARGETS = "tests.tasks.ingest.isolate_targets"
+
+
+@pytest.fixture(autouse=True)
+def _no_parked_workers() -> Iterator[None]:
+    """Each test starts and ends with no worker parked by another."""
+    isolate.stop_parked_workers()
+    yield
+    isolate.stop_parked_workers()
 
 
 def _files(tmp_path: Path, *names: str) -> list[Path]:
@@ -105,3 +117,63 @@ def test_a_hung_file_is_reported_in_the_batch_and_its_neighbours_are_stored(
     assert name == "hang.txt" and "took longer than 2 s and was stopped" in reason
     stored = registry.list_documents("acme")
     assert [Path(d.uri).name for d in stored] == ["fine.txt"]
+
+
+# --- a worker parked between pools -------------------------------------------------------------
+
+
+def test_an_idle_worker_serves_the_next_pool_in_the_same_world(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (a,) = _files(tmp_path, "a.txt")
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        first = pool.extract(a).meta["pid"]
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        assert pool.extract(a).meta["pid"] == first  # no second start
+    monkeypatch.setenv("KBFLOW_EXTRACT_TIMEOUT_S", "7")  # what the parked worker never saw
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        changed = pool.extract(a).meta["pid"]
+    assert changed != first
+    assert not psutil.pid_exists(first) or not running(psutil.Process(first))
+    assert isolate.stop_parked_workers() == 1
+    _gone(changed)
+
+
+def test_a_worker_busy_when_its_pool_ends_is_killed_not_parked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file sent whose outcome was never read (the caller was interrupted): the next pool
+    must not receive that stale outcome for its own file."""
+    hung, fine = _files(tmp_path, "hang.txt", "fine.txt")
+
+    def interrupted(*_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with ExtractionPool(f"{TARGETS}:hang") as pool:
+        busy = pool.extract(fine).meta["pid"]
+        monkeypatch.setattr(ExtractionPool, "_await", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pool.extract(hung)
+    monkeypatch.undo()
+    _gone(busy)
+    assert isolate.stop_parked_workers() == 0
+
+
+def test_a_parked_worker_stops_after_its_idle_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(isolate, "PARK_IDLE_S", 0.5)
+    (a,) = _files(tmp_path, "a.txt")
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        pid = pool.extract(a).meta["pid"]
+    _gone(pid)
+    assert isolate.stop_parked_workers() == 0
+
+
+def _gone(pid: int, within_s: float = 15) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or not running(psutil.Process(pid)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker {pid} still runs {within_s:g} s later")
