@@ -19,7 +19,7 @@ import ipaddress
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -473,3 +473,27 @@ def copy_home(src: Path, dst: Path) -> None:
         check=True,
         capture_output=True,
     )
+
+
+_BUILT_HOMES: dict[str, Path] = {}
+
+
+def home_built_once(
+    name: str, build: Callable[[], object], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Fill the test's KBFLOW_HOME with a copy of the home ``build`` made once per worker under
+    ``name`` (the commands it runs cost seconds; a copy costs milliseconds). In the PostgreSQL
+    pass the registry lives in the database, not in the home, so ``build`` runs every time."""
+    home = Path(os.environ["KBFLOW_HOME"])
+    if ON_POSTGRES:
+        build()
+        return
+    template = _BUILT_HOMES.get(name)
+    if template is None:
+        template = tmp_path_factory.mktemp(f"built-{name}") / "home"
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("KBFLOW_HOME", str(template))
+            build()
+        _BUILT_HOMES[name] = template
+    assert not home.exists(), f"{home} exists before its copy of the {name} home"
+    copy_home(template, home)

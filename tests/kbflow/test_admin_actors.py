@@ -22,7 +22,7 @@ from core.errors import NotFound
 from core.settings import Settings
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from tests.conftest import index_records
+from tests.conftest import home_built_once, index_records
 from tests.kbflow.test_cli_review import data, flat, kb, ok
 
 pytestmark = pytest.mark.integration
@@ -31,9 +31,13 @@ DENIED = "kb.access.denied"
 
 
 @pytest.fixture
-def people() -> None:
+def people(tmp_path_factory: pytest.TempPathFactory) -> None:
     """root (superadmin); org acme (AM amy, engineer ed) with collections policies and
     policies/hr and agent bot allowed both; org globex (AM gus)."""
+    home_built_once("admin_actors-people", _people, tmp_path_factory)
+
+
+def _people() -> None:
     ok("users", "add", "root", "--role", "superadmin")
     ok("orgs", "create", "acme", "--name", "Acme Cycles", "--as", "root")
     ok("orgs", "create", "globex", "--as", "root")

@@ -23,7 +23,7 @@ from core.settings import Settings
 from kbflow.cli import EXIT_CONFLICT
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
-from tests.conftest import index_records
+from tests.conftest import home_built_once, index_records
 from tests.kbflow.test_cli_review import data, flat, kb, ok
 
 pytestmark = pytest.mark.integration
@@ -34,8 +34,12 @@ PROMPT = "Focus on the Osprey acquisition rumours and the board's private concer
 
 
 @pytest.fixture
-def people() -> None:
+def people(tmp_path_factory: pytest.TempPathFactory) -> None:
     """root (the first superadmin), org acme with AM amy, engineer ed, expert eve."""
+    home_built_once("hardening-people", _people, tmp_path_factory)
+
+
+def _people() -> None:
     ok("users", "add", "root", "--role", "superadmin")  # the bootstrap: no --as needed
     ok("orgs", "create", "acme", "--name", "Acme Cycles", "--as", "root")
     ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
