@@ -20,8 +20,9 @@ from tasks.answer.confidence import SUPPORT_VERSION, text_cosines
 from tasks.answer.contract import Claim, Evidence, KnowledgeModel
 from tasks.answer.extractive import (
     EVIDENCE_QUOTES,
-    EXTRACTIVE_MODEL_ID,
+    FILLING_MODEL_IDS,
     PROVING_MODEL_IDS,
+    UNIT_SCORING_MODEL_IDS,
     WHOLE_TABLE_MODEL_IDS,
     evidence_quotes,
 )
@@ -92,8 +93,11 @@ def answer(
     ]
     evidence = _evidence(rec, scored, config.threshold, config.max_evidence)
     weak = None  # why the evidence proves nothing whatever it says, when it is below the bar
+    closest: list[Evidence] = []  # below the bar, quoted beside the evidence by a "maybe" (v6)
     if not evidence and model is not None and model.model_id in PROVING_MODEL_IDS:
         evidence, weak = _closest(rec, scored, config)
+    elif evidence and model is not None and model.model_id in FILLING_MODEL_IDS:
+        closest = _below(rec, scored, config, room=config.max_evidence - len(evidence))
     if not evidence:
         best = (
             f"the best of {len(scored)} retrieved chunks scored {scored[0][1]:.3f}"
@@ -107,13 +111,16 @@ def answer(
     if model is None:
         return turn.refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
     asked = scrub(question)
-    if model.model_id == EXTRACTIVE_MODEL_ID:  # it weighs each unit's meaning, not only words
+    if model.model_id in UNIT_SCORING_MODEL_IDS:  # it weighs each unit's meaning, not only words
         evidence = [_with_unit_scores(e, asked, embedder) for e in evidence]
+        closest = [_with_unit_scores(e, asked, embedder) for e in closest]
     replay_input = rec.replay_input(
         model, question=asked, evidence=[e.to_dict() for e in evidence]
     ) | {"query_form": config.form}  # added last: older keys keep their order
     if weak:
         replay_input["below_threshold"] = weak  # replay settles it the same way
+    if closest:
+        replay_input["closest"] = [e.to_dict() for e in closest]
     unusable = None  # why the model's reply could not be used, when it could not
     try:
         claims = model.answer(asked, evidence, rec.calls)
@@ -124,8 +131,9 @@ def answer(
         unusable = f"the answer model's reply could not be used ({exc})"
         claims = evidence_quotes(asked, evidence)
     # The evidence's chunks too: a "maybe" may hand over any of them (`settle`).
+    handed = [*evidence, *closest]
     valid = verify_citations(registry, scope, [*(c for claim in claims for c in claim.chunk_ids),
-                                               *(e.chunk_id for e in evidence)])  # fmt: skip
+                                               *(e.chunk_id for e in handed)])  # fmt: skip
     kept = [_servable(claim, valid) for claim in claims if any(c in valid for c in claim.chunk_ids)]
     if not kept:
         why = (
@@ -134,7 +142,8 @@ def answer(
             else ("no claim cited a servable chunk")
         )
         return turn.refuse(MODEL_FAILED, why, considered, replay_input)
-    judgement = settle(model.model_id, asked, kept, evidence, set(valid), unusable or weak)
+    judgement = settle(model.model_id, asked, kept, evidence, set(valid), unusable or weak,
+                       closest=closest)  # fmt: skip
     kept = list(judgement.claims)
     citations = quoted_citations(kept, valid)
     sources = citation_sources(registry, citations, {h.chunk_id: h.text for h in got.result.hits})
@@ -186,6 +195,20 @@ def _closest(
     return closest, why
 
 
+def _below(
+    rec: TurnRecorder, scored: Sequence[tuple[Any, float]], config: AnswerConfig, room: int
+) -> list[Evidence]:
+    """The closest chunks under the threshold, down to ``config.floor``, as many as ``room``
+    leaves (v6 quotes them in a "maybe" beside the evidence; they never prove anything)."""
+    if config.floor is None or room <= 0:
+        return []
+    under = [hc for hc in scored if hc[1] < config.threshold]
+    return _evidence(rec, under, config.floor, room)
+
+
+CLOSEST_QUOTED = "passages below the confidence an answer needs are quoted too, unproven"
+
+
 def settle(
     model_id: str,
     question: str,
@@ -193,13 +216,17 @@ def settle(
     evidence: Sequence[Evidence],
     servable: set[str],
     unusable: str | None = None,
+    *,
+    closest: Sequence[Evidence] = (),
 ) -> Judgement:
     """Answered or "maybe", and with which claims: the offline model by what a structure
     proves (`tasks.answer.proofs`), a model by the support check of its quotes
     (`tasks.answer.support`), models from before quotes as they were. A "maybe" hands the
     agent verbatim evidence: a model's unquoted (or unverifiable) claims give way to the
     passages' own best text. ``unusable``: why the model's reply could not be used (then
-    ``claims`` are the passages' own and nothing is answered). The answer path and its
+    ``claims`` are the passages' own and nothing is answered). ``closest`` (v6): chunks below
+    the threshold and above the evidence floor; a "maybe" quotes the best units of them and
+    of ``evidence`` together, and nothing is ever proved from them. The answer path and its
     replay settle the same way."""
     if model_id in PROVING_MODEL_IDS:
         judgement = judge_proved(question, claims, evidence)
@@ -218,7 +245,14 @@ def settle(
         more = [c for c in evidence_quotes(question, evidence, whole_tables=whole)
                 if c.chunk_ids[0] in servable and c.quote not in said]  # fmt: skip
         kept = (quoted + more)[:EVIDENCE_QUOTES] or kept
-    return Judgement(judgement.answered, tuple(kept), judgement.missing)
+    missing = judgement.missing
+    if not judgement.answered and closest and model_id in FILLING_MODEL_IDS:
+        pool = [*evidence, *closest]
+        wider = [c for c in evidence_quotes(question, pool, whole_tables=True, fill=True)
+                 if c.chunk_ids[0] in servable]  # fmt: skip
+        if any(c.chunk_ids[0] in {e.chunk_id for e in closest} for c in wider):
+            kept, missing = wider, f"{missing or 'no quote holds the answer'}; {CLOSEST_QUOTED}"
+    return Judgement(judgement.answered, tuple(kept), missing)
 
 
 def _with_unit_scores(evidence: Evidence, question: str, embedder: Embedder) -> Evidence:

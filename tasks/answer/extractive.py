@@ -25,7 +25,7 @@ from tasks.text.sentences import split_sentences
 from tasks.text.sparse import analyze
 from tasks.text.values import holds_value_for, is_question
 
-EXTRACTIVE_MODEL_ID = "extractive-v5"
+EXTRACTIVE_MODEL_ID = "extractive-v6"
 EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: its rules
 # Every version a recorded turn may name; each replays byte-identically. v2 adds value words
 # (`tasks.text.values`) to the sentence choice: "the price" picks the sentence with "14.50 EUR".
@@ -38,8 +38,19 @@ EXTRACTIVE_PROMPT_VERSION = "extractive-v2"  # the offline model has no prompt: 
 # v5 is v4 whose "maybe" hands a table over whole (its header and every row, when it is short
 # enough to quote) where v4 quoted one row of it, tables first for a superlative: the agent
 # reads the row or computes the extreme itself.
-PROVING_MODEL_IDS = ("extractive-v4", EXTRACTIVE_MODEL_ID)
-WHOLE_TABLE_MODEL_IDS = ("extractive-v5",)  # named, so a later version's bump keeps v5's replays
+# v6 is v5 whose "maybe" hands over more of what it was given: when its passages are fewer than
+# the quotes a "maybe" may give, it quotes their next-best units too (v5 quoted one unit per
+# passage, so a lone passage gave one line), and the closest passages below the confidence an
+# answer needs, down to the evidence floor, are quoted beside those that reached it (they never
+# prove anything: `tasks.answer.cited_answer.settle`).
+PROVING_MODEL_IDS = ("extractive-v4", "extractive-v5", "extractive-v6")
+WHOLE_TABLE_MODEL_IDS = ("extractive-v5", "extractive-v6")  # named: a bump keeps their replays
+FILLING_MODEL_IDS = ("extractive-v6",)
+"""Offline models whose "maybe" fills its quotes from the passages' next-best units and quotes
+the closest passages below the confidence an answer needs (v6)."""
+UNIT_SCORING_MODEL_IDS = ("extractive-v5", "extractive-v6")
+"""Offline models that weigh each unit's meaning as well as its words (the evidence records
+the scores, so a replay needs no embedder)."""
 QUOTING_MODEL_IDS = ("extractive-v3", *PROVING_MODEL_IDS)
 EXTRACTIVE_MODEL_IDS = ("extractive-v1", "extractive-v2", *QUOTING_MODEL_IDS)
 MAX_CLAIMS = 3  # sentences an extractive answer quotes (v1 to v3)
@@ -212,7 +223,8 @@ class ExtractiveKnowledgeModel:
         if self.model_id in QUOTING_MODEL_IDS:
             if self.model_id in PROVING_MODEL_IDS:
                 whole = self.model_id in WHOLE_TABLE_MODEL_IDS
-                claims = proving_answer(question, evidence, whole_tables=whole)
+                fill = self.model_id in FILLING_MODEL_IDS
+                claims = proving_answer(question, evidence, whole_tables=whole, fill=fill)
             else:
                 claims = _quoting_answer(question, evidence)
             calls.append(self._answered(question, evidence, claims))
@@ -262,12 +274,14 @@ class ExtractiveKnowledgeModel:
 
 
 def _quoting_answer(
-    question: str, evidence: Sequence[Evidence], limit: int = MAX_CLAIMS
+    question: str, evidence: Sequence[Evidence], limit: int = MAX_CLAIMS, *, fill: bool = False
 ) -> list[Claim]:
     """extractive-v3: a table's cell or superlative when the question reads one off a table,
     then the best-covering unit (sentence, list item, or table row with its header) of each
     chunk, or two neighbouring sentences together; units that state a value of the asked kind
-    first among equals. Every claim quotes exact spans of its chunk."""
+    first among equals. Every claim quotes exact spans of its chunk. ``fill`` (v6): when the
+    chunks' best units leave room under ``limit``, each chunk's next-best units follow, best
+    first (a lone passage is quoted by more than its one best line)."""
     ask = ask_of(question)
     claims: list[Claim] = []
     table = table_answer(ask, [(e.chunk_id, e.text) for e in evidence])
@@ -280,6 +294,7 @@ def _quoting_answer(
             for u in us]  # fmt: skip
     overlap = _Overlap(flat, value_words=True)
     best: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
+    more: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []  # the runners-up (fill)
     position = 0
     for rank, (e, us) in enumerate(zip(evidence, per_chunk, strict=True)):
         options: list[tuple[float, int, int, tuple[tuple[int, int], ...]]] = []
@@ -299,29 +314,41 @@ def _quoting_answer(
                 options.append((score, -n, -j, spans))
         position += len(us)
         if options:
-            score, _, _, spans = max(options)
+            ranked = sorted(options, reverse=True)
+            score, _, _, spans = ranked[0]
             best.append((score, rank, spans))
+            if fill:
+                more.extend((o[0], rank, o[3]) for o in ranked[1:] if o[0] > 0)
     best.sort(key=lambda b: (-b[0], b[1]))
-    for _, rank, spans in best:
+    more.sort(key=lambda b: (-b[0], b[1]))
+    for _, rank, spans in [*best, *more]:
         if len(claims) >= limit:
             break
         e = evidence[rank]
         if claims and claims[0].chunk_ids[0] == e.chunk_id and claims[0].spans[-1:] == spans[-1:]:
             continue  # the table answer already quotes this row
+        if fill and any(c.chunk_ids[0] == e.chunk_id and _overlaps(c.spans, spans) for c in claims):
+            continue  # a runner-up that repeats part of a quote already given
         said = quote_text(e.text, spans)
         claims.append(Claim(f"“{said}”", (e.chunk_id,), said, spans))
     return claims
 
 
+def _overlaps(a: tuple[Span, ...], b: tuple[Span, ...]) -> bool:
+    """Two quotes of one chunk share text beyond a table's header line (which every row of a
+    table repeats)."""
+    return any(s < e2 and s2 < e for s, e in a[-1:] for s2, e2 in b[-1:])
+
+
 def proving_answer(
-    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False
+    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False, fill: bool = False
 ) -> list[Claim]:
-    """extractive-v4 and v5: the claim a structure proves (`tasks.answer.proofs`), if any,
+    """extractive-v4 to v6: the claim a structure proves (`tasks.answer.proofs`), if any,
     then the passages' best units as evidence, each quote once, `EVIDENCE_QUOTES` in all (v5:
-    ``whole_tables``, see `evidence_quotes`)."""
+    ``whole_tables``, v6: ``fill``, see `evidence_quotes`)."""
     proved, _ = prove(ask_of(question), evidence)
     claims = [proved.claim] if proved is not None else []
-    for claim in evidence_quotes(question, evidence, whole_tables=whole_tables):
+    for claim in evidence_quotes(question, evidence, whole_tables=whole_tables, fill=fill):
         if len(claims) >= EVIDENCE_QUOTES:
             break
         said = " ".join(claim.quote.split())
@@ -332,14 +359,15 @@ def proving_answer(
 
 
 def evidence_quotes(
-    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False
+    question: str, evidence: Sequence[Evidence], *, whole_tables: bool = False, fill: bool = False
 ) -> list[Claim]:
     """The passages' own best text for ``question``, as a "maybe" hands it to the agent: the
     units extractive-v3 would quote (`_quoting_answer`), each quote once however many
     overlapping chunks hold it. ``whole_tables`` (v5): a quoted table row becomes its whole
     table (header and every row, up to `WHOLE_TABLE_CHARS`), each table once, and for a
-    superlative the tables come first."""
-    claims = _quoting_answer(question, evidence, EVIDENCE_QUOTES + 2)
+    superlative the tables come first. ``fill`` (v6): fewer passages than quotes leave room
+    for their next-best units (`_quoting_answer`)."""
+    claims = _quoting_answer(question, evidence, EVIDENCE_QUOTES + 2, fill=fill)
     if whole_tables:
         claims = _whole_tables(claims, evidence, first=ask_of(question).extreme is not None)
     return dedupe_quotes(claims)[:EVIDENCE_QUOTES]

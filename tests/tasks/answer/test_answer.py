@@ -12,7 +12,7 @@ import pytest
 from core.errors import ConfigError, LlmError
 from core.models import AnswerStatus, DocStatus, LlmCall, MissReason, Scope, SearchMode, Turn
 from sinks.registry import SqlRegistry
-from tasks.answer.cited_answer import NO_EVIDENCE, answer
+from tasks.answer.cited_answer import CLOSEST_QUOTED, NO_EVIDENCE, answer
 from tasks.answer.claude import ANSWER_SYSTEM, ClaudeKnowledgeModel
 from tasks.answer.contract import Candidate, KnowledgeDoc
 from tasks.answer.extractive import ExtractiveKnowledgeModel
@@ -204,6 +204,53 @@ def test_offline_below_the_threshold_hands_the_closest_passages_over_unproven(
     assert run_at(nofloor).output["status"] == "refused"
 
 
+RANGE = (
+    "Three bikes make up the 2026 range, designed in Utrecht and sold in our stores and "
+    "online. Prices include 21% VAT and a first service."
+)
+SPECS = (
+    "| Model | Weight | Price |\n|---|---|---|\n| Sparrow City | 13.2 kg | 749 EUR |\n"
+    "| Meridian Gravel | 9.4 kg | 2,190 EUR |\n| Aurora E-Bike | 23.8 kg | 3,190 EUR |\n"
+)
+
+
+@pytest.mark.parametrize("version", ["extractive-v5", "extractive-v6"])
+def test_a_maybe_quotes_the_closest_passages_beside_the_one_that_reached_the_bar(
+    kb: dict[str, Any], version: str
+) -> None:
+    """v6: one passage reaches the threshold and proves nothing (the range's intro names no
+    price); the table that holds the prices scores between the floor and the threshold. v5
+    quoted only the intro; v6 quotes the table too, whole, says some quotes are below the
+    bar, cites it, and a replay settles it byte-identically. v5's turns stay as they were."""
+    index_records([{"key": "range", "title": "2026 range", "text": RANGE},
+                   {"key": "specs", "title": "Specifications", "text": SPECS}],
+                  collection="handbook", store=kb["store"], registry=kb["registry"],
+                  embedder=kb["embedder"])  # fmt: skip
+    question = "Which of the three bikes is the cheapest?"
+    probe = run_answer(kb, question, config=AnswerConfig(threshold=0.0, floor=0.0))
+    support = {e["title"]: e["confidence"] for e in probe.replay_input["evidence"]}
+    intro, table = support["2026 range"], support["Specifications"]
+    assert intro > table + 0.02, support  # the shape this test needs
+    config = AnswerConfig(threshold=(intro + table) / 2, floor=table - 0.05)
+    turn = run_answer(kb, question, ExtractiveKnowledgeModel(config.threshold, version),
+                      config=config)  # fmt: skip
+    out = turn.output
+    assert out["status"] == "maybe", out
+    quoted = [c["citations"][0]["quote"] for c in out["claims"]]
+    whole = [q for q in quoted if "| Sparrow City | 13.2 kg | 749 EUR |" in q]
+    if version == "extractive-v5":
+        assert not whole and "closest" not in turn.replay_input
+    else:
+        assert whole and all(n in whole[0] for n in ("Meridian Gravel", "Aurora E-Bike"))
+        assert out["missing"].endswith(CLOSEST_QUOTED)
+        assert [e["title"] for e in turn.replay_input["closest"]] == ["Specifications"]
+        assert kb["docs"]["expenses"] not in {c["doc_id"] for c in out["citations"]}
+    assert any("Three bikes" in q for q in quoted)
+    assert len(quoted) == len(set(quoted))
+    result = replay(turn, ExtractiveKnowledgeModel(config.threshold, version))
+    assert result.identical, result.diff()
+
+
 def test_pending_documents_are_never_evidence(kb: dict[str, Any]) -> None:
     turn = run_answer(kb, "Expense reports are now due within 7 days (draft policy)")
     cited = {c["doc_id"] for c in turn.output["citations"]}
@@ -262,7 +309,7 @@ def test_offline_replay_is_byte_identical(kb: dict[str, Any]) -> None:
     assert result.identical and result.replayed == turn.output["answer"] and not result.diff()
 
 
-@pytest.mark.parametrize("version", ["extractive-v4", "extractive-v5"])
+@pytest.mark.parametrize("version", ["extractive-v4", "extractive-v5", "extractive-v6"])
 def test_an_offline_maybe_replays_byte_identically_in_its_own_version(
     kb: dict[str, Any], version: str
 ) -> None:

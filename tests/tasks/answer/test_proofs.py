@@ -134,3 +134,30 @@ def test_a_phone_number_in_the_subjects_sentence_is_proved_and_two_differ() -> N
     other = "The Ghent office phone number for returns is +32 9 224 99 11."
     got, why = _proved("What is the phone number of the Ghent office?", line, other)
     assert got is None and "different values" in why
+
+
+FLOOR_PLAN = (
+    "The second floor is laid out as below.\n\n"
+    "| Wing | Rooms |\n|---|---|\n| West | 2.01 2.02 Lab A Lab B |\n\n"
+    "| North | South |\n|---|---|\n| Lab A | Lab B |\n| Lab C | Lab D |\n\n"
+    "The grid of labs on the second floor is shown above."
+)
+
+
+def test_a_lone_passage_hands_over_its_next_best_units_too() -> None:
+    """v6: v5 quoted one unit per passage, so a "maybe" on one passage gave one line (here
+    the line under the grid, not the row the agent needs); v6 fills the quotes with the
+    passage's next-best units, each once, never overlapping, verbatim."""
+    question = "In the grid of labs on the second floor, which one sits south of Lab C?"
+    evidence = [_ev(FLOOR_PLAN)]
+    v5 = evidence_quotes(question, evidence, whole_tables=True)
+    v6 = evidence_quotes(question, evidence, whole_tables=True, fill=True)
+    assert len(v5) == 1 and not any("Lab D" in c.quote for c in v5)
+    assert 1 < len(v6) <= 5 and any("| Lab C | Lab D |" in c.quote for c in v6)
+    quotes = [c.quote for c in v6]
+    assert len(quotes) == len(set(quotes))
+    assert not any(a != b and a in b for a in quotes for b in quotes)  # none inside another
+    lines = FLOOR_PLAN.splitlines()
+    assert all(line in lines or line in FLOOR_PLAN for c in v6 for line in c.quote.splitlines())
+    many = [_ev(FLOOR_PLAN, f"c{i}") for i in range(1, 7)]  # passages enough: one unit each
+    assert len(evidence_quotes(question, many, fill=True)) <= 5
