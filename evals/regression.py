@@ -119,9 +119,14 @@ def check(
 
 # --- answer correctness (`evals.answers`) --------------------------------------------------
 
-BASELINE_METRICS: tuple[str, ...] = ("answered_wrong_rate", "answered_correct_rate")
+BASELINE_METRICS: tuple[str, ...] = (
+    "answered_wrong_rate",
+    "answered_correct_rate",
+    "maybe_evidence_rate",
+)
 """What a baseline holds, over all of a corpus's questions: the alarm fires when answered-wrong
-rises, or answered-correct falls, by more than the tolerance."""
+rises, or answered-correct or the evidence handed over for what is not answered falls, by more
+than the tolerance."""
 ANSWER_TOLERANCE = 0.05
 """About two of the demo's 60 questions: one answer flipping is not an alarm."""
 

@@ -230,6 +230,23 @@ def test_an_equal_run_passes_and_a_worse_one_fails_naming_the_metric(tmp_path: P
     assert "all answered_correct_rate dropped 0.2500" in message
 
 
+def test_losing_the_evidence_of_a_maybe_is_a_regression(tmp_path: Path) -> None:
+    """An offline change that still answers nothing wrong but hands the agent quotes without
+    the answer (``maybe_evidence_rate``) fails the nightly alarm too."""
+    from dataclasses import replace
+
+    held = [replace(judged_row("maybe", answerable=True, group=g), id=f"q-m-{g}", evidence=True)
+            for g in ("even", "odd", "holdout")]  # fmt: skip
+    report = report_of(sample() + held)
+    save_baseline(
+        tmp_path / "answers-demo.json", answer_baseline(report["by_corpus"]["demo"], "demo")
+    )
+    assert check_answer_baselines(report, tmp_path) == []
+    lost = [*held[:2], replace(held[2], evidence=False)]
+    with pytest.raises(EvalRegression, match=r"all maybe_evidence_rate dropped 0\.2500"):
+        check_answer_baselines(report_of(sample() + lost), tmp_path)
+
+
 def test_a_change_within_the_tolerance_passes_and_no_baseline_is_a_note(tmp_path: Path) -> None:
     report = report_of(sample())
     baseline = answer_baseline(report["by_corpus"]["demo"], "demo", tolerance=0.3)
