@@ -1,7 +1,7 @@
 """Benchmark: one agent turn of the answer path, in ms, on the current tree and, with
 ``--baseline DIR``, on an older checkout beside it.
 
-A turn is what `kbflow.services.answers` runs before it records the turn: a cited answer
+A turn is what `kbflow.services.query.answers` runs before it records the turn: a cited answer
 (`tasks.answer.cited_answer.answer`) or a knowledge search
 (`tasks.answer.knowledge_search.knowledge_search`, two queries a turn), with the offline
 extractive model, gated hybrid retrieval on the embedded store, support scores and the

@@ -62,8 +62,8 @@ def main() -> int:
     build_home(settings, corpus, args.docs, args.turns)
     built_s = time.perf_counter() - started
 
-    from kbflow.services.backup import KEY_FILE, backup, backup_key
-    from kbflow.services.restore import restore, verify_backup
+    from kbflow.services.backup.backups import KEY_FILE, backup, backup_key
+    from kbflow.services.backup.restore import restore, verify_backup
 
     first_at = time.perf_counter()
     first = backup(settings, work / "backups" / "first")
@@ -116,8 +116,8 @@ def build_home(settings: Any, corpus: Path, docs: int, turns: int) -> None:
     """The first ``docs`` SciFact documents as approved documents of one org, an agent that
     reads them, and ``turns`` answers to dev questions recorded in the ledger."""
     from core.models import DocStatus
-    from kbflow.services import answers
-    from kbflow.services.context import search_context
+    from kbflow.services.query import answers
+    from kbflow.services.query.context import search_context
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.discover import Source
     from tasks.ingest.index import IngestTarget, WorkItem, index_batch

@@ -145,8 +145,8 @@ def gather_questions(home: Path) -> list[dict[str, Any]]:
     from core.models import Scope
     from core.settings import Settings
     from evals.questions import load_questions
-    from kbflow.services.answers import answer_config
-    from kbflow.services.context import search_context
+    from kbflow.services.query.answers import answer_config
+    from kbflow.services.query.context import search_context
     from tasks.answer.confidence import TermStats, support_parts, support_scores_v1
     from tasks.text.embed import CachedEmbedder
 

@@ -61,8 +61,8 @@ def main() -> int:
 
     from core.contracts import IngestRequest
     from core.models import Scope, SearchMode
-    from kbflow.services.context import search_context
     from kbflow.services.ingest import run_ingest
+    from kbflow.services.query.context import search_context
     from sinks.gate import build_gate
     from tasks.text.sparse import query_sparse_vector
 

@@ -186,8 +186,8 @@ def question_rows(home: Path) -> list[dict[str, Any]]:
     from core.models import Scope
     from core.settings import Settings
     from evals.questions import datasets_folder, load_questions
-    from kbflow.services.answers import answer_config
-    from kbflow.services.context import search_context
+    from kbflow.services.query.answers import answer_config
+    from kbflow.services.query.context import search_context
     from tasks.answer.confidence import TermStats, query_form, support_scores
 
     settings = Settings(home=home)

@@ -128,8 +128,8 @@ def main() -> int:
     configure_environment(settings)
     from core.models import Scope
     from evals.questions import datasets_folder, load_questions, sources_for
-    from kbflow.services.answers import answer_config, knowledge_model
-    from kbflow.services.context import search_context
+    from kbflow.services.query.answers import answer_config, knowledge_model
+    from kbflow.services.query.context import search_context
     from tasks.answer.cited_answer import answer
     from tasks.answer.confidence import (
         TermStats,

@@ -115,8 +115,8 @@ def _agent_token(home: Path, agent: str = AGENT) -> str:
 def _in_process(home: Path, texts: list[str]) -> dict[str, Any]:
     from core.models import Scope, SearchMode
     from core.settings import Settings
-    from kbflow.services import tools
-    from kbflow.services.context import search_context
+    from kbflow.services.query import tools
+    from kbflow.services.query.context import search_context
 
     scope = Scope(org_id=ORG)
     with search_context(Settings(home=home)) as ctx:

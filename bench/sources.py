@@ -256,7 +256,7 @@ def check(ok: bool, what: str, got: Any) -> None:
 
 def timed_sync(settings: Any, name: str, probe: Probe) -> tuple[float, dict[str, Any], dict]:
     from flows.source_sync import sync_source
-    from kbflow.services.sources import resolve_source
+    from kbflow.services.sources.definitions import resolve_source
 
     record = resolve_source(settings, name, ORG)
     probe.reset()
@@ -267,7 +267,7 @@ def timed_sync(settings: Any, name: str, probe: Probe) -> tuple[float, dict[str,
 
 
 def source_docs(settings: Any, name: str) -> list[Any]:
-    from kbflow.services.sources import resolve_source
+    from kbflow.services.sources.definitions import resolve_source
     from sinks.connect import open_registry
     from tasks.sources.state import source_doc_key
 
@@ -402,7 +402,7 @@ def object_reads(log: Path) -> int:
 
 
 def bench_s3(settings: Any, work: Path, n: int, seed: int, probe: Probe) -> dict[str, Any]:
-    from kbflow.services import sources as service
+    from kbflow.services.sources import definitions as service
 
     print(f"S3: {n} objects", flush=True)
     with moto_server(work) as s3:
@@ -529,7 +529,7 @@ def bench_website(
 ) -> dict[str, Any]:
     """A sitemap without dates (each unchanged page costs a conditional request answered 304)
     or, with ``lastmod``, with them (an unchanged page costs no request at all)."""
-    from kbflow.services import sources as service
+    from kbflow.services.sources import definitions as service
 
     name = "site-lastmod" if lastmod else "site"
     print(f"website{' (sitemap with lastmod)' if lastmod else ''}: {m} pages", flush=True)
@@ -581,7 +581,7 @@ def bench_website(
 def warm_up(settings: Any, work: Path, probe: Probe) -> float:
     """One sync of a one-file local folder: embedder, extraction code, Prefect's task engine."""
     from flows.source_sync import sync_source
-    from kbflow.services import sources as service
+    from kbflow.services.sources import definitions as service
 
     folder = work / "warm"
     folder.mkdir()

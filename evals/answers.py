@@ -3,7 +3,7 @@
 Retrieval evals score the ranking and the refusal AUC scores the support; neither says whether
 the answer an agent gets is right. Here each question of `evals.questions` (and the held-out
 ``holdout.jsonl``) goes through the same path as ``kbflow answer --agent A "question"``
-(`kbflow.services.answers.answer`, recorded in the ledger; the app stands a floor above
+(`kbflow.services.query.answers.answer`, recorded in the ledger; the app stands a floor above
 ``evals/``, so the caller hands it in as an `Answerer`), over its corpus ingested into an org of
 its own, and lands in one bucket:
 
@@ -370,7 +370,7 @@ Ask = Callable[[str, str], dict[str, Any]]
 """(agent id, question) -> the answer's output, as ``kbflow answer --json`` prints it."""
 Answerer = Callable[[Settings], AbstractContextManager[Ask]]
 """Opens the answer path on a home's settings for a batch of questions. The path is the app's
-(`kbflow.services.answers.answer`), a floor above ``evals/``, so the caller hands it in: the
+(`kbflow.services.query.answers.answer`), a floor above ``evals/``, so the caller hands it in: the
 CLI (`kbflow eval answers`) does, and the nightly runs that command."""
 
 
@@ -387,7 +387,7 @@ def run_answers(
     Args:
         settings: The answer settings to measure (model, threshold, top k…).
         answerer: Opens the answer path on a home (`Answerer`); the app's CLI gives
-            `kbflow.services.answers.answer` in a search context.
+            `kbflow.services.query.answers.answer` in a search context.
         corpora: ``demo`` and/or ``real-docs``; default both.
         home: Where the corpora are ingested; kept and reused across runs. Default: a
             temporary home, removed afterwards.

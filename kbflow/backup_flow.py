@@ -8,7 +8,7 @@ run may choose neither where the home is copied (``KBFLOW_BACKUP_DIR``, default
 A run given a folder or a ``keep`` is refused by Prefect before it starts.
 
 It lives in the app, beside `kbflow.job_flow`, not in ``flows/``: it runs the app's backup
-service (`kbflow.services.backup`), and floors only import down (tests/test_layers.py). The
+service (`kbflow.services.backup.backups`), and floors only import down (tests/test_layers.py). The
 worker needs the home's settings (``KBFLOW_HOME`` and any store URLs) in its environment.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from core.settings import Settings
-from kbflow.services.backup import backup as back_up
-from kbflow.services.backup import backup_key, backups_dir, prune_backups
-from kbflow.services.restore import verify_backup
+from kbflow.services.backup.backups import backup as back_up
+from kbflow.services.backup.backups import backup_key, backups_dir, prune_backups
+from kbflow.services.backup.restore import verify_backup
 
 
 @flow(name="backup", validate_parameters=True)

@@ -29,7 +29,7 @@ from core.settings import Settings
 from evals.demo_corpus import CLIENT_NAME, write_demo_corpus
 from kbflow.render import ingest_progress
 from kbflow.services.ingest import run_ingest
-from kbflow.services.orchestration import prefect_api_url
+from kbflow.services.orchestration.server import prefect_api_url
 
 # The three engines the demo compares (hybrid+rerank needs a reranker the demo does not have).
 ENGINE_MODES = (SearchMode.HYBRID, SearchMode.DENSE, SearchMode.KEYWORD)
@@ -44,7 +44,7 @@ def run_demo(
     settings: Settings, *, show_progress: bool = True, console: Console | None = None
 ) -> dict[str, Any]:
     """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
-    from kbflow.services.context import search_context
+    from kbflow.services.query.context import search_context
     from sinks.connect import open_registry
 
     corpus = write_demo_corpus(settings.home / "demo" / "corpus")
@@ -118,8 +118,8 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     """An agent answers the sample questions with citations (or refuses), every turn recorded
     in the ledger; the first answer is replayed from the ledger and must be byte-identical."""
     from core.errors import NotFound
-    from kbflow.services.answers import answer, replay
-    from kbflow.services.context import search_context
+    from kbflow.services.query.answers import answer, replay
+    from kbflow.services.query.context import search_context
 
     turns: list[dict[str, Any]] = []
     with search_context(settings) as ctx:
@@ -156,7 +156,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
 def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
     """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
     hidden, approve one as the org's AM and show that it becomes searchable."""
-    from kbflow.services.context import search_context
+    from kbflow.services.query.context import search_context
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.extract import file_to_document
     from tasks.research.seed import SeedBundle, seed_bundle

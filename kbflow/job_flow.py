@@ -1,7 +1,8 @@
 """The ``kbflow-job`` flow: one recorded background job, run by a Prefect worker.
 
-With ``KBFLOW_JOB_RUNNER=prefect``, `kbflow.services.jobs` records a PROCESSING job and starts a
-run of the ``kbflow-job`` deployment (prefect.yaml) with its id. The worker's flow run does what
+With ``KBFLOW_JOB_RUNNER=prefect``, `kbflow.services.jobs.queue` records a PROCESSING job and
+starts a run of the ``kbflow-job`` deployment (prefect.yaml) with its id. The worker's flow run
+does what
 ``python -m kbflow.services.job_runner JOB_ID`` does (`kbflow.services.job_runner.run_job`: the
 ``ingest`` or ``research``
 flow, here as a subflow) and its state says how the job ended: COMPLETED when the job is
@@ -9,7 +10,7 @@ COMPLETE, FAILED with the job's reason as the state's message when it is FAILED.
 
 It lives beside `kbflow.services.job_runner`, not in ``flows/``, because a job's run is the app's
 (research
-runs through `kbflow.services.research`) and floors only import down (tests/test_layers.py).
+runs through `kbflow.services.research.runs`) and floors only import down (tests/test_layers.py).
 """
 
 from __future__ import annotations

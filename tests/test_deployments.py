@@ -32,8 +32,8 @@ from core import prefect_database
 from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.services.jobs import get_job, submit_ingest_job
-from kbflow.services.prefect_api import RetryingTransport
+from kbflow.services.jobs.queue import get_job, submit_ingest_job
+from kbflow.services.orchestration.prefect_api import RetryingTransport
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration

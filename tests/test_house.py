@@ -75,3 +75,32 @@ def test_no_product_file_is_long_without_a_reason() -> None:
         and not path.read_text(encoding="utf-8").startswith(REASON)
     ]
     assert not long, f"over {LONG} lines with no '{REASON} …' line at the top: {long}"
+
+
+SERVICE_DOMAINS = frozenset(
+    {"query", "catalog", "review", "research", "sources", "jobs", "backup", "orchestration"}
+)
+SERVICE_MODULES_BESIDE = frozenset({"ingest", "evals", "job_runner"})
+
+
+def test_the_services_are_grouped_by_domain_with_private_helpers_kept_inside() -> None:
+    """kbflow/services/ is a sub-package per domain (each says what it owns) and three
+    modules beside them; a module whose name starts with an underscore is imported only from
+    its own domain."""
+    root = REPO / "kbflow" / "services"
+    domains = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    beside = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    assert domains == SERVICE_DOMAINS, domains
+    assert beside == SERVICE_MODULES_BESIDE, beside
+    for domain in domains:
+        init = root / domain / "__init__.py"
+        assert init.exists() and init.read_text().startswith('"""'), f"{domain}: no docstring"
+    leaks = [
+        f"{module} imports {name}"
+        for module in modules_in("kbflow", "flows", "tasks", "sinks", "core", "evals")
+        for name in project_imports(module)
+        if name.startswith("kbflow.services.")
+        and name.rpartition(".")[2].startswith("_")
+        and not module.startswith(name.rpartition(".")[0] + ".")
+    ]
+    assert not leaks, leaks

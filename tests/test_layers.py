@@ -28,9 +28,9 @@ QUERY_PATH = (
     "tasks.query.retrieve",
     "tasks.text.embed",
     "tasks.text.sparse",
-    "kbflow.services.context",
-    "kbflow.services.answers",
-    "kbflow.services.tools",
+    "kbflow.services.query.context",
+    "kbflow.services.query.answers",
+    "kbflow.services.query.tools",
     "kbflow.api.app",
     "kbflow.api.errors",
     "kbflow.api.auth",
@@ -210,13 +210,13 @@ def test_the_core_imports_nothing_of_ours() -> None:
 
 
 def test_process_tracking_needs_only_the_core_and_psutil() -> None:
-    """kbflow.services.processes runs at every CLI start and in the job runner: no layer above the
-    core,
+    """kbflow.services.orchestration.processes runs at every CLI start and in the job runner: no
+    layer above the core,
     no Prefect (it finds Prefect's server by its command line instead)."""
     allowed = ("core.settings", "core.models", "core.errors", "psutil")
     outside = sorted(
         name
-        for name in imports_of("kbflow.services.processes")
+        for name in imports_of("kbflow.services.orchestration.processes")
         if name.split(".")[0] not in sys.stdlib_module_names
         and not any(_is_under(name, a) for a in allowed)
     )
@@ -275,7 +275,7 @@ def test_importing_the_query_path_does_not_load_prefect(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import kbflow.cli, kbflow.services.context, tasks.query.retrieve, sys; "
+            "import kbflow.cli, kbflow.services.query.context, tasks.query.retrieve, sys; "
             "assert 'prefect' not in sys.modules, 'prefect was imported'",
         ],
         cwd=REPO,
@@ -292,7 +292,7 @@ def test_importing_the_query_path_does_not_load_prefect(tmp_path: Path) -> None:
 def test_importing_the_query_path_loads_no_heavy_library(tmp_path: Path) -> None:
     """Models and heavy libraries load lazily, never at import time (STYLE habit 4)."""
     loaded = _imported_after(
-        "import kbflow.cli, kbflow.services.context, tasks.query.retrieve", tmp_path
+        "import kbflow.cli, kbflow.services.query.context, tasks.query.retrieve", tmp_path
     )
     heavy = {"prefect", "great_expectations", "torch", "sentence_transformers", "docling", "dlt"}
     assert loaded & heavy == set()
@@ -302,7 +302,7 @@ def test_search_never_uses_the_inspection_or_maintenance_paths() -> None:
     """Reviewers and the reconciler read stored chunks whatever their status; search must not."""
     query_path = [
         REPO / "tasks" / "query" / "retrieve.py",
-        REPO / "kbflow" / "services" / "context.py",
+        REPO / "kbflow" / "services" / "query" / "context.py",
     ]
     for path in query_path:
         source = path.read_text()

@@ -2,7 +2,7 @@
 and ``kbflow answer`` give them (same functions, same JSON), for the agent the token names.
 
 A body is checked once, by its pydantic model (`kbflow.api.schemas`), and the tool runs with
-it as it is (`kbflow.services.tools.run_tool`); what a route answers is checked once, by its
+it as it is (`kbflow.services.query.tools.run_tool`); what a route answers is checked once, by its
 response model: for the tools, the output model they publish.
 """
 
@@ -14,8 +14,8 @@ from fastapi import APIRouter
 
 from kbflow.api.auth import AgentId, ServiceDep
 from kbflow.api.schemas import AnswerBody, AnswerResponse, AskBody, AskResponse, SearchBody
-from kbflow.services import answers, tools
-from kbflow.services.tool_models import ListInput, ListOutput, SearchOutput
+from kbflow.services.query import answers, tools
+from kbflow.services.query.tool_models import ListInput, ListOutput, SearchOutput
 
 router = APIRouter(prefix="/v1/agent", tags=["agent"])
 

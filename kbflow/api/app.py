@@ -50,7 +50,7 @@ from kbflow.api.logs import drop_query_strings, uvicorn_logging
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.steward import StoreSteward
 from kbflow.api.uploads import UPLOAD_PATHS, upload_body_cap
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_vector_store
 from sinks.vectors import VectorStore
 from tasks.text.embed import MiniLMEmbedder

@@ -23,7 +23,7 @@ from core.settings import Settings
 from kbflow.api.limits import DeadlineExceeded, Metrics, TokenBuckets
 from kbflow.api.logs import RequestFacts, current_request, request_facts
 from kbflow.api.steward import StoreSteward
-from kbflow.services.context import SearchContext
+from kbflow.services.query.context import SearchContext
 
 T = TypeVar("T")
 

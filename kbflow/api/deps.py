@@ -17,7 +17,7 @@ from fastapi import Path, Response
 
 from core.errors import Forbidden
 from kbflow.api.auth import Service
-from kbflow.services import jobs
+from kbflow.services.jobs import queue as jobs
 from sinks.registry import JobRecord, SqlRegistry
 
 ADMIN_PREFIX = "/v1/admin"

@@ -36,7 +36,7 @@ from kbflow.api.uploads import (
     multipart_body,
     receive_upload,
 )
-from kbflow.services import jobs
+from kbflow.services.jobs import queue as jobs
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["documents"])
 

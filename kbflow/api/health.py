@@ -16,8 +16,8 @@ from core.settings import Settings
 from kbflow.api.auth import ServiceDep
 from kbflow.api.limits import Metrics
 from kbflow.api.schemas import Health, Readiness
-from kbflow.services.backup import BACKUPS_DIR, latest_backup
-from kbflow.services.context import SearchContext
+from kbflow.services.backup.backups import BACKUPS_DIR, latest_backup
+from kbflow.services.query.context import SearchContext
 
 router = APIRouter(tags=["health"])
 

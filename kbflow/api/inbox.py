@@ -1,6 +1,6 @@
 """The review inbox: server-rendered pages under ``/review`` for the people at the gate.
 
-People log in with a password (`kbflow.services.inbox`); the session is a cookie that is
+People log in with a password (`kbflow.services.review.inbox`); the session is a cookie that is
 HttpOnly, SameSite=Strict, scoped to ``/review`` and Secure behind https, and ends on the
 server at logout, when idle and at its absolute expiry. Every state-changing request carries
 the session's CSRF token in its form (the login form a double-submit cookie's), and one whose
@@ -32,7 +32,7 @@ from core.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewCon
 from kbflow.api.auth import Service, service_of
 from kbflow.api.deps import ID_PATTERN
 from kbflow.api.login_guard import LOGIN_REASONS, LoginRefused, client_of, guard_of, reason_code
-from kbflow.services import inbox as service
+from kbflow.services.review import inbox as service
 
 if TYPE_CHECKING:
     from sinks.registry import WebSession

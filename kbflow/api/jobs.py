@@ -18,7 +18,7 @@ from core.settings import Settings
 from kbflow.api.auth import ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, JobId, scrubbed
 from kbflow.api.schemas import JobOut
-from kbflow.services import jobs
+from kbflow.services.jobs import queue as jobs
 from sinks.registry import JobRecord
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["jobs"])

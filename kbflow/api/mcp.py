@@ -2,9 +2,9 @@
 
 An MCP-capable agent runtime needs only the URL and an agent's bearer token. The tools are the
 agent routes' own: ``list_knowledge_collections``, ``search_knowledge_base`` and
-``research_knowledge_search`` go through `kbflow.services.tools.call_tool` (their published
+``research_knowledge_search`` go through `kbflow.services.query.tools.call_tool` (their published
 schemas, their checks: MCP arguments are raw JSON, checked once there), ``answer`` through
-`kbflow.services.answers.answer` after the same check against its published schema (the HTTP
+`kbflow.services.query.answers.answer` after the same check against its published schema (the HTTP
 route's body, `kbflow.api.schemas.AnswerBody`); each runs in the service's store, for the agent
 the token names (a tool's arguments never name the caller).
 
@@ -42,9 +42,9 @@ from core.errors import KbflowError
 from kbflow.api.auth import Service, agent_of, caller_of, service_of
 from kbflow.api.logs import RequestFacts, request_facts
 from kbflow.api.schemas import AnswerBody
-from kbflow.services import answers, tools
-from kbflow.services.context import SearchContext
-from kbflow.services.tool_models import tool_schema
+from kbflow.services.query import answers, tools
+from kbflow.services.query.context import SearchContext
+from kbflow.services.query.tool_models import tool_schema
 from tasks.llm import ChatModel
 from tasks.llm_sampling import Sampled, SampledChat, SamplingNeeded
 
@@ -104,7 +104,7 @@ class McpTool:
 
 
 def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
-    """One of `kbflow.services.tools.TOOLS`, run by `call_tool` as ``kbflow tools call`` runs
+    """One of `kbflow.services.query.tools.TOOLS`, run by `call_tool` as ``kbflow tools call`` runs
     it: the raw JSON arguments checked once, against the tool's published schema."""
     tool = tools.TOOLS[name]
 

@@ -33,8 +33,8 @@ def provenance(
     changed since (`kbflow provenance --json`); ``since``: 7d, 12h, 30m, 2w or an ISO date.
 
     For those who may inspect the org's drafts."""
-    from kbflow.services.answers import parse_since
-    from kbflow.services.answers import provenance as trace
+    from kbflow.services.query.answers import parse_since
+    from kbflow.services.query.answers import provenance as trace
     from tasks.review.access import authorize_inspection
 
     if doc is None and not stale:

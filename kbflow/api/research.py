@@ -1,7 +1,7 @@
 """The research route: start an org's research run (`kbflow research`) in a background job.
 
 For the org's account manager or a superadmin (a refusal is an audit row). Long work runs in a
-background process (`kbflow.services.jobs`): the route answers 202 with the job's id and a
+background process (`kbflow.services.jobs.queue`): the route answers 202 with the job's id and a
 ``Location`` to follow it (`kbflow.api.jobs`). At most KBFLOW_JOBS_MAX_RUNNING jobs run at once
 (KBFLOW_JOBS_MAX_RUNNING_PER_ORG of one org's); the others wait in a queue, still PROCESSING,
 the 202 (and the job's status) saying ``queued: true`` and their ``queue_position``; past
@@ -21,7 +21,8 @@ from kbflow.api.auth import ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, accepted, refusals_audited
 from kbflow.api.schemas import JobAccepted
 from kbflow.api.uploads import invalid
-from kbflow.services import jobs, seeds
+from kbflow.services.jobs import queue as jobs
+from kbflow.services.research import seeds
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["research"])
 

@@ -14,8 +14,8 @@ order the services write them, so an answer is what it was before it had a model
 - `ApiModel` lets keys it does not name pass through unchanged, at the end: a response model
   must never drop what a service returns.
 
-The agent tool routes answer with the tools' own output models (`kbflow.services.tool_models`),
-which are what ``kbflow tools schema`` and MCP publish.
+The agent tool routes answer with the tools' own output models
+(`kbflow.services.query.tool_models`), which are what ``kbflow tools schema`` and MCP publish.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kbflow.services.tool_models import CitationOut, MissOut, ResearchInput, SearchInput, SourceOut
+from kbflow.services.query.tool_models import (
+    CitationOut,
+    MissOut,
+    ResearchInput,
+    SearchInput,
+    SourceOut,
+)
 
 MAX_QUESTION_CHARS = 2000
 
@@ -64,7 +70,7 @@ class AnswerBody(BaseModel):
 
 
 class AskResponse(ApiModel):
-    """``research_knowledge_search``'s result (`kbflow.services.answers.ask`): the tool's
+    """``research_knowledge_search``'s result (`kbflow.services.query.answers.ask`): the tool's
     published output (turn_id, answer_status, steering, synthesis, citations, miss) and the
     rest of the recorded turn, in the order the turn writes them."""
 
@@ -119,7 +125,7 @@ class RefusalOut(ApiModel):
 
 class AnswerResponse(ApiModel):
     """A cited answer (each claim with its citations) or a refusal, as recorded in the
-    ledger (`kbflow.services.answers.answer`)."""
+    ledger (`kbflow.services.query.answers.answer`)."""
 
     turn_id: str
     kind: Literal["answer"]
@@ -222,7 +228,7 @@ class SeedSkipped(ApiModel):
 
 
 class SeedResult(ApiModel):
-    """What a seed bundle stored (`kbflow.services.seeds.seed`)."""
+    """What a seed bundle stored (`kbflow.services.research.seeds.seed`)."""
 
     org: str
     stored: int = Field(description="New inputs stored.")

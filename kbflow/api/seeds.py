@@ -32,7 +32,7 @@ from kbflow.api.uploads import (
     private_folder,
     receive_upload,
 )
-from kbflow.services import seeds
+from kbflow.services.research import seeds
 from tasks.research.seed import MAX_SEED_FILE_BYTES, MAX_SEED_FILES
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["seeds"])

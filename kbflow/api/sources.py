@@ -3,8 +3,8 @@ removed and synced, as ``kbflow sources add/list/show/update/remove/sync --json`
 
 Listing and showing are for whoever may inspect the org's drafts; adding, changing, removing
 and syncing for the org's account manager or a superadmin, and a local folder for a superadmin
-only (`kbflow.services.sources`; a refusal is an audit row). Whether the caller may act on the
-org is checked before a source is looked up, so a refusal says neither whether the org exists
+only (`kbflow.services.sources.definitions`; a refusal is an audit row). Whether the caller may act
+on the org is checked before a source is looked up, so a refusal says neither whether the org exists
 nor whether it has a source of that name.
 
 A sync runs as a background job (as an upload does: 202, the job at ``Location``), so this
@@ -28,7 +28,7 @@ from core.errors import ConfigError
 from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, accepted, may_decide, scrubbed
 from kbflow.api.schemas import ApiModel, JobAccepted
-from kbflow.services import sources
+from kbflow.services.sources import definitions as sources
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["sources"])
 

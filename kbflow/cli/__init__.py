@@ -70,12 +70,12 @@ class _Program(typer.Typer):
     test runner calls the commands directly), it first takes charge of the Prefect servers it
     may start: orphans of dead kbflow processes are reaped, SIGTERM/SIGHUP become a clean exit,
     and what it starts is recorded and stopped with it
-    (`kbflow.services.processes.guard_process`); then flow runs whose kbflow process died are
-    marked Crashed (`kbflow.services.flow_runs.sweep_at_start`)."""
+    (`kbflow.services.orchestration.processes.guard_process`); then flow runs whose kbflow process
+    died are marked Crashed (`kbflow.services.orchestration.flow_runs.sweep_at_start`)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from kbflow.services.flow_runs import sweep_at_start
-        from kbflow.services.processes import guard_process
+        from kbflow.services.orchestration.flow_runs import sweep_at_start
+        from kbflow.services.orchestration.processes import guard_process
 
         try:
             settings: Settings | None = Settings()

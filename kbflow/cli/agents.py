@@ -20,7 +20,7 @@ from kbflow.cli.common import (
     print_json,
 )
 from kbflow.render import console
-from kbflow.services import catalog as service
+from kbflow.services.catalog import documents as service
 
 group = command_group("agents", "Agents (specialists) and the collections they may read.")
 

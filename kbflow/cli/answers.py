@@ -21,8 +21,8 @@ from kbflow.cli.common import (
     sources_in,
 )
 from kbflow.render import console, err_console
-from kbflow.services import answers as service
-from kbflow.services.context import search_context
+from kbflow.services.query import answers as service
+from kbflow.services.query.context import search_context
 from tasks.text.citations import with_titles
 
 commands = typer.Typer()

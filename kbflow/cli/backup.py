@@ -1,6 +1,6 @@
 """``kbflow backup`` (+ ``verify``, ``list``) and ``kbflow restore``: a home's registry, vectors,
 ledger, warehouse and files, copied consistently with a manifest, checked, and put back
-(`kbflow.services.backup`, `kbflow.services.restore`)."""
+(`kbflow.services.backup.backups`, `kbflow.services.backup.restore`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rich.markup import escape
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, MaybeOrgOpt, command, print_json, print_table
 from kbflow.render import console
-from kbflow.services import backup as backups
-from kbflow.services import restore as restores
+from kbflow.services.backup import backups
+from kbflow.services.backup import restore as restores
 
 commands = typer.Typer()
 

@@ -57,7 +57,7 @@ def load_settings() -> Settings:
         err_console.print(f"[red]invalid settings:[/red] {exc}")
         raise typer.Exit(2) from exc
     configure_environment(settings)
-    from kbflow.services.orchestration import adopt_running_server
+    from kbflow.services.orchestration.server import adopt_running_server
 
     adopt_running_server(settings)  # this home's `kbflow server`, if it runs and no URL is set
     # The handler's own level: Prefect's run loggers log at INFO (to its API, the UI's Logs tab)

@@ -9,7 +9,7 @@ import typer
 from core.models import DocStatus
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, command, command_group, print_json, print_table
-from kbflow.services import catalog
+from kbflow.services.catalog import documents as catalog
 
 group = command_group("docs", "Inspect the document registry.")
 

@@ -166,8 +166,8 @@ def eval_answers(
 @contextmanager
 def _answerer(settings: Settings) -> Iterator[Callable[[str, str], dict[str, Any]]]:
     """`kbflow answer`'s path on ``settings``' home, for `evals.answers.run_answers`."""
-    from kbflow.services.answers import answer
-    from kbflow.services.context import search_context
+    from kbflow.services.query.answers import answer
+    from kbflow.services.query.context import search_context
 
     with search_context(settings) as ctx:
         yield lambda agent, question: answer(ctx, agent, question)

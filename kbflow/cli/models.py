@@ -11,7 +11,7 @@ from rich.table import Table
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, command, command_group, print_json
 from kbflow.render import console
-from kbflow.services import models as service
+from kbflow.services.catalog import models as service
 
 USE_PROMOTED = (
     "to serve the promoted model: set KBFLOW_EMBEDDING_MODEL=promoted, then run "

@@ -17,7 +17,7 @@ from kbflow.cli.common import (
     print_listing,
 )
 from kbflow.render import console
-from kbflow.services import orgs as service
+from kbflow.services.catalog import orgs as service
 
 group = command_group("orgs", "Client orgs and their account managers.")
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, command, print_json, reported
 from kbflow.render import console, err_console
-from kbflow.services import research as service
+from kbflow.services.research import runs as service
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""

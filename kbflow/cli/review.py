@@ -34,7 +34,7 @@ from kbflow.cli.common import (
     source_lines,
 )
 from kbflow.render import console, err_console
-from kbflow.services import review as service
+from kbflow.services.review import drafts as service
 
 if TYPE_CHECKING:
     from sinks.registry import DocRecord

@@ -12,7 +12,7 @@ from core.models import SearchMode
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, checked, command, print_json, snippet, source_lines
 from kbflow.render import console, err_console
-from kbflow.services import search as service
+from kbflow.services.query import search as service
 from tasks.text.citations import with_titles
 
 commands = typer.Typer()
@@ -61,7 +61,7 @@ def search(
     cross-encoder from KBFLOW_RERANK_MODEL). When the vector store is unavailable the answer
     comes from the keyword fallback over the registry and is marked degraded.
     """
-    from kbflow.services.context import search_context
+    from kbflow.services.query.context import search_context
 
     with search_context(settings, degrade=True) as ctx:
         found = service.search(

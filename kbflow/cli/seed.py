@@ -23,7 +23,7 @@ from kbflow.cli.common import (
     print_table,
 )
 from kbflow.render import console
-from kbflow.services import research as service
+from kbflow.services.research import runs as service
 
 group = typer.Typer(
     name="seed",

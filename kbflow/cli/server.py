@@ -12,7 +12,7 @@ from rich.markup import escape
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, command, print_json
 from kbflow.render import console, err_console
-from kbflow.services import orchestration
+from kbflow.services.orchestration import server as orchestration
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""

@@ -29,8 +29,8 @@ from kbflow.cli.common import (
     print_table,
 )
 from kbflow.render import console, err_console, progress_bar
-from kbflow.services import source_runs
-from kbflow.services import sources as service
+from kbflow.services.sources import definitions as service
+from kbflow.services.sources import sync as source_runs
 
 group = command_group(
     "sources", "Sources synced from where knowledge lives: folders, buckets, websites, SQL, REST."

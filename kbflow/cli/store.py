@@ -11,7 +11,8 @@ from rich.markup import escape
 from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, command, command_group, print_json, print_table
 from kbflow.render import console, err_console, stage_progress
-from kbflow.services import catalog, stores
+from kbflow.services.catalog import documents as catalog
+from kbflow.services.catalog import stores
 
 group = command_group("store", "Vector store maintenance.")
 

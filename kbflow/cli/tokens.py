@@ -21,7 +21,7 @@ from kbflow.cli.common import (
     print_table,
 )
 from kbflow.render import console, err_console
-from kbflow.services import tokens as service
+from kbflow.services.catalog import tokens as service
 
 group = command_group(
     "tokens", "Bearer tokens of the HTTP API (one user or one agent each; the secret shown once)."

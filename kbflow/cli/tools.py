@@ -19,7 +19,7 @@ group = command_group("tools", "The agent's knowledge tools and their JSON schem
 @group.command("schema")
 def tools_schema() -> None:
     """Print the tools' names, descriptions and JSON schemas (inputs and outputs)."""
-    from kbflow.services.tools import export_schemas
+    from kbflow.services.query.tools import export_schemas
 
     print_json(export_schemas())
 
@@ -44,8 +44,8 @@ def tools_call(
         arguments = json.loads(args)
     except json.JSONDecodeError as exc:
         raise KbflowError(f"--args is not JSON: {exc.msg} at {exc.pos}") from exc
-    from kbflow.services.context import search_context
-    from kbflow.services.tools import call_tool
+    from kbflow.services.query.context import search_context
+    from kbflow.services.query.tools import call_tool
 
     with search_context(settings, degrade=True) as ctx:
         print_json(call_tool(ctx, name, agent, arguments))

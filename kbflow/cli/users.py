@@ -20,7 +20,7 @@ from kbflow.cli.common import (
     print_listing,
 )
 from kbflow.render import console
-from kbflow.services import orgs as service
+from kbflow.services.catalog import orgs as service
 
 group = command_group("users", "Users and their roles (who may review what).")
 
@@ -111,7 +111,7 @@ def users_set_password(
     """
     import sys
 
-    from kbflow.services import inbox
+    from kbflow.services.review import inbox
 
     password: str | None = None
     if password_stdin:

@@ -8,25 +8,32 @@ services take `core.settings.Settings` and open what one call needs. A service p
 progress is a callback (`kbflow.render` draws it for the CLI and the demo), and errors are
 `core.errors.KbflowError`s that name the bad value.
 
-| module | concern |
-|---|---|
-| `context` | what a query needs, opened once (`SearchContext`, `search_context`, `store_opener`) |
-| `search` | gated search as an agent or a person: the one function every search reaches |
-| `tools` | the agent's tools (`TOOLS`, `call_tool`, `run_tool`); `tool_models`: their schemas |
-| `answers` | cited answers, the knowledge search, replay, turns, provenance |
-| `ingest` | plan an ingest once, hand long media to jobs, run the flow |
-| `jobs` | background jobs: start, admit, read, notice a dead one; `job_runner`: their process |
-| `uploads` | upload folders, removed or pruned as their jobs end |
-| `orgs` | orgs, account managers, users and roles |
-| `tokens` | API tokens: create (the secret once), list, revoke |
-| `catalog` | documents, collections, agents; vector store maintenance |
-| `stores` | copy an org's points between the embedded store and a Qdrant server |
-| `review` | drafts, decisions, the review flow, the audit log, reconcile |
-| `research` | research runs; `seeds` the seed bundles and who may run research |
-| `models` | fine-tuned embedding models |
-| `evals` | eval runs, history, baselines, the golden set, the nightly deployment |
-| `orchestration` | whether a Prefect server is set; ``kbflow server``; `prefect_api` its REST API |
-| `processes` | the Prefect servers kbflow starts: recorded, stopped, orphans reaped |
+Grouped by domain: a sub-package owns one domain and says what in its docstring; a module
+whose name starts with an underscore is private to its domain (`tests/test_house.py`).
+
+- `query` (`context`, `search`, `answers`, `tools`, `tool_models`): what a query needs, opened
+  once (`SearchContext`); gated search, the one function every search reaches; cited answers,
+  the knowledge search, replay, turns, provenance; the agent's tools and their schemas.
+- `catalog` (`documents`, `orgs`, `tokens`, `stores`, `models`): documents, collections, agents;
+  orgs, account managers, users and roles; API tokens; copying an org's points between stores;
+  fine-tuned embedding models.
+- `review` (`drafts`, `inbox`): drafts, decisions, the review flow, the audit log, reconcile;
+  the review inbox of ``kbflow serve``.
+- `research` (`seeds`, `runs`): seed bundles and who may run research; the research run.
+- `sources` (`definitions`, `sync`): add, list, update and remove a source and start its sync
+  job; the sync and its schedules.
+- `jobs` (`queue`, `uploads`): background jobs (start, admit, read, notice a dead one); upload
+  folders.
+- `backup` (`backups`, `restore`; private `_parts`, `_registry_copy`, `_ledger_copy`,
+  `_restore_org`): make, list and prune backups and their keys; verify and restore one.
+- `orchestration` (`server`, `processes`, `prefect_api`, `flow_runs`): whether a Prefect server
+  is set and ``kbflow server``; the Prefect servers kbflow starts; Prefect's REST API; tracked
+  flow runs. It imports no other domain.
+
+Three modules stand beside the domains: `ingest` (plan an ingest once, hand long media to jobs,
+run the flow), `evals` (eval runs, history, baselines, the golden set, the nightly deployment)
+and `job_runner` (``python -m kbflow.services.job_runner JOB_ID``: the process that runs one
+job, above the domains whose work it runs).
 
 Heavy imports happen inside the functions, so importing a service is cheap.
 """

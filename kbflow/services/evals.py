@@ -109,7 +109,7 @@ def nightly_deployment(
     Raises:
         KbflowError: no Prefect server is set (schedules need one).
     """
-    from kbflow.services.orchestration import require_prefect_server
+    from kbflow.services.orchestration.server import require_prefect_server
 
     require_prefect_server(NO_SCHEDULER)
     from prefect.schedules import Cron

@@ -1,23 +1,24 @@
 """The background job's run: ``python -m kbflow.services.job_runner JOB_ID``, or the ``kbflow-job``
 flow.
 
-`kbflow.services.jobs` records a PROCESSING job and starts this process detached (the
+`kbflow.services.jobs.queue` records a PROCESSING job and starts this process detached (the
 ``process`` job runner), or a run of the ``kbflow-job`` deployment on a work pool
 (``prefect``: `kbflow.job_flow`, which calls `run_job` here), then returns at once. The run does
 the job by its kind, and finishes it COMPLETE, or FAILED with the reason:
 
 - ``ingest``: the ``ingest`` flow over the job's files (long media, large files, uploads);
-- ``research``: `kbflow.services.research.run_research` (the ``research`` flow, with its review
+- ``research``: `kbflow.services.research.runs.run_research` (the ``research`` flow, with its review
   pause as ``kbflow research`` has it); the report names the drafts' synthesis run.
 
 Either flow records its Prefect flow run id on the job when it starts, unless it runs as a
 subflow of ``kbflow-job``, whose run is the job's. A job whose process or flow run died without
-finishing is noticed by `kbflow.services.jobs.refresh`.
+finishing is noticed by `kbflow.services.jobs.queue.refresh`.
 
 As it starts and as it ends, a run prunes the upload folders done with (a COMPLETE job's, its
 own included; a FAILED job's past KBFLOW_JOBS_FAILED_UPLOAD_RETENTION_H): see
-`kbflow.services.uploads.prune_uploads`. The job process (``main``), as it ends, leaves a helper
-that starts the queued jobs once it has exited (`kbflow.services.jobs.start_dispatcher`); a
+`kbflow.services.jobs.uploads.prune_uploads`. The job process (``main``), as it ends, leaves a
+helper that starts the queued jobs once it has exited
+(`kbflow.services.jobs.queue.start_dispatcher`); a
 worker's flow run does not (the ``prefect`` runner is not admitted through the queue).
 """
 
@@ -31,7 +32,7 @@ import sys
 from core.contracts import IngestReport, IngestRequest, ResearchReport
 from core.models import JobStatus
 from core.settings import Settings, configure_environment
-from kbflow.services.jobs import (
+from kbflow.services.jobs.queue import (
     INGEST_KIND,
     QUEUE_MARK,
     RESEARCH_KIND,
@@ -40,8 +41,8 @@ from kbflow.services.jobs import (
     submit_ingest_job,
     submit_research_job,
 )
-from kbflow.services.sources import SOURCE_SYNC_KIND
-from kbflow.services.uploads import prune_uploads, remove_uploads
+from kbflow.services.jobs.uploads import prune_uploads, remove_uploads
+from kbflow.services.sources.definitions import SOURCE_SYNC_KIND
 from sinks.registry import JobRecord, SqlRegistry
 
 __all__ = [
@@ -114,7 +115,7 @@ def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
     actor = str(params.pop("actor", None) or "system")
     request = IngestRequest.model_validate(params)
     from flows.ingest import ingest
-    from kbflow.services.flow_runs import tracked
+    from kbflow.services.orchestration.flow_runs import tracked
 
     with tracked(Settings().home, ingest) as run:
         report = run(paths=job.inputs, job_id=job.id, actor=actor, **request.flow_params())
@@ -125,7 +126,7 @@ def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
 def _research(
     settings: Settings, job: JobRecord
 ) -> tuple[JobStatus, str | None, dict[str, object]]:
-    from kbflow.services.research import run_research
+    from kbflow.services.research.runs import run_research
 
     params = job.params
     report = run_research(
@@ -147,7 +148,7 @@ def _source_sync(
     """The sync a source-sync job asks for: COMPLETE with its summary (failed items counted and
     listed in it), FAILED when the source could not be listed."""
     from core.errors import RunFailed
-    from kbflow.services.source_runs import sync
+    from kbflow.services.sources.sync import sync
 
     try:
         summary = sync(settings, job.inputs[0], job.org_id, actor=job.params.get("actor"))
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m kbflow.services.job_runner JOB_ID\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kbflow.services.processes import guard_process
+    from kbflow.services.orchestration.processes import guard_process
 
     settings = Settings()
     guard_process(settings.home)  # its temporary Prefect server must not outlive it either

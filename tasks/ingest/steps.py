@@ -58,7 +58,7 @@ def warm_up(settings: Settings) -> None:
     """Load what an ingest run's first batch would otherwise wait for: the data-check suite
     (Great Expectations' import is seconds) and, when batches embed in this process, the
     embedding model. A caller runs it while something else waits (the temporary Prefect
-    server starting: `kbflow.services.orchestration.prefect_starting`)."""
+    server starting: `kbflow.services.orchestration.server.prefect_starting`)."""
     from tasks.ingest.validate import warm_up as warm_checks
 
     warm_checks()

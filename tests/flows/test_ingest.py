@@ -14,7 +14,7 @@ from core.errors import IngestFailed
 from core.models import DocStatus, Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import write_demo_corpus
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_registry
 from tests.conftest import make_org
 

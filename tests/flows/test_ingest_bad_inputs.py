@@ -10,7 +10,7 @@ import pytest
 
 from core.models import Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_registry
 from tests.bad_inputs import (
     OVERSIZE_CAP_MB,

@@ -17,7 +17,7 @@ import pytest
 from core.errors import ConfigError, IngestFailed
 from core.models import Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_registry
 from tasks.ingest import discover as discover_module
 from tasks.ingest.discover import discover

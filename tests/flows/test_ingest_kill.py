@@ -20,7 +20,7 @@ import pytest
 
 from core.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_registry
 from tests.conftest import running
 

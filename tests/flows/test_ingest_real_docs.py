@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from core.models import JobStatus, Scope, SearchMode
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.connect import open_registry, open_vector_store
 from tests.conftest import datasets_dir, make_org, require_binaries
 

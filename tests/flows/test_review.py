@@ -979,7 +979,7 @@ class _OpenedLate:
 @contextmanager
 def _inbox(settings: Settings, registry: SqlRegistry, embedder: Any, api_url: str) -> Any:
     """What ``kbflow serve``'s inbox decides with: its context, and the Prefect server known."""
-    from kbflow.services.context import SearchContext
+    from kbflow.services.query.context import SearchContext
 
     store = _OpenedLate(settings)
     before = os.environ.get("PREFECT_API_URL")
@@ -1008,7 +1008,7 @@ def test_input_swapped_after_the_inbox_resumes_is_refused(
     run refuses the swapped input (the proof covers exactly amy's decisions and this run, and
     the code itself was never there), applies nothing of the attacker's, and amy's decision is
     applied directly; on ad21d18 the attacker's edit and approval were applied as amy's."""
-    from kbflow.services.inbox import decide
+    from kbflow.services.review.inbox import decide
 
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
@@ -1076,7 +1076,7 @@ def test_a_planted_paused_run_gets_no_inbox_decision(
     names amy's draft. The inbox hands her decision to no run kbflow did not record: it is
     applied directly, at once, and the planted run gets nothing (on ad21d18 the inbox resumed
     it with a fresh valid code and waited 30 s for a decision that never came)."""
-    from kbflow.services.inbox import decide
+    from kbflow.services.review.inbox import decide
 
     with httpx.Client(base_url=prefect_server.api_url, timeout=10) as api:
         flow = api.post("/flows/", json={"name": "review"}).json()

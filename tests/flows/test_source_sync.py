@@ -25,7 +25,7 @@ import pytest
 from core.models import DocStatus, Role
 from core.settings import Settings
 from flows.source_sync import source_sync
-from kbflow.services import sources as service
+from kbflow.services.sources import definitions as service
 from sinks.registry import SqlRegistry
 from tests.flows import source_servers as servers
 from tests.flows.source_servers import KINDS, Kind
@@ -85,8 +85,8 @@ def _live(registry: SqlRegistry) -> dict[str, tuple[str, int, str | None]]:
 
 
 def _found(settings: Settings, query: str) -> set[str]:
-    from kbflow.services.context import search_context
-    from kbflow.services.search import search
+    from kbflow.services.query.context import search_context
+    from kbflow.services.query.search import search
 
     with search_context(settings) as ctx:
         outcome = search(ctx, query, org=ORG, actor=ROOT, top_k=10)
@@ -160,9 +160,9 @@ def test_a_source_syncs_changes_deletions_additions_and_returns(
     assert "leave.md" in _found(settings, "how many days of paid annual leave")
 
     # An answer that cites the parking policy, to be flagged stale once it is gone.
-    from kbflow.services import answers
-    from kbflow.services.answers import _trace
-    from kbflow.services.context import search_context
+    from kbflow.services.query import answers
+    from kbflow.services.query.answers import _trace
+    from kbflow.services.query.context import search_context
 
     registry.create_agent(ORG, "helper")
     with search_context(settings) as ctx:
@@ -309,7 +309,7 @@ def test_a_sync_killed_midway_finishes_on_the_next_run(
 def test_a_pending_review_sources_items_are_invisible_until_approved(
     settings: Settings, registry: SqlRegistry, tmp_path: Path, prefect_harness: None
 ) -> None:
-    from kbflow.services import review
+    from kbflow.services.review import drafts as review
 
     share = tmp_path / "drafts"
     share.mkdir()
@@ -358,7 +358,7 @@ def test_a_deletion_storm_is_held_until_the_am_confirms(
     ad21d18). Now it withdraws none, says so in its summary and `sources show`, and the next
     sync withdraws them once the org's AM confirms (audited); one file gone is withdrawn as
     before."""
-    from kbflow.services import source_runs
+    from kbflow.services.sources import sync as source_runs
 
     share = tmp_path / "storm"
     share.mkdir()
@@ -416,7 +416,7 @@ def test_an_empty_listing_withdraws_nothing(
 def test_removing_a_source_with_withdraw_takes_out_every_version_in_play(
     settings: Settings, registry: SqlRegistry, tmp_path: Path, prefect_harness: None
 ) -> None:
-    from kbflow.services import review
+    from kbflow.services.review import drafts as review
 
     share = tmp_path / "drafts"
     share.mkdir()

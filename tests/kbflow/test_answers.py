@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from core.models import DocStatus
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services import answers
-from kbflow.services.answers import parse_since
-from kbflow.services.answers import replay as replay_turn
-from kbflow.services.context import SearchContext
+from kbflow.services.query import answers
+from kbflow.services.query.answers import parse_since
+from kbflow.services.query.answers import replay as replay_turn
+from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
@@ -245,7 +245,7 @@ def test_provenance_still_traces_a_cited_document_that_was_deleted(world: Any) -
 
 
 def _provenance(settings: Settings, registry: SqlRegistry, **kw: Any) -> list[dict[str, Any]]:
-    from kbflow.services.answers import _trace as provenance
+    from kbflow.services.query.answers import _trace as provenance
 
     return provenance(settings, registry, **kw)
 
@@ -306,7 +306,7 @@ def test_cli_ask_answer_replay_provenance(tmp_path: Path, world: Any) -> None:
 
 
 def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
-    from kbflow.services.tools import ToolError, call_tool
+    from kbflow.services.query.tools import ToolError, call_tool
 
     out = call_tool(world["ctx"], "research_knowledge_search", "helper",
                     {"queries": ["days to submit expense reports"]})  # fmt: skip

@@ -23,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from kbflow.api.mcp import ANSWER_TOOL
-from kbflow.services.tools import TOOLS
+from kbflow.services.query.tools import TOOLS
 from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served, served_once
 
 __all__ = ["served", "served_once"]  # the fixtures, imported for these tests

@@ -317,8 +317,8 @@ def test_the_newest_backups_age_is_exported_once_there_is_one(tmp_path: Path) ->
     """`kbflow_backup_age_seconds`: absent with no backup; after `kbflow backup`, the age of
     the newest one in <home>/backups (what an alert on a missed daily backup watches)."""
     from kbflow.api import health
-    from kbflow.services.backup import backup
-    from kbflow.services.context import search_context
+    from kbflow.services.backup.backups import backup
+    from kbflow.services.query.context import search_context
 
     settings = Settings(home=tmp_path / "home")
     SqlRegistry.open(settings.registry_url).close()

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from core.settings import Settings
 from kbflow.api.app import create_app
 from kbflow.api.schemas import AnswerBody, AskBody, AskResponse, SearchBody
-from kbflow.services.tool_models import ResearchInput, ResearchOutput, SearchInput
-from kbflow.services.tools import ToolError, call_tool, run_tool
+from kbflow.services.query.tool_models import ResearchInput, ResearchOutput, SearchInput
+from kbflow.services.query.tools import ToolError, call_tool, run_tool
 
 API = Path(__file__).resolve().parents[2] / "kbflow" / "api"
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}

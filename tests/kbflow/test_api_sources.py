@@ -238,7 +238,7 @@ def test_a_sync_over_http_runs_as_a_job_and_metrics_show_it(
 ) -> None:
     from prefect.settings import get_current_settings
 
-    from kbflow.services.sources import resolve_source
+    from kbflow.services.sources.definitions import resolve_source
     from tasks.sources.state import sync_lock
 
     # The job's process reports to the harness's Prefect server rather than starting its own.

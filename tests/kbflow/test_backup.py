@@ -74,8 +74,8 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
     """Two orgs' documents (approved, pending, rejected, two versions), an agent, users, audit
     rows, ledger turns, an upload and a key under ``settings.home``; returns the agent's
     token."""
-    from kbflow.services import answers
-    from kbflow.services.context import search_context
+    from kbflow.services.query import answers
+    from kbflow.services.query.context import search_context
     from sinks.qdrant_edge import QdrantEdgeStore
     from sinks.registry import SqlRegistry
 
@@ -130,9 +130,9 @@ def _reject(settings: Settings, doc_id: str) -> None:
 
 def snapshot_of(settings: Settings, queries: list[str]) -> dict[str, Any]:
     """What a home serves and holds: hits per query, documents, audit rows, replays."""
-    from kbflow.services import answers
-    from kbflow.services.context import search_context
-    from kbflow.services.search import search
+    from kbflow.services.query import answers
+    from kbflow.services.query.context import search_context
+    from kbflow.services.query.search import search
     from sinks.ledger import Ledger
 
     with search_context(settings) as ctx:
@@ -525,7 +525,7 @@ def _copy(backup: Path, to: Path) -> dict[str, Any]:
 def _save(backup: Path, manifest: dict[str, Any], key: Path | None = None) -> None:
     """Write a tampered manifest; signed with ``key`` when given (an attacker holding it)."""
     if key is not None:
-        from kbflow.services.backup import read_key_file, sign
+        from kbflow.services.backup.backups import read_key_file, sign
 
         manifest["signature"] = sign(manifest, read_key_file(key))
     (backup / "manifest.json").write_text(json.dumps(manifest))
@@ -646,8 +646,8 @@ def test_restore_org_needs_a_superadmin_and_brings_only_the_orgs_own_rows(
 def test_the_home_and_its_backups_are_private_whatever_the_umask(tmp_path: Path) -> None:
     """Under umask 022: the home kbflow creates and its registry, every backup, and every
     restored file are 0700 (folders) / 0600 (files)."""
-    from kbflow.services.backup import backup
-    from kbflow.services.restore import restore
+    from kbflow.services.backup.backups import backup
+    from kbflow.services.backup.restore import restore
 
     home = tmp_path / "new" / "home"
     env = {**os.environ, "KBFLOW_HOME": str(home), "PYTHONPATH": str(REPO)}

@@ -1,10 +1,11 @@
-"""kbflow.services.context: what a command's search context does when the vector store is held."""
+"""kbflow.services.query.context: what a command's search context does when the vector store is
+held."""
 
 from __future__ import annotations
 
 from core.models import Scope
 from core.settings import Settings
-from kbflow.services.context import search_context
+from kbflow.services.query.context import search_context
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 

@@ -4,7 +4,7 @@ INFO lines reach Prefect's Logs tab while the terminal stays quiet.
 One real ``kbflow server`` for the module; the CLI runs in subprocesses against it
 (PREFECT_API_URL). An ingest is held at a fault point (``KBFLOW_FAULT_AT=…=hang``) while it
 runs, then killed with SIGKILL: nothing in it reports the end of its run. See
-`kbflow.services.flow_runs` for the bookkeeping that settles such runs.
+`kbflow.services.orchestration.flow_runs` for the bookkeeping that settles such runs.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kbflow.services.flow_runs import runs_dir
-from kbflow.services.prefect_api import RetryingTransport
+from kbflow.services.orchestration.flow_runs import runs_dir
+from kbflow.services.orchestration.prefect_api import RetryingTransport
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -278,7 +278,7 @@ def test_only_a_live_answering_server_of_the_home_is_adopted(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from core.settings import Settings
-    from kbflow.services.orchestration import SERVER_RECORD, adopt_running_server
+    from kbflow.services.orchestration.server import SERVER_RECORD, adopt_running_server
 
     # Recorded first, so that whatever adopt_running_server sets is undone after the test (it
     # writes os.environ itself; a URL left behind would send later tests' runs to a dead server).

@@ -323,7 +323,7 @@ def test_decisions_from_the_inbox_apply_as_the_logged_in_user(inbox: dict[str, A
 
 
 def test_a_temporary_password_must_be_changed_at_first_login(inbox: dict[str, Any]) -> None:
-    from kbflow.services.inbox import set_password
+    from kbflow.services.review.inbox import set_password
 
     temporary = set_password(inbox["settings"], "gus", None, temporary=True, actor="root")
     assert temporary
@@ -342,7 +342,7 @@ def test_a_temporary_password_must_be_changed_at_first_login(inbox: dict[str, An
 
 def test_set_password_needs_a_superadmin_or_the_user(tmp_path: Path) -> None:
     from core.errors import Forbidden
-    from kbflow.services.inbox import set_password
+    from kbflow.services.review.inbox import set_password
 
     settings = Settings(home=tmp_path / "home")
     registry = SqlRegistry.open(settings.registry_url)

@@ -156,7 +156,7 @@ def test_long_files_go_to_a_job_and_the_rest_is_read_once(
         submitted.append(paths)
         return SimpleNamespace(id="job-1", status=SimpleNamespace(value="processing"), inputs=paths)
 
-    import kbflow.services.jobs as jobs
+    import kbflow.services.jobs.queue as jobs
 
     monkeypatch.setattr(jobs, "submit_ingest_job", submit)
     monkeypatch.setenv("KBFLOW_JOB_THRESHOLD_MB", str(500 / (1024 * 1024)))  # 500 bytes

@@ -29,8 +29,8 @@ import pytest
 from core.contracts import IngestRequest
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.services import jobs
-from kbflow.services import uploads as job_uploads
+from kbflow.services.jobs import queue as jobs
+from kbflow.services.jobs import uploads as job_uploads
 from sinks.registry import JobRecord, SqlRegistry
 
 pytestmark = pytest.mark.integration

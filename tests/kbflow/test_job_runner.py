@@ -16,7 +16,7 @@ from core.contracts import IngestRequest
 from core.errors import JobRunnerUnavailable
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.services import jobs
+from kbflow.services.jobs import queue as jobs
 from sinks.registry import SqlRegistry
 from tests.conftest import free_port
 

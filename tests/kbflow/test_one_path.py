@@ -1,6 +1,6 @@
 """One path: the CLI's ``kbflow search --agent``, the HTTP ``/v1/agent/search`` and the MCP
 ``search_knowledge_base`` of the same agent and query reach the same service function,
-`kbflow.services.search.search`, and return the same hits.
+`kbflow.services.query.search.search`, and return the same hits.
 
 Everything runs in this process so that one spy sees every call: the CLI through typer's
 runner, then ``kbflow serve``'s app (`kbflow.api.app.create_app`) under uvicorn in a thread,
@@ -86,8 +86,8 @@ def home(settings: Settings, embedder: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Every call of `kbflow.services.search.search`: its agent and query, and the hits."""
-    from kbflow.services import search as service
+    """Every call of `kbflow.services.query.search.search`: its agent and query, and the hits."""
+    from kbflow.services.query import search as service
 
     seen: list[dict[str, Any]] = []
     real = service.search

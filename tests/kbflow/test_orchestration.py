@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kbflow.services import orchestration
-from kbflow.services.orchestration import prefect_starting
+from kbflow.services.orchestration import server as orchestration
+from kbflow.services.orchestration.server import prefect_starting
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -25,8 +25,8 @@ from core.settings import Settings, configure_environment
 configure_environment(Settings())
 import psutil
 from prefect import flow
-from kbflow.services.processes import TEMPORARY_SERVER, looks_like
-from kbflow.services.orchestration import prefect_starting
+from kbflow.services.orchestration.processes import TEMPORARY_SERVER, looks_like
+from kbflow.services.orchestration.server import prefect_starting
 
 def servers():
     return [c.pid for c in psutil.Process().children() if looks_like(TEMPORARY_SERVER, c.cmdline())]

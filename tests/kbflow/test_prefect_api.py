@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from core.errors import JobRunnerUnavailable
-from kbflow.services import prefect_api
+from kbflow.services.orchestration import prefect_api
 
 
 class Busy:

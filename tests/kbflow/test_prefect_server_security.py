@@ -31,8 +31,8 @@ from core.settings import (
     configure_environment,
     prefect_auth_string,
 )
-from kbflow.services import orchestration
-from kbflow.services.orchestration import (
+from kbflow.services.orchestration import server as orchestration
+from kbflow.services.orchestration.server import (
     ensure_credential_file,
     plan_prefect_server,
     prefect_server_environment,
@@ -176,7 +176,7 @@ _CLIENT = """
 import json, sys
 from core.settings import Settings, configure_environment
 configure_environment(Settings())
-from kbflow.services import prefect_api
+from kbflow.services.orchestration import prefect_api
 from core.errors import JobRunnerUnavailable
 out = {}
 try:

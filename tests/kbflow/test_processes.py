@@ -1,5 +1,5 @@
-"""Process tracking (kbflow.services.processes) on stand-in processes: PID files, reaping,
-supervision.
+"""Process tracking (kbflow.services.orchestration.processes) on stand-in processes: PID files,
+reaping, supervision.
 
 The stand-ins are tiny Python processes whose command line carries a Prefect server's marker,
 so these tests are fast and need no Prefect; tests/kbflow/test_processes_cli.py runs the real
@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kbflow.services import processes
-from kbflow.services.processes import PREFECT_SERVER, TEMPORARY_SERVER, ChildRecord
+from kbflow.services.orchestration import processes
+from kbflow.services.orchestration.processes import PREFECT_SERVER, TEMPORARY_SERVER, ChildRecord
 from tests.conftest import running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ SUPERVISOR = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from kbflow.services.processes import PREFECT_SERVER, run_supervised
+    from kbflow.services.orchestration.processes import PREFECT_SERVER, run_supervised
 
     child = (
         "import signal, subprocess, sys, time\\n"
@@ -224,7 +224,7 @@ GUARDED = textwrap.dedent(
     """
     import subprocess, sys, time, types
     from pathlib import Path
-    from kbflow.services.processes import guard_process
+    from kbflow.services.orchestration.processes import guard_process
 
     guard_process(Path(sys.argv[1]), watch_interval_s=0.05)
     sys.modules.setdefault("prefect", types.ModuleType("prefect"))  # what arms the watcher

@@ -23,8 +23,8 @@ import httpx
 import psutil
 import pytest
 
-from kbflow.services.prefect_api import RetryingTransport
-from kbflow.services.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
+from kbflow.services.orchestration.prefect_api import RetryingTransport
+from kbflow.services.orchestration.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration

@@ -177,7 +177,7 @@ def test_an_explicit_min_confidence_applies_to_every_form_without_its_own(
 
 
 def test_answer_config_carries_the_per_form_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kbflow.services.answers import answer_config
+    from kbflow.services.query.answers import answer_config
 
     monkeypatch.setenv("KBFLOW_ANSWER_MIN_CONFIDENCE_QUESTION", "0.45")
     config = answer_config(Settings())

@@ -1,5 +1,5 @@
-"""What a synced source may reach (`tasks.sources.guard`, `kbflow.services.sources`), each
-attack of the hostile review reproduced against a loopback listener that records every request
+"""What a synced source may reach (`tasks.sources.guard`, `kbflow.services.sources.definitions`),
+each attack of the hostile review reproduced against a loopback listener that records every request
 it gets: the worker's secrets, this machine's files and kbflow's own stores, a custom S3
 endpoint, secrets in a stored config, an unknown audience and the test-only loopback switch.
 """
@@ -17,7 +17,7 @@ import pytest
 from core.errors import ConfigError, Forbidden
 from core.models import Role
 from core.settings import Settings
-from kbflow.services import sources as service
+from kbflow.services.sources import definitions as service
 from sinks.registry import SqlRegistry
 from tasks.sources import kind_module
 from tasks.sources.base import Limits, SourceError

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kbflow.services.tools import TOOLS, _strict_validator, export_schemas
+from kbflow.services.query.tools import TOOLS, _strict_validator, export_schemas
 
 V1 = {
     t["name"]: t

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from core.errors import ConfigError
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services.context import SearchContext
-from kbflow.services.tools import TOOLS, ToolError, call_tool, export_schemas
+from kbflow.services.query.context import SearchContext
+from kbflow.services.query.tools import TOOLS, ToolError, call_tool, export_schemas
 from sinks.registry import SqlRegistry
 from tasks.review.collections import delete_collection, move_collection
 from tests.conftest import index_records

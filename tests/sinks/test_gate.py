@@ -583,7 +583,7 @@ INJECTED = {
 
 @pytest.mark.parametrize(
     "target",
-    ["tasks/query/retrieve.py", "kbflow/services/context.py", "sinks/registry/documents.py"],
+    ["tasks/query/retrieve.py", "kbflow/services/query/context.py", "sinks/registry/documents.py"],
 )
 @pytest.mark.parametrize("snippet", list(INJECTED.values()), ids=list(INJECTED))
 def test_the_scan_catches_an_injected_filter(tmp_path: Path, target: str, snippet: str) -> None:

@@ -20,8 +20,8 @@ from core.errors import NotFound
 from core.models import Turn
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services import answers
-from kbflow.services.context import SearchContext
+from kbflow.services.query import answers
+from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.sinks.test_ledger import (

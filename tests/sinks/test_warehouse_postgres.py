@@ -23,8 +23,8 @@ from core import faults
 from core.errors import ConfigError, LedgerError, NotFound
 from core.settings import Settings
 from evals.warehouse import WarehouseError, latest, read_history, warehouse_path, write_eval
-from kbflow.services.answers import replay as replay_turn
-from kbflow.services.context import SearchContext
+from kbflow.services.query.answers import replay as replay_turn
+from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.conftest import free_port, warehouse_database_url

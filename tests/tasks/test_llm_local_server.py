@@ -25,8 +25,8 @@ from core.errors import SynthesisFailed
 from core.models import CorpusEntry, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from evals import local_llm
-from kbflow.services import answers
-from kbflow.services.context import SearchContext
+from kbflow.services.query import answers
+from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.llm import parse_json_object

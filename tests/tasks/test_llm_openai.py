@@ -200,7 +200,7 @@ def test_a_chosen_provider_that_cannot_work_says_what_to_set(
 def test_the_knowledge_model_answers_through_an_openai_compatible_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kbflow.services.answers import knowledge_model
+    from kbflow.services.query.answers import knowledge_model
     from tasks.answer.contract import Evidence
 
     reply = {"claims": [{"text": "The Pro plan costs 49 EUR a month.", "chunk_ids": ["c1"],

@@ -112,7 +112,7 @@ def run_answer(kb: dict[str, Any], question: str, config: AnswerConfig) -> Turn:
 
 
 def run_search(kb: dict[str, Any], queries: list[str], config: AnswerConfig) -> Turn:
-    # the offline model triages at the turn's threshold, as kbflow.services.answers builds it
+    # the offline model triages at the turn's threshold, as kbflow.services.query.answers builds it
     model = ExtractiveKnowledgeModel(config.for_query(*queries).threshold)
     turn = knowledge_search(queries, HANDBOOK, org_id="acme", agent_id="helper",
                             retrieve_fn=kb["retrieve_fn"], registry=kb["registry"],
@@ -122,7 +122,7 @@ def run_search(kb: dict[str, Any], queries: list[str], config: AnswerConfig) -> 
 
 
 def recorded_model(turn: Turn) -> ExtractiveKnowledgeModel:
-    """The model `kbflow.services.answers.replay` builds from a recorded turn."""
+    """The model `kbflow.services.query.answers.replay` builds from a recorded turn."""
     data = turn.replay_input
     return ExtractiveKnowledgeModel(float(data["threshold"]), str(data["model"]))
 
@@ -178,10 +178,10 @@ def test_a_turn_recorded_before_per_form_thresholds_replays_identically(
 def test_the_service_records_and_replays_a_search_at_its_forms_threshold(
     settings: Any, registry: SqlRegistry, edge_store: Any, embedder: Any
 ) -> None:
-    """Through `kbflow.services.answers`: the offline model triages at the threshold the turn
+    """Through `kbflow.services.query.answers`: the offline model triages at the threshold the turn
     records (the keyword form's here), so the ledger's turn replays identically."""
-    from kbflow.services import answers
-    from kbflow.services.context import SearchContext
+    from kbflow.services.query import answers
+    from kbflow.services.query.context import SearchContext
     from sinks.ledger import Ledger
 
     index_handbook(registry, edge_store, embedder)

@@ -15,7 +15,7 @@ from core.errors import ConfigError, EmbeddingModelMismatch
 from core.models import ChunkPoint, DocStatus, Scope, SearchMode, SparseVec
 from core.settings import PACKAGED_MINILM, Settings
 from kbflow.cli import app
-from kbflow.services import stores
+from kbflow.services.catalog import stores
 from sinks.gate import build_gate
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry

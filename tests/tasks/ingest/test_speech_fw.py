@@ -266,7 +266,7 @@ def test_a_noise_recording_enters_pending_review_and_is_not_served(
 ) -> None:
     from core.settings import Settings
     from flows.ingest import ingest
-    from kbflow.services.context import search_context
+    from kbflow.services.query.context import search_context
     from sinks.connect import open_registry
 
     require_binaries("ffmpeg", "ffprobe")

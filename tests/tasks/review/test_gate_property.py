@@ -37,8 +37,8 @@ from hypothesis.stateful import (
 from core.errors import ConfigError, ReviewConflict
 from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.context import SearchContext
-from kbflow.services.tools import call_tool
+from kbflow.services.query.context import SearchContext
+from kbflow.services.query.tools import call_tool
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer

@@ -213,9 +213,9 @@ def test_a_store_that_cannot_read_vectors_back_gets_them_embedded_again(
 def test_answers_that_cited_the_withdrawn_version_keep_their_provenance(
     settings: Settings, ctx: dict[str, Any]
 ) -> None:
-    from kbflow.services import answers
-    from kbflow.services.answers import _trace
-    from kbflow.services.context import SearchContext
+    from kbflow.services.query import answers
+    from kbflow.services.query.answers import _trace
+    from kbflow.services.query.context import SearchContext
     from tests.tasks.answer.test_answer import index_handbook
 
     registry = ctx["registry"]

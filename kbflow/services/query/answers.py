@@ -18,7 +18,7 @@ from core import faults
 from core.errors import ConfigError, KbflowError, NotFound
 from core.models import DocStatus, Turn
 from core.settings import Settings
-from kbflow.services.context import SearchContext
+from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer as cited_answer

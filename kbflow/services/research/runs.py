@@ -2,15 +2,20 @@
 (`kbflow seed`, `kbflow research`).
 
 Only the org's account manager or a superadmin may seed or run research; the drafts wait as
-pending_review for `kbflow.services.review`. Seeding and the research permission live in
-`kbflow.services.seeds` (no Prefect: the HTTP service calls them) and are re-exported here.
+pending_review for `kbflow.services.review.drafts`. Seeding and the research permission live in
+`kbflow.services.research.seeds` (no Prefect: the HTTP service calls them) and are re-exported here.
 """
 
 from __future__ import annotations
 
 from core.contracts import ResearchReport
 from core.settings import Settings
-from kbflow.services.seeds import DEFAULT_BUDGET_TOKENS, authorize_research, list_seeds, seed
+from kbflow.services.research.seeds import (
+    DEFAULT_BUDGET_TOKENS,
+    authorize_research,
+    list_seeds,
+    seed,
+)
 
 __all__ = [
     "DEFAULT_BUDGET_TOKENS",
@@ -48,8 +53,8 @@ def run_research(
     """
     from core.errors import RunFailed
     from flows.research import research
-    from kbflow.services.flow_runs import tracked
-    from kbflow.services.orchestration import prefect_api_url
+    from kbflow.services.orchestration.flow_runs import tracked
+    from kbflow.services.orchestration.server import prefect_api_url
 
     timeout = review_timeout_s
     if timeout is None:

@@ -1,7 +1,7 @@
 """The agent tools' contracts: each tool's arguments and result as a pydantic model.
 
-`tool_schema(Model)` is the JSON Schema the tool publishes (`kbflow.services.tools.export_schemas`,
-`kbflow
+`tool_schema(Model)` is the JSON Schema the tool publishes
+(`kbflow.services.query.tools.export_schemas`, `kbflow
 tools schema`) and `call_tool` validates against: plain and self-contained, because LLM tool-use
 APIs take it as it is — no ``$ref`` or ``$defs`` (some APIs refuse them), no titles (the names
 say it), and ``"type": ["integer", "null"]`` for a value that may be null. The models carry every
@@ -140,7 +140,7 @@ class MissOut(BaseModel):
 
 
 class ResearchOutput(BaseModel):
-    """What `kbflow.services.answers.ask` returns; keys beyond these are let through, as they
+    """What `kbflow.services.query.answers.ask` returns; keys beyond these are let through, as they
     always were."""
 
     turn_id: str

@@ -31,7 +31,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.models import Role
 from core.settings import Settings
-from kbflow.services.backup import scratch
+from kbflow.services.backup.backups import scratch
 from sinks.snapshot import copy_tree
 
 _BATCH = 256
@@ -111,7 +111,7 @@ def _backup_registry(path: Path, kind: str) -> Iterator[Any]:
     with scratch("kbflow-restore-registry-") as tmp:
         file = path / "registry" / "registry.db"
         if kind != "sqlite":
-            from kbflow.services.registry_copy import load_registry, read_rows
+            from kbflow.services.backup._registry_copy import load_registry, read_rows
 
             file = tmp / "registry.db"
             load_registry(f"sqlite:///{file}", read_rows(path / "registry"))
@@ -165,7 +165,7 @@ def _restore_turns(settings: Settings, path: Path, parts: dict[str, Any], org: s
     ledger, under its writers' rules; a turn already there is replaced."""
     if "ledger" not in parts:
         return 0
-    from kbflow.services import ledger_copy
+    from kbflow.services.backup import _ledger_copy as ledger_copy
 
     rows = ledger_copy.of_org(ledger_copy.backup_rows(path, parts["ledger"]), org)
     return ledger_copy.load(settings, rows)

@@ -29,7 +29,7 @@ from core.errors import (
 )
 from core.models import DocStatus, Role
 from core.settings import Settings
-from kbflow.services import prefect_api
+from kbflow.services.orchestration import prefect_api
 from tasks.review.access import authorize_document, may_decide, may_inspect
 from tasks.review.codes import issue_code, sign_decisions
 from tasks.review.inspection import draft_markdown
@@ -45,7 +45,7 @@ from tasks.review.markup import (
 from tasks.text.citations import render_footer
 
 if TYPE_CHECKING:
-    from kbflow.services.context import SearchContext
+    from kbflow.services.query.context import SearchContext
     from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord, WebSession
 
 Action = Literal["approve", "edit", "reject", "withdraw", "restore"]

@@ -8,7 +8,7 @@ kbflow.services.job_runner JOB_ID`` on this machine, watched by its pid; or ``pr
 of the ``kbflow-job`` deployment (``KBFLOW_JOB_DEPLOYMENT``) on a work pool, through the
 Prefect server at ``PREFECT_API_URL``, watched by its flow run id.
 
-Starting and reading jobs needs no Prefect import (`kbflow.services.prefect_api` speaks its REST
+Starting and reading jobs needs no Prefect import (`orchestration.prefect_api` speaks its REST
 API), so `kbflow serve` does both (tests/test_layers.py); only the job's own run imports flows.
 
 **Admission** (the ``process`` runner only). At most ``KBFLOW_JOBS_MAX_RUNNING`` job processes
@@ -32,7 +32,7 @@ never admit more than the limits between them. Past
 (:class:`~core.errors.JobQueueFull`, HTTP 429 with Retry-After) and nothing is recorded.
 
 The ``prefect`` runner is outside these limits: its work pool (and the pool's concurrency limit)
-decides when its runs start. Uploads end with their job (`kbflow.services.uploads`).
+decides when its runs start. Uploads end with their job (`kbflow.services.jobs.uploads`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from core.contracts import IngestRequest
 from core.errors import JobQueueFull, JobRunnerUnavailable, KbflowError, NotFound
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.services import prefect_api, uploads
+from kbflow.services.jobs import uploads
+from kbflow.services.orchestration import prefect_api
 from sinks.connect import open_registry
 from sinks.registry import JobRecord, SqlRegistry
 
@@ -77,7 +78,7 @@ _JOB_ID = re.compile(r"[0-9a-f]{12}")
 _SCAN = 100_000  # rows: every PROCESSING job, in practice
 _EXIT_WAIT_S = 900.0
 _WAITER = (
-    "import sys; from kbflow.services.jobs import dispatch_after_exit; "
+    "import sys; from kbflow.services.jobs.queue import dispatch_after_exit; "
     "raise SystemExit(dispatch_after_exit(int(sys.argv[1])))"
 )
 
@@ -106,7 +107,7 @@ def submit_research_job(
 ) -> JobRecord:
     """Record a PROCESSING research job and start its run (`start_job`); returns at once.
 
-    The run does `kbflow.services.research.run_research` (the ``research`` flow, which
+    The run does `kbflow.services.research.runs.run_research` (the ``research`` flow, which
     records its flow run id on the job and pauses for review as ``kbflow research`` does), and
     finishes the job with the run's report, whose ``synthesis_run_id`` names the drafts.
     """

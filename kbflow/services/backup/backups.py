@@ -11,7 +11,7 @@ A backup is a folder: one copy per part, then ``manifest.json``, written last::
     manifest.json                     versions, and per part its files (bytes, sha256) and counts
 
 The manifest is signed (HMAC-SHA256) with the home's ``backup-key`` (made 0600 on first use,
-never put into a backup): `kbflow.services.restore` trusts a manifest only when it verifies
+never put into a backup): `kbflow.services.backup.restore` trusts a manifest only when it verifies
 against the restoring home's key, or the key given with ``--key-file``. Backups are private:
 folders 0700, files 0600, whatever the umask.
 
@@ -19,10 +19,10 @@ It is written into ``DIR.partial`` and renamed to ``DIR`` once the manifest is i
 killed at any instant leaves no folder that looks finished (``verify`` refuses one without a
 manifest), and the previous backups are never touched. A file whose source is unchanged since
 the previous backup beside it (same size and mtime) is hard-linked from that backup: a second
-backup of an unchanged home writes almost nothing. `kbflow.services.backup_parts` says how
+backup of an unchanged home writes almost nothing. `kbflow.services.backup._parts` says how
 each part is copied consistently (`sinks.snapshot` does the copying).
 
-Restoring lives in `kbflow.services.restore`.
+Restoring lives in `kbflow.services.backup.restore`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from core import faults
 from core.contracts import Report
 from core.errors import ConfigError, NotFound, StoreError
 from core.settings import Settings, make_private_dir
-from kbflow.services.backup_parts import (
+from kbflow.services.backup._parts import (
     part_steps,
 )
 from sinks.snapshot import FileRecord

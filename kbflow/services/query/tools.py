@@ -3,13 +3,13 @@
 Three tools. Progressive disclosure: `list_knowledge_collections` says what the agent may read
 (no embedding call), then `search_knowledge_base` searches all of it or one collection;
 `research_knowledge_search` answers yes / maybe / no with a cited synthesis
-(`kbflow.services.answers`).
+(`kbflow.services.query.answers`).
 All go through the gate: an agent's scope is its org, its allowed collections and their
 descendants, and nothing at all when its knowledge base is switched off. Usable from any agent
 framework: `TOOLS` maps each name to its schemas and function; `call_tool` validates raw JSON
 arguments and the result (the CLI, the MCP server); `run_tool` takes arguments already checked
 by the tool's input model (the HTTP routes, whose response model checks the result). The
-schemas come from the pydantic models in `kbflow.services.tool_models`.
+schemas come from the pydantic models in `kbflow.services.query.tool_models`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from core.errors import KbflowError
-from kbflow.services import search as searching
-from kbflow.services.context import SearchContext
-from kbflow.services.tool_models import (
+from kbflow.services.query import search as searching
+from kbflow.services.query.context import SearchContext
+from kbflow.services.query.tool_models import (
     DEFAULT_TOP_K,
     ListInput,
     ListOutput,
@@ -137,9 +137,9 @@ def research_knowledge_search(
     ctx: SearchContext, agent_id: str, queries: list[str], *, chat: ChatModel | None = None
 ) -> dict[str, Any]:
     """The tri-state knowledge search (recorded in the ledger): see
-    `kbflow.services.answers.ask`. ``chat``: the model that reads (MCP sampling: the calling
+    `kbflow.services.query.answers.ask`. ``chat``: the model that reads (MCP sampling: the calling
     agent's own), instead of the configured one."""
-    from kbflow.services.answers import ask
+    from kbflow.services.query.answers import ask
 
     return ask(ctx, _agent(ctx.registry, agent_id).id, queries, chat=chat)
 

@@ -7,7 +7,7 @@
   or a ledger is refused before anything is written. The parts are copied into
   ``<home>/.restore.partial`` first, then moved into place; the registry is migrated to this
   kbflow's schema when it is older (a newer one is refused), and the counts are checked again.
-- **restore --org ORG** (`kbflow.services.restore_org`) adds one org of a backup to a home
+- **restore --org ORG** (`kbflow.services.backup._restore_org`) adds one org of a backup to a home
   that has no org of that name.
 
 What a backup says is trusted only once proven: its manifest must carry an HMAC made with the
@@ -31,7 +31,14 @@ from typing import Any
 from core.contracts import Report
 from core.errors import ConfigError, StoreError
 from core.settings import Settings, make_private_dir
-from kbflow.services.backup import (
+from kbflow.services.backup._parts import (
+    HOME_FILES,
+    LEDGER_FILE,
+    TURNS_SQL,
+    WAREHOUSE_FILE,
+    registry_counts,
+)
+from kbflow.services.backup.backups import (
     KEY_FILE,
     MANIFEST,
     backup_key,
@@ -41,13 +48,6 @@ from kbflow.services.backup import (
     read_key_file,
     schema_head,
     scratch,
-)
-from kbflow.services.backup_parts import (
-    HOME_FILES,
-    LEDGER_FILE,
-    TURNS_SQL,
-    WAREHOUSE_FILE,
-    registry_counts,
 )
 from sinks.snapshot import copy_file, copy_tree, duckdb_count, files_under, sha256_file
 
@@ -88,7 +88,7 @@ def verify_backup(path: Path, key: bytes | None = None) -> VerifyReport:
     files, then every file and count against the manifest.
 
     Args:
-        key: The key of the home that made it (`kbflow.services.backup.backup_key`); None
+        key: The key of the home that made it (`kbflow.services.backup.backups.backup_key`); None
             refuses it (no key to check its signature with).
 
     Raises:
@@ -223,11 +223,11 @@ def _count_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
         with sqlite_read_only(path / "registry" / "registry.db") as con:
             found["registry"] = registry_counts(con)
     elif parts.get("registry", {}).get("kind") == "sql-jsonl":
-        from kbflow.services.registry_copy import dump_counts
+        from kbflow.services.backup._registry_copy import dump_counts
 
         found["registry"] = dump_counts(path / "registry")
     if parts.get("ledger", {}).get("kind") == "sql-jsonl":
-        from kbflow.services.ledger_copy import dump_turns
+        from kbflow.services.backup._ledger_copy import dump_turns
 
         found["ledger"] = {"turns": dump_turns(path / "ledger")}
     if parts.get("ledger", {}).get("kind") == "duckdb":
@@ -294,7 +294,7 @@ def restore(
     path = path.resolve()
     key = restore_key(settings, key_file)
     if org is not None:
-        from kbflow.services.restore_org import authorize_restore, restore_org
+        from kbflow.services.backup._restore_org import authorize_restore, restore_org
 
         admin = authorize_restore(settings, org, actor)
         manifest = verified_manifest(path, key)
@@ -348,7 +348,7 @@ def restore(
         shutil.move(src, dst)
     shutil.rmtree(staging)
     if "registry" in parts and not by_file:  # row by row, into the configured database
-        from kbflow.services.registry_copy import load_registry, read_rows, sqlite_rows
+        from kbflow.services.backup._registry_copy import load_registry, read_rows, sqlite_rows
 
         rows = (
             sqlite_rows(path / "registry" / "registry.db")
@@ -357,7 +357,7 @@ def restore(
         )
         load_registry(settings.registry_url, rows)
     if "ledger" in parts and not ledger_by_file:  # turn by turn, into the configured ledger
-        from kbflow.services import ledger_copy
+        from kbflow.services.backup import _ledger_copy as ledger_copy
 
         ledger_copy.load(settings, ledger_copy.backup_rows(path, parts["ledger"]))
     if parts.get("vectors", {}).get("kind") == "qdrant-points":
@@ -378,7 +378,7 @@ def _install_key(path: Path, key: bytes) -> None:
 
 def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:
     """Refuse a home (or configured stores) that holds anything a restore would replace."""
-    from kbflow.services.registry_copy import holds_data
+    from kbflow.services.backup._registry_copy import holds_data
     from sinks.ledger import ledger_path
 
     home = settings.home.resolve()
@@ -403,7 +403,7 @@ def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:
     elif (settings.vectors_dir / "edge_config.json").exists():
         held.append("vectors (vectors/)")
     if settings.stores.warehouse_url:
-        from kbflow.services.ledger_copy import holds_turns
+        from kbflow.services.backup._ledger_copy import holds_turns
 
         if holds_turns(settings):
             held.append("ledger turns (in the database at KBFLOW_WAREHOUSE_URL)")

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kbflow.services.processes import is_running
+from kbflow.services.orchestration.processes import is_running
 
 if TYPE_CHECKING:
     import httpx
@@ -361,7 +361,7 @@ def _mark_crashed(client: httpx.Client, url: str, run_id: str, message: str) -> 
 def _client(auth: str | None) -> httpx.Client:
     import httpx
 
-    from kbflow.services.prefect_api import RetryingTransport, auth_headers
+    from kbflow.services.orchestration.prefect_api import RetryingTransport, auth_headers
 
     return httpx.Client(
         headers=auth_headers(auth),

@@ -45,7 +45,7 @@ def list_drafts(
 def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
     """A document's record and full stored text, whatever its status; rights are checked
     before the store is opened."""
-    from kbflow.services.context import store_opener
+    from kbflow.services.query.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.inspection import inspect_draft
 
@@ -60,7 +60,7 @@ def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | 
         ReviewConflict: someone decided first (nothing changed).
         Forbidden: ``actor`` may not decide for the document's org.
     """
-    from kbflow.services.context import store_opener
+    from kbflow.services.query.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import approve, reject, withdraw
 
@@ -74,7 +74,7 @@ def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | 
 def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | None) -> DocRecord:
     """Replace a document's text, re-chunk and re-embed it and approve it (an approved
     document gets a new approved version that supersedes it)."""
-    from kbflow.services.context import store_opener
+    from kbflow.services.query.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import edit_and_approve
     from tasks.text.embed import embedder_for
@@ -102,7 +102,7 @@ def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord
             withdrawn too, or someone decided first (nothing changed).
         Forbidden: ``actor`` may not decide for the document's org.
     """
-    from kbflow.services.context import store_opener
+    from kbflow.services.query.context import store_opener
     from sinks.connect import open_registry
     from tasks.review.machine import restore as restore_document
     from tasks.text.embed import embedder_for
@@ -132,11 +132,11 @@ def run_review_flow(
         ReviewTimeout: nobody submitted the form in time.
     """
     from core.errors import RunFailed
-    from kbflow.services.orchestration import require_prefect_server
+    from kbflow.services.orchestration.server import require_prefect_server
 
     require_prefect_server(NO_UI_SERVER)
     from flows.review import review
-    from kbflow.services.flow_runs import tracked
+    from kbflow.services.orchestration.flow_runs import tracked
 
     try:
         with tracked(settings.home, review) as run:

@@ -25,7 +25,7 @@ def finetune(
     """Run the ``finetune-embedder`` flow on a BEIR folder; returns its report (model id,
     folder, held-out and training-half scores of base and candidate, promoted or why not)."""
     from flows.finetune import finetune_embedder_flow
-    from kbflow.services.flow_runs import tracked
+    from kbflow.services.orchestration.flow_runs import tracked
     from tasks.text.finetune import FinetuneParams
 
     params = FinetuneParams(epochs=epochs, seed=seed)

@@ -1,9 +1,9 @@
 """Gated search and the agent's tools, for one call each (`kbflow search`, `kbflow tools`).
 
-A long-lived server keeps one `kbflow.services.context.SearchContext` open and calls
+A long-lived server keeps one `kbflow.services.query.context.SearchContext` open and calls
 `tasks.query.scopes`
-and `kbflow.services.tools` on it; these functions open one per call. No Prefect here: this is the
-query path.
+and `kbflow.services.query.tools` on it; these functions open one per call. No Prefect here: this
+is the query path.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import KbflowError
 from core.models import RetrievalResult, SearchMode
-from kbflow.services.context import SearchContext
+from kbflow.services.query.context import SearchContext
 from sinks.registry import AgentRecord, CollectionRecord
 from tasks.query.bounds import check_query
 from tasks.query.scopes import agent_scope, narrow_audiences, person_scope

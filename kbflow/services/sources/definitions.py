@@ -337,9 +337,9 @@ def resolve_source(settings: Settings, ref: str, org: str | None = None) -> Sour
 
 
 def submit_sync_job(settings: Settings, org: str, source_id: str, *, actor: str) -> JobRecord:
-    """Record a PROCESSING job that syncs one source (`kbflow.services.source_runs.sync`, the
-    ``source-sync`` flow) and start it (`kbflow.services.jobs.start_job`); returns at once.
+    """Record a PROCESSING job that syncs one source (`kbflow.services.sources.sync.sync`, the
+    ``source-sync`` flow) and start it (`kbflow.services.jobs.queue.start_job`); returns at once.
     The job's report is the sync's summary. What the HTTP route starts (no Prefect here)."""
-    from kbflow.services.jobs import start_job
+    from kbflow.services.jobs.queue import start_job
 
     return start_job(settings, org, SOURCE_SYNC_KIND, [source_id], {"actor": actor})

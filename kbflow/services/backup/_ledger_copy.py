@@ -2,7 +2,7 @@
 tables dumped as JSON lines from one snapshot, and any backup's turns loaded into the configured
 ledger — a DuckDB file or a database — under its writers' rules.
 
-A DuckDB ledger is backed up as its file (`kbflow.services.backup_parts`); this module covers
+A DuckDB ledger is backed up as its file (`kbflow.services.backup._parts`); this module covers
 the other cases: a ledger in a database, a whole restore into a database, and the turns of one
 org (``kbflow restore --org``). The rows are the ones `sinks.ledger_loads` writes: the five
 tables of a turn and dlt's ``_dlt_loads``, whose finished loads make a turn readable.

@@ -1,8 +1,8 @@
 """The research steps that need no flow: an account manager's seed bundle, and who may run
 research (`kbflow seed`, the first half of `kbflow research`, and the HTTP service).
 
-Kept apart from `kbflow.services.research` (which runs the flow) so that `kbflow serve` can call
-them without reaching Prefect (tests/test_layers.py). Only the org's account manager or a
+Kept apart from `kbflow.services.research.runs` (which runs the flow) so that `kbflow serve` can
+call them without reaching Prefect (tests/test_layers.py). Only the org's account manager or a
 superadmin may seed or run research; the org's experts may read its seeds.
 """
 

@@ -266,7 +266,7 @@ def run_prefect_server(settings: Settings, plan: PrefectServerPlan) -> int:
     """Run ``prefect server start`` as ``plan`` says, with kbflow's data directory, until it
     stops; SIGTERM, SIGINT and SIGHUP stop it and everything it started. Returns its exit code.
     """
-    from kbflow.services.processes import PREFECT_SERVER, run_supervised
+    from kbflow.services.orchestration.processes import PREFECT_SERVER, run_supervised
 
     cmd = [
         sys.executable,
@@ -328,7 +328,7 @@ def adopt_running_server(settings: Settings) -> str | None:
     Call before Prefect is imported (it reads PREFECT_API_URL once)."""
     if os.environ.get("PREFECT_API_URL", "").strip():
         return None
-    from kbflow.services.processes import is_running
+    from kbflow.services.orchestration.processes import is_running
 
     path = Path(settings.home) / SERVER_RECORD
     try:
@@ -351,9 +351,9 @@ def adopt_running_server(settings: Settings) -> str | None:
 
 def _sweep_once_up(settings: Settings, plan: PrefectServerPlan, *, wait_s: float = 300.0) -> None:
     """In a daemon thread: once the server answers (within ``wait_s``), mark Crashed the runs
-    of this home whose kbflow process died (`kbflow.services.flow_runs.sweep`), those of
-    temporary servers included: they share its database under PREFECT_HOME."""
-    from kbflow.services import flow_runs
+    of this home whose kbflow process died (`kbflow.services.orchestration.flow_runs.sweep`), those
+    of temporary servers included: they share its database under PREFECT_HOME."""
+    from kbflow.services.orchestration import flow_runs
 
     api = local_api_url(plan)
 

@@ -1,4 +1,4 @@
-"""The parts of a backup (`kbflow.services.backup`): how each is copied consistently, where
+"""The parts of a backup (`kbflow.services.backup.backups`): how each is copied consistently, where
 it goes in the backup's folder, and what is counted in it.
 
 Each part function takes the settings, the backup's folder being written, the previous backup's
@@ -56,9 +56,9 @@ def registry_part(
     settings: Settings, out: Path, previous: dict[str, FileRecord], base: Path | None
 ) -> dict[str, Any]:
     """The registry: SQLite through its online backup API; another database (PostgreSQL) as
-    JSON lines from one snapshot (`kbflow.services.registry_copy`)."""
+    JSON lines from one snapshot (`kbflow.services.backup._registry_copy`)."""
     if not settings.registry_url.startswith("sqlite:///"):
-        from kbflow.services.registry_copy import dump_counts, dump_registry
+        from kbflow.services.backup._registry_copy import dump_counts, dump_registry
 
         files = dump_registry(settings.registry_url, out / "registry")
         return {
@@ -203,7 +203,7 @@ def ledger_part(
     from sinks.ledger import ledger_path
 
     if settings.stores.warehouse_url:  # a database: its ledger tables, from one snapshot
-        from kbflow.services.ledger_copy import dump_ledger, dump_turns
+        from kbflow.services.backup._ledger_copy import dump_ledger, dump_turns
 
         files = dump_ledger(settings.stores.warehouse_url, out / "ledger")
         return {

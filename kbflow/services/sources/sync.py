@@ -1,6 +1,7 @@
 """Synced sources run: a sync now (the ``source-sync`` flow in this process) and the schedules
-of the ``source-sync`` deployment (docs/SOURCES.md). Apart from `kbflow.services.sources` so
-that what reads and changes sources (the HTTP routes) never loads Prefect.
+of the ``source-sync`` deployment (docs/SOURCES.md). Apart from
+`kbflow.services.sources.definitions` so that what reads and changes sources (the HTTP routes)
+never loads Prefect.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import KbflowError
 from core.settings import Settings
-from kbflow.services.sources import REPO, authorize_change, next_run, resolve
+from kbflow.services.sources.definitions import REPO, authorize_change, next_run, resolve
 
 if TYPE_CHECKING:
     from sinks.registry import SourceRecord
@@ -38,8 +39,8 @@ def sync(
         ConfigError: a sync of it runs already.
     """
     from flows.source_sync import source_sync
-    from kbflow.services.flow_runs import tracked
-    from kbflow.services.orchestration import prefect_starting
+    from kbflow.services.orchestration.flow_runs import tracked
+    from kbflow.services.orchestration.server import prefect_starting
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
@@ -69,7 +70,7 @@ def schedule(
 
     ``org``: that org's sources only (an AM's); without it every org's (a superadmin's).
     """
-    from kbflow.services.orchestration import require_prefect_server
+    from kbflow.services.orchestration.server import require_prefect_server
     from sinks.connect import open_registry
     from tasks.review.access import authorize_admin
 

@@ -95,7 +95,7 @@ def read_rows(folder: Path) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
 
 
 def dump_counts(folder: Path) -> dict[str, Any]:
-    """`kbflow.services.backup_parts.registry_counts` of a dump, read from its files."""
+    """`kbflow.services.backup._parts.registry_counts` of a dump, read from its files."""
 
     def rows(name: str) -> list[dict[str, Any]]:
         file = folder / f"{name}.jsonl"
