@@ -97,7 +97,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-SERVICES = sorted(str(p.relative_to(REPO)) for p in (REPO / "kbflow" / "services").glob("*.py"))
+SERVICES = sorted(str(p.relative_to(REPO)) for p in (REPO / "kbflow" / "services").rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", ["kbflow/demo.py", "bench/ingest_scifact.py", *SERVICES])
