@@ -28,7 +28,7 @@ import pytest
 
 from core.models import DocStatus
 from core.settings import Settings, configure_environment
-from kbflow.api.launch import free_port  # noqa: F401  (tests import it from here)
+from kbflow.api.launch import free_port
 from sinks.registry import SqlRegistry
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
@@ -497,3 +497,32 @@ def home_built_once(
         _BUILT_HOMES[name] = template
     assert not home.exists(), f"{home} exists before its copy of the {name} home"
     copy_home(template, home)
+
+
+@pytest.fixture
+def app_server(settings: Settings) -> Iterator[str]:
+    """``kbflow serve``'s app (`kbflow.api.app.create_app`) on ``settings`` under uvicorn in a
+    thread of this process (so a monkeypatched spy sees its calls); its base URL. Start it after
+    any in-process CLI call: the embedded store has one owner, and then it is the service."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from kbflow.api.app import create_app
+
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=free_port(), log_level="error"
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not running.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        running.should_exit = True
+        thread.join(timeout=60)

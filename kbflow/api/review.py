@@ -2,22 +2,23 @@
 someone else decided first), and the audit log. The same rules as the CLI
 (`tasks.review.access`), with the person taken from the token instead of ``--as``.
 
-Decisions write through the store this process holds open (`tasks.review.machine.held`): the
-embedded store has one owner, and while ``kbflow serve`` runs, that is the service.
+Decisions take the one decision path (`kbflow.services.review.decisions.decide`, as the CLI
+and the inbox do: a paused review run kbflow started that holds the draft gets it, else it
+applies directly; a refusal is audited) and write through the store this process holds open
+(`tasks.review.machine.held`): the embedded store has one owner, and while ``kbflow serve``
+runs, that is the service.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import ConfigError, Forbidden, NotFound
+from core.errors import Forbidden
 from core.models import DocStatus
-from kbflow.api.auth import ServiceDep, UserId
+from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, ID_PATTERN, DocId, OrgId
 from kbflow.api.schemas import (
     AuditEntry,
@@ -26,7 +27,7 @@ from kbflow.api.schemas import (
     DraftsResponse,
     ReviewCodeOut,
 )
-from sinks.registry import SqlRegistry
+from tasks.review.decisions import Verb
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["review"])
 
@@ -46,23 +47,6 @@ class EditBody(DecisionBody):
     """The document's new content (Markdown), approved with the edit."""
 
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-
-
-@contextmanager
-def _refusals_audited(
-    registry: SqlRegistry, user: str, attempted: str, doc_id: str
-) -> Iterator[None]:
-    """A refused decision leaves an audit row saying who tried what on which document (in
-    the document's org), and why not."""
-    try:
-        yield
-    except Forbidden as exc:
-        try:
-            org_id: str | None = registry.get_document(doc_id).org_id
-        except NotFound:
-            org_id = None
-        registry.record_denied(user, f"{attempted} {doc_id}", org_id=org_id, reason=str(exc))
-        raise
 
 
 @router.get("/orgs/{org}/drafts", response_model=DraftsResponse)
@@ -101,27 +85,34 @@ def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str,
     return {"document": view.doc.to_dict(), "chunks": view.chunks, "text": view.text}
 
 
+def _decision(
+    service: Service,
+    user: str,
+    doc_id: str,
+    verb: Verb,
+    *,
+    note: str | None,
+    content: str | None = None,
+) -> dict[str, Any]:
+    """One decision through the one decision path (`kbflow.services.review.decisions`), on the
+    store this process holds open; the document's record after it."""
+    from kbflow.services.review.decisions import decide as decide_one
+    from tasks.review.machine import held
+
+    with service.use() as ctx:
+        decided = decide_one(
+            service.settings, ctx.registry, held(ctx.vector_store), lambda: ctx.embedder, user,
+            doc_id, verb, surface="http", note=note, content=content,
+        )  # fmt: skip
+    return dict(decided.doc.to_dict())
+
+
 # Registered before the decisions: `/edit` is not a decision's verb.
 @router.post("/documents/{doc_id}/edit", response_model=DocumentOut)
 def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> dict[str, Any]:
     """Replace a document's content and approve it (an approved document gets a new approved
     version); 409 when someone decided first."""
-    from tasks.review.machine import edit_and_approve, held
-
-    settings = service.settings
-    with service.use() as ctx, _refusals_audited(ctx.registry, user, "edit", doc_id):
-        doc = edit_and_approve(
-            doc_id,
-            user,
-            body.content,
-            registry=ctx.registry,
-            open_store=held(ctx.vector_store),
-            embedder=ctx.embedder,
-            max_words=settings.ingest.chunk_max_words,
-            overlap_words=settings.ingest.chunk_overlap_words,
-            note=body.note,
-        )
-    return dict(doc.to_dict())
+    return _decision(service, user, doc_id, Verb.EDIT, note=body.note, content=body.content)
 
 
 # Registered before the decisions too: `/restore` takes an embedder (a fallback) and a note.
@@ -133,18 +124,7 @@ def restore(
     withdrawn version stays withdrawn; answers that cited it keep their provenance); the note
     is required. 409 when it is not withdrawn, a newer version of its source is approved or
     withdrawn too, or someone decided first (nothing changed)."""
-    from tasks.review.machine import held
-    from tasks.review.machine import restore as restore_document
-
-    note = body.note if body else None
-    if not (note and note.strip()):
-        raise ConfigError("restoring needs a note saying why (it is audited)")
-    with service.use() as ctx, _refusals_audited(ctx.registry, user, "restore", doc_id):
-        doc = restore_document(
-            doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store), note=note,
-            embedder=ctx.embedder,
-        )  # fmt: skip
-    return dict(doc.to_dict())
+    return _decision(service, user, doc_id, Verb.RESTORE, note=body.note if body else None)
 
 
 @router.post("/documents/{doc_id}/{verb}", response_model=DocumentOut)
@@ -157,17 +137,7 @@ def decide(
 ) -> dict[str, Any]:
     """Approve, reject or withdraw one document; 409 when it is no longer in the state the
     decision needs (someone decided first: nothing changed)."""
-    from tasks.review.machine import approve, held, reject, withdraw
-
-    note = body.note if body else None
-    if verb == "withdraw" and not (note and note.strip()):
-        raise ConfigError("withdrawing needs a note saying why (it is audited)")
-    transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
-    with service.use() as ctx, _refusals_audited(ctx.registry, user, verb, doc_id):
-        doc = transition(
-            doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store), note=note
-        )
-    return dict(doc.to_dict())
+    return _decision(service, user, doc_id, Verb(verb), note=body.note if body else None)
 
 
 @router.get("/orgs/{org}/audit", response_model=list[AuditEntry])

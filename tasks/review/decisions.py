@@ -1,19 +1,102 @@
-"""Decisions in bulk: the CLI's and the Prefect review form's rows, each applied on its own
-through the state machine (:mod:`tasks.review.machine`), and the rule for when a review run
-did not do its job (:func:`review_failure`)."""
+"""Review decisions at the bottom of their one path: the verbs (`Verb`), the note rules
+(`checked_note`), and `apply_decision`, the one function that turns a decision into a state
+machine transition (:mod:`tasks.review.machine`: rights, compare-and-set, audit). Every surface
+reaches it: the CLI, HTTP and the inbox through `kbflow.services.review.decisions.decide`, the
+Prefect review form through `apply_decisions` in the paused run. Also the rule for when a
+review run did not do its job (:func:`review_failure`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
 
 from core.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict
 from sinks.registry import SqlRegistry
-from tasks.review.machine import StoreOpener, approve, edit_and_approve, reject
+from tasks.review.machine import StoreOpener, approve, edit_and_approve, reject, restore, withdraw
 from tasks.text.embed import Embedder
 
+if TYPE_CHECKING:
+    from sinks.registry import DocRecord
+
 DecisionAction = Literal["approve", "reject", "edit"]
+
+
+class Verb(StrEnum):
+    """What a decision does to a document."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    EDIT = "edit"
+    WITHDRAW = "withdraw"
+    RESTORE = "restore"
+
+
+FORM_VERBS = frozenset({Verb.APPROVE, Verb.REJECT, Verb.EDIT})
+"""The decisions a paused review run's form takes (on a draft pending review)."""
+NOTE_REQUIRED = frozenset({Verb.WITHDRAW, Verb.RESTORE})
+"""Decisions that need a note saying why, whoever decides and from wherever."""
+NOTE_REQUIRED_AT_A_FORM = frozenset({Verb.REJECT})
+"""Decisions a person at a form (the inbox) must also say why for; a script (CLI, HTTP) may
+reject without a note, as documented."""
+_GERUND = {Verb.APPROVE: "approving", Verb.REJECT: "rejecting", Verb.EDIT: "editing",
+           Verb.WITHDRAW: "withdrawing", Verb.RESTORE: "restoring"}  # fmt: skip
+
+
+def checked_note(
+    verb: Verb, note: str | None, content: str | None = None, *, at_form: bool = False
+) -> str | None:
+    """The decision's note (blank is none), once the note rules hold: `NOTE_REQUIRED` always,
+    `NOTE_REQUIRED_AT_A_FORM` too for a person at a form; an edit needs the new text.
+
+    Raises:
+        ConfigError: a note or the text is missing (nothing was changed).
+    """
+    note = (note or "").strip() or None
+    required = NOTE_REQUIRED | (NOTE_REQUIRED_AT_A_FORM if at_form else frozenset())
+    if verb in required and not note:
+        raise ConfigError(f"{_GERUND[verb]} needs a note saying why (it is audited)")
+    if verb is Verb.EDIT and not (content or "").strip():
+        raise ConfigError("an edit needs the document's new text.")
+    return note
+
+
+def apply_decision(
+    verb: Verb,
+    doc_id: str,
+    actor_id: str,
+    *,
+    registry: SqlRegistry,
+    open_store: StoreOpener,
+    embedder: Callable[[], Embedder],
+    note: str | None = None,
+    content: str | None = None,
+    max_words: int = 180,
+    overlap_words: int = 30,
+) -> DocRecord:
+    """Apply one decision as ``actor_id`` through the state machine (rights, compare-and-set,
+    audit): the one place a verb becomes a transition.
+
+    Raises:
+        Forbidden: the actor may not decide for the document's org.
+        ReviewConflict: the document is no longer in the state the decision needs.
+        NotFound: no such document.
+        ConfigError: a note the transition needs is missing.
+    """
+    r, o = registry, open_store
+    if verb is Verb.APPROVE:
+        return approve(doc_id, actor_id, registry=r, open_store=o, note=note)
+    if verb is Verb.REJECT:
+        return reject(doc_id, actor_id, registry=r, open_store=o, note=note)
+    if verb is Verb.WITHDRAW:
+        return withdraw(doc_id, actor_id, registry=r, open_store=o, note=note or "")
+    if verb is Verb.RESTORE:
+        return restore(doc_id, actor_id, registry=r, open_store=o, note=note or "",
+                       embedder=embedder())  # fmt: skip
+    return edit_and_approve(doc_id, actor_id, content or "", registry=r, open_store=o,
+                            embedder=embedder(), max_words=max_words,
+                            overlap_words=overlap_words, note=note)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,28 +136,12 @@ def apply_decisions(
     outcomes: list[Outcome] = []
     for d in decisions:
         try:
-            if d.action == "approve":
-                doc = approve(
-                    d.doc_id, actor_id, registry=registry, open_store=open_store, note=d.note
-                )
-            elif d.action == "reject":
-                doc = reject(
-                    d.doc_id, actor_id, registry=registry, open_store=open_store, note=d.note
-                )
-            elif d.action == "edit":
-                doc = edit_and_approve(
-                    d.doc_id,
-                    actor_id,
-                    d.content or "",
-                    registry=registry,
-                    open_store=open_store,
-                    embedder=embedder(),
-                    max_words=max_words,
-                    overlap_words=overlap_words,
-                    note=d.note,
-                )
-            else:
+            if d.action not in FORM_VERBS:
                 raise ConfigError(f"unknown action {d.action!r}; use approve, reject or edit.")
+            doc = apply_decision(Verb(d.action), d.doc_id, actor_id, registry=registry,
+                                 open_store=open_store, embedder=embedder, note=d.note,
+                                 content=d.content, max_words=max_words,
+                                 overlap_words=overlap_words)  # fmt: skip
         except ReviewConflict as exc:
             outcomes.append(Outcome(d.doc_id, d.action, "conflict", str(exc)))
         except Forbidden as exc:

@@ -117,6 +117,15 @@ def audit_rows(*args: str) -> list[dict[str, Any]]:
     return rows
 
 
+def only_refusals_since(before: list[dict[str, Any]], *actors: str) -> list[str]:
+    """What the audit rows added since ``before`` attempted: each must be a refusal
+    (``kb.access.denied``) of one of ``actors``."""
+    added = audit_rows()[len(before) :]
+    assert audit_rows()[: len(before)] == before
+    assert all(r["action"] == "kb.access.denied" and r["actor"] in actors for r in added), added
+    return [str(r["after"]["attempted"]) for r in added]
+
+
 def hits(query: str, mode: str = "hybrid") -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = data(
         "search", query, "--org", "acme", "--as", "ed", "--mode", mode
@@ -233,12 +242,16 @@ def test_anyone_but_the_assigned_am_is_forbidden_and_nothing_changes(
     seeded: Seeded, actor: str, why: str
 ) -> None:
     before = (statuses(), audit_rows())
+    tried = []
     for doc_id in seeded.docs.values():
         for verb in (["approve"], ["reject"], ["edit", "--content", "# Hijacked\n\nNew text."]):
             result = kb("review", verb[0], doc_id, *verb[1:], "--as", actor)
             assert result.exit_code == 1, result.output
             assert "forbidden:" in result.output and why in flat(result)
-    assert (statuses(), audit_rows()) == before
+            tried.append(f"{verb[0]} {doc_id}")
+    assert statuses() == before[0]
+    # nothing changed but the audit of each refusal, as from HTTP and the inbox
+    assert only_refusals_since(before[1], actor) == tried
     assert data("reconcile")["repaired"] == []  # no vector payload was touched either
     assert found_ids("annual leave returns pricing") == set()
 
@@ -284,7 +297,8 @@ def test_a_withdrawal_is_undone_by_restore(seeded: Seeded) -> None:
     assert pending.exit_code == EXIT_CONFLICT
     assert f"cannot restore document {returns}: it is pending_review" in flat(pending)
     assert "kbflow review approve" in flat(pending)
-    assert (statuses(), audit_rows()) == before  # nothing changed
+    assert statuses() == before[0]  # nothing changed but the refusals' audit rows
+    assert only_refusals_since(before[1], "gus", "ed", "eve") == [f"restore {leave}"] * 3
 
     restored = data("review", "restore", leave, "--as", "amy", "--note", "legal cleared it")
     assert restored["id"] != leave and restored["version"] == 2

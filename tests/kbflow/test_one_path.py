@@ -4,17 +4,14 @@
 
 Everything runs in this process so that one spy sees every call: the CLI through typer's
 runner, then ``kbflow serve``'s app (`kbflow.api.app.create_app`) under uvicorn in a thread,
-called over real HTTP and by the MCP SDK's client. The CLI goes first: the embedded store has
-one owner, and once the service holds it the service is that owner.
+called over real HTTP and by the MCP SDK's client (`tests.conftest.app_server`). The CLI goes
+first: the embedded store has one owner, and once the service holds it the service is that
+owner.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -54,12 +51,6 @@ RECORDS = [
         "text": "Lock your screen when you leave your desk. Report a lost laptop to IT at once.",
     },
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -102,28 +93,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return seen
 
 
-@pytest.fixture
-def server(settings: Settings) -> Iterator[str]:
-    import uvicorn
-
-    from kbflow.api.app import create_app
-
-    port = _free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="error")
-    running = uvicorn.Server(config)
-    thread = threading.Thread(target=running.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not running.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        running.should_exit = True
-        thread.join(timeout=60)
-
-
 def _mcp_search(base: str, token: str) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         auth = {"Authorization": f"Bearer {token}"}
@@ -149,7 +118,7 @@ def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
     assert done.exit_code == 0, done.output
     cli_hits = [(h["doc_id"], h["chunk_id"]) for h in json.loads(done.stdout)["hits"]]
 
-    base = request.getfixturevalue("server")
+    base = request.getfixturevalue("app_server")
     auth = {"Authorization": f"Bearer {home['token']}"}
     answer = httpx.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
     assert answer.status_code == 200, answer.text

@@ -1,21 +1,23 @@
 """Review: read drafts, decide on them, run the review flow, read the audit log, reconcile.
 
-Decisions go through `tasks.review.machine` (rights, compare-and-set, audit); the store is
+Decisions go through the one decision path (`kbflow.services.review.decisions`); the store is
 opened only for a decision's vector step, so its lock is never held while rights are checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from core.contracts import ReviewReport
 from core.models import DocStatus
 from core.settings import Settings
 
 if TYPE_CHECKING:
+    from kbflow.services.review.decisions import Decided
     from sinks.registry import DocRecord, IssuedCode
     from sinks.registry.schema import AuditRow
+    from tasks.review.decisions import Verb as DecisionVerb
     from tasks.review.inspection import DraftView
     from tasks.review.machine import ReconcileReport
 
@@ -54,43 +56,25 @@ def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
 
 
 def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | None) -> DocRecord:
-    """Approve, reject or withdraw one document (withdraw needs a note).
+    """Approve, reject or withdraw one document (withdraw needs a note), through the one
+    decision path (`kbflow.services.review.decisions.decide`: a paused review run that holds
+    the draft gets it, else it applies directly).
 
     Raises:
         ReviewConflict: someone decided first (nothing changed).
-        Forbidden: ``actor`` may not decide for the document's org.
+        Forbidden: ``actor`` may not decide for the document's org (audited).
     """
-    from kbflow.services.query.context import store_opener
-    from sinks.connect import open_registry
-    from tasks.review.machine import approve, reject, withdraw
+    from tasks.review.decisions import Verb as DecisionVerb
 
-    transition: Any = {"approve": approve, "reject": reject, "withdraw": withdraw}[verb]
-    with open_registry(settings) as registry:
-        return transition(
-            doc_id, actor, registry=registry, open_store=store_opener(settings), note=note
-        )
+    return _decided(settings, DecisionVerb(verb), doc_id, actor, note=note).doc
 
 
 def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | None) -> DocRecord:
     """Replace a document's text, re-chunk and re-embed it and approve it (an approved
     document gets a new approved version that supersedes it)."""
-    from kbflow.services.query.context import store_opener
-    from sinks.connect import open_registry
-    from tasks.review.machine import edit_and_approve
-    from tasks.text.embed import embedder_for
+    from tasks.review.decisions import Verb as DecisionVerb
 
-    with open_registry(settings) as registry:
-        return edit_and_approve(
-            doc_id,
-            actor,
-            text,
-            registry=registry,
-            open_store=store_opener(settings),
-            embedder=embedder_for(settings),
-            max_words=settings.ingest.chunk_max_words,
-            overlap_words=settings.ingest.chunk_overlap_words,
-            note=note,
-        )
+    return _decided(settings, DecisionVerb.EDIT, doc_id, actor, note=note, content=text).doc
 
 
 def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord:
@@ -102,20 +86,32 @@ def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord
             withdrawn too, or someone decided first (nothing changed).
         Forbidden: ``actor`` may not decide for the document's org.
     """
+    from tasks.review.decisions import Verb as DecisionVerb
+
+    return _decided(settings, DecisionVerb.RESTORE, doc_id, actor, note=note).doc
+
+
+def _decided(
+    settings: Settings,
+    verb: DecisionVerb,
+    doc_id: str,
+    actor: str,
+    *,
+    note: str | None,
+    content: str | None = None,
+) -> Decided:
+    """One CLI decision: the registry opened for it, the store opened only for its vector
+    step, the embedder loaded only if the decision needs one."""
     from kbflow.services.query.context import store_opener
+    from kbflow.services.review.decisions import decide as decide_one
     from sinks.connect import open_registry
-    from tasks.review.machine import restore as restore_document
     from tasks.text.embed import embedder_for
 
     with open_registry(settings) as registry:
-        return restore_document(
-            doc_id,
-            actor,
-            registry=registry,
-            open_store=store_opener(settings),
-            note=note,
-            embedder=embedder_for(settings),  # loaded only if the stored vectors cannot be read
-        )
+        return decide_one(
+            settings, registry, store_opener(settings), lambda: embedder_for(settings), actor,
+            doc_id, verb, surface="cli", note=note, content=content,
+        )  # fmt: skip
 
 
 def run_review_flow(

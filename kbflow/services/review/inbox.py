@@ -3,35 +3,29 @@ them, a draft as they read it, and their decisions.
 
 Identity is a password login (`sinks.registry.logins`: argon2, lockout, server-side sessions);
 what a person may see and decide is `tasks.review.access`, the same rules as the CLI and the
-HTTP API. A decision on a draft that a paused review run kbflow started (and recorded) is
-waiting for goes to that run, as a flow-pause human input with a proof that a one-time review
-code bound to the run and the user signed for exactly that decision (`tasks.review.codes`; the
-code never goes to Prefect): the run verifies it, applies the decision as that user and
-summarises it on its page; if the run ends without applying it (it refused input swapped after
-the resume), it is applied directly. Any other decision applies directly through the state machine
-(`tasks.review.machine`: compare-and-set, audit, a conflict when someone decided first).
+HTTP API. A decision goes through `kbflow.services.review.decisions.decide`, the one path the
+CLI and HTTP take too: to the paused review run kbflow started that waits for the draft, if
+one does, else directly through the state machine (compare-and-set, audit, a conflict when
+someone decided first).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from core.errors import (
     ConfigError,
     Forbidden,
-    JobRunnerUnavailable,
     NotFound,
-    ReviewConflict,
 )
 from core.models import DocStatus, Role
 from core.settings import Settings
-from kbflow.services.orchestration import prefect_api
+from kbflow.services.review import decisions
+from kbflow.services.review.decisions import Decided
 from tasks.review.access import authorize_document, may_decide, may_inspect
-from tasks.review.codes import issue_code, sign_decisions
+from tasks.review.decisions import Verb
 from tasks.review.inspection import draft_markdown
 from tasks.review.machine import held, live_older_versions
 from tasks.review.markup import (
@@ -49,10 +43,6 @@ if TYPE_CHECKING:
     from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord, WebSession
 
 Action = Literal["approve", "edit", "reject", "withdraw", "restore"]
-log = logging.getLogger(__name__)
-RUN_ACTIONS = frozenset({"approve", "edit", "reject"})
-RUN_APPLY_WAIT_S = 30.0
-"""How long a decision sent to a paused run is waited for (the run polls every 2 s)."""
 
 
 # -- who is logged in ------------------------------------------------------------------------
@@ -250,16 +240,6 @@ def _cited_titles(registry: SqlRegistry, doc: DocRecord, text: str) -> dict[str,
 # -- decisions ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Decided:
-    """What a decision did: the document's record after it, and the paused run it went
-    through (None: applied directly)."""
-
-    doc: DocRecord
-    via_run: str | None
-    message: str
-
-
 def decide(
     ctx: SearchContext,
     settings: Settings,
@@ -271,139 +251,20 @@ def decide(
     note: str | None = None,
     seen: str | None = None,
 ) -> Decided:
-    """Apply one decision as ``user``: through the paused review run that waits for this
-    draft (approve, edit, reject), else directly. ``seen`` is the ``version:status`` the page
-    showed when the form was rendered: a document changed since (someone approved it, a newer
-    version) is a conflict, so a stale edit never becomes a new version over a decision the
-    person did not see.
+    """Apply one decision as ``user`` from the inbox: `kbflow.services.review.decisions.decide`
+    (through the paused review run that waits for this draft, else directly), with the
+    inbox's ``seen`` (the ``version:status`` the page showed: a document changed since is a
+    conflict) and its form's note rules.
 
     Raises:
         Forbidden: the user may not decide for the document's org (audited).
         ReviewConflict: someone decided first (nothing changed).
-        ConfigError: a withdraw or restore without a note, an edit without text.
+        ConfigError: a withdraw, restore or reject without a note, an edit without text.
     """
-    registry = ctx.registry
-    note = (note or "").strip() or None
-    if action in ("withdraw", "restore", "reject") and not note:
-        raise ConfigError(f"to {action} a document, say why in the note (it is audited).")
-    if action == "edit" and not (content or "").strip():
-        raise ConfigError("an edit needs the document's new text.")
-    try:
-        _, doc = authorize_document(registry, user.id, doc_id)
-    except Forbidden as exc:
-        try:
-            org_id: str | None = registry.get_document(doc_id).org_id
-        except NotFound:
-            org_id = None
-        registry.record_denied(user.id, f"{action} {doc_id} (inbox)", org_id=org_id,
-                               reason=str(exc))  # fmt: skip
-        raise
-    if seen is not None and seen != f"{doc.version}:{doc.status}":
-        raise ReviewConflict(
-            f"{doc.title!r} changed since you opened it: it is now version {doc.version}, "
-            f"{doc.status} (you saw {seen.replace(':', ', ')}). Nothing was changed: read it "
-            "again and decide on what it is now."
-        )
-    if action in RUN_ACTIONS and doc.status == DocStatus.PENDING_REVIEW.value:
-        run = _paused_run_for(registry, doc)
-        if run is not None:
-            through = _through_run(registry, user, doc, *run, action, content, note)
-            if through is not None:
-                return through
-            doc = registry.get_document(doc.id)  # the run ended without applying it
-    return _directly(ctx, settings, user, doc, action, content, note)
-
-
-def _paused_run_for(registry: SqlRegistry, doc: DocRecord) -> tuple[str, str] | None:
-    """The Prefect server and the paused review run whose form holds ``doc``: only a run that
-    kbflow's review flow recorded (`review_runs`), never one planted through the Prefect API
-    (None without a server, or when no recorded run waits for it)."""
-    url = prefect_api.configured_url()
-    if url is None:
-        return None
-    recorded = registry.review_runs_holding(doc.org_id, doc.id)
-    if not recorded:
-        return None
-    try:
-        run = prefect_api.paused_review_run(url, recorded, doc.org_id, f"doc_{doc.id}")
-    except JobRunnerUnavailable:  # an unreachable server: decide directly instead
-        return None
-    return (url, run) if run else None
-
-
-def _through_run(
-    registry: SqlRegistry,
-    user: UserRecord,
-    doc: DocRecord,
-    url: str,
-    run_id: str,
-    action: str,
-    content: str | None,
-    note: str | None,
-) -> Decided | None:
-    """Hand the decision to the paused run with a proof signed for exactly it and this run
-    (the code itself never goes to Prefect); None when the run ended without applying it (it
-    refused input that was swapped after the resume, say): the caller applies it directly."""
-    issued = issue_code(registry, user.id, doc.org_id, flow_run_id=run_id)
-    row = {"action": action, "content": content or "", "note": note or ""}
-    run_input: dict[str, object] = {f"doc_{doc.id}": row}
-    run_input["code"] = sign_decisions(issued.code, run_id, run_input)
-    prefect_api.resume_run(url, run_id, run_input)
-    deadline = time.monotonic() + RUN_APPLY_WAIT_S
-    while time.monotonic() < deadline:
-        now = registry.get_document(doc.id)
-        if now.status != DocStatus.PENDING_REVIEW.value:
-            return Decided(now, run_id, f"applied by review run {run_id}")
-        state = prefect_api.run_state(url, run_id)
-        if state is not None and state.type in {*prefect_api.FAILED_TYPES, "COMPLETED"}:
-            now = registry.get_document(doc.id)
-            if now.status != DocStatus.PENDING_REVIEW.value:
-                return Decided(now, run_id, f"applied by review run {run_id}")
-            log.warning(
-                "review run %s ended %s without applying %s's decision on %s (%s): applying "
-                "it directly", run_id, state.name, user.id, doc.id, state.message,
-            )  # fmt: skip
-            return None
-        time.sleep(0.5)
-    return Decided(
-        registry.get_document(doc.id),
-        run_id,
-        f"sent to review run {run_id}; it applies the decision in a moment (reload the page)",
-    )
-
-
-def _directly(
-    ctx: SearchContext,
-    settings: Settings,
-    user: UserRecord,
-    doc: DocRecord,
-    action: Action,
-    content: str | None,
-    note: str | None,
-) -> Decided:
-    from tasks.review import machine
-
-    registry, opener = ctx.registry, held(ctx.vector_store)
-    if action == "approve":
-        done = machine.approve(doc.id, user.id, registry=registry, open_store=opener, note=note)
-    elif action == "reject":
-        done = machine.reject(doc.id, user.id, registry=registry, open_store=opener, note=note)
-    elif action == "withdraw":
-        done = machine.withdraw(
-            doc.id, user.id, registry=registry, open_store=opener, note=note or ""
-        )
-    elif action == "restore":
-        done = machine.restore(
-            doc.id, user.id, registry=registry, open_store=opener, note=note or "",
-            embedder=ctx.embedder,
-        )  # fmt: skip
-    else:
-        done = machine.edit_and_approve(
-            doc.id, user.id, content or "", registry=registry, open_store=opener,
-            embedder=ctx.embedder, max_words=settings.ingest.chunk_max_words,
-            overlap_words=settings.ingest.chunk_overlap_words, note=note,
-        )  # fmt: skip
-    return Decided(done, None, f"{action} applied")
+    return decisions.decide(
+        settings, ctx.registry, held(ctx.vector_store), lambda: ctx.embedder, user.id, doc_id,
+        Verb(action), surface="inbox", note=note, content=content, seen=seen,
+    )  # fmt: skip
 
 
 def require_person(user: UserRecord) -> None:
