@@ -30,7 +30,7 @@ PG_TESTS ?= tests/sinks/test_registry.py tests/sinks/test_tokens.py \
 # Below ~20 examples its "not vacuous" checks (agents found chunks, moves happened) can fail.
 PG_GATE_EXAMPLES ?= 20
 
-.PHONY: local-llm demo test test-all test-postgres run-test-postgres postgres-deps install system-deps browser-deps screenshots lint typecheck bench eval lock clean
+.PHONY: local-llm demo test test-unit test-all test-postgres run-test-postgres postgres-deps install system-deps browser-deps screenshots lint typecheck bench eval lock clean
 
 demo: install system-deps
 	$(BIN)/kbflow demo
@@ -38,6 +38,10 @@ demo: install system-deps
 test: install system-deps browser-deps postgres-deps local-llm
 	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory run-test-postgres
+
+# The fast loop: no real servers or processes (not slow, not integration), no system installs.
+test-unit: install
+	$(BIN)/python -m pytest -m "not slow and not integration" -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-postgres: install postgres-deps run-test-postgres
 

