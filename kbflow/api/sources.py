@@ -29,6 +29,7 @@ from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, accepted, may_decide, scrubbed
 from kbflow.api.schemas import ApiModel, JobAccepted
 from kbflow.services.sources import definitions as sources
+from tasks.sources import KINDS
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["sources"])
 
@@ -61,7 +62,7 @@ class SourceBody(_SourceFields):
     (docs/SOURCES.md), never a secret: credentials come from the server's environment."""
 
     name: str = Field(min_length=1, max_length=120, description="Unique in the org.")
-    kind: str = Field(min_length=1, max_length=40, description="filesystem, website, sql, rest.")
+    kind: str = Field(min_length=1, max_length=40, description=f"One of {', '.join(KINDS)}.")
     config: dict[str, Any] = Field(max_length=MAX_CONFIG_KEYS)
     collection: str = Field(min_length=1, max_length=300, description="Where its documents go.")
     status: str = Field("pending_review", description="pending_review or approved.")

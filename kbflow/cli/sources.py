@@ -31,6 +31,7 @@ from kbflow.cli.common import (
 from kbflow.render import console, err_console, progress_bar
 from kbflow.services.sources import definitions as service
 from kbflow.services.sources import sync as source_runs
+from tasks.sources import KINDS
 
 group = command_group(
     "sources", "Sources synced from where knowledge lives: folders, buckets, websites, SQL, REST."
@@ -39,7 +40,11 @@ group = command_group(
 NameArg = Annotated[str, typer.Argument(help="The source's name (or its id).")]
 KindOpt = Annotated[
     str,
-    typer.Option("--kind", help="filesystem (folder, s3://, gs://, az://), website, sql or rest."),
+    typer.Option(
+        "--kind",
+        help=f"One of {', '.join(KINDS)} (filesystem: a folder, s3://, gs:// or az://); each "
+        "kind's keys: docs/SOURCES.md.",
+    ),
 ]
 ConfigOpt = Annotated[
     list[str] | None,
