@@ -45,9 +45,10 @@ from kbflow.api import (
     sources,
 )
 from kbflow.api.auth import Service
-from kbflow.api.limits import BodyLimit, Measured, Metrics, TokenBuckets
+from kbflow.api.limits import BodyLimit, TokenBuckets
 from kbflow.api.logs import drop_query_strings, uvicorn_logging
 from kbflow.api.mcp import MCP_PATH, McpEndpoint
+from kbflow.api.metrics import Measured, Metrics
 from kbflow.api.steward import StoreSteward
 from kbflow.api.uploads import UPLOAD_PATHS, upload_body_cap
 from kbflow.services.query.context import search_context

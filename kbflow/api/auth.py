@@ -20,8 +20,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.errors import Forbidden, NotFound, Unauthorized
 from core.settings import Settings
-from kbflow.api.limits import DeadlineExceeded, Metrics, TokenBuckets
+from kbflow.api.limits import DeadlineExceeded, TokenBuckets
 from kbflow.api.logs import RequestFacts, current_request, request_facts
+from kbflow.api.metrics import Metrics
 from kbflow.api.steward import StoreSteward
 from kbflow.services.query.context import SearchContext
 

@@ -1,6 +1,6 @@
 """What `/metrics` reads beyond the requests: labels held to a bounded number of values, and
 the review backlog and the store's size, read from the registry and the store at scrape time
-(`kbflow.api.limits.Metrics` registers them)."""
+(`kbflow.api.metrics.Metrics` registers them)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class CappedLabel:
 class Knowledge(Collector):
     """``kbflow_review_backlog_documents{org}``, ``kbflow_review_oldest_pending_seconds{org}``,
     ``kbflow_store_points{org}``, ``kbflow_store_disk_bytes`` and ``kbflow_backup_age_seconds``,
-    read at scrape time (see `kbflow.api.limits.Metrics.watch_knowledge`)."""
+    read at scrape time (see `kbflow.api.metrics.Metrics.watch_knowledge`)."""
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.settings import Settings
 from kbflow.api.auth import ServiceDep
-from kbflow.api.limits import Metrics
+from kbflow.api.metrics import Metrics
 from kbflow.api.schemas import Health, Readiness
 from kbflow.services.backup.backups import BACKUPS_DIR, latest_backup
 from kbflow.services.query.context import SearchContext

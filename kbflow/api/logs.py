@@ -10,7 +10,7 @@ With ``KBFLOW_LOG_FORMAT=json`` the service writes one JSON object per line inst
 and every other record (warnings, uvicorn's own lines) as JSON too. A request's line is built
 from its `RequestFacts`, the one record of who asked (agent or user, org), what (route template,
 MCP tool) and how it ended (status, latency, the gate's outcome) that the metrics read as well
-(`kbflow.api.limits.Measured`). Facts are ids, names and numbers only: a request line never holds
+(`kbflow.api.metrics.Measured`). Facts are ids, names and numbers only: a request line never holds
 a token, a path's query string, a query's or question's text, or a document's text.
 """
 

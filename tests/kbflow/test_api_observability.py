@@ -27,8 +27,8 @@ from core.settings import Settings
 from kbflow.api import gauges
 from kbflow.api.app import _Observed
 from kbflow.api.launch import REPO, launched
-from kbflow.api.limits import Measured, Metrics
 from kbflow.api.logs import JsonFormatter, RequestFacts, begin_request, end_request
+from kbflow.api.metrics import Measured, Metrics
 from sinks.registry import SqlRegistry
 from tests.conftest import index_records
 

@@ -10,8 +10,8 @@ from prometheus_client import generate_latest
 from sqlalchemy import update
 
 from core.models import JobStatus
-from kbflow.api import limits
-from kbflow.api.limits import Metrics
+from kbflow.api import metrics as served_metrics
+from kbflow.api.metrics import Metrics
 from sinks.registry import SqlRegistry
 from sinks.registry.schema import JobRow, utcnow
 
@@ -34,7 +34,7 @@ def _finish(registry: SqlRegistry, status: JobStatus, tokens: int, kind: str = "
 def test_each_scrape_reads_only_the_jobs_that_ended_since_the_last(
     registry: SqlRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "RESEARCH_READ_EVERY_S", 0.0)
+    monkeypatch.setattr(served_metrics, "RESEARCH_READ_EVERY_S", 0.0)
     registry.ensure_org("acme")
     reads: list[tuple[Any, int]] = []
 
@@ -69,7 +69,7 @@ def test_many_jobs_ending_at_once_are_each_counted_once(
 ) -> None:
     """More jobs than one read returns, all ending at the same instant: read on from the last
     one (by end time, then id), none counted twice or skipped."""
-    monkeypatch.setattr(limits, "RESEARCH_READ_EVERY_S", 0.0)
+    monkeypatch.setattr(served_metrics, "RESEARCH_READ_EVERY_S", 0.0)
     registry.ensure_org("acme")
     ids = [_finish(registry, JobStatus.COMPLETE, 10) for _ in range(7)]
     with registry.session() as s, s.begin():
