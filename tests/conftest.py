@@ -381,6 +381,21 @@ def _no_files(source: Source) -> Any:
     raise AssertionError(f"unexpected file source {source}")
 
 
+INTEGRATION_FIXTURES = frozenset(
+    {"prefect_harness", "prefect_server", "app_server", "served", "served_once", "local_model",
+     "edge_store"}
+)  # fmt: skip
+"""Fixtures that start a server or a process, or open Qdrant Edge on disk: a test that uses
+one is an integration test, whether or not its module says so (`make test-unit` leaves it
+out)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Remove the session's Prefect/dlt state (it lives outside tmp_path)."""
     import shutil

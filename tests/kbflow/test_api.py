@@ -17,6 +17,8 @@ from core.settings import Settings
 from kbflow.api.launch import REPO, launched
 from tests.conftest import index_records
 
+pytestmark = pytest.mark.integration  # each test starts or reaches a real service
+
 TOPIC = "quarterly expense reimbursement rules"
 START_TIMEOUT_S = 180
 DRAFTS = 6

@@ -23,6 +23,8 @@ from core.settings import Settings
 from tests.conftest import index_records
 from tests.kbflow.test_api import running_service
 
+pytestmark = pytest.mark.integration  # each test starts or reaches a real service
+
 TOPIC = "harbour crane maintenance schedule"
 ORGS = ("north", "south")
 COLLECTIONS = ("ops", "ops/cranes", "ops/cranes/night", "finance", "legal")

@@ -26,6 +26,8 @@ from kbflow.api.mcp import ANSWER_TOOL
 from kbflow.services.query.tools import TOOLS
 from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served, served_once
 
+pytestmark = pytest.mark.integration  # each test starts or reaches a real service
+
 __all__ = ["served", "served_once"]  # the fixtures, imported for these tests
 
 TOOL_NAMES = [

@@ -36,6 +36,8 @@ from sinks.shared_store import (
 )
 from sinks.vectors import point_id_for
 
+pytestmark = pytest.mark.integration  # each test starts or reaches a real service
+
 REPO = Path(__file__).resolve().parents[2]
 
 # An owner in its own process: opens the shard, serves it, prints READY, waits to be killed.
