@@ -37,7 +37,7 @@ from kbflow.render import console, err_console
 from kbflow.services.review import drafts as service
 
 if TYPE_CHECKING:
-    from sinks.registry import DocRecord
+    from kbflow.services.review.decisions import Decided
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
@@ -146,7 +146,8 @@ def review_show(
             console.print(line, highlight=False)
 
 
-def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> None:
+def _print_decision(decided: Decided, verb: str, actor: str, as_json: bool) -> None:
+    doc = decided.doc
     if as_json:
         print_json(doc.to_dict())
         return
@@ -154,6 +155,8 @@ def _print_decision(doc: DocRecord, verb: str, actor: str, as_json: bool) -> Non
         f"[green]{verb}[/green] {doc.id} “{escape(doc.title)}” ({escape(doc.org_id)}, "
         f"v{doc.version}) by {escape(actor)}: now {doc.status}"
     )
+    if decided.via_run:  # a paused review run held the draft: the decision went through it
+        console.print(escape(decided.message))
 
 
 DECIDED_FIRST = (
@@ -174,8 +177,8 @@ def _draft_decision(verb: Literal["approve", "reject"], done: str, summary: str)
         note: NoteOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        doc = service.decide(settings, verb, doc_id, actor, note)
-        _print_decision(doc, done, actor, as_json)
+        decided = service.decision(settings, verb, doc_id, actor, note=note)
+        _print_decision(decided, done, actor, as_json)
 
 
 _draft_decision(
@@ -206,8 +209,8 @@ def review_withdraw(
     Only a superadmin or the org's assigned account manager may. Exit code 3 means it was no
     longer approved (someone else acted first; nothing was changed).
     """
-    doc = service.decide(settings, "withdraw", doc_id, actor, note)
-    _print_decision(doc, "withdrew", actor, as_json)
+    decided = service.decision(settings, "withdraw", doc_id, actor, note=note)
+    _print_decision(decided, "withdrew", actor, as_json)
 
 
 @group.command("restore")
@@ -231,8 +234,8 @@ def review_restore(
     withdrawn, a newer version of its source is approved (or withdrawn too), or someone else
     acted first (nothing was changed).
     """
-    doc = service.restore(settings, doc_id, actor, note)
-    _print_decision(doc, f"restored {escape(doc_id)} as", actor, as_json)
+    decided = service.decision(settings, "restore", doc_id, actor, note=note)
+    _print_decision(decided, f"restored {escape(doc_id)} as", actor, as_json)
 
 
 @group.command("edit")
@@ -260,8 +263,9 @@ def review_edit(
     --content), not a diff. Only a superadmin or the org's assigned account manager may. Exit
     code 3 means someone else decided first.
     """
-    doc = service.edit(settings, doc_id, actor, _edited_text(file, content), note)
-    _print_decision(doc, "edited and approved", actor, as_json)
+    decided = service.decision(settings, "edit", doc_id, actor, note=note,
+                               content=_edited_text(file, content))  # fmt: skip
+    _print_decision(decided, "edited and approved", actor, as_json)
 
 
 def _edited_text(file: Path | None, content: str | None) -> str:

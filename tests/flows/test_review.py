@@ -1109,3 +1109,33 @@ def test_a_planted_paused_run_gets_no_inbox_decision(
     assert response.status_code == 404  # no code, no decision handed to it
     issued = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.issued"]
     assert issued == []
+
+
+def test_a_cli_decision_on_a_draft_a_paused_run_holds_goes_through_that_run(
+    prefect_server: Server,
+    start_review: Any,
+    start_cli: Any,
+    drafts: dict[str, str],
+    registry: SqlRegistry,
+) -> None:
+    """One decision path (issue 43): ``kbflow review approve`` from a shell that knows the
+    Prefect server hands the decision to the paused review run kbflow started and recorded,
+    found when the decision is made (the run started first here), as the inbox does; the run
+    applies it as the AM and completes. Before, the CLI applied it directly and the run went
+    on waiting for a draft that was no longer pending."""
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    cli = start_cli("review", "approve", drafts["kiln"], "--as", AM)
+    assert cli.proc.wait(timeout=90) == 0, cli.output()
+    assert f"applied by review run {run_id}" in " ".join(cli.output().split()), cli.output()
+    # the form's other draft is left as it was: the run applied one decision and completed
+    rc, report = child.finish()
+    assert rc == 0, child.output()
+    assert report is not None
+    assert [(o["doc_id"], o["result"]) for o in report["outcomes"]] == [(drafts["kiln"], "applied")]
+    assert _final_state(prefect_server, run_id).is_completed()
+    docs = registry.get_documents(drafts.values())
+    assert (docs[drafts["kiln"]].status, docs[drafts["kiln"]].approved_by) == ("approved", AM)
+    assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value
+    issued = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.issued"]
+    assert [r.actor for r in issued] == [AM]  # the proof was signed for amy, for this run

@@ -91,6 +91,22 @@ def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord
     return _decided(settings, DecisionVerb.RESTORE, doc_id, actor, note=note).doc
 
 
+def decision(
+    settings: Settings,
+    verb: str,
+    doc_id: str,
+    actor: str,
+    *,
+    note: str | None,
+    content: str | None = None,
+) -> Decided:
+    """One CLI decision through the one decision path, and how it went (`Decided`: applied
+    directly or through a paused review run)."""
+    from tasks.review.decisions import Verb as DecisionVerb
+
+    return _decided(settings, DecisionVerb(verb), doc_id, actor, note=note, content=content)
+
+
 def _decided(
     settings: Settings,
     verb: DecisionVerb,
