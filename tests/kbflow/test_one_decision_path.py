@@ -214,3 +214,44 @@ def test_the_note_rules_are_one_rule_with_one_message(
         silent = browser.post(f"/review/drafts/{d[2]}/reject", data={"csrf": csrf})
         assert silent.status_code == 400 and "rejecting needs a note saying why" in silent.text
     assert _status(settings, d[2]) == "pending_review"
+
+
+def _no_model() -> Any:
+    raise AssertionError("an approval embeds nothing")
+
+
+def test_a_run_that_cannot_be_resumed_leaves_the_decision_to_be_applied_directly(
+    settings: Settings, home: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded paused run holds the draft, but the Prefect server refuses to resume it
+    (it went away, or the run stopped being paused between the look and the resume): the
+    decision is applied directly instead of failing (before: the error reached the caller
+    and nothing was decided)."""
+    from core.errors import JobRunnerUnavailable
+    from kbflow.services.orchestration import prefect_api
+    from kbflow.services.review.decisions import decide
+    from sinks.registry import SqlRegistry
+    from tasks.review.decisions import Verb
+    from tasks.review.machine import held
+
+    d = home["drafts"]
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setattr(prefect_api, "paused_review_run", lambda *a: "run-1")
+
+    def refused(*args: Any) -> None:
+        raise JobRunnerUnavailable("the Prefect server at http://127.0.0.1:9/api did not answer")
+
+    monkeypatch.setattr(prefect_api, "resume_run", refused)
+    from sinks.qdrant_edge import QdrantEdgeStore
+
+    registry = SqlRegistry.open(settings.registry_url)
+    store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
+    try:
+        registry.record_review_run("run-1", "larkspur", [d[0]])
+        decided = decide(settings, registry, held(store), _no_model, "amy", d[0], Verb.APPROVE,
+                         surface="cli")  # fmt: skip
+        assert decided.via_run is None and decided.doc.status == "approved", decided
+        assert registry.get_document(d[0]).approved_by == "amy"
+    finally:
+        store.close()
+        registry.close()

@@ -143,13 +143,19 @@ def _through_run(
     note: str | None,
 ) -> Decided | None:
     """Hand the decision to the paused run with a proof signed for exactly it and this run
-    (the code itself never goes to Prefect); None when the run ended without applying it (it
-    refused input that was swapped after the resume, say): the caller applies it directly."""
+    (the code itself never goes to Prefect); None when the run could not be resumed (the
+    server gone, the run no longer paused) or ended without applying it (it refused input
+    that was swapped after the resume, say): the caller applies it directly."""
     issued = issue_code(registry, user.id, doc.org_id, flow_run_id=run_id)
     row = {"action": verb.value, "content": content or "", "note": note or ""}
     run_input: dict[str, object] = {f"doc_{doc.id}": row}
     run_input["code"] = sign_decisions(issued.code, run_id, run_input)
-    prefect_api.resume_run(url, run_id, run_input)
+    try:
+        prefect_api.resume_run(url, run_id, run_input)
+    except JobRunnerUnavailable as exc:  # gone, no longer paused, or refused: decide directly
+        log.warning("review run %s could not be resumed with %s's decision on %s (%s): "
+                    "applying it directly", run_id, user.id, doc.id, exc)  # fmt: skip
+        return None
     deadline = time.monotonic() + RUN_APPLY_WAIT_S
     while time.monotonic() < deadline:
         now = registry.get_document(doc.id)
