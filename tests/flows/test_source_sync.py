@@ -322,7 +322,7 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     assert {v[0] for v in _live(registry).values()} == {"pending_review"}
     assert _found(settings, "where do visitors park") == set()
     parking = next(d for d in registry.list_documents(ORG) if d.uri.endswith("parking.md"))
-    review.decide(settings, "approve", parking.id, ROOT, None)
+    review.decision(settings, "approve", parking.id, ROOT, note=None)
     assert "parking.md" in _found(settings, "where do visitors park")
     # A change waits for review; the approved version stays served meanwhile.
     (share / "parking.md").write_text(PARKING.replace("north", "south"))
@@ -426,7 +426,7 @@ def test_removing_a_source_with_withdraw_takes_out_every_version_in_play(
     ), actor=ROOT)  # fmt: skip
     _sync(settings, "drafts")
     (first,) = registry.list_documents(ORG)
-    review.decide(settings, "approve", first.id, ROOT, None)
+    review.decision(settings, "approve", first.id, ROOT, note=None)
     (share / "parking.md").write_text(PARKING.replace("north", "south"))
     assert _sync(settings, "drafts")["counts"]["changed"] == 1  # a draft beside the approved one
 

@@ -7,7 +7,7 @@ opened only for a decision's vector step, so its lock is never held while rights
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from core.contracts import ReviewReport
 from core.models import DocStatus
@@ -17,11 +17,8 @@ if TYPE_CHECKING:
     from kbflow.services.review.decisions import Decided
     from sinks.registry import DocRecord, IssuedCode
     from sinks.registry.schema import AuditRow
-    from tasks.review.decisions import Verb as DecisionVerb
     from tasks.review.inspection import DraftView
     from tasks.review.machine import ReconcileReport
-
-Verb = Literal["approve", "reject", "withdraw"]
 
 NO_UI_SERVER = (
     "PREFECT_API_URL is not set, so the run would pause on a temporary server that no UI can "
@@ -55,42 +52,6 @@ def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
         return inspect_draft(doc_id, actor, registry=registry, open_store=store_opener(settings))
 
 
-def decide(settings: Settings, verb: Verb, doc_id: str, actor: str, note: str | None) -> DocRecord:
-    """Approve, reject or withdraw one document (withdraw needs a note), through the one
-    decision path (`kbflow.services.review.decisions.decide`: a paused review run that holds
-    the draft gets it, else it applies directly).
-
-    Raises:
-        ReviewConflict: someone decided first (nothing changed).
-        Forbidden: ``actor`` may not decide for the document's org (audited).
-    """
-    from tasks.review.decisions import Verb as DecisionVerb
-
-    return _decided(settings, DecisionVerb(verb), doc_id, actor, note=note).doc
-
-
-def edit(settings: Settings, doc_id: str, actor: str, text: str, note: str | None) -> DocRecord:
-    """Replace a document's text, re-chunk and re-embed it and approve it (an approved
-    document gets a new approved version that supersedes it)."""
-    from tasks.review.decisions import Verb as DecisionVerb
-
-    return _decided(settings, DecisionVerb.EDIT, doc_id, actor, note=note, content=text).doc
-
-
-def restore(settings: Settings, doc_id: str, actor: str, note: str) -> DocRecord:
-    """Put a withdrawn document back in service: a new approved version with its text (the
-    withdrawn version and the answers that cited it are left as they are); a note is required.
-
-    Raises:
-        ReviewConflict: it is not withdrawn, a newer version of its source is approved or
-            withdrawn too, or someone decided first (nothing changed).
-        Forbidden: ``actor`` may not decide for the document's org.
-    """
-    from tasks.review.decisions import Verb as DecisionVerb
-
-    return _decided(settings, DecisionVerb.RESTORE, doc_id, actor, note=note).doc
-
-
 def decision(
     settings: Settings,
     verb: str,
@@ -100,33 +61,26 @@ def decision(
     note: str | None,
     content: str | None = None,
 ) -> Decided:
-    """One CLI decision through the one decision path, and how it went (`Decided`: applied
-    directly or through a paused review run)."""
-    from tasks.review.decisions import Verb as DecisionVerb
+    """One CLI decision (approve, reject, withdraw, restore, edit) through the one decision
+    path (`kbflow.services.review.decisions.decide`: a paused review run that holds the draft
+    gets it, else it applies directly), and how it went. The registry is opened for it, the
+    store only for its vector step, the embedder loaded only if the decision needs one.
 
-    return _decided(settings, DecisionVerb(verb), doc_id, actor, note=note, content=content)
-
-
-def _decided(
-    settings: Settings,
-    verb: DecisionVerb,
-    doc_id: str,
-    actor: str,
-    *,
-    note: str | None,
-    content: str | None = None,
-) -> Decided:
-    """One CLI decision: the registry opened for it, the store opened only for its vector
-    step, the embedder loaded only if the decision needs one."""
+    Raises:
+        ReviewConflict: someone decided first (nothing changed).
+        Forbidden: ``actor`` may not decide for the document's org (audited).
+        ConfigError: a note or an edit's text is missing.
+    """
     from kbflow.services.query.context import store_opener
-    from kbflow.services.review.decisions import decide as decide_one
+    from kbflow.services.review.decisions import decide
     from sinks.connect import open_registry
+    from tasks.review.decisions import Verb
     from tasks.text.embed import embedder_for
 
     with open_registry(settings) as registry:
-        return decide_one(
+        return decide(
             settings, registry, store_opener(settings), lambda: embedder_for(settings), actor,
-            doc_id, verb, surface="cli", note=note, content=content,
+            doc_id, Verb(verb), surface="cli", note=note, content=content,
         )  # fmt: skip
 
 
