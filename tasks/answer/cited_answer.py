@@ -111,16 +111,14 @@ def answer(
     if model is None:
         return turn.refuse(MODEL_FAILED, no_model_reason or "no answer model is configured")
     asked = scrub(question)
-    if model.model_id in UNIT_SCORING_MODEL_IDS:  # it weighs each unit's meaning, not only words
+    scored_units = model.model_id in UNIT_SCORING_MODEL_IDS
+    if scored_units:  # it weighs each unit's meaning, not only words
         evidence = [_with_unit_scores(e, asked, embedder) for e in evidence]
-        closest = [_with_unit_scores(e, asked, embedder) for e in closest]
     replay_input = rec.replay_input(
         model, question=asked, evidence=[e.to_dict() for e in evidence]
     ) | {"query_form": config.form}  # added last: older keys keep their order
     if weak:
         replay_input["below_threshold"] = weak  # replay settles it the same way
-    if closest:
-        replay_input["closest"] = [e.to_dict() for e in closest]
     unusable = None  # why the model's reply could not be used, when it could not
     try:
         claims = model.answer(asked, evidence, rec.calls)
@@ -130,6 +128,12 @@ def answer(
     except LlmReplyInvalid as exc:  # read, but broke its contract twice: hand over the evidence
         unusable = f"the answer model's reply could not be used ({exc})"
         claims = evidence_quotes(asked, evidence)
+    if any(c.proof for c in claims):
+        closest = []  # answered: a "maybe" never happens, so nothing below the bar is quoted
+    elif closest:  # scored and recorded only when a "maybe" may quote them
+        if scored_units:
+            closest = [_with_unit_scores(e, asked, embedder) for e in closest]
+        replay_input["closest"] = [e.to_dict() for e in closest]
     # The evidence's chunks too: a "maybe" may hand over any of them (`settle`).
     handed = [*evidence, *closest]
     valid = verify_citations(registry, scope, [*(c for claim in claims for c in claim.chunk_ids),
@@ -250,7 +254,8 @@ def settle(
         pool = [*evidence, *closest]
         wider = [c for c in evidence_quotes(question, pool, whole_tables=True, fill=True)
                  if c.chunk_ids[0] in servable]  # fmt: skip
-        if any(c.chunk_ids[0] in {e.chunk_id for e in closest} for c in wider):
+        below = {e.chunk_id for e in closest}
+        if any(c.chunk_ids[0] in below for c in wider):
             kept, missing = wider, f"{missing or 'no quote holds the answer'}; {CLOSEST_QUOTED}"
     return Judgement(judgement.answered, tuple(kept), missing)
 
