@@ -29,12 +29,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
 from core.settings import Settings
 from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
-
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
-_CONFIG_KEYS = {"url", "glob", "endpoint_url"}
+from tasks.sources.configs.filesystem import FilesystemConfig
 
 
 def is_local(config: Mapping[str, Any]) -> bool:
@@ -42,57 +39,13 @@ def is_local(config: Mapping[str, Any]) -> bool:
 
 
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config, checked and normalised (a local path becomes an absolute ``file://`` URL).
+    """The config, checked (`FilesystemConfig`) and normalised (a local path becomes an
+    absolute ``file://`` URL).
 
     Raises:
         ConfigError: a missing or unsupported ``url``, an unknown key, or credentials in it.
     """
-    unknown = set(config) - _CONFIG_KEYS
-    if unknown:
-        raise ConfigError(
-            f"unknown filesystem source settings: {', '.join(sorted(unknown))} (known: "
-            f"{', '.join(sorted(_CONFIG_KEYS))}). Credentials come from the environment, "
-            "never from the source's settings."
-        )
-    url = str(config.get("url") or "").strip()
-    if not url:
-        raise ConfigError("a filesystem source needs a url: a folder, or s3://bucket/prefix")
-    parts = urllib.parse.urlsplit(url)
-    if parts.username or parts.password or "@" in parts.netloc:
-        raise ConfigError(
-            "the source url holds credentials; remove them and set them in the environment "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for S3)"
-        )
-    out: dict[str, Any] = {"glob": str(config.get("glob") or "**/*")}
-    if parts.scheme in ("", "file"):
-        path = Path(parts.path if parts.scheme else url).expanduser().resolve()
-        if not path.is_dir():
-            raise ConfigError(f"{path} is not a folder: give an existing folder to sync")
-        out["url"] = path.as_uri()
-    elif parts.scheme in REMOTE_SCHEMES:
-        if not parts.netloc:
-            raise ConfigError(f"{url!r} names no bucket: write {parts.scheme}://BUCKET/prefix")
-        out["url"] = url.rstrip("/")
-    else:
-        raise ConfigError(
-            f"{parts.scheme}:// is not a filesystem kbflow syncs: use a folder, file://, "
-            f"{', '.join(s + '://' for s in REMOTE_SCHEMES)}"
-        )
-    if config.get("endpoint_url"):
-        endpoint = str(config["endpoint_url"]).strip()
-        if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
-            raise ConfigError(f"endpoint_url {endpoint!r} must be an http(s) URL")
-        from core.errors import UnsafeUrl
-        from tasks.research.fetch import check_url_shape
-
-        try:
-            # Loopback passes here (a test server); the sync refuses it unless the test setting
-            # allows it, and checks what the name resolves to.
-            check_url_shape(endpoint, allow_loopback=True)
-        except UnsafeUrl as exc:
-            raise ConfigError(f"endpoint_url: {exc}") from exc
-        out["endpoint_url"] = endpoint
-    return out
+    return FilesystemConfig.check(config).stored()
 
 
 def connector(

@@ -1,6 +1,7 @@
 """The ``rest`` source kind: each record of a JSON API listing becomes one Markdown document.
 
-Config (checked by `check_config`), shaped like a dlt ``rest_api`` source with one resource::
+Config (`tasks.sources.configs.rest.RestConfig`, checked by `check_config`), shaped like a
+dlt ``rest_api`` source with one resource::
 
     client:
       base_url: https://api.example.com/v1/
@@ -41,7 +42,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
@@ -53,190 +53,22 @@ from core.errors import ConfigError
 from core.settings import Settings
 from tasks.research.fetch import FetchError, UnsafeUrl, check_url
 from tasks.sources.base import Item, Limits, Prior, SourceError
-from tasks.sources.guard import looks_secret, secret_params
+from tasks.sources.configs.rest import RestConfig
 from tasks.sources.sql import safe_name
-from tasks.sources.template import check_template, lookup, record_item, text
+from tasks.sources.template import lookup, record_item, text
 
 log = logging.getLogger(__name__)
 
-KEYS = ("client", "resource", "key", "title", "template", "version_field")
-CLIENT_KEYS = ("base_url", "paginator", "auth")
-RESOURCE_KEYS = ("path", "params", "data_selector")
-AUTH_KEYS: dict[str, tuple[str, ...]] = {
-    "bearer": ("token_env",),
-    "api_key": ("key_env", "name", "location"),
-    "http_basic": ("username", "password_env"),
-}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_FIELD = re.compile(r"\w[\w\-]*(?:\.\w[\w\-]*)*")
-_HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 _MAX_REDIRECTS = 5
 
 
-def _mapping(value: Any, what: str, known: tuple[str, ...]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"rest source: {what} must be a mapping")
-    unknown = sorted(str(k) for k in set(value) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"rest source: unknown {what} key(s) {', '.join(unknown)}; known: {', '.join(known)}"
-        )
-    return value
-
-
-def _field(config: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
-    value = config.get(name)
-    if value is None:
-        if required:
-            raise ConfigError(
-                f"rest source: {name} (a record field, dotted for nested) is required"
-            )
-        return None
-    if not isinstance(value, str) or not _FIELD.fullmatch(value.strip()):
-        raise ConfigError(
-            f"rest source: {name} must be a field name (dotted for nested: meta.id), not {value!r}"
-        )
-    return value.strip()
-
-
-def _check_auth(auth: Any) -> dict[str, Any]:
-    if not isinstance(auth, Mapping) or not isinstance(auth.get("type"), str):
-        raise ConfigError(
-            "rest source: client.auth must be a mapping with a type "
-            f"({', '.join(AUTH_KEYS)}), e.g. {{type: bearer, token_env: API_TOKEN}}"
-        )
-    kind = auth["type"]
-    if kind not in AUTH_KEYS:
-        raise ConfigError(
-            f"rest source: client.auth type {kind!r} is not supported; use one of "
-            f"{', '.join(AUTH_KEYS)}"
-        )
-    allowed = AUTH_KEYS[kind]
-    inline = sorted(str(k) for k in set(auth) - {"type", *allowed})
-    if inline:
-        env_key = next(k for k in allowed if k.endswith("_env"))
-        raise ConfigError(
-            f"rest source: client.auth ({kind}) may not hold {', '.join(inline)}: secrets are "
-            f"never stored; put it in an environment variable and name it with {env_key}"
-        )
-    out: dict[str, Any] = {"type": kind}
-    for name in allowed:
-        value = auth.get(name)
-        if name.endswith("_env"):
-            if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
-                raise ConfigError(
-                    f"rest source: client.auth.{name} must be the NAME of an environment "
-                    "variable (letters, digits, _) holding the secret"
-                )
-        elif name == "location":
-            if value is None:
-                continue  # a header, dlt's default
-            if value not in ("header", "query"):
-                raise ConfigError(
-                    "rest source: client.auth.location must be header (the default) or query"
-                )
-        elif name == "name":
-            value = "Authorization" if value is None else value
-            if not isinstance(value, str) or not re.fullmatch(
-                r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", value
-            ):
-                raise ConfigError("rest source: client.auth.name must be an HTTP header name")
-        elif not isinstance(value, str) or not value:
-            raise ConfigError(f"rest source: client.auth.{name} is required")
-        out[name] = value
-    return out
-
-
-def _check_paginator(spec: Any) -> Any:
-    from dlt.sources.rest_api.config_setup import create_paginator
-
-    if spec is None:
-        return None
-    if not isinstance(spec, str | Mapping):
-        raise ConfigError("rest source: client.paginator must be a type name or a mapping")
-    spec = spec if isinstance(spec, str) else dict(spec)
-    try:
-        create_paginator(copy.deepcopy(spec))
-    except Exception as exc:
-        raise ConfigError(
-            f"rest source: client.paginator {spec!r} is not a valid dlt paginator: {exc}"
-        ) from exc
-    return spec
-
-
-def _check_base_url(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError("rest source: client.base_url is required (https://api.example.com/)")
-    value = value.strip()
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"rest source: client.base_url {value!r} must be an http(s) URL")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError(
-            "rest source: client.base_url may not carry credentials (user:password@); use "
-            "client.auth with an environment variable"
-        )
-    if parts.fragment:
-        raise ConfigError("rest source: client.base_url may not have a #fragment")
-    _refuse_secret_params("client.base_url's query", secret_params(value))
-    return value
-
-
-def _refuse_secret_params(where: str, names: list[str]) -> None:
-    if names:
-        raise ConfigError(
-            f"rest source: {where} holds {', '.join(names)}, which looks like a secret; a "
-            "source's config is stored and shown, so secrets never go in it: put the secret in "
-            "an environment variable and use client.auth (bearer with token_env, api_key with "
-            "key_env, name and location: query for a query parameter, http_basic with "
-            "password_env)"
-        )
-
-
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``rest`` source config, normalized.
+    """The ``rest`` source config, checked (`RestConfig`) and normalized.
 
     Raises:
         ConfigError: A key is unknown, missing or invalid, or a secret is written into it.
     """
-    top = _mapping(config, "config", KEYS)
-    client = _mapping(top.get("client"), "client", CLIENT_KEYS)
-    resource = _mapping(top.get("resource"), "resource", RESOURCE_KEYS)
-    base_url = _check_base_url(client.get("base_url"))
-    path = resource.get("path", "")
-    if not isinstance(path, str):
-        raise ConfigError("rest source: resource.path must be a string")
-    if urlsplit(path).scheme or path.startswith("//"):
-        raise ConfigError(
-            "rest source: resource.path must be relative to client.base_url, not a full URL"
-        )
-    params = resource.get("params") or {}
-    if not isinstance(params, Mapping) or not all(
-        isinstance(k, str) and (v is None or isinstance(v, str | int | float | bool | list))
-        for k, v in params.items()
-    ):
-        raise ConfigError("rest source: resource.params must map names to plain values")
-    _refuse_secret_params("resource.params", sorted(k for k in params if looks_secret(k)))
-    _refuse_secret_params("resource.path's query", secret_params(path))
-    selector = resource.get("data_selector")
-    if selector is not None and (not isinstance(selector, str) or not selector.strip()):
-        raise ConfigError("rest source: resource.data_selector must be a JSONPath string")
-    auth = client.get("auth")
-    template = top.get("template")
-    if template is not None:
-        check_template(template)
-    return {
-        "client": {
-            "base_url": base_url,
-            "paginator": _check_paginator(client.get("paginator")),
-            "auth": None if auth is None else _check_auth(auth),
-        },
-        "resource": {"path": path, "params": dict(params), "data_selector": selector},
-        "key": _field(top, "key", required=True),
-        "title": _field(top, "title"),
-        "template": template,
-        "version_field": _field(top, "version_field"),
-    }
+    return RestConfig.check(config).stored()
 
 
 def _secret(env: str, what: str) -> str:

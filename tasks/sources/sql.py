@@ -1,6 +1,6 @@
 """The ``sql`` source kind: each row of a table or a SELECT becomes one Markdown document.
 
-Config (checked by `check_config`)::
+Config (`tasks.sources.configs.sql.SqlConfig`, checked by `check_config`)::
 
     url_env: KB_CRM_URL          # the NAME of an environment variable holding the SQLAlchemy URL
     # or url: sqlite:////data/crm.db   (only a URL without a password)
@@ -39,7 +39,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,141 +50,24 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, NoSuchTableError, S
 from core.errors import ConfigError
 from core.settings import Settings
 from tasks.sources.base import Item, Limits, Prior, SourceError
+from tasks.sources.configs.sql import SqlConfig, url_secret_params
 from tasks.sources.guard import NETWORK_BACKENDS, check_outside_home
 from tasks.sources.template import check_template, record_item, text
 
 log = logging.getLogger(__name__)
 
-KEYS = ("url_env", "url", "table", "query", "key", "title", "template", "version_column")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(?:\.[A-Za-z_][A-Za-z0-9_$]*)?")
-_STARTS = re.compile(r"\s*(select|with)\b", re.IGNORECASE)
-_WRITES = re.compile(
-    r"\b(insert|update|delete|merge|upsert|drop|alter|create|truncate|grant|revoke|copy|call|"
-    r"exec|execute|into|attach|detach|pragma|vacuum|lock|reindex|analyze|comment|refresh|"
-    r"listen|notify|prepare|do)\b",
-    re.IGNORECASE,
-)
 _BIND = re.compile(r"(?<![:\w\\]):(?=\w)")
-_SECRET_PARAM = re.compile(r"pass|secret|token|key|credential", re.IGNORECASE)
 _ROW_BUFFER = 500
 
 
-def _strings(value: Any, what: str) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(items, Sequence)
-        or not items
-        or not all(isinstance(i, str) and i.strip() for i in items)
-    ):
-        raise ConfigError(f"sql source: {what} must be a column name or a list of column names")
-    return [i.strip() for i in items]
-
-
-def _optional_name(config: Mapping[str, Any], name: str) -> str | None:
-    value = config.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"sql source: {name} must be a column name, not {value!r}")
-    return value.strip()
-
-
-def check_query(query: str) -> str:
-    """``query`` if it is one read-only SELECT statement.
-
-    Raises:
-        ConfigError: It is not a string starting with SELECT or WITH, holds a ``;``, or a word
-            that writes.
-    """
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigError("sql source: query must be a SELECT statement")
-    if not _STARTS.match(query):
-        raise ConfigError(
-            "sql source: query must start with SELECT or WITH (no comments before it): only "
-            "reading queries are allowed"
-        )
-    if ";" in query:
-        raise ConfigError(
-            "sql source: query must be one statement without ';' (drop a trailing ';')"
-        )
-    word = _WRITES.search(query)
-    if word:
-        raise ConfigError(
-            f"sql source: query contains {word.group(0)!r}, which can write; only a plain "
-            "SELECT is allowed (the check also looks inside string literals: put such a query "
-            "in a view and name it with table)"
-        )
-    return query.strip()
-
-
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``sql`` source config, normalized (``key`` always a list).
+    """The ``sql`` source config, checked (`SqlConfig`) and normalized (``key`` always a list).
 
     Raises:
         ConfigError: A key is unknown, missing or invalid; ``url`` carries a password; the query
             is not a plain SELECT.
     """
-    if not isinstance(config, Mapping):
-        raise ConfigError("sql source: the config must be a mapping")
-    unknown = sorted(set(config) - set(KEYS))
-    if unknown:
-        raise ConfigError(
-            f"sql source: unknown config key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}"
-        )
-    out: dict[str, Any] = {}
-    has_env, has_url = config.get("url_env") is not None, config.get("url") is not None
-    if has_env == has_url:
-        raise ConfigError(
-            "sql source: give exactly one of url_env (the name of an environment variable "
-            "holding the SQLAlchemy URL) or url (a URL without a password)"
-        )
-    if has_env:
-        name = config["url_env"]
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise ConfigError(
-                "sql source: url_env must be the NAME of an environment variable (letters, "
-                "digits, _), not a URL"
-            )
-        out["url_env"] = name
-    else:
-        raw = config["url"]
-        if not isinstance(raw, str):
-            raise ConfigError("sql source: url must be a string")
-        try:
-            url = make_url(raw)
-        except (ArgumentError, ValueError) as exc:
-            raise ConfigError(
-                "sql source: url is not a SQLAlchemy URL (dialect+driver://user@host/db)"
-            ) from exc
-        if url.password is not None or _secret_params(url):
-            raise ConfigError(
-                "sql source: url carries a password or secret; put the URL in an environment "
-                "variable and name it with url_env instead (credentials are never stored)"
-            )
-        out["url"] = raw
-    has_table, has_query = config.get("table") is not None, config.get("query") is not None
-    if has_table == has_query:
-        raise ConfigError("sql source: give exactly one of table or query")
-    if has_table:
-        table = config["table"]
-        if not isinstance(table, str) or not _IDENT.fullmatch(table.strip()):
-            raise ConfigError(
-                f"sql source: table must be a table name or schema.table, not {table!r}"
-            )
-        out["table"] = table.strip()
-    else:
-        out["query"] = check_query(config["query"])
-    if config.get("key") is None:
-        raise ConfigError("sql source: key (the column or columns naming a row) is required")
-    out["key"] = _strings(config["key"], "key")
-    out["title"] = _optional_name(config, "title")
-    out["version_column"] = _optional_name(config, "version_column")
-    template = config.get("template")
-    if template is not None:
-        check_template(template)
-    out["template"] = template
-    return out
+    return SqlConfig.check(config).stored()
 
 
 def database_file(url: URL) -> str | None:
@@ -195,11 +78,6 @@ def database_file(url: URL) -> str | None:
     return None if database in ("", ":memory:") else database
 
 
-def _secret_params(url: URL) -> list[str]:
-    """The URL's query parameters that look like secrets (``?sslpassword=``, ``?token=``)."""
-    return [name for name in url.query if _SECRET_PARAM.search(name)]
-
-
 def _describe(url: URL, env: str | None) -> str:
     """The database without its password or query: ``postgresql+psycopg://kb:***@db:5432/crm``."""
     shown = url.set(query={}).render_as_string(hide_password=True)
@@ -208,7 +86,7 @@ def _describe(url: URL, env: str | None) -> str:
 
 def _scrub(message: str, url: URL) -> str:
     secrets = [url.password] if url.password else []
-    for name in _secret_params(url):
+    for name in url_secret_params(url):
         value = url.query[name]
         secrets += [value] if isinstance(value, str) else list(value)
     for secret in secrets:

@@ -1,11 +1,15 @@
 """Markdown templates for record sources (`sql`, `rest`): one record becomes one document.
 
 A template is Markdown with ``{field}`` where a record's value goes, ``{field.sub}`` for a
-field of a nested record (a dotted path of dictionary keys, nothing else) and ``{{``/``}}`` for
-literal braces. Substitution is a plain dictionary lookup done by a regular expression, never
-`str.format`: there is no attribute access, indexing or format spec, so ``{x.__class__}`` is
-the key ``__class__`` of the record ``x`` (an error when ``x`` is not a record), never Python
-introspection.
+field of a nested record (a dotted path of keys, nothing else) and ``{{``/``}}`` for literal
+braces: the syntax every stored config uses, kept as it is. It is translated into a Jinja2
+template (the text as template data, each field as a lookup of its keys, so nothing in the text
+is ever read as Jinja syntax) and rendered by a `SandboxedEnvironment` whose lookups read a
+record's keys and nothing else: there is no attribute access, method, indexing, filter or format
+spec, so ``{x.items}`` is the key ``items`` of the record ``x``, never a method. A field name
+spelled like a Python internal (``{x.__class__}``, any ``__name__``) is refused when the
+template is checked. Autoescaping is off (the output is Markdown), and a field the record
+lacks fails the item (StrictUndefined), naming the field and the fields that are there.
 
 Values: None becomes the empty string, a list its items joined with ``", "``, a nested record
 its JSON, bytes their UTF-8 text (or a size when they are not text), anything else ``str()``.
@@ -19,6 +23,10 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from jinja2 import StrictUndefined, Template, nodes
+from jinja2.exceptions import TemplateError, UndefinedError
+from jinja2.sandbox import SandboxedEnvironment
+
 from core.errors import ConfigError
 from tasks.sources.base import Item, Limits, Prior, too_big
 
@@ -29,6 +37,30 @@ _MAX_LISTED = 40
 
 # A parsed template: literal text (str) and field paths (tuple of keys), in order.
 _Part = str | tuple[str, ...]
+
+
+class _RecordEnvironment(SandboxedEnvironment):
+    """A sandbox whose every lookup (``a.b``, ``a["b"]``) is a key of a record: a value that is
+    not a record, or lacks the key, gives an undefined value (an error when rendered)."""
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if (
+            isinstance(obj, Mapping)
+            and isinstance(argument, str)
+            and not _internal(argument)
+            and argument in obj
+        ):
+            return obj[argument]
+        return self.undefined(obj=obj, name=argument)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        return self.getitem(obj, attribute)
+
+
+def _internal(key: str) -> bool:
+    """Whether a name is spelled like a Python internal (``__class__``, ``__globals__``); a
+    record's ``__v`` or ``_id`` is not."""
+    return len(key) >= 4 and key.startswith("__") and key.endswith("__")
 
 
 @lru_cache(maxsize=64)
@@ -55,6 +87,13 @@ def _parse(template: str) -> tuple[_Part, ...]:
                 "{field.sub} (letters, digits, _ and -; no format specs, indexes or calls); "
                 "write {{ and }} for literal braces"
             )
+        internal = next((key for key in name.split(".") if _internal(key)), None)
+        if internal is not None:
+            raise ConfigError(
+                f"template placeholder {token!r} names {internal!r}, a Python internal, not a "
+                "field of the record: a template reads a record's fields and nothing else; "
+                "name a field"
+            )
         if literal:
             parts.append("".join(literal))
             literal = []
@@ -73,10 +112,12 @@ def check_template(template: str) -> list[str]:
     """The field references of ``template`` (``"a"``, ``"a.b"``), in order, without repeats.
 
     Raises:
-        ConfigError: An unbalanced brace, or a placeholder that is not a field reference.
+        ConfigError: An unbalanced brace, a placeholder that is not a field reference, or a
+            field that names a Python internal (``__class__``).
     """
     if not isinstance(template, str):
         raise ConfigError(f"template must be a string, not {type(template).__name__}")
+    _compiled(template)
     names: list[str] = []
     for part in _parse(template):
         if isinstance(part, tuple):
@@ -137,6 +178,30 @@ def text(value: Any) -> str:
     return str(value)
 
 
+_ENV = _RecordEnvironment(autoescape=False, undefined=StrictUndefined, finalize=text)
+"""Markdown, not HTML: nothing is escaped. Every value is written as `text` writes it."""
+
+
+@lru_cache(maxsize=64)
+def _compiled(template: str) -> Template:
+    """``template`` as a Jinja2 template, built as its syntax tree (not as Jinja source, so no
+    text of it is ever read as Jinja): the literal text as template data, each field a chain of
+    key lookups on ``record``."""
+    body: list[nodes.Expr] = []
+    for part in _parse(template):
+        if isinstance(part, str):
+            body.append(nodes.TemplateData(part))
+            continue
+        value: nodes.Expr = nodes.Name("record", "load")
+        for key in part:
+            value = nodes.Getitem(value, nodes.Const(key), "load")
+        body.append(value)
+    tree = nodes.Template([nodes.Output(body)])
+    tree.set_environment(_ENV)
+    tree.set_lineno(1, override=True)
+    return _ENV.from_string(tree)
+
+
 def render(template: str, row: Mapping[str, Any]) -> str:
     """``template`` with each ``{field}`` replaced by ``row``'s value.
 
@@ -144,10 +209,15 @@ def render(template: str, row: Mapping[str, Any]) -> str:
         ConfigError: The template is malformed, or names a field the row lacks (the message
             names it and the row's fields).
     """
-    out: list[str] = []
-    for part in _parse(template):
-        out.append(text(lookup(row, part)) if isinstance(part, tuple) else part)
-    return "".join(out)
+    try:
+        return _compiled(template).render(record=row)
+    except UndefinedError:
+        pass  # a field the row lacks: `lookup` names it below, outside this handler
+    except TemplateError as exc:
+        raise ConfigError(f"template could not be rendered: {exc}") from None
+    for name in check_template(template):
+        lookup(row, name)
+    raise ConfigError(f"a template field is missing: the record has {_fields(row)}")
 
 
 def _flatten(row: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

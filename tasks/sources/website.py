@@ -1,11 +1,12 @@
-# Over 500 lines: sitemaps, the crawl, robots.txt, conditional fetches and caps are one walk.
+# Over 500 lines: the sitemap walk, the crawl, robots.txt, conditional fetches and caps: one walk.
 """The ``website`` kind: the pages of one site, listed by its sitemap or found by crawling.
 
-Config: exactly one of ``sitemap`` (the URL of a ``sitemap.xml``, or of a sitemap index whose
-sitemaps are read one level deep) or ``start_url`` (a page to crawl from, breadth first, along
-``<a href>`` links); optional ``max_pages`` (pages fetched per sync, default 500), ``max_bytes``
-(bytes read per sync, robots.txt and sitemaps included, default 200 MB), ``max_depth`` (links
-followed from the start URL, default 5), ``user_agent`` and ``trust_lastmod`` (default true).
+Config (`tasks.sources.configs.website.WebsiteConfig`): exactly one of ``sitemap`` (the URL
+of a ``sitemap.xml``, or of a sitemap index whose sitemaps are read one level deep) or
+``start_url`` (a page to crawl from, breadth first, along ``<a href>`` links); optional
+``max_pages`` (pages fetched per sync, default 500), ``max_bytes`` (bytes read per sync,
+robots.txt and sitemaps included, default 200 MB), ``max_depth`` (links followed from the start
+URL, default 5), ``user_agent`` and ``trust_lastmod`` (default true).
 
 Every request goes through the research SSRF guard (`tasks.research.fetch.safe_get`): public
 addresses only, pinned, bounded in bytes and time (``sources_fetch_timeout_s``). Only pages on the
@@ -19,21 +20,17 @@ conditional request each: the ETag and Last-Modified of the last sync are sent b
 (``If-None-Match``, ``If-Modified-Since``) and a 304 is an unchanged item. A crawled
 page's links are kept in its ``meta`` so the crawl goes on past a 304, which has no body.
 
-An item's key is its URL, normalised (lower-case scheme and host, no default port, no fragment,
-dot segments resolved). One page that fails is a failed item and the walk goes on; a sitemap,
-start URL or robots.txt that cannot be read stops the sync (`SourceError`), and a cap that stops
-the walk early leaves it incomplete, so nothing is withdrawn.
+An item's key is its URL, normalised (`tasks.sources.website_parse`: lower-case scheme and
+host, no default port, no fragment, dot segments resolved). Pages' links and sitemaps are read
+there too (lxml; a sitemap's entities are refused). One page that fails is a failed item and the
+walk goes on; a sitemap, start URL or robots.txt that cannot be read stops the sync
+(`SourceError`), and a cap that stops the walk early leaves it incomplete, so nothing is
+withdrawn.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import html.parser
-import io
 import logging
-import posixpath
-import re
 import urllib.parse
 import urllib.robotparser
 from collections import deque
@@ -43,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from core.errors import ConfigError, UnsafeUrl
+from core.errors import UnsafeUrl
 from core.settings import Settings
 from tasks.research.fetch import (
     FetchError,
@@ -53,108 +50,40 @@ from tasks.research.fetch import (
     safe_get,
 )
 from tasks.sources.base import Item, Limits, Prior, SourceError, too_big
-from tasks.sources.guard import secret_params
-
-try:  # Refuses entity expansion and external DTDs; a dependency of docling-core and fpdf2.
-    from defusedxml.ElementTree import fromstring as _xml_fromstring
-except ImportError:  # pragma: no cover - the standard parser never fetches external entities
-    from xml.etree.ElementTree import fromstring as _xml_fromstring
-from xml.etree.ElementTree import Element, ParseError
+from tasks.sources.configs.website import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_PAGES,
+    WebsiteConfig,
+)
+from tasks.sources.website_parse import (
+    file_name,
+    normalise,
+    origin,
+    page_links,
+    parse_sitemap,
+    version_token,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_PAGES = 500
-DEFAULT_MAX_BYTES = 200_000_000
-DEFAULT_MAX_DEPTH = 5
 DEFAULT_USER_AGENT = "kbflow-sources/0.1 (+website source; honours robots.txt)"
 
-_CONFIG_KEYS = (
-    "sitemap",
-    "start_url",
-    "max_pages",
-    "max_bytes",
-    "max_depth",
-    "user_agent",
-    "trust_lastmod",
-)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _ROBOTS_MAX_BYTES = 512_000  # RFC 9309 §2.5: parse at least 500 KiB
 _SITEMAP_MAX_BYTES = 50_000_000  # sitemaps.org: at most 50 MB uncompressed
 _MAX_LINKS = 5_000  # links kept per page in meta (a 304 page's links come from there)
-_MAX_VERSION = 300  # the registry's version column
-_MAX_NAME = 120
-
-# Suffixes the extractors read (tasks.ingest.extract.SUPPORTED_SUFFIXES, not imported: heavy).
-_DOC_SUFFIXES = frozenset(
-    {".md", ".markdown", ".html", ".htm", ".docx", ".pptx", ".xlsx", ".csv", ".pdf", ".txt"}
-)
-_TYPE_SUFFIXES = {
-    "text/html": ".html",
-    "application/xhtml+xml": ".html",
-    "application/pdf": ".pdf",
-    "text/markdown": ".md",
-    "text/plain": ".txt",
-    "text/csv": ".csv",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
-    "application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
-    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": ".xlsx",
-}
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config, checked and normalised: the URL normalised, the caps filled in.
-
-    The URL must be an absolute http(s) URL without credentials whose host is not refused by
-    name or address (loopback passes here; the sync refuses it unless the test setting allows).
+    """The config, checked and normalised (`WebsiteConfig`): the URL normalised, the caps filled
+    in.
 
     Raises:
         ConfigError: an unknown key, neither or both of ``sitemap`` / ``start_url``, a URL that
             is not a public http(s) URL, or a cap that is not a positive whole number.
     """
-    if not isinstance(config, Mapping):
-        raise ConfigError(
-            f"a website source's settings must be a mapping, not {type(config).__name__}: "
-            'give {"sitemap": URL} or {"start_url": URL}'
-        )
-    unknown = sorted(set(config) - set(_CONFIG_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"unknown website source settings: {', '.join(unknown)} (known: "
-            f"{', '.join(_CONFIG_KEYS)}); fix the spelling or leave them out"
-        )
-    given = [key for key in ("sitemap", "start_url") if config.get(key) not in (None, "")]
-    if len(given) != 1:
-        got = "both" if given else "neither"
-        raise ConfigError(
-            f"a website source needs exactly one of 'sitemap' (the URL of the site's "
-            f"sitemap.xml) or 'start_url' (a page to crawl from), got {got}: set one of them"
-        )
-    mode = given[0]
-    out: dict[str, Any] = {
-        mode: _config_url(mode, config[mode]),
-        "max_pages": _whole(config, "max_pages", DEFAULT_MAX_PAGES, minimum=1),
-        "max_bytes": _whole(config, "max_bytes", DEFAULT_MAX_BYTES, minimum=1),
-        "max_depth": _whole(config, "max_depth", DEFAULT_MAX_DEPTH, minimum=0),
-    }
-    trust = config.get("trust_lastmod", True)
-    if not isinstance(trust, bool):
-        raise ConfigError(f"trust_lastmod must be true or false, not {trust!r}")
-    out["trust_lastmod"] = trust
-    agent = config.get("user_agent")
-    if agent is not None:
-        if not isinstance(agent, str) or not agent.strip():
-            raise ConfigError(
-                f"user_agent must be a non-empty text, not {agent!r}: name your crawler, e.g. "
-                "'acme-kb/1.0 (+https://acme.example/bot)', or leave it out"
-            )
-        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in agent):
-            raise ConfigError(
-                f"user_agent {agent!r} contains control characters or line breaks; remove them"
-            )
-        out["user_agent"] = agent.strip()
-    return out
+    return WebsiteConfig.check(config).stored()
 
 
 def connector(
@@ -234,7 +163,7 @@ class WebsiteConnector:
         self._timeout_s = settings.sources.sources_fetch_timeout_s
         self._allow_loopback = settings.sources.sources_test_allow_loopback
         self._transport = transport
-        self._origin = _origin(self._start)
+        self._origin = origin(self._start)
         self._robots: urllib.robotparser.RobotFileParser | None = None
         self._used = 0
         self._tally = _Tally()
@@ -327,7 +256,7 @@ class WebsiteConnector:
             ):
                 # The sitemap says when the page last changed, and that is when it was synced:
                 # unchanged, without a request (``trust_lastmod: false`` asks the site anyway).
-                name = str(before.meta.get("name") or _file_name(url, ""))
+                name = str(before.meta.get("name") or file_name(url, ""))
                 yield self._count(Item(key=url, uri=url, name=name, version=before.version,
                                        unchanged=True, meta=before.meta))  # fmt: skip
                 continue
@@ -365,7 +294,7 @@ class WebsiteConnector:
                         "site, and only one site is synced — set start_url to that URL"
                     )
                 raise SourceError(f"could not crawl {start}: {page.item.error}")
-            final = _normalise(page.final_url) if page.final_url else None
+            final = normalise(page.final_url) if page.final_url else None
             if final is not None and final != url:
                 if final in seen:
                     continue  # redirected to a page this crawl has listed or will list
@@ -393,7 +322,7 @@ class WebsiteConnector:
         """Fetch one page, conditionally when the last sync saw it, into an item."""
         self._tally.pages += 1
         old = dict(before.meta) if before is not None else {}
-        fallback_name = str(old.get("name") or _file_name(url, ""))
+        fallback_name = str(old.get("name") or file_name(url, ""))
         old_links = [str(link) for link in old.get("links") or []]
         headers: dict[str, str] = {}
         if before is not None and before.content_hash is not None:
@@ -462,7 +391,7 @@ class WebsiteConnector:
         if result.truncated:
             raise _Stop  # the body outgrew what max_bytes leaves
         content_type = result.content_type.split(";", 1)[0].strip().lower()
-        name = _file_name(url, content_type)
+        name = file_name(url, content_type)
         etag = result.headers.get("etag")
         last_modified = result.headers.get("last-modified")
         meta: dict[str, Any] = {"etag": etag, "last_modified": last_modified, "name": name}
@@ -476,7 +405,7 @@ class WebsiteConnector:
             key=url,
             uri=url,
             name=name,
-            version=_version(etag or last_modified or lastmod),
+            version=version_token(etag or last_modified or lastmod),
             data=result.content,
             meta=meta,
         )
@@ -552,44 +481,31 @@ class WebsiteConnector:
                 f"the sitemap {url} is over {cap:,} bytes (the sitemap limit of 50 MB, or what "
                 "this source's max_bytes leaves): split it into a sitemap index, or raise max_bytes"
             )
-        root = _parse_xml(url, _gunzipped(url, result.content, cap))
-        kind = _local_name(root.tag)
-        if kind not in ("urlset", "sitemapindex"):
-            raise SourceError(
-                f"{url} is not a sitemap (its root element is <{kind}>, not <urlset> or "
-                "<sitemapindex>): point 'sitemap' at the site's sitemap.xml"
-            )
-        child = "url" if kind == "urlset" else "sitemap"
+        sitemap = parse_sitemap(url, result.content, cap)
         entries: list[tuple[str, str | None]] = []
-        for entry in root.iterfind(f"{{*}}{child}"):
-            loc = _normalise((entry.findtext("{*}loc") or "").strip(), base=result.final_url)
+        for raw, lastmod in sitemap.entries:
+            loc = normalise(raw, base=result.final_url)
             if loc is None:
                 continue
             if not self._same_site(loc):
                 self._tally.off_site += 1
                 continue
-            lastmod = (entry.findtext("{*}lastmod") or "").strip() or None
             entries.append((loc, lastmod))
-        return kind, entries
+        return sitemap.kind, entries
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _links(self, result: FetchResult) -> list[str]:
         """The page's same-site links, normalised, in order, once each (``nofollow``: none)."""
-        parser = _LinkParser()
-        try:
-            parser.feed(result.text)
-            parser.close()
-        except (ValueError, AssertionError):  # HTMLParser is lenient; a broken page yields less
-            logger.debug("could not parse all of %s for links", result.final_url)
-        if parser.nofollow:
+        found = page_links(result.text)
+        if found.nofollow:
             return []
         base = result.final_url
-        if parser.base:
-            base = urllib.parse.urljoin(base, parser.base)
+        if found.base:
+            base = urllib.parse.urljoin(base, found.base)
         links: dict[str, None] = {}
-        for href in parser.hrefs:
-            link = _normalise(href, base=base)
+        for href in found.hrefs:
+            link = normalise(href, base=base)
             if link is None:
                 continue
             if not self._same_site(link):
@@ -628,166 +544,13 @@ class WebsiteConnector:
         return item
 
     def _same_site(self, url: str) -> bool:
-        return _origin(url) == self._origin
+        return origin(url) == self._origin
 
     def _origin_url(self) -> str:
         scheme, netloc = self._origin
         return f"{scheme}://{netloc}"
 
 
-class _LinkParser(html.parser.HTMLParser):
-    """Collects ``<a href>`` / ``<area href>``, the ``<base href>`` and a robots ``nofollow``."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.hrefs: list[str] = []
-        self.base: str | None = None
-        self.nofollow = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {name: value or "" for name, value in attrs}
-        if tag in ("a", "area") and values.get("href"):
-            self.hrefs.append(values["href"])
-        elif tag == "base" and self.base is None and values.get("href"):
-            self.base = values["href"]
-        elif tag == "meta" and values.get("name", "").lower() == "robots":
-            self.nofollow |= "nofollow" in values.get("content", "").lower()
-
-
-def _config_url(key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{key} must be a URL text, not {value!r}: give https://…")
-    url = _normalise(value.strip())
-    if url is None:
-        raise ConfigError(
-            f"{key} {value!r} is not an absolute http(s) URL without credentials: give the full "
-            "URL, e.g. https://docs.example.com/sitemap.xml"
-        )
-    try:
-        # Loopback passes here (a test site); the sync refuses it unless the test setting allows.
-        check_url_shape(url, allow_loopback=True)
-    except UnsafeUrl as exc:
-        raise ConfigError(f"{key}: {exc}") from exc
-    secrets = secret_params(url)
-    if secrets:
-        raise ConfigError(
-            f"{key}'s query holds {', '.join(secrets)}, which looks like a secret; a source's "
-            "config is stored and shown, so it never holds one: sync a public page instead"
-        )
-    return url
-
-
-def _whole(config: Mapping[str, Any], key: str, default: int, *, minimum: int) -> int:
-    value = config.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(
-            f"{key} must be a whole number of at least {minimum}, not {value!r}: set it to a "
-            f"number or leave it out (default {default:,})"
-        )
-    return value
-
-
-def _normalise(href: str, *, base: str | None = None) -> str | None:
-    """An absolute http(s) URL in one spelling (the item key), or None when ``href`` is not
-    one: lower-case scheme and host, no default port, no fragment, dot segments resolved,
-    unsafe characters percent-encoded. Links with credentials are dropped."""
-    href = href.strip()
-    if not href:
-        return None
-    try:
-        split = urllib.parse.urlsplit(urllib.parse.urljoin(base, href) if base else href)
-        port = split.port
-    except ValueError:
-        return None
-    scheme = split.scheme.lower()
-    host = split.hostname
-    if scheme not in _DEFAULT_PORTS or not host or "@" in split.netloc:
-        return None
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    path = _remove_dot_segments(split.path or "/")
-    path = urllib.parse.quote(path, safe="/%:@!$&'()*+,;=-._~")
-    query = urllib.parse.quote(split.query, safe="/?%:@!$&'()*+,;=-._~")
-    return urllib.parse.urlunsplit((scheme, netloc, path, query, ""))
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4, keeping a trailing slash (``/a/./b/../`` is ``/a/``)."""
-    if "." not in path:
-        return path
-    resolved = posixpath.normpath(path)
-    resolved = "/" + resolved.lstrip("/")  # normpath keeps a leading "//"
-    if path.endswith(("/", "/.", "/..")) and resolved != "/":
-        resolved += "/"
-    return resolved
-
-
-def _origin(url: str) -> tuple[str, str]:
-    """A URL's site: scheme and host[:port], the way `_normalise` spells them."""
-    normal = _normalise(url)
-    if normal is None:
-        return ("", "")
-    split = urllib.parse.urlsplit(normal)
-    return split.scheme, split.netloc
-
-
-def _file_name(url: str, content_type: str) -> str:
-    """A safe file name whose suffix picks the extractor: the URL's own when it is a document
-    kind kbflow reads (``report.pdf``), else the content type's, else ``.html``."""
-    last = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-    stem, suffix = posixpath.splitext(last)
-    suffix = suffix.lower()
-    if suffix not in _DOC_SUFFIXES:
-        stem, suffix = last, _TYPE_SUFFIXES.get(content_type, ".html")
-    stem = _UNSAFE_NAME_CHARS.sub("-", stem).strip("-.")[: _MAX_NAME - len(suffix)]
-    return f"{stem or 'index'}{suffix}"
-
-
-def _version(token: str | None) -> str | None:
-    """The version token, hashed when it would not fit the registry's column."""
-    if token is None or len(token) <= _MAX_VERSION:
-        return token
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
-
-
 def _content_length(result: FetchResult) -> int | None:
     value = result.headers.get("content-length", "")
     return int(value) if value.isdigit() else None
-
-
-def _gunzipped(url: str, data: bytes, cap: int) -> bytes:
-    """A ``.xml.gz`` sitemap's XML (at most ``cap`` bytes), or ``data`` when not gzipped."""
-    if data[:2] != b"\x1f\x8b":
-        return data
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as unzipped:
-            xml = unzipped.read(cap + 1)
-    except (OSError, EOFError) as exc:
-        raise SourceError(
-            f"the sitemap {url} is not valid gzip ({exc}): fix or re-upload it"
-        ) from exc
-    if len(xml) > cap:
-        raise SourceError(
-            f"the sitemap {url} unzips to over {cap:,} bytes: split it into a sitemap index"
-        )
-    return xml
-
-
-def _parse_xml(url: str, data: bytes) -> Element:
-    try:
-        root: Element = _xml_fromstring(data)
-    except (ParseError, ValueError) as exc:  # defusedxml's refusals are ValueErrors
-        raise SourceError(
-            f"the sitemap {url} is not well-formed XML ({exc}): point 'sitemap' at the "
-            "site's sitemap.xml, or crawl from a start_url instead"
-        ) from exc
-    return root
-
-
-def _local_name(tag: str) -> str:
-    return tag.rsplit("}", 1)[-1]
