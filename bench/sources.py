@@ -176,8 +176,9 @@ def load() -> list[float]:
 
 
 class Probe:
-    """Where a sync's time goes, measured from outside `flows.source_sync` (its module globals
-    wrapped for the run): registry opens (each migrates), the extract and index task calls,
+    """Where a sync's time goes, measured from outside `flows.source_sync` and
+    `tasks.sources.sync` (their module globals wrapped for the run): the sync's registry opens
+    (each migrates), the extract and index task calls,
     and within extraction the files that started a fresh extraction worker apart from the rest.
     The rest of a sync is listing, reading, hashing, staging, planning, recording."""
 
@@ -206,8 +207,9 @@ class Probe:
         return call
 
     def install(self) -> None:
-        import flows.source_sync as sync_mod
+        import flows.source_sync as flow_mod
         import sinks.connect
+        import tasks.sources.sync as sync_mod
         from sinks.registry import SqlRegistry
 
         probe = self
@@ -226,8 +228,8 @@ class Probe:
 
         assert original_open is sync_mod.open_registry
         sync_mod.open_registry = open_registry  # type: ignore[assignment]
-        sync_mod.extract_batch_task = self._timed("extract", sync_mod.extract_batch_task)  # type: ignore[assignment]
-        sync_mod.index_batch_task = self._timed("index", sync_mod.index_batch_task)  # type: ignore[assignment]
+        flow_mod.extract_batch_task = self._timed("extract", flow_mod.extract_batch_task)  # type: ignore[assignment]
+        flow_mod.index_batch_task = self._timed("index", flow_mod.index_batch_task)  # type: ignore[assignment]
         from tasks.ingest.isolate import ExtractionPool
 
         original_extract = ExtractionPool.extract
@@ -263,7 +265,7 @@ def timed_sync(settings: Any, name: str, probe: Probe) -> tuple[float, dict[str,
     at = time.perf_counter()
     summary = sync_source(settings, record)
     seconds = time.perf_counter() - at
-    return seconds, dict(summary), probe.snapshot()
+    return seconds, summary.to_dict(), probe.snapshot()
 
 
 def source_docs(settings: Any, name: str) -> list[Any]:

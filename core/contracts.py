@@ -206,3 +206,51 @@ class ResearchReport(Report):
     budget_stop: str | None = None
     review: ReviewReport | None = None
     review_failed: str | None = None
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+class SyncCounts(Report):
+    """What one sync of a source did with its items (listed: every item the walk saw once)."""
+
+    listed: int
+    new: int
+    changed: int
+    unchanged: int
+    returned: int
+    withdrawn: int
+    failed: int
+
+
+class ItemFailure(Report):
+    """An item that failed to sync and why (the item is tried again next sync)."""
+
+    key: str
+    error: str
+
+
+class WithdrawHeld(Report):
+    """The withdrawals a sync held back: more of the source's items gone at once than the
+    bound (``KBFLOW_SOURCES_MAX_WITHDRAW_RATIO``) allows, until its AM confirms."""
+
+    gone: int
+    of: int
+    max_ratio: float
+    message: str
+
+
+class SyncReport(Report):
+    """What one sync of a source did (`kbflow sources sync --json`, a source-sync job's
+    result); kept on the source as its last sync (`kbflow sources show`)."""
+
+    started_at: str
+    outcome: Literal["ok", "partial", "failed"]
+    flow_run_id: str | None
+    finished_at: str
+    seconds: float
+    complete: bool  # the walk saw the whole source (no listing error, no cap hit)
+    counts: SyncCounts
+    errors: list[ItemFailure]  # the first ones (all are counted)
+    error: str | None  # why the source could not be listed
+    withdraw_held: WithdrawHeld | None = None  # set (and in the JSON) only when held

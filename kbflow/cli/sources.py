@@ -195,7 +195,7 @@ def sources_list(settings: Settings, org: MaybeOrgOpt = None, as_json: JsonOpt =
     )
 
 
-def _last(source: dict[str, Any]) -> str:
+def _last(source: service.SourceView) -> str:
     last = source.get("last_sync") or {}
     if not last:
         return "never"
@@ -351,18 +351,16 @@ def sources_sync(
     if as_json:
         print_json(summary)
     else:
-        counts = summary["counts"]
+        counts = summary.counts.to_dict()
         console.print(
             f"synced {escape(name)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-            + ("" if summary["complete"] else " (a cap stopped the walk: nothing withdrawn)")
+            + ("" if summary.complete else " (a cap stopped the walk: nothing withdrawn)")
         )  # fmt: skip
-        for err in summary["errors"][:20]:
-            console.print(f"[red]failed[/red] {escape(err['key'])}: {escape(err['error'])}")
-        if summary.get("withdraw_held"):
-            err_console.print(
-                f"[yellow]held[/yellow] {escape(summary['withdraw_held']['message'])}"
-            )
-    if summary["counts"]["failed"]:
+        for err in summary.errors[:20]:
+            console.print(f"[red]failed[/red] {escape(err.key)}: {escape(err.error)}")
+        if summary.withdraw_held is not None:
+            err_console.print(f"[yellow]held[/yellow] {escape(summary.withdraw_held.message)}")
+    if summary.counts.failed:
         raise typer.Exit(1)
 
 

@@ -24,7 +24,10 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson")
 
 @dataclass(frozen=True)
 class Source:
-    """One document to ingest: a file, or one record of a JSONL corpus.
+    """One document to ingest: a file, one record of a JSONL corpus, or a file's bytes held in
+    memory (``data``: a synced item, its format one that extraction reads from memory, see
+    `tasks.ingest.extract.reads_in_memory`; ``path`` then only names it, and its document
+    cites ``uri``).
 
     ``source_key`` identifies the document across runs (its versions share it); ``content_hash``
     decides whether it changed.
@@ -36,6 +39,7 @@ class Source:
     path: Path
     record: tuple[str, str] | None = None  # (title, text) for corpus records
     markdown: bool = False  # the record's text is Markdown: split it at its headings
+    data: bytes | None = field(default=None, repr=False)  # the file's bytes, held in memory
 
     @property
     def name(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import re
 import tempfile
 from collections.abc import Iterator
@@ -31,14 +32,20 @@ _HASH_RE = re.compile(r"\b[0-9a-f]{64}\b")
 @contextlib.contextmanager
 def named_as(path: Path, fmt: str) -> Iterator[Path]:
     """The file under a name whose suffix matches its real format (Docling goes by suffix)."""
-    wanted = {"md": {".md", ".markdown"}, "html": {".html", ".htm"}}.get(fmt, {f".{fmt}"})
-    if path.suffix.lower() in wanted:
+    name = _named(path, fmt)
+    if name == path.name:
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="kbflow-named-") as tmp:
-        alias = Path(tmp) / f"{path.stem or 'file'}.{fmt}"
+        alias = Path(tmp) / name
         alias.symlink_to(path.resolve())
         yield alias
+
+
+def _named(path: Path, fmt: str) -> str:
+    """``path``'s name if its suffix is ``fmt``'s, else its stem with that suffix."""
+    wanted = {"md": {".md", ".markdown"}, "html": {".html", ".htm"}}.get(fmt, {f".{fmt}"})
+    return path.name if path.suffix.lower() in wanted else f"{path.stem or 'file'}.{fmt}"
 
 
 # --- converters (built once per process, on first use) -------------------------------------
@@ -106,6 +113,21 @@ def convert(
     return result.document
 
 
+def convert_data(
+    path: Path, fmt: str, data: bytes, converter: DocumentConverter
+) -> DoclingDocument:
+    """`convert` for a file's bytes held in memory (``path`` names it), read as ``fmt``: the
+    document Docling makes of the file itself (it reads a stream as it reads a path)."""
+    from docling.datamodel.base_models import DocumentStream
+
+    stream = DocumentStream(name=_named(path, fmt), stream=io.BytesIO(data))
+    try:
+        result = converter.convert(stream, raises_on_error=True)
+    except Exception as exc:  # as `convert`: any failure inside docling means "unreadable"
+        raise _corrupt(path, _reason(exc), data) from exc
+    return result.document
+
+
 # --- errors ----------------------------------------------------------------------------------
 
 
@@ -118,8 +140,8 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def _corrupt(path: Path, reason: str) -> ExtractionError:
+def _corrupt(path: Path, reason: str, data: bytes | None = None) -> ExtractionError:
     return ExtractionError(
-        f"docling could not read {path.name} (sha {sha12(path)}): {reason} — the file looks "
+        f"docling could not read {path.name} (sha {sha12(path, data)}): {reason} — the file looks "
         f"corrupt; {_CORRUPT_ADVICE}"
     )

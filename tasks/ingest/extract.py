@@ -22,7 +22,7 @@ from typing import Any
 
 from core.errors import ExtractionError, KbflowError, UnsupportedFormat
 from core.models import ExtractedDocument, Section
-from tasks.ingest.docling_convert import convert, named_as, office_converter
+from tasks.ingest.docling_convert import convert, convert_data, named_as, office_converter
 from tasks.ingest.docling_sections import docling_to_sections
 from tasks.ingest.extract_options import ExtractOptions
 from tasks.ingest.media import AUDIO_FORMATS, VIDEO_FORMATS
@@ -45,8 +45,25 @@ SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
 )
 
 
+def reads_in_memory(name: str, data: bytes) -> bool:
+    """Whether `file_to_document` reads a file's bytes from memory (``data=``): a text format
+    (Markdown, HTML, CSV, plain text), which gives the same document as the file named
+    ``name``. Any other is read from a file (its parsers open a path), and so are bytes the
+    sniffing refuses (the file's extraction then says why)."""
+    from tasks.ingest.sniff import TEXT_FORMATS, detect_format
+
+    try:
+        return detect_format(Path(name), data).format in TEXT_FORMATS
+    except KbflowError:
+        return False
+
+
 def file_to_document(
-    path: Path, options: ExtractOptions | None = None, **overrides: Any
+    path: Path,
+    options: ExtractOptions | None = None,
+    *,
+    data: bytes | None = None,
+    **overrides: Any,
 ) -> ExtractedDocument:
     """Extract the text of one file, keeping headings and where each passage came from.
 
@@ -54,6 +71,9 @@ def file_to_document(
         path: The file to read. Its bytes decide the format; a name that disagrees is noted in
             ``meta["declared_format"]`` and otherwise ignored.
         options: Limits and engines (see `ExtractOptions`); defaults when omitted.
+        data: The file's bytes, held in memory (a text format: `reads_in_memory`): read instead
+            of ``path``, which then only names the file (its format's suffix, the title's
+            fallback) and is the document's URI until its caller cites it.
         overrides: Individual `ExtractOptions` fields, e.g. ``max_bytes=100``.
 
     Returns:
@@ -72,16 +92,7 @@ def file_to_document(
 
     opts = dataclasses.replace(options or ExtractOptions(), **overrides)
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as exc:
-        raise ExtractionError(f"{path} does not exist — check the path and try again") from exc
-    except OSError as exc:
-        raise ExtractionError(
-            f"cannot read {path}: {exc.strerror} — check the path and its permissions"
-        ) from exc
-    if not path.is_file():
-        raise ExtractionError(f"{path} is not a regular file — pass a file, not a folder")
+    size = _file_size(path) if data is None else len(data)
     if size > opts.max_bytes:
         raise ExtractionError(
             f"{path.name} is {size:,} bytes ({size / 2**20:.1f} MiB), over the limit of "
@@ -91,8 +102,13 @@ def file_to_document(
     if size == 0:
         raise ExtractionError(f"{path.name} is empty (0 bytes) — nothing to extract; remove it")
 
-    detected = detect_format(path)
+    detected = detect_format(path, data)
     fmt = detected.format
+    if data is not None and fmt not in TEXT_FORMATS:
+        raise UnsupportedFormat(
+            f"{path.name} holds {fmt}, which kbflow reads from a file, not from memory — write "
+            "it to a file and ingest that"
+        )
     meta: dict[str, Any] = {}
     if detected.mismatch and fmt in TEXT_FORMATS and detected.declared not in TEXT_FORMATS:
         # Magic numbers are proof, "decodes as text" is not: a .pdf of plain text is a mistake.
@@ -107,7 +123,7 @@ def file_to_document(
     started = time.perf_counter()
     title: str | None = None
     if fmt == "txt":
-        sections = _txt_to_sections(path)
+        sections = _txt_to_sections(path, data)
     elif fmt == "pdf":
         title, sections, found = pdf_to_sections(path, opts)
         meta.update(found)
@@ -127,8 +143,11 @@ def file_to_document(
                 max_total_bytes=opts.zip_max_total_bytes,
                 max_entries=opts.zip_max_entries,
             )
-        with named_as(path, fmt) as readable:
-            doc = convert(readable, office_converter(), shown=path)
+        if data is not None:
+            doc = convert_data(path, fmt, data, office_converter())
+        else:
+            with named_as(path, fmt) as readable:
+                doc = convert(readable, office_converter(), shown=path)
         title, sections = docling_to_sections(doc, unit="slide" if fmt == "pptx" else None)
         if doc.pages and fmt == "pptx":
             meta["slides"] = len(doc.pages)
@@ -142,7 +161,7 @@ def file_to_document(
 
     if not any(s.text.strip() for s in sections) and "empty_reason" not in meta:
         raise ExtractionError(
-            f"{path.name} (sha {sha12(path)}) contains no extractable text — check that the "
+            f"{path.name} (sha {sha12(path, data)}) contains no extractable text — check that the "
             "file is not blank or image-only"
         )
     logger.info(
@@ -155,11 +174,25 @@ def file_to_document(
     )
     return ExtractedDocument(
         title=title or path.stem,
-        uri=path.resolve().as_uri(),
+        uri=path.resolve().as_uri() if data is None else path.name,
         sections=tuple(s for s in sections if s.text.strip()),
         source_format=fmt,
         meta=meta,
     )
+
+
+def _file_size(path: Path) -> int:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as exc:
+        raise ExtractionError(f"{path} does not exist — check the path and try again") from exc
+    except OSError as exc:
+        raise ExtractionError(
+            f"cannot read {path}: {exc.strerror} — check the path and its permissions"
+        ) from exc
+    if not path.is_file():
+        raise ExtractionError(f"{path} is not a regular file — pass a file, not a folder")
+    return size
 
 
 def is_media(path: Path) -> bool:
@@ -257,13 +290,14 @@ def low_confidence_reason(meta: dict[str, Any], threshold: float) -> str | None:
 # --- plain text ------------------------------------------------------------------------------
 
 
-def _txt_to_sections(path: Path) -> list[Section]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ExtractionError(
-            f"cannot read {path.name}: {exc.strerror} — check the file's permissions"
-        ) from exc
+def _txt_to_sections(path: Path, data: bytes | None = None) -> list[Section]:
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ExtractionError(
+                f"cannot read {path.name}: {exc.strerror} — check the file's permissions"
+            ) from exc
     encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
     raw = data.decode(encoding, errors="replace")
     raw = raw.replace("\r\n", "\n").replace("\r", "\n")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,13 +117,20 @@ class BatchReport:
 
 
 def plan_ingest(
-    sources: Sequence[Source], registry: SqlRegistry, org_id: str, *, by_key: bool = False
+    sources: Sequence[Source],
+    registry: SqlRegistry,
+    org_id: str,
+    *,
+    by_key: bool = False,
+    again: Collection[str] = (),
 ) -> IngestPlan:
     """Split sources into work (new, changed, unfinished) and unchanged, by content hash, and
     find the older versions a crash left in service (``shadowed``).
 
     The org's documents are read in one query; ``by_key``: only those of ``sources`` (a sync's
-    step of a few hundred items in an org of many thousands)."""
+    step of a few hundred items in an org of many thousands). ``again``: the keys of sources
+    to ingest as a new version even when the registry has their content (a synced item back
+    at its source, its last version taken out of service)."""
     versions: dict[str, list[DocRecord]] = {}
     keys_read = [s.source_key for s in sources] if by_key else None
     for doc in registry.list_documents(org_id, source_keys=keys_read):  # every version
@@ -138,6 +145,8 @@ def plan_ingest(
             plan.work.append(WorkItem(source, previous=prev))
         elif prev.parse_status not in SERVABLE_PARSE_STATUSES:
             plan.work.append(WorkItem(source, previous=prev, resume=True))
+        elif source.source_key in again:
+            plan.work.append(WorkItem(source, previous=prev))
         else:
             plan.unchanged += 1
     keys = [s.source_key for s in sources]

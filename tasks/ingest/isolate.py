@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import importlib
 import logging
 import multiprocessing
@@ -196,8 +197,11 @@ class ExtractionPool:
         else:
             _park(worker)
 
-    def extract(self, path: Path, *, limits: Limits | None = None) -> ExtractedDocument:
-        """Extract one file in the worker, within the limits.
+    def extract(
+        self, path: Path, *, limits: Limits | None = None, data: bytes | None = None
+    ) -> ExtractedDocument:
+        """Extract one file in the worker, within the limits (``data``: its bytes, held in
+        memory, sent to the worker with ``path`` naming them; the target takes ``data=``).
 
         Raises:
             ExtractionError: the extractor refused the file, crashed, overran its time or its
@@ -206,13 +210,14 @@ class ExtractionPool:
         limits = limits or self.limits
         worker = self._ensure_worker()
         name = Path(path).name
+        kwargs = self.kwargs if data is None else {**self.kwargs, "data": data}
         self._busy = True
         try:
-            worker.conn.send((str(path), self.kwargs))
+            worker.conn.send((str(path), kwargs))
         except (OSError, BrokenPipeError):
             self._discard()
             worker = self._ensure_worker()
-            worker.conn.send((str(path), self.kwargs))
+            worker.conn.send((str(path), kwargs))
         outcome = self._await(worker, name, limits)
         self._busy = False
         kind, payload = outcome
@@ -291,7 +296,8 @@ class ExtractionPool:
 def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], ExtractedDocument]]:
     """A ``Source -> ExtractedDocument`` function that extracts in a worker, with the
     settings' caps: `extract_timeout_s` (`media_timeout_s` for audio and video) and
-    `extract_memory_mb`. The worker stops when the block ends."""
+    `extract_memory_mb`. A source held in memory (a text) is sent to the worker as its bytes,
+    and its document cites its ``uri``. The worker stops when the block ends."""
     from tasks.ingest.extract import is_media
     from tasks.ingest.extract_options import ExtractOptions
 
@@ -300,6 +306,9 @@ def isolated_extractor(settings: Settings) -> Iterator[Callable[[Source], Extrac
     media = Limits(settings.extraction.media_timeout_s, settings.extraction.extract_memory_mb)
 
     def extract(source: Source) -> ExtractedDocument:
+        if source.data is not None:
+            doc = pool.extract(source.path, limits=documents, data=source.data)
+            return dataclasses.replace(doc, uri=source.uri)
         limits = media if is_media(source.path) else documents
         return pool.extract(source.path, limits=limits)
 

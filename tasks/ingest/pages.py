@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,11 @@ def join_wrapped(text: str, continuation: str) -> str:
     return f"{text} {continuation}"
 
 
-def sha12(path: Path) -> str:
-    """The first 12 hex digits of the file's SHA-256, to tell copies of a bad file apart."""
+def sha12(path: Path, data: bytes | None = None) -> str:
+    """The first 12 hex digits of the file's SHA-256, to tell copies of a bad file apart
+    (``data``: its bytes, held in memory)."""
+    if data is not None:
+        return hashlib.sha256(data).hexdigest()[:12]
     try:
         return file_sha256(path)[:12]
     except OSError:

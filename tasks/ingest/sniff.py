@@ -12,10 +12,12 @@ before any parser opens it.
 from __future__ import annotations
 
 import codecs
+import io
 import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from core.errors import ExtractionError, UnsupportedFormat
 
@@ -75,11 +77,13 @@ def declared_format(path: Path) -> str:
     return _SUFFIX_ALIASES.get(suffix, suffix)
 
 
-def detect_format(path: Path) -> Detected:
+def detect_format(path: Path, data: bytes | None = None) -> Detected:
     """Find out what a file really is from its first bytes.
 
     Args:
         path: The file to look at. Only its head is read (and a ZIP's central directory).
+        data: The file's bytes, when they are held in memory: looked at instead of the file,
+            ``path`` only naming it.
 
     Returns:
         The detected format beside the declared one; see `Detected.mismatch`.
@@ -92,10 +96,10 @@ def detect_format(path: Path) -> Detected:
     """
     path = Path(path)
     declared = declared_format(path)
-    head = _read_head(path)
+    head = _read_head(path) if data is None else data[:_HEAD_BYTES]
     if not head:
         raise ExtractionError(f"{path.name} is empty (0 bytes) — nothing to extract; remove it")
-    found = _binary_format(path, head, declared)
+    found = _binary_format(path, head, declared, data)
     if found is None:
         found = _text_format(head, declared, whole_file=len(head) < _HEAD_BYTES)
     if found is None:
@@ -173,8 +177,9 @@ def check_zip_safety(
 # --- binary formats ---------------------------------------------------------------------------
 
 
-def _binary_format(path: Path, head: bytes, declared: str) -> str | None:
-    """The format whose magic number `head` carries, or None if it has none we know."""
+def _binary_format(path: Path, head: bytes, declared: str, data: bytes | None) -> str | None:
+    """The format whose magic number `head` carries, or None if it has none we know (``data``:
+    the file's bytes, when held in memory)."""
     if head.startswith(b"%PDF-"):
         return "pdf"
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -193,13 +198,13 @@ def _binary_format(path: Path, head: bytes, declared: str) -> str | None:
         return "webm" if _ebml_doctype(head) == b"webm" else "mkv"
     if head[4:8] == b"ftyp":
         return _iso_bmff_format(path, head[8:12])
-    if head[4:8] in _QUICKTIME_ATOMS and 8 <= int.from_bytes(head[:4], "big") <= _size(path):
+    if head[4:8] in _QUICKTIME_ATOMS and 8 <= int.from_bytes(head[:4], "big") <= _size(path, data):
         # Legacy QuickTime layout; MP4 and M4A can start the same way, so trust such a name.
         return declared if declared in ("mp4", "m4a") else "mov"
     if head.startswith(b"ID3") and _valid_id3_header(head):
-        return _after_id3(path, head)
+        return _after_id3(path, head, data)
     if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
-        return _zip_format(path, head)
+        return _zip_format(path, head, data)
     if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
         raise UnsupportedFormat(
             f"{path.name}: an OLE compound file (a legacy .doc/.xls/.ppt, or a password-protected "
@@ -210,16 +215,16 @@ def _binary_format(path: Path, head: bytes, declared: str) -> str | None:
     audio = _audio_frame_format(head)
     if audio is not None:
         return audio
-    return _pdf_after_junk(path, head)
+    return _pdf_after_junk(path, head, data)
 
 
-def _pdf_after_junk(path: Path, head: bytes) -> str | None:
+def _pdf_after_junk(path: Path, head: bytes, data: bytes | None) -> str | None:
     """A PDF with junk before its header, as readers accept; its end must look like a PDF too,
     so a text that merely mentions "%PDF-" near its top is not taken for one."""
     if b"%PDF-" not in head[: _PDF_JUNK_BYTES + 5]:
         return None
-    with path.open("rb") as fh:
-        fh.seek(max(0, _size(path) - _TAIL_BYTES))
+    with _open(path, data) as fh:
+        fh.seek(max(0, _size(path, data) - _TAIL_BYTES))
         tail = fh.read()
     return "pdf" if b"%%EOF" in tail or b"startxref" in tail else None
 
@@ -254,13 +259,13 @@ def _valid_id3_header(head: bytes) -> bool:
     return len(head) >= 10 and head[3] in (2, 3, 4) and all(b < 0x80 for b in head[6:10])
 
 
-def _after_id3(path: Path, head: bytes) -> str:
+def _after_id3(path: Path, head: bytes, data: bytes | None) -> str:
     """An ID3v2 tag can precede MP3, AAC or FLAC data: look past it."""
     size = 0
     for byte in head[6:10]:  # a "syncsafe" integer: 7 bits per byte
         size = (size << 7) | (byte & 0x7F)
     end = 10 + size + (10 if head[5] & 0x10 else 0)  # flag 0x10: a footer follows
-    with path.open("rb") as fh:
+    with _open(path, data) as fh:
         fh.seek(end)
         after = fh.read(4096)
     if after.startswith(b"fLaC"):
@@ -321,8 +326,8 @@ def _mpeg_frame_length(header: bytes) -> int | None:
 # --- ZIP ---------------------------------------------------------------------------------------
 
 
-def _zip_format(path: Path, head: bytes) -> str:
-    names = {info.filename for info in _zip_infolist(path)}
+def _zip_format(path: Path, head: bytes, data: bytes | None) -> str:
+    names = {info.filename for info in _zip_infolist(path, data)}
     for part, fmt in _OOXML_PARTS.items():
         if part in names:
             return fmt
@@ -340,9 +345,9 @@ def _zip_format(path: Path, head: bytes) -> str:
     )
 
 
-def _zip_infolist(path: Path) -> list[zipfile.ZipInfo]:
+def _zip_infolist(path: Path, data: bytes | None = None) -> list[zipfile.ZipInfo]:
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(path if data is None else io.BytesIO(data)) as archive:
             return archive.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
         raise ExtractionError(
@@ -417,8 +422,12 @@ def _looks_like_html(text: str) -> bool:
     return rest.startswith("<") and _HTML_TAG_RE.search(rest[:1024]) is not None
 
 
-def _size(path: Path) -> int:
-    return path.stat().st_size
+def _size(path: Path, data: bytes | None = None) -> int:
+    return path.stat().st_size if data is None else len(data)
+
+
+def _open(path: Path, data: bytes | None) -> BinaryIO:
+    return path.open("rb") if data is None else io.BytesIO(data)
 
 
 def _read_head(path: Path) -> bytes:

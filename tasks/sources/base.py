@@ -7,9 +7,8 @@ sync recorded of each item (`Prior`: the version token and the connector's own `
 can tell an unchanged item without reading it (an object's ETag, a file's mtime and size, an
 HTTP 304 to a conditional request, a row's updated-at column).
 
-The sync (`kbflow.services.sources.definitions`) decides everything else: content hashes, new
-versions, withdrawals of items no longer listed. It applies withdrawals only when the walk was
-complete:
+The sync (`tasks.sources.sync`) decides everything else: content hashes, new versions,
+withdrawals of items no longer listed. It applies withdrawals only when the walk was complete:
 a connector raises `SourceError` when it could not list its source (nothing is withdrawn then)
 and sets ``complete = False`` when a cap stopped it early.
 """

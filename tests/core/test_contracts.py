@@ -9,7 +9,17 @@ import json
 
 import pytest
 
-from core.contracts import IngestReport, IngestRequest, JobRef, ResearchReport, ReviewReport
+from core.contracts import (
+    IngestReport,
+    IngestRequest,
+    ItemFailure,
+    JobRef,
+    ResearchReport,
+    ReviewReport,
+    SyncCounts,
+    SyncReport,
+    WithdrawHeld,
+)
 from core.models import DocStatus
 from tasks.ingest.index import BatchReport, IngestPlan, ingest_report
 
@@ -156,3 +166,24 @@ def test_an_ingest_request_applies_the_audience_rule() -> None:
         assert f"audience {bad!r}"[:40] in str(cause) and ids.SLUG_RULE in str(cause)
     with pytest.raises(ValidationError):
         IngestRequest.model_validate({"org": "acme", "audience": "Exec"})  # a job row's params
+
+
+def test_a_sync_report_dumps_a_syncs_keys_in_their_order() -> None:
+    """`kbflow sources sync --json` and the job's result print these keys in this order;
+    ``withdraw_held`` only when withdrawals were held."""
+    counts = dict.fromkeys(
+        ("listed", "new", "changed", "unchanged", "returned", "withdrawn", "failed"), 0
+    )
+    report = SyncReport(
+        started_at="t0", outcome="partial", flow_run_id=None, finished_at="t1", seconds=1.25,
+        complete=True, counts=SyncCounts(**counts | {"failed": 1}),
+        errors=[ItemFailure(key="a.md", error="too big")], error=None,
+    )  # fmt: skip
+    dumped = report.to_dict()
+    assert list(dumped) == ["started_at", "outcome", "flow_run_id", "finished_at", "seconds",
+                            "complete", "counts", "errors", "error"]  # fmt: skip
+    assert dumped["counts"] == counts | {"failed": 1} and list(dumped["counts"]) == list(counts)
+    assert dumped["errors"] == [{"key": "a.md", "error": "too big"}]
+    assert report["counts"]["failed"] == 1 and "withdraw_held" not in report
+    report.withdraw_held = WithdrawHeld(gone=2, of=3, max_ratio=0.2, message="held")
+    assert list(report.to_dict())[-1] == "withdraw_held" and report["withdraw_held"]["gone"] == 2

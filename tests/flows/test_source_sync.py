@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from core.contracts import SyncReport
 from core.models import DocStatus, Role
 from core.settings import Settings
 from flows.source_sync import source_sync
@@ -64,10 +65,10 @@ def registry(settings: Settings) -> Iterator[SqlRegistry]:
     reg.close()
 
 
-def _sync(settings: Settings, name: str) -> dict[str, Any]:
+def _sync(settings: Settings, name: str) -> SyncReport:
     """Sync as a schedule does: the source-sync flow on the source's id."""
     source = service.resolve_source(settings, name, ORG)
-    return dict(source_sync(source_id=source.id))
+    return source_sync(source_id=source.id)
 
 
 def _tail(key: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from core.errors import ConfigError, NotFound
 from core.models import DocStatus
@@ -29,6 +29,66 @@ ENTERING = (DocStatus.APPROVED.value, DocStatus.PENDING_REVIEW.value)
 SOURCE_SYNC_KIND = "source-sync"
 """The kind of the background job that syncs a source (`submit_sync_job`)."""
 REPO = Path(__file__).resolve().parents[2]
+
+
+class SourceFields(TypedDict):
+    """A source's fields, each checked (`source_fields`): what `add_source` stores."""
+
+    kind: str
+    config: dict[str, Any]
+    collection: str
+    status: str
+    audience: str | None
+    include: list[str]
+    exclude: list[str]
+    max_items: int
+    max_item_bytes: int
+    schedule: str | None
+    timezone: str | None
+
+
+class SourceItems(TypedDict):
+    """A source's items by state."""
+
+    present: int
+    failed: int
+    gone: int
+
+
+class SourceView(TypedDict):
+    """A source as `kbflow sources show --json` prints it, in this order: its fields, its last
+    sync (as kept on it), whether a sync runs now, its items by state and its next run."""
+
+    id: str
+    org_id: str
+    name: str
+    kind: str
+    config: dict[str, Any]
+    collection: str
+    status: str
+    audience: str | None
+    include: list[str]
+    exclude: list[str]
+    max_items: int
+    max_item_bytes: int
+    schedule: str | None
+    timezone: str | None
+    created_by: str
+    created_at: str
+    updated_at: str
+    last_sync: dict[str, Any] | None
+    running: bool
+    items: SourceItems
+    next_run: str | None
+
+
+class SourceRemoved(TypedDict):
+    """A source removed (`kbflow sources remove --json`), with how many documents were withdrawn."""
+
+    removed: str
+    name: str
+    org_id: str
+    withdrawn: int
 
 
 def source_fields(
@@ -44,20 +104,22 @@ def source_fields(
     max_item_bytes: int = 50_000_000,
     schedule: str | None = None,
     timezone: str | None = None,
-) -> dict[str, Any]:
+) -> SourceFields:
     """A source's fields, each checked (the config by its kind)."""
     from tasks.sources import kind_module
 
     checked = kind_module(kind).check_config(dict(config))
-    return {
-        "kind": kind,
-        "config": checked,
-        **_checked_common(
-            collection=collection, status=status, audience=audience, include=include,
-            exclude=exclude, max_items=max_items, max_item_bytes=max_item_bytes,
-            schedule=schedule, timezone=timezone,
-        ),
-    }  # fmt: skip
+    common = _checked_common(
+        collection=collection, status=status, audience=audience, include=include,
+        exclude=exclude, max_items=max_items, max_item_bytes=max_item_bytes, schedule=schedule,
+        timezone=timezone,
+    )  # fmt: skip
+    return SourceFields(
+        kind=kind, config=checked, collection=common["collection"], status=common["status"],
+        audience=common["audience"], include=common["include"], exclude=common["exclude"],
+        max_items=common["max_items"], max_item_bytes=common["max_item_bytes"],
+        schedule=common["schedule"], timezone=common["timezone"],
+    )  # fmt: skip
 
 
 def _checked_common(**fields: Any) -> dict[str, Any]:
@@ -199,7 +261,7 @@ def resolve(registry: SqlRegistry, ref: str, org: str | None) -> SourceRecord:
     return found[0]
 
 
-def get_source(settings: Settings, ref: str, org: str | None = None) -> dict[str, Any]:
+def get_source(settings: Settings, ref: str, org: str | None = None) -> SourceView:
     """One source as JSON, with its last sync, whether a sync runs now, its next scheduled
     run and its items' counts by state."""
     from sinks.connect import open_registry
@@ -210,7 +272,7 @@ def get_source(settings: Settings, ref: str, org: str | None = None) -> dict[str
     return source_dict(settings, source, counts)
 
 
-def list_sources(settings: Settings, org: str | None = None) -> list[dict[str, Any]]:
+def list_sources(settings: Settings, org: str | None = None) -> list[SourceView]:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
@@ -221,21 +283,40 @@ def list_sources(settings: Settings, org: str | None = None) -> list[dict[str, A
     return [source_dict(settings, s, counts.get(s.id, {})) for s in sources]
 
 
-def source_dict(
-    settings: Settings, source: SourceRecord, counts: Mapping[str, int]
-) -> dict[str, Any]:
+def source_dict(settings: Settings, source: SourceRecord, counts: Mapping[str, int]) -> SourceView:
     from tasks.sources.state import sync_running
 
-    out = source.to_dict()
     running = sync_running(settings.home, source.id)
     last = dict(source.last_sync or {})
     if last.get("outcome") == "running" and not running:
         last["outcome"] = "interrupted"  # its process died: the next sync finishes the job
-    out["last_sync"] = last or None
-    out["running"] = running
-    out["items"] = {state: counts.get(state, 0) for state in ("present", "failed", "gone")}
-    out["next_run"] = next_run(source)
-    return out
+    return SourceView(
+        id=source.id,
+        org_id=source.org_id,
+        name=source.name,
+        kind=source.kind,
+        config=source.config,
+        collection=source.collection,
+        status=source.status,
+        audience=source.audience,
+        include=source.include,
+        exclude=source.exclude,
+        max_items=source.max_items,
+        max_item_bytes=source.max_item_bytes,
+        schedule=source.schedule,
+        timezone=source.timezone,
+        created_by=source.created_by,
+        created_at=source.created_at.isoformat(),
+        updated_at=source.updated_at.isoformat(),
+        last_sync=last or None,
+        running=running,
+        items=SourceItems(
+            present=counts.get("present", 0),
+            failed=counts.get("failed", 0),
+            gone=counts.get("gone", 0),
+        ),
+        next_run=next_run(source),
+    )
 
 
 def next_run(source: SourceRecord, now: dt.datetime | None = None) -> str | None:
@@ -285,7 +366,7 @@ def update_source(
 
 def remove_source(
     settings: Settings, ref: str, org: str | None, *, actor: str | None, withdraw: bool = False
-) -> dict[str, Any]:
+) -> SourceRemoved:
     """Remove a source and its sync state. Its documents stay as they are unless
     ``withdraw``: then each is taken out of service first, audited "removed at source"."""
     from sinks.connect import open_registry
@@ -304,8 +385,9 @@ def remove_source(
         if withdraw:
             withdrawn = _withdraw_all(settings, registry, source, admin)
         registry.delete_source(source.id, actor=admin)
-    return {"removed": source.id, "name": source.name, "org_id": source.org_id,
-            "withdrawn": withdrawn}  # fmt: skip
+    return SourceRemoved(
+        removed=source.id, name=source.name, org_id=source.org_id, withdrawn=withdrawn
+    )
 
 
 def _withdraw_all(
@@ -340,6 +422,6 @@ def submit_sync_job(settings: Settings, org: str, source_id: str, *, actor: str)
     """Record a PROCESSING job that syncs one source (`kbflow.services.sources.sync.sync`, the
     ``source-sync`` flow) and start it (`kbflow.services.jobs.queue.start_job`); returns at once.
     The job's report is the sync's summary. What the HTTP route starts (no Prefect here)."""
-    from kbflow.services.jobs.queue import start_job
+    from kbflow.services.jobs import start_job
 
     return start_job(settings, org, SOURCE_SYNC_KIND, [source_id], {"actor": actor})

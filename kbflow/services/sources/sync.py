@@ -7,8 +7,9 @@ never loads Prefect.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
+from core.contracts import SyncReport
 from core.errors import KbflowError
 from core.settings import Settings
 from kbflow.services.sources.definitions import REPO, authorize_change, next_run, resolve
@@ -21,6 +22,20 @@ DEPLOYMENT = "source-sync/source-sync"
 SCHEDULE_SLUG = "source-"
 
 
+class ScheduledSource(TypedDict):
+    """A source's schedule as `schedule` put it on the deployment (`kbflow sources schedule
+    --json`)."""
+
+    source: str
+    org_id: str
+    id: str
+    cron: str
+    timezone: str
+    slug: str
+    next_run: str | None
+    deployment: str
+
+
 def sync(
     settings: Settings,
     ref: str,
@@ -29,9 +44,9 @@ def sync(
     actor: str | None,
     progress: Callable[[str, int, int | None], None] | None = None,
     confirm_withdraw: bool = False,
-) -> dict[str, Any]:
+) -> SyncReport:
     """Sync one source now, as the ``source-sync`` flow (this process's Prefect run); returns
-    its summary. ``confirm_withdraw``: the actor confirms (audited) that this sync may withdraw
+    its report. ``confirm_withdraw``: the actor confirms (audited) that this sync may withdraw
     more of the source's items than the deletion-storm bound allows.
 
     Raises:
@@ -39,8 +54,7 @@ def sync(
         ConfigError: a sync of it runs already.
     """
     from flows.source_sync import source_sync
-    from kbflow.services.orchestration.flow_runs import tracked
-    from kbflow.services.orchestration.server import prefect_starting
+    from kbflow.services.orchestration import prefect_starting, tracked
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
@@ -53,16 +67,16 @@ def sync(
     with tracked(settings.home, source_sync) as flow:
         named = flow.with_options(flow_run_name=f"sync {source.org_id}/{source.name}")
         if progress is None:
-            return dict(named(source_id=source.id))
+            return named(source_id=source.id)
         from core import progress as channel
 
         with channel.listening(progress):
-            return dict(named(source_id=source.id))
+            return named(source_id=source.id)
 
 
 def schedule(
     settings: Settings, org: str | None = None, *, actor: str | None
-) -> list[dict[str, Any]]:
+) -> list[ScheduledSource]:
     """Put each scheduled source's cron on the ``source-sync`` deployment (one schedule a
     source, slug ``source-<id>``, its id as the parameter) and drop the schedules of sources
     removed or unscheduled since. Needs the Prefect server the workers use (and the
@@ -70,7 +84,7 @@ def schedule(
 
     ``org``: that org's sources only (an AM's); without it every org's (a superadmin's).
     """
-    from kbflow.services.orchestration.server import require_prefect_server
+    from kbflow.services.orchestration import require_prefect_server
     from sinks.connect import open_registry
     from tasks.review.access import authorize_admin
 
@@ -87,7 +101,7 @@ def schedule(
     return _apply_schedules(sources, org)
 
 
-def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[str, Any]]:
+def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[ScheduledSource]:
     from prefect import get_client
     from prefect.client.schemas.actions import DeploymentScheduleCreate
     from prefect.client.schemas.schedules import CronSchedule
@@ -95,7 +109,7 @@ def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[
 
     wanted = {f"{SCHEDULE_SLUG}{s.id}": s for s in sources if s.schedule}
     mine = {f"{SCHEDULE_SLUG}{s.id}" for s in sources}
-    out: list[dict[str, Any]] = []
+    out: list[ScheduledSource] = []
     with get_client(sync_client=True) as client:
         try:
             deployment = client.read_deployment_by_name(DEPLOYMENT)
@@ -128,15 +142,15 @@ def _apply_schedules(sources: list[SourceRecord], org: str | None) -> list[dict[
                 ],
             )  # fmt: skip
             out.append(
-                {
-                    "source": source.name,
-                    "org_id": source.org_id,
-                    "id": source.id,
-                    "cron": source.schedule,
-                    "timezone": source.timezone or "UTC",
-                    "slug": slug,
-                    "next_run": next_run(source),
-                    "deployment": DEPLOYMENT,
-                }
+                ScheduledSource(
+                    source=source.name,
+                    org_id=source.org_id,
+                    id=source.id,
+                    cron=source.schedule,
+                    timezone=source.timezone or "UTC",
+                    slug=slug,
+                    next_run=next_run(source),
+                    deployment=DEPLOYMENT,
+                )
             )
     return out
