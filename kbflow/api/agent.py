@@ -2,13 +2,11 @@
 and ``kbflow answer`` give them (same functions, same JSON), for the agent the token names.
 
 A body is checked once, by its pydantic model (`kbflow.api.schemas`), and the tool runs with
-it as it is (`kbflow.services.query.tools.run_tool`); what a route answers is checked once, by its
-response model: for the tools, the output model they publish.
+it as it is (`kbflow.services.query.tools.run_tool`); what a route answers is checked once, as
+it is made into its response model: for the tools, the output model they publish.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from fastapi import APIRouter
 
@@ -21,35 +19,37 @@ router = APIRouter(prefix="/v1/agent", tags=["agent"])
 
 
 @router.get("/collections", response_model=ListOutput)
-def list_collections(agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+def list_collections(agent: AgentId, service: ServiceDep) -> ListOutput:
     """``list_knowledge_collections``: what the agent may read."""
-    return tools.run_tool(service.read(), "list_knowledge_collections", agent, ListInput())
+    result = tools.run_tool(service.read(), "list_knowledge_collections", agent, ListInput())
+    return ListOutput.model_validate(result)
 
 
 @router.post("/search", response_model=SearchOutput)
-async def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def search(body: SearchBody, agent: AgentId, service: ServiceDep) -> SearchOutput:
     """``search_knowledge_base``: gated hybrid search in the agent's collections."""
     result = await service.within_deadline(
         lambda: tools.run_tool(service.read(), "search_knowledge_base", agent, body)
     )
-    if result.get("degraded"):
+    found = SearchOutput.model_validate(result)
+    if found.degraded:
         service.count_degraded()
-    return result
+    return found
 
 
 @router.post("/ask", response_model=AskResponse)
-async def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def ask(body: AskBody, agent: AgentId, service: ServiceDep) -> AskResponse:
     """``research_knowledge_search``: yes / maybe / no with a cited synthesis."""
     result = await service.within_deadline(lambda: answers.ask(service.read(), agent, body.queries))
     service.count_outcome("ask", result)
-    return result
+    return AskResponse.model_validate(result)
 
 
 @router.post("/answer", response_model=AnswerResponse)
-async def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> dict[str, Any]:
+async def answer(body: AnswerBody, agent: AgentId, service: ServiceDep) -> AnswerResponse:
     """A cited answer from approved knowledge, or a refusal; recorded in the ledger."""
     result = await service.within_deadline(
         lambda: answers.answer(service.read(), agent, body.question)
     )
     service.count_outcome("answer", result)
-    return result
+    return AnswerResponse.model_validate(result)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -95,7 +95,7 @@ class Service:
             ) from exc
 
     def count_outcome(
-        self, route: str, result: dict[str, Any], facts: RequestFacts | None = None
+        self, route: str, result: Mapping[str, Any], facts: RequestFacts | None = None
     ) -> None:
         """Count an answer (answered / refused) or a knowledge search (yes / maybe / no), and
         say it on the request's log line (``facts``: the MCP call's; default: the current

@@ -11,12 +11,13 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path as FsPath
-from typing import Annotated, Any
+from typing import Annotated, TypeVar
 
 from fastapi import Path, Response
 
 from core.errors import Forbidden
 from kbflow.api.auth import Service
+from kbflow.api.schemas import JobAccepted
 from kbflow.services.jobs import queue as jobs
 from sinks.registry import JobRecord, SqlRegistry
 
@@ -26,6 +27,9 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 DocId = Annotated[str, Path(pattern=ID_PATTERN, description="A document id.")]
 OrgId = Annotated[str, Path(pattern=ID_PATTERN, description="An org id.")]
 JobId = Annotated[str, Path(pattern=ID_PATTERN, description="A job id (202 answers name it).")]
+
+AcceptedT = TypeVar("AcceptedT", bound=JobAccepted)
+JsonT = TypeVar("JsonT")
 
 
 @contextmanager
@@ -52,20 +56,26 @@ def may_decide(service: Service, user: str, org: str, attempted: str, what: str)
 
 
 def accepted(
-    job: JobRecord, registry: SqlRegistry, response: Response, **extra: Any
-) -> dict[str, Any]:
-    """A 202's body: the job's id, kind, state and org, whether it waits for a slot
-    (``queued``, with its ``queue_position``), and ``extra``; ``response`` gets the
-    ``Location`` to follow the job at."""
+    answer: type[AcceptedT],
+    job: JobRecord,
+    registry: SqlRegistry,
+    response: Response,
+    **extra: str,
+) -> AcceptedT:
+    """A 202's body, as ``answer`` (`JobAccepted`, or a model that adds ``extra``): the job's
+    id, kind, state and org, whether it waits for a slot (``queued``, with its
+    ``queue_position``), and ``extra``; ``response`` gets the ``Location`` to follow the job
+    at."""
     response.headers["Location"] = f"{ADMIN_PREFIX}/jobs/{job.id}"
     body = {"job_id": job.id, "kind": job.kind, "status": job.status.value, "org": job.org_id}
-    return body | jobs.admission(registry, job.id) | extra
+    return answer.model_validate({**body, **jobs.admission(registry, job.id), **extra})
 
 
-def scrubbed(value: dict[str, Any], folder: FsPath) -> dict[str, Any]:
-    """``value`` without the server's paths under ``folder`` (a reason may name a file by its
-    full path): they become ``KBFLOW_HOME``-relative or plain names."""
+def scrubbed(value: JsonT, folder: FsPath) -> JsonT:
+    """``value`` (JSON: dicts, lists, text, numbers) without the server's paths under
+    ``folder`` (a reason may name a file by its full path): they become
+    ``KBFLOW_HOME``-relative or plain names."""
     text = json.dumps(value, default=str, ensure_ascii=False)
     text = text.replace(f"{folder}/", "").replace(str(folder), "")
-    out: dict[str, Any] = json.loads(text)
+    out: JsonT = json.loads(text)
     return out

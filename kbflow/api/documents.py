@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import uuid
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -79,7 +78,7 @@ class DocumentForm(UploadForm):
 )
 async def upload_document(
     org: OrgId, request: Request, user: UserId, service: ServiceDep, response: Response
-) -> dict[str, Any]:
+) -> UploadAccepted:
     """Upload one document (multipart ``file``, with `kbflow ingest`'s ``collection``,
     ``status``, ``audience``, ``effective_date``, ``source_tag``) to be ingested by a background
     job: 202 with the job's id and a ``Location`` to follow it.
@@ -115,5 +114,5 @@ async def upload_document(
         raise
     registry = service.ctx.registry
     return await run_in_threadpool(
-        accepted, job, registry, response, file=upload.name, type=upload.kind
+        accepted, UploadAccepted, job, registry, response, file=upload.name, type=upload.kind
     )

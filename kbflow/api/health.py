@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
@@ -25,23 +25,25 @@ METRICS_MEDIA_TYPE = CONTENT_TYPE_LATEST.partition(";")[0]  # text/plain, with a
 
 
 @router.get("/healthz", response_model=Health)
-def healthz() -> dict[str, str]:
+def healthz() -> Health:
     """The process is up."""
-    return {"status": "ok"}
+    return Health(status="ok")
 
 
 @router.get("/readyz", response_model=Readiness)
-def readyz(service: ServiceDep) -> dict[str, Any]:
+def readyz(service: ServiceDep) -> Readiness:
     """The registry answers and the vector store is open (else degraded: keyword only);
     ``shared``: this machine's other kbflow processes reach the embedded store through
     this service."""
     service.ctx.registry.list_orgs()
-    store = "open" if service.ctx.store is not None else "unavailable"
-    return {
-        "status": "ready" if store == "open" else "degraded",
-        "vector_store": store,
-        "shared": service.steward.sharing,
-    }
+    store: Literal["open", "unavailable"] = (
+        "open" if service.ctx.store is not None else "unavailable"
+    )
+    return Readiness(
+        status="ready" if store == "open" else "degraded",
+        vector_store=store,
+        shared=service.steward.sharing,
+    )
 
 
 @router.get(

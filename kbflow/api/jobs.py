@@ -26,7 +26,7 @@ router = APIRouter(prefix=ADMIN_PREFIX, tags=["jobs"])
 
 # Unset keys stay out: ``synthesis_run_id`` is a research job's only.
 @router.get("/jobs/{job_id}", response_model=JobOut, response_model_exclude_unset=True)
-def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> dict[str, Any]:
+def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> JobOut:
     """A background job (`kbflow jobs status`): PROCESSING, COMPLETE (``result``: the ingest or
     research report) or FAILED (``error``: why), for those who may inspect its org's drafts.
     A PROCESSING job waiting for a slot says ``queued: true`` and its ``queue_position``.
@@ -41,7 +41,8 @@ def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> dict[str, An
         lambda job: job.org_id, inspect=True,
     )  # fmt: skip
     job = jobs.refresh(registry, job, service.settings)
-    return _job_json(job, service.settings) | jobs.admission(registry, job.id)
+    shown = _job_json(job, service.settings)
+    return JobOut.model_validate({**shown, **jobs.admission(registry, job.id)})
 
 
 def _job_json(job: JobRecord, settings: Settings) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,10 +24,18 @@ class ServiceDidNotStart(RuntimeError):
     """The service exited, or did not answer ``/readyz`` in time; the message has its log."""
 
 
+class ReadyAnswer(TypedDict):
+    """``/readyz``'s answer (`kbflow.api.schemas.Readiness`)."""
+
+    status: Literal["ready", "degraded"]
+    vector_store: Literal["open", "unavailable"]
+    shared: bool
+
+
 @dataclass(frozen=True)
 class Launched:
     base: str  # http://127.0.0.1:<port>
-    ready: dict[str, Any]  # the first /readyz answer that counted
+    ready: ReadyAnswer  # the first /readyz answer that counted
     proc: subprocess.Popen[bytes]
 
 
@@ -92,7 +100,7 @@ def wait_ready(
     *,
     require_ready: bool = True,
     wait_s: float = 180,
-) -> dict[str, Any]:
+) -> ReadyAnswer:
     """Poll ``/readyz`` until it counts; its answer."""
     import httpx
 
@@ -102,7 +110,7 @@ def wait_ready(
             raise ServiceDidNotStart(f"kbflow serve exited with {proc.returncode}:\n{_tail(log)}")
         try:
             response = httpx.get(f"{base}/readyz", timeout=2)
-            ready: dict[str, Any] = response.json()
+            ready: ReadyAnswer = response.json()
             if response.status_code == 200 and (
                 ready.get("status") == "ready" or not require_ready
             ):

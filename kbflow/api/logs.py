@@ -25,7 +25,7 @@ import uuid
 from collections.abc import MutableMapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 ACCESS_LOGGER = "uvicorn.access"
 REQUEST_LOGGER = "kbflow.access"
@@ -39,6 +39,34 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 SCOPE_KEY = "kbflow.request"
 """Where `Measured` leaves a request's `RequestFacts` in its ASGI scope."""
+
+
+LogConfig = dict[str, Any]
+"""A ``logging.config.dictConfig`` schema: free-form by design (handlers and formatters name
+their own keys), and uvicorn's ``log_config`` takes it as a ``dict[str, Any]``."""
+
+
+class UvicornLogging(TypedDict, total=False):
+    """The keyword arguments of ``uvicorn.Config`` that set its logging."""
+
+    log_config: LogConfig
+    access_log: bool
+
+
+class RequestFields(TypedDict):
+    """A request line's fields (`RequestFacts.fields`)."""
+
+    request_id: str
+    method: str
+    route: str
+    status: int
+    latency_ms: float
+    agent: str | None
+    user: str | None
+    org: str | None
+    tool: str | None
+    outcome: str | None
+    degraded: bool
 
 
 class QueryStringDropped(logging.Filter):
@@ -96,7 +124,7 @@ class RequestFacts:
     outcome: str | None = None  # answered / refused; yes / maybe / no; an MCP tool's "error"
     degraded: bool = False  # answered by the keyword fallback (the vector store unavailable)
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> RequestFields:
         """The request line's fields (every key present, None as null)."""
         return {
             "request_id": self.request_id,
@@ -180,7 +208,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-def json_log_config() -> dict[str, Any]:
+def json_log_config() -> LogConfig:
     """The logging config (``logging.config.dictConfig``) of `kbflow serve` in json mode, given
     to uvicorn (which applies it in each ``--workers`` process too): every record as a JSON line
     on stdout; uvicorn's access line replaced by `log_request`'s. Levels as in text mode: kbflow
@@ -206,7 +234,7 @@ def json_log_config() -> dict[str, Any]:
     }
 
 
-def uvicorn_logging(log_format: str) -> dict[str, Any]:
+def uvicorn_logging(log_format: str) -> UvicornLogging:
     """The keyword arguments that give uvicorn ``log_format``'s logging: none for text (its own
     config, unchanged), the JSON config and no access line for json."""
     if log_format != "json":

@@ -45,6 +45,7 @@ from kbflow.api.schemas import AnswerBody
 from kbflow.services.query import answers, tools
 from kbflow.services.query.context import SearchContext
 from kbflow.services.query.tool_models import tool_schema
+from kbflow.services.query.types import AnswerTurn, ToolResult
 from tasks.llm import ChatModel
 from tasks.llm_sampling import Sampled, SampledChat, SamplingNeeded
 
@@ -89,7 +90,7 @@ class McpTool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     read_only: bool
-    run: Callable[[SearchContext, str, dict[str, Any], ChatModel | None], dict[str, Any]]
+    run: Callable[[SearchContext, str, dict[str, Any], ChatModel | None], ToolResult | AnswerTurn]
     reads: bool = False
     """A model reads for it (answer, research_knowledge_search): the agent's own may."""
 
@@ -110,7 +111,7 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
 
     def run(
         ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
-    ) -> dict[str, Any]:
+    ) -> ToolResult:
         extra = {"chat": chat} if chat is not None else {}
         return tools.call_tool(ctx, name, agent_id, arguments, **extra)
 
@@ -120,7 +121,7 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
 
 def _answer(
     ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
-) -> dict[str, Any]:
+) -> AnswerTurn:
     tools.check_arguments("answer", ANSWER_TOOL.input_schema, arguments)
     return answers.answer(ctx, agent_id, arguments["question"], chat=chat)
 
@@ -183,7 +184,7 @@ def run_tool(
         call.service.count_outcome(route, result, call.facts)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(result, ensure_ascii=False))],
-        structured_content=result,
+        structured_content=dict(result),
     )
 
 

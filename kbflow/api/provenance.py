@@ -6,7 +6,7 @@ the answers carry the org's agents' questions.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -27,7 +27,7 @@ def provenance(
     doc: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
     since: Annotated[str | None, Query(max_length=40)] = None,
     stale: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[ProvenanceRow]:
     """The recorded answers for the org that cited ``doc`` (or, with ``stale=true``, every
     answer to revisit), each flagged when its document was rejected, superseded, withdrawn or
     changed since (`kbflow provenance --json`); ``since``: 7d, 12h, 30m, 2w or an ISO date.
@@ -45,4 +45,5 @@ def provenance(
         raise invalid("since", str(exc), where="query") from exc
     authorize_inspection(service.ctx.registry, user, org)
     # The ledger takes its reads and writes one at a time itself (`sinks.ledger`).
-    return trace(service.settings, doc=doc, since=since, stale=stale, org=org)
+    rows = trace(service.settings, doc=doc, since=since, stale=stale, org=org)
+    return [ProvenanceRow.model_validate(row) for row in rows]

@@ -10,8 +10,6 @@ KBFLOW_JOBS_MAX_QUEUED_PER_ORG waiting jobs an org's next one is refused (429, R
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -57,7 +55,7 @@ class ResearchBody(BaseModel):
 @router.post("/orgs/{org}/research", status_code=202, response_model=JobAccepted)
 def start_research(
     org: OrgId, body: ResearchBody, user: UserId, service: ServiceDep, response: Response
-) -> dict[str, Any]:
+) -> JobAccepted:
     """Start a research run for an org (`kbflow research`) in a background job: 202 with the
     job's id and a ``Location`` to follow it.
 
@@ -85,4 +83,4 @@ def start_research(
         budget_tokens=body.budget_tokens,
         reviewer=reviewer,
     )
-    return accepted(job, service.ctx.registry, response)
+    return accepted(JobAccepted, job, service.ctx.registry, response)

@@ -11,7 +11,7 @@ runs, that is the service.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,9 +24,11 @@ from kbflow.api.schemas import (
     AuditEntry,
     DocumentOut,
     DocumentView,
+    DraftRun,
     DraftsResponse,
     ReviewCodeOut,
 )
+from sinks.registry import DocRecord
 from tasks.review.decisions import Verb
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["review"])
@@ -55,7 +57,7 @@ def list_drafts(
     user: UserId,
     service: ServiceDep,
     status: Annotated[list[DocStatus] | None, Query()] = None,
-) -> dict[str, Any]:
+) -> DraftsResponse:
     """An org's drafts grouped by research run (default: pending_review and rejected), for
     those who may inspect them; the JSON of `kbflow review list --json`."""
     from tasks.review.inspection import list_drafts as drafts
@@ -65,24 +67,29 @@ def list_drafts(
         groups = drafts(ctx.registry, user, org, statuses=status)
     else:
         groups = drafts(ctx.registry, user, org)
-    return {
-        "org": org,
-        "runs": [
-            {"synthesis_run_id": run, "documents": [d.to_dict() for d in docs]}
+    return DraftsResponse(
+        org=org,
+        runs=[
+            DraftRun(synthesis_run_id=run, documents=[_document(d) for d in docs])
             for run, docs in groups.items()
         ],
-    }
+    )
 
 
 @router.get("/documents/{doc_id}", response_model=DocumentView)
-def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> dict[str, Any]:
+def show_document(doc_id: DocId, user: UserId, service: ServiceDep) -> DocumentView:
     """A document's record and full stored text, whatever its status (`kbflow review show`)."""
     from tasks.review.inspection import inspect_draft
     from tasks.review.machine import held
 
     ctx = service.read()
     view = inspect_draft(doc_id, user, registry=ctx.registry, open_store=held(ctx.vector_store))
-    return {"document": view.doc.to_dict(), "chunks": view.chunks, "text": view.text}
+    return DocumentView(document=_document(view.doc), chunks=view.chunks, text=view.text)
+
+
+def _document(doc: DocRecord) -> DocumentOut:
+    """A document's registry record as the routes answer it."""
+    return DocumentOut.model_validate(doc.to_dict())
 
 
 def _decision(
@@ -93,7 +100,7 @@ def _decision(
     *,
     note: str | None,
     content: str | None = None,
-) -> dict[str, Any]:
+) -> DocumentOut:
     """One decision through the one decision path (`kbflow.services.review.decisions`), on the
     store this process holds open; the document's record after it."""
     from kbflow.services.review.decisions import decide as decide_one
@@ -104,12 +111,12 @@ def _decision(
             service.settings, ctx.registry, held(ctx.vector_store), lambda: ctx.embedder, user,
             doc_id, verb, surface="http", note=note, content=content,
         )  # fmt: skip
-    return dict(decided.doc.to_dict())
+    return _document(decided.doc)
 
 
 # Registered before the decisions: `/edit` is not a decision's verb.
 @router.post("/documents/{doc_id}/edit", response_model=DocumentOut)
-def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> dict[str, Any]:
+def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> DocumentOut:
     """Replace a document's content and approve it (an approved document gets a new approved
     version); 409 when someone decided first."""
     return _decision(service, user, doc_id, Verb.EDIT, note=body.note, content=body.content)
@@ -119,7 +126,7 @@ def edit(doc_id: DocId, body: EditBody, user: UserId, service: ServiceDep) -> di
 @router.post("/documents/{doc_id}/restore", response_model=DocumentOut)
 def restore(
     doc_id: DocId, user: UserId, service: ServiceDep, body: DecisionBody | None = None
-) -> dict[str, Any]:
+) -> DocumentOut:
     """Put a withdrawn document back in service: a new approved version with its text (the
     withdrawn version stays withdrawn; answers that cited it keep their provenance); the note
     is required. 409 when it is not withdrawn, a newer version of its source is approved or
@@ -134,7 +141,7 @@ def decide(
     user: UserId,
     service: ServiceDep,
     body: DecisionBody | None = None,
-) -> dict[str, Any]:
+) -> DocumentOut:
     """Approve, reject or withdraw one document; 409 when it is no longer in the state the
     decision needs (someone decided first: nothing changed)."""
     return _decision(service, user, doc_id, Verb(verb), note=body.note if body else None)
@@ -147,7 +154,7 @@ def audit(
     service: ServiceDep,
     doc: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> list[dict[str, Any]]:
+) -> list[AuditEntry]:
     """The org's most recent audit rows (or one document's), for those who may inspect it."""
     from sinks.registry.audit import audit_dict
     from tasks.review.access import authorize_inspection
@@ -155,7 +162,7 @@ def audit(
     registry = service.read().registry
     authorize_inspection(registry, user, org)
     rows = registry.audit_trail(org, doc, last=limit)
-    return [audit_dict(row) for row in rows]
+    return [AuditEntry.model_validate(audit_dict(row)) for row in rows]
 
 
 class CodeBody(BaseModel):
@@ -169,7 +176,7 @@ class CodeBody(BaseModel):
 @router.post("/orgs/{org}/review-codes", response_model=ReviewCodeOut)
 def review_code(
     org: OrgId, user: UserId, service: ServiceDep, body: CodeBody | None = None
-) -> dict[str, Any]:
+) -> ReviewCodeOut:
     """A one-time review code for the caller (a superadmin or the org's account manager): the
     proof a paused review run's form asks for (`kbflow review code`). Refusals are audited."""
     from tasks.review.codes import issue_code
@@ -181,10 +188,10 @@ def review_code(
     except Forbidden as exc:
         registry.record_denied(user, "get a review code", org_id=org, reason=str(exc))
         raise
-    return {
-        "code": issued.code,
-        "user_id": issued.user_id,
-        "org_id": issued.org_id,
-        "flow_run_id": issued.flow_run_id,
-        "expires_at": issued.expires_at.isoformat(timespec="seconds"),
-    }
+    return ReviewCodeOut(
+        code=issued.code,
+        user_id=issued.user_id,
+        org_id=issued.org_id,
+        flow_run_id=issued.flow_run_id,
+        expires_at=issued.expires_at.isoformat(timespec="seconds"),
+    )

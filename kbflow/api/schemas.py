@@ -3,16 +3,17 @@
 Requests: the agent routes' bodies (the MCP server publishes ``answer``'s too); the admin
 routes' bodies and forms live with their routers.
 
-Responses: each route's ``response_model`` is the one check of what it answers. The routes
-return the services' own dicts and these models say what is in them, key for key and in the
-order the services write them, so an answer is what it was before it had a model:
+Responses: each route's ``response_model`` is the one check of what it answers, and the
+route returns an instance of it, built from what the service returned. The models say what is
+in it key for key, in the order the services write them, so an answer is what it was before it
+had a model:
 
 - every key a service writes is listed, with the type it has (a date the service writes as
   text stays ``str``: a ``datetime`` field would rewrite it; a float stays ``float`` and a
   count ``int``: a ``float`` field would turn ``1`` into ``1.0``);
 - ``None`` is kept (no route excludes it), and no default fills a key the service left out;
-- `ApiModel` lets keys it does not name pass through unchanged, at the end: a response model
-  must never drop what a service returns.
+- `ApiModel` forbids keys it does not name: a key nobody described never leaves the service
+  (a service that starts writing one fails loudly, a 500, until its model says what it is).
 
 The agent tool routes answer with the tools' own output models
 (`kbflow.services.query.tool_models`), which are what ``kbflow tools schema`` and MCP publish.
@@ -32,14 +33,15 @@ from kbflow.services.query.tool_models import (
     SearchInput,
     SourceOut,
 )
+from tasks.answer.confidence import QueryForm
 
 MAX_QUESTION_CHARS = 2000
 
 
 class ApiModel(BaseModel):
-    """A response model: the keys it names are checked, any other passes through as it is."""
+    """A response model: the keys it names are checked, and no other may go out."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
 
 # --- agent requests ----------------------------------------------------------------------------
@@ -88,10 +90,13 @@ class AskResponse(ApiModel):
     triage: str | None = Field(description='"ok", or "failed open: <why>".')
     degraded: bool
     model: str | None = Field(description="The knowledge model (None: no model configured).")
+    query_form: QueryForm = Field(description="The query form whose threshold was used.")
 
 
 class AnswerCitationOut(CitationOut):
     """A cited chunk of an answer, with where its quote sits."""
+
+    model_config = ConfigDict(extra="forbid")
 
     quote_spans: list[list[int]] | None = Field(
         default=None,
@@ -147,6 +152,7 @@ class AnswerResponse(ApiModel):
     degraded: bool
     support: str = Field(description="The signal the confidences come from.")
     model: str | None
+    query_form: QueryForm = Field(description="The question's form, whose threshold was used.")
 
 
 # --- documents and their review ----------------------------------------------------------------

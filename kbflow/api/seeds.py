@@ -9,7 +9,8 @@ holds open, like a decision.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
@@ -85,7 +86,7 @@ class SeedForm(UploadForm):
 )
 async def seed_inputs(
     org: OrgId, request: Request, user: UserId, service: ServiceDep
-) -> dict[str, Any]:
+) -> SeedResult:
     """Seed research inputs for an org (`kbflow seed --json`): multipart ``files`` (at most 20
     per bundle, 25 MB each), ``urls`` and ``prompts`` (each field repeatable).
 
@@ -106,17 +107,17 @@ async def seed_inputs(
         form = checked_form(SeedForm, received.fields)
         if not (received.files or form.urls or form.prompts):
             raise invalid("files", "give at least one of files, urls or prompts")
-        result = await run_in_threadpool(_seed, service, org, user, received, form)
-    return scrubbed(result, folder)
+        return await run_in_threadpool(_seed, service, org, user, received, form, folder)
 
 
 def _seed(
-    service: Service, org: str, user: str, received: Received, form: SeedForm
-) -> dict[str, Any]:
+    service: Service, org: str, user: str, received: Received, form: SeedForm, folder: Path
+) -> SeedResult:
+    """The bundle seeded; what it stored, without the paths of ``folder`` it was read from."""
     from tasks.review.machine import held
 
     with service.use() as ctx:
-        return seeds.seed(
+        result = seeds.seed(
             service.settings,
             org,
             actor=user,
@@ -126,9 +127,11 @@ def _seed(
             file_uris=[f"upload:{org}/{f.name}" for f in received.files],
             open_store=held(ctx.vector_store),
         )
+    return SeedResult.model_validate(scrubbed(result, folder))
 
 
 @router.get("/orgs/{org}/seed", response_model=list[DocumentOut])
-def list_seed_inputs(org: OrgId, user: UserId, service: ServiceDep) -> list[dict[str, Any]]:
+def list_seed_inputs(org: OrgId, user: UserId, service: ServiceDep) -> list[DocumentOut]:
     """An org's seed inputs (`kbflow seed list --json`), for those who may inspect its drafts."""
-    return [d.to_dict() for d in seeds.list_seeds(service.settings, org, user)]
+    found = seeds.list_seeds(service.settings, org, user)
+    return [DocumentOut.model_validate(d.to_dict()) for d in found]

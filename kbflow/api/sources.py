@@ -14,21 +14,23 @@ on the Prefect workers instead (`kbflow sources schedule`).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from core.errors import ConfigError
 from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, accepted, may_decide, scrubbed
 from kbflow.api.schemas import ApiModel, JobAccepted
 from kbflow.services.sources import definitions as sources
+from sinks.registry import SourceRecord
 from tasks.sources import KINDS
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["sources"])
@@ -93,8 +95,17 @@ class SourceChanges(_SourceFields):
 # --- answers -----------------------------------------------------------------------------------
 
 
+def _isoformat(value: object) -> object:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+IsoTime = Annotated[str, BeforeValidator(_isoformat)]
+"""A time as ISO 8601 text: a record's datetime as ``isoformat()`` writes it."""
+
+
 class SourceOut(ApiModel):
-    """A source as `kbflow sources add --json` writes it."""
+    """A source as `kbflow sources add --json` writes it: its record (`SourceRecord`), field
+    for field (`of`)."""
 
     id: str
     org_id: str
@@ -111,9 +122,14 @@ class SourceOut(ApiModel):
     schedule: str | None
     timezone: str | None
     created_by: str
-    created_at: str
-    updated_at: str
+    created_at: IsoTime
+    updated_at: IsoTime
     last_sync: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, record: SourceRecord) -> SourceOut:
+        """The source's record as the API answers it."""
+        return cls.model_validate(record, from_attributes=True)
 
 
 class SourceItems(ApiModel):
@@ -142,7 +158,7 @@ class SourceRemoved(ApiModel):
 
 
 @router.post("/orgs/{org}/sources", status_code=201, response_model=SourceOut)
-def add_source(org: OrgId, body: SourceBody, user: UserId, service: ServiceDep) -> dict[str, Any]:
+def add_source(org: OrgId, body: SourceBody, user: UserId, service: ServiceDep) -> SourceOut:
     """Add a source to the org (`kbflow sources add --json`): 201 with it. Nothing is read
     until it is synced (``POST …/sources/{name}/sync``, or its schedule).
 
@@ -158,29 +174,31 @@ def add_source(org: OrgId, body: SourceBody, user: UserId, service: ServiceDep) 
         )  # fmt: skip
     settings = service.settings
     made = sources.add_source(settings, org, body.name, fields, actor=user)
-    return _clean(made.to_dict(), service)
+    return _clean(SourceOut.of(made), service)
 
 
 @router.get("/orgs/{org}/sources", response_model=list[SourceView])
-def list_sources(org: OrgId, user: UserId, service: ServiceDep) -> list[dict[str, Any]]:
+def list_sources(org: OrgId, user: UserId, service: ServiceDep) -> list[SourceView]:
     """The org's sources with their last sync (`kbflow sources list --org ORG --json`), for
     those who may inspect its drafts."""
     _may_inspect(service, user, org)
-    return [_clean(s, service) for s in sources.list_sources(service.settings, org)]
+    found = sources.list_sources(service.settings, org)
+    return [_clean(SourceView.model_validate(s), service) for s in found]
 
 
 @router.get("/orgs/{org}/sources/{name}", response_model=SourceView)
-def show_source(org: OrgId, name: SourceName, user: UserId, service: ServiceDep) -> dict[str, Any]:
+def show_source(org: OrgId, name: SourceName, user: UserId, service: ServiceDep) -> SourceView:
     """One source (`kbflow sources show --json`): its settings, last sync (counts, errors),
     items by state, whether a sync runs now and its next scheduled run."""
     _may_inspect(service, user, org)
-    return _clean(sources.get_source(service.settings, name, org), service)
+    shown = sources.get_source(service.settings, name, org)
+    return _clean(SourceView.model_validate(shown), service)
 
 
 @router.patch("/orgs/{org}/sources/{name}", response_model=SourceOut)
 def update_source(
     org: OrgId, name: SourceName, body: SourceChanges, user: UserId, service: ServiceDep
-) -> dict[str, Any]:
+) -> SourceOut:
     """Change a source (`kbflow sources update --json`): the fields given. Items the new
     patterns or caps leave out are withdrawn at the next complete sync; a new collection or
     status applies to items synced from then on. 422 when nothing is given."""
@@ -188,7 +206,7 @@ def update_source(
     changes = body.model_dump(exclude_unset=True)
     with _secrets_kept_out():
         done = sources.update_source(service.settings, name, org, changes, actor=user)
-    return _clean(done.to_dict(), service)
+    return _clean(SourceOut.of(done), service)
 
 
 @router.delete("/orgs/{org}/sources/{name}", response_model=SourceRemoved)
@@ -200,11 +218,12 @@ def remove_source(
     withdraw: Annotated[
         bool, Query(description="Also take its documents out of service (audited).")
     ] = False,
-) -> dict[str, Any]:
+) -> SourceRemoved:
     """Remove a source and its sync state (`kbflow sources remove --json`). Its documents stay
     in service unless ``withdraw=true``: then each is withdrawn, audited "removed at source"."""
     may_decide(service, user, org, "remove a source", "remove sources")
-    return sources.remove_source(service.settings, name, org, actor=user, withdraw=withdraw)
+    removed = sources.remove_source(service.settings, name, org, actor=user, withdraw=withdraw)
+    return SourceRemoved.model_validate(removed)
 
 
 @router.post(
@@ -215,7 +234,7 @@ def remove_source(
 )
 async def sync_source(
     org: OrgId, name: SourceName, user: UserId, service: ServiceDep, response: Response
-) -> Any:
+) -> JobAccepted | JSONResponse:
     """Sync a source now, as a background job (`kbflow sources sync`): 202 with the job to
     follow at ``Location`` (``GET …/jobs/{id}``); its ``result`` is the sync's summary
     (``counts``; ``outcome`` partial when an item failed, each in ``errors``), FAILED with the
@@ -234,7 +253,7 @@ async def sync_source(
             status_code=409,
         )
     job = await run_in_threadpool(sources.submit_sync_job, settings, org, source.id, actor=user)
-    return await run_in_threadpool(accepted, job, service.ctx.registry, response)
+    return await run_in_threadpool(accepted, JobAccepted, job, service.ctx.registry, response)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -264,12 +283,11 @@ def _secrets_kept_out() -> Iterator[None]:
         raise ConfigError(redacted) from None
 
 
-def _clean(value: dict[str, Any], service: Service) -> dict[str, Any]:
-    """``value`` without the server's paths under its home (a staged file's, in a sync's
-    errors); a source's ``config`` is kept as it is (it names where the source lives)."""
-    out = scrubbed(
-        {k: v for k, v in value.items() if k != "config"}, service.settings.home.resolve()
-    )
-    if "config" not in value:
-        return out
-    return {k: value["config"] if k == "config" else out[k] for k in value}
+SourceT = TypeVar("SourceT", bound=SourceOut)
+
+
+def _clean(source: SourceT, service: Service) -> SourceT:
+    """``source`` without the server's paths under its home (a staged file's, in a sync's
+    errors); its ``config`` is kept as it is (it names where the source lives)."""
+    out = scrubbed(source.model_dump(exclude={"config"}), service.settings.home.resolve())
+    return type(source).model_validate({**out, "config": source.config})

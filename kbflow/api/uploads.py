@@ -322,8 +322,12 @@ def checked_form(model: type[FormT], fields: dict[str, list[str]]) -> FormT:
 FILE_PART: dict[str, Any] = {"type": "string", "format": "binary"}
 TEXT_PART: dict[str, Any] = {"type": "string"}
 
+OpenApiExtra = dict[str, Any]
+"""A fragment merged into a route's OpenAPI operation: free-form OpenAPI, and FastAPI's
+``openapi_extra`` takes it as a ``dict[str, Any]`` (a TypedDict would not be accepted)."""
 
-def multipart_body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+
+def multipart_body(properties: dict[str, Any], required: list[str]) -> OpenApiExtra:
     """The OpenAPI description of a multipart body (the route reads it as a stream), for a
     route's ``openapi_extra``."""
     schema = {"type": "object", "properties": properties, "required": required}

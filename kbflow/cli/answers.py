@@ -88,6 +88,7 @@ def answer(
     if out["status"] == "refused":
         console.print(f"[yellow]{escape(out['answer'])}[/yellow]")
         r = out["refusal"]
+        assert r is not None  # a refusal says why
         console.print(f"[dim]{escape(r['reason'])} · policy {r['policy_id']} v"
                       f"{r['policy_version']} · turn {out['turn_id']}[/dim]")  # fmt: skip
         return

@@ -22,7 +22,7 @@ import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar, overload
 
@@ -213,12 +213,12 @@ def snippet(text: str, width: int = 240) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def sources_in(*groups: Iterable[dict[str, Any]]) -> list[SourceRef]:
+def sources_in(*groups: Iterable[Mapping[str, Any]]) -> list[SourceRef]:
     """The distinct sources of JSON ``sources`` lists (``{"tag", "title", "uri"}``), in order."""
     found: dict[str, SourceRef] = {}
     for group in groups:
         for item in group:
-            ref = SourceRef.from_dict(item)
+            ref = SourceRef.from_dict(dict(item))
             found.setdefault(ref.cite_id, ref)
     return list(found.values())
 

@@ -170,7 +170,7 @@ def _answerer(settings: Settings) -> Iterator[Callable[[str, str], dict[str, Any
     from kbflow.services.query.context import search_context
 
     with search_context(settings) as ctx:
-        yield lambda agent, question: answer(ctx, agent, question)
+        yield lambda agent, question: dict(answer(ctx, agent, question))
 
 
 def _print_answers(report: dict[str, Any]) -> None:

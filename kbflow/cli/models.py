@@ -66,9 +66,8 @@ def models_finetune(
     table.add_column("model")
     for metric in ("ndcg@10", "mrr@10", "recall@100"):
         table.add_column(metric, justify="right")
-    for half, label in (("held_out", "held out"), ("train", "trained on")):
-        for model in ("base", "finetuned"):
-            scores = report[half][model]
+    for half, label in ((report["held_out"], "held out"), (report["train"], "trained on")):
+        for model, scores in (("base", half["base"]), ("finetuned", half["finetuned"])):
             table.add_row(label, model, *(f"{scores[m]:.4f}" for m in ("ndcg@10", "mrr@10",
                                                                         "recall@100")))  # fmt: skip
     console.print(table)

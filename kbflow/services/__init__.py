@@ -11,21 +11,24 @@ progress is a callback (`kbflow.render` draws it for the CLI and the demo), and 
 Grouped by domain: a sub-package owns one domain and says what in its docstring; a module
 whose name starts with an underscore is private to its domain (`tests/test_house.py`).
 
-- `query` (`context`, `search`, `answers`, `tools`, `tool_models`): what a query needs, opened
-  once (`SearchContext`); gated search, the one function every search reaches; cited answers,
-  the knowledge search, replay, turns, provenance; the agent's tools and their schemas.
-- `catalog` (`documents`, `orgs`, `tokens`, `stores`, `models`): documents, collections, agents;
-  orgs, account managers, users and roles; API tokens; copying an org's points between stores;
-  fine-tuned embedding models.
+- `query` (`context`, `search`, `answers`, `tools`, `tool_models`, `types`): what a query
+  needs, opened once (`SearchContext`); gated search, the one function every search reaches;
+  cited answers, the knowledge search, replay, turns, provenance; the agent's tools and their
+  schemas; the JSON they return.
+- `catalog` (`documents`, `orgs`, `tokens`, `stores`, `models`, `types`): documents,
+  collections, agents; orgs, account managers, users and roles; API tokens; copying an org's
+  points between stores; fine-tuned embedding models; the JSON they return.
 - `review` (`drafts`, `inbox`): drafts, decisions, the review flow, the audit log, reconcile;
   the review inbox of ``kbflow serve``.
-- `research` (`seeds`, `runs`): seed bundles and who may run research; the research run.
+- `research` (`seeds`, `runs`, `types`): seed bundles and who may run research; the research
+  run.
 - `sources` (`definitions`, `sync`): add, list, update and remove a source and start its sync
   job; the sync and its schedules.
-- `jobs` (`queue`, `uploads`): background jobs (start, admit, read, notice a dead one); upload
-  folders.
-- `backup` (`backups`, `restore`; private `_parts`, `_registry_copy`, `_ledger_copy`,
-  `_restore_org`): make, list and prune backups and their keys; verify and restore one.
+- `jobs` (`queue`, `uploads`, `types`): background jobs (start, admit, read, notice a dead
+  one); upload folders.
+- `backup` (`backups`, `restore`, `types`; private `_parts`, `_registry_copy`, `_ledger_copy`,
+  `_restore_org`): make, list and prune backups and their keys; verify and restore one; the
+  manifest.
 - `orchestration` (`server`, `processes`, `prefect_api`, `flow_runs`): whether a Prefect server
   is set and ``kbflow server``; the Prefect servers kbflow starts; Prefect's REST API; tracked
   flow runs. It imports no other domain.
@@ -35,5 +38,31 @@ run the flow), `evals` (eval runs, history, baselines, the golden set, the night
 and `job_runner` (``python -m kbflow.services.job_runner JOB_ID``: the process that runs one
 job, above the domains whose work it runs).
 
+A service that returns JSON says what it holds: a typed dict in its domain's `types` (or a
+model, or a record), never ``dict[str, Any]`` (`tests/test_house.py`); JSON that nothing can
+describe has a name of its own (`query.types.JsonSchema`, `evals.EvalRunRow`).
+
 Heavy imports happen inside the functions, so importing a service is cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+
+
+def public_names(package: str, names: Mapping[str, str]) -> Callable[[str], object]:
+    """A domain's module ``__getattr__`` (PEP 562) for the names other domains may import from
+    it: ``names`` maps each public name to ``"module"`` or ``"module:attribute"`` inside the
+    domain, imported on first use, so that importing a domain stays as cheap as importing the
+    modules it names. Other domains import only these (`tests/test_house.py`)."""
+
+    def __getattr__(name: str) -> object:
+        where = names.get(name)
+        if where is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, _, attribute = where.partition(":")
+        found = importlib.import_module(f"{package}.{module}")
+        return getattr(found, attribute or name) if attribute or module != name else found
+
+    return __getattr__

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from core.errors import ConfigError, KbflowError
 from core.settings import Settings
@@ -20,6 +20,27 @@ NO_SCHEDULER = (
 )
 
 
+class EvalSummary(TypedDict):
+    """A retrieval eval run, summed up (`evals.retrieval.EvalResult.summary`): the means of
+    each mode, and the refusal metrics at the configured threshold (empty without hybrid)."""
+
+    dataset: str
+    run_id: str
+    queries: int
+    modes: dict[str, dict[str, float]]
+    refusal: dict[str, float]
+    seconds: float
+    index: dict[str, int]
+    settings: dict[str, Any]
+    notes: list[str]
+
+
+EvalRunRow = dict[str, Any]
+"""One recorded run of one mode (`evals.warehouse.read_history`): the ``eval_runs`` table's
+columns, one per metric of `evals.warehouse.RUN_METRIC_COLUMNS` among them, which a typed dict
+would have to copy."""
+
+
 def run_eval(
     settings: Settings,
     dataset: Path,
@@ -28,7 +49,7 @@ def run_eval(
     modes: str | None = None,
     record: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> EvalSummary:
     """Evaluate retrieval on a BEIR folder in each mode (comma-separated ``modes``; default
     keyword, dense, hybrid and hybrid+rerank when a reranker is set), recorded in the warehouse
     when ``record``. ``progress`` hears (stage, done, total).
@@ -46,12 +67,12 @@ def run_eval(
     result = evaluate(ds, settings, chosen, progress=progress)
     if record:
         write_eval(result.record, home=settings.home, url=settings.stores.warehouse_url)
-    return result.summary()
+    return cast("EvalSummary", result.summary())
 
 
 def eval_history(
     settings: Settings, dataset: str | None, plot: Path | None
-) -> tuple[list[dict[str, Any]], Path | None]:
+) -> tuple[list[EvalRunRow], Path | None]:
     """The recorded runs (of one dataset, or all) and the PNG plotting each metric over time
     (``plot``, default ``<home>/evals/history.png``; None when nothing is recorded)."""
     from evals.warehouse import plot_history, read_history
@@ -109,7 +130,7 @@ def nightly_deployment(
     Raises:
         KbflowError: no Prefect server is set (schedules need one).
     """
-    from kbflow.services.orchestration.server import require_prefect_server
+    from kbflow.services.orchestration import require_prefect_server
 
     require_prefect_server(NO_SCHEDULER)
     from prefect.schedules import Cron

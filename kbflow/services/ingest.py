@@ -41,7 +41,7 @@ def run_ingest(
         NotFound: the org does not exist.
         IngestFailed: more than ``max_skip_ratio`` of the documents failed.
     """
-    from kbflow.services.jobs.queue import submit_ingest_job
+    from kbflow.services.jobs import submit_ingest_job
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.discover import discover
     from tasks.ingest.extract import SUPPORTED_SUFFIXES, runs_long
@@ -83,8 +83,7 @@ def run_ingest(
         report.raise_if_too_many_skipped(settings.ingest.max_skip_ratio)
         return report
     from flows.ingest import ingest
-    from kbflow.services.orchestration.flow_runs import tracked
-    from kbflow.services.orchestration.server import prefect_starting
+    from kbflow.services.orchestration import prefect_starting, tracked
     from tasks.ingest.steps import warm_up
 
     with prefect_starting():

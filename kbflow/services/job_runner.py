@@ -32,17 +32,18 @@ import sys
 from core.contracts import IngestReport, IngestRequest, ResearchReport
 from core.models import JobStatus
 from core.settings import Settings, configure_environment
-from kbflow.services.jobs.queue import (
+from kbflow.services.jobs import (
     INGEST_KIND,
     QUEUE_MARK,
     RESEARCH_KIND,
+    prune_uploads,
     refresh,
+    remove_uploads,
     start_dispatcher,
     submit_ingest_job,
     submit_research_job,
 )
-from kbflow.services.jobs.uploads import prune_uploads, remove_uploads
-from kbflow.services.sources.definitions import SOURCE_SYNC_KIND
+from kbflow.services.sources import SOURCE_SYNC_KIND
 from sinks.registry import JobRecord, SqlRegistry
 
 __all__ = [
@@ -115,7 +116,7 @@ def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
     actor = str(params.pop("actor", None) or "system")
     request = IngestRequest.model_validate(params)
     from flows.ingest import ingest
-    from kbflow.services.orchestration.flow_runs import tracked
+    from kbflow.services.orchestration import tracked
 
     with tracked(Settings().home, ingest) as run:
         report = run(paths=job.inputs, job_id=job.id, actor=actor, **request.flow_params())
@@ -126,7 +127,7 @@ def _ingest(job: JobRecord) -> tuple[JobStatus, str | None, dict[str, object]]:
 def _research(
     settings: Settings, job: JobRecord
 ) -> tuple[JobStatus, str | None, dict[str, object]]:
-    from kbflow.services.research.runs import run_research
+    from kbflow.services.research import run_research
 
     params = job.params
     report = run_research(
@@ -148,7 +149,7 @@ def _source_sync(
     """The sync a source-sync job asks for: COMPLETE with its summary (failed items counted and
     listed in it), FAILED when the source could not be listed."""
     from core.errors import RunFailed
-    from kbflow.services.sources.sync import sync
+    from kbflow.services.sources import sync_source as sync
 
     try:
         summary = sync(settings, job.inputs[0], job.org_id, actor=job.params.get("actor"))
@@ -156,7 +157,7 @@ def _source_sync(
         return JobStatus.FAILED, str(exc), dict(exc.report)
     failed = summary["counts"]["failed"]
     reason = f"{failed} item(s) failed; the rest synced (see errors)" if failed else None
-    return JobStatus.COMPLETE, reason, summary
+    return JobStatus.COMPLETE, reason, summary.to_dict()
 
 
 def _outcome(report: IngestReport) -> tuple[JobStatus, str | None]:
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m kbflow.services.job_runner JOB_ID\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kbflow.services.orchestration.processes import guard_process
+    from kbflow.services.orchestration import guard_process
 
     settings = Settings()
     guard_process(settings.home)  # its temporary Prefect server must not outlive it either

@@ -334,3 +334,25 @@ def test_the_source_gauges_cap_their_labels_and_say_each_outcome() -> None:
         len(re.findall(r"^kbflow_source_last_sync_success\{", text, re.M))
         == gauges.LABEL_CAP + 1 - 2
     )
+
+
+def test_a_source_answers_as_its_record() -> None:
+    """`SourceOut` is built from the registry's record (issue 43), field for field, and its JSON
+    is the record's own (`SourceRecord.to_dict`, the CLI's ``--json``), key for key."""
+    import dataclasses
+    import datetime as dt
+
+    from kbflow.api.sources import SourceOut
+    from sinks.registry import SourceRecord
+
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=dt.UTC)
+    record = SourceRecord(
+        id="src-1", org_id="acme", name="policies", kind="filesystem", config={"url": "s3://x"},
+        collection="hr", status="approved", audience=None, include=["*.md"], exclude=[],
+        max_items=10, max_item_bytes=100, schedule="0 6 * * *", timezone=None, created_by="amy",
+        created_at=at, updated_at=at + dt.timedelta(hours=1),
+        last_sync={"outcome": "ok", "counts": {"present": 1}},
+    )  # fmt: skip
+    assert list(SourceOut.model_fields) == [f.name for f in dataclasses.fields(record)]
+    answered = SourceOut.of(record).model_dump(mode="json")
+    assert json.dumps(answered) == json.dumps(record.to_dict())

@@ -32,6 +32,7 @@ from core.errors import ConfigError
 from core.models import Role
 from core.settings import Settings
 from kbflow.services.backup.backups import scratch
+from kbflow.services.backup.types import BackupManifest
 from sinks.snapshot import copy_tree
 
 _BATCH = 256
@@ -52,7 +53,7 @@ def authorize_restore(settings: Settings, org: str, actor: str | None) -> str:
 
 
 def restore_org(
-    settings: Settings, path: Path, org: str, *, actor: str, manifest: dict[str, Any]
+    settings: Settings, path: Path, org: str, *, actor: str, manifest: BackupManifest
 ) -> dict[str, Any]:
     """Add ``org`` from the verified backup at ``path`` (its ``manifest``, signature checked)
     to ``settings.home``, for ``actor`` (a superadmin, `authorize_restore`).

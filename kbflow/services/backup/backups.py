@@ -37,7 +37,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from core.settings import Settings, make_private_dir
 from kbflow.services.backup._parts import (
     part_steps,
 )
+from kbflow.services.backup.types import BackupListed, BackupManifest
 from sinks.snapshot import FileRecord
 
 MANIFEST = "manifest.json"
@@ -85,7 +86,7 @@ class BackupReport(Report):
     parts: dict[str, PartSummary]
 
 
-def manifest_of(path: Path) -> dict[str, Any]:
+def manifest_of(path: Path) -> BackupManifest:
     """A backup's manifest.
 
     Raises:
@@ -101,7 +102,7 @@ def manifest_of(path: Path) -> dict[str, Any]:
             "mid-way leaves one like it) — use another backup (`kbflow backup list`)"
         )
     try:
-        manifest: dict[str, Any] = json.loads(file.read_text(encoding="utf-8"))
+        manifest: BackupManifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise StoreError(f"the manifest of {path} is unreadable: {exc}") from exc
     if manifest.get("format") != FORMAT:
@@ -138,7 +139,7 @@ def backup(settings: Settings, to: Path | None = None) -> BackupReport:
     make_private_dir(dest.parent)
     partial.mkdir(mode=0o700)
     os.chmod(partial, 0o700)
-    prev_parts = previous[1].get("parts", {}) if previous else {}
+    prev_parts: dict[str, Any] = previous[1].get("parts", {}) if previous else {}
     prev_root = previous[0] if previous else None
     parts: dict[str, dict[str, Any]] = {}
     try:
@@ -192,13 +193,13 @@ def summary(part: dict[str, Any]) -> PartSummary:
     )
 
 
-def list_backups(settings: Settings, folder: Path | None = None) -> list[dict[str, Any]]:
+def list_backups(settings: Settings, folder: Path | None = None) -> list[BackupListed]:
     """The finished backups in ``folder`` (default ``<home>/backups``), oldest first: ``path``,
     ``created_at``, ``bytes``, ``documents`` and ``points``."""
     root = folder or backups_dir(settings)
-    found = []
+    found: list[BackupListed] = []
     for path, manifest in _backups_in(root):
-        parts = manifest.get("parts", {})
+        parts: dict[str, Any] = manifest.get("parts", {})
         docs = parts.get("registry", {}).get("counts", {}).get("documents", {})
         found.append(
             {
@@ -306,12 +307,12 @@ def key_id(key: bytes) -> str:
     return hmac.new(key, b"kbflow backup key id", hashlib.sha256).hexdigest()[:12]
 
 
-def sign(manifest: dict[str, Any], key: bytes) -> dict[str, str]:
+def sign(manifest: Mapping[str, Any], key: bytes) -> dict[str, str]:
     """The signature of ``manifest`` (every field but the signature) with ``key``."""
     return {"alg": "hmac-sha256", "key_id": key_id(key), "mac": _mac(manifest, key)}
 
 
-def check_signature(path: Path, manifest: dict[str, Any], key: bytes | None) -> None:
+def check_signature(path: Path, manifest: Mapping[str, Any], key: bytes | None) -> None:
     """Refuse a manifest that ``key`` did not sign.
 
     Raises:
@@ -344,7 +345,7 @@ def check_signature(path: Path, manifest: dict[str, Any], key: bytes | None) -> 
         )
 
 
-def _mac(manifest: dict[str, Any], key: bytes) -> str:
+def _mac(manifest: Mapping[str, Any], key: bytes) -> str:
     body = {k: v for k, v in manifest.items() if k != SIGNATURE}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hmac.new(key, text.encode("ascii"), hashlib.sha256).hexdigest()
@@ -363,13 +364,13 @@ def make_private(root: Path) -> None:
                 os.chmod(os.path.join(dirpath, name), 0o600)
 
 
-def latest_backup(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+def latest_backup(folder: Path) -> tuple[Path, BackupManifest] | None:
     """The newest finished backup in ``folder`` and its manifest, if any."""
     found = sorted(_backups_in(folder), key=lambda b: str(b[1].get("created_at")))
     return found[-1] if found else None
 
 
-def _backups_in(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+def _backups_in(folder: Path) -> Iterator[tuple[Path, BackupManifest]]:
     if not folder.is_dir():
         return
     for path in sorted(folder.iterdir()):

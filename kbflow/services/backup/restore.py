@@ -49,6 +49,7 @@ from kbflow.services.backup.backups import (
     schema_head,
     scratch,
 )
+from kbflow.services.backup.types import BackupManifest
 from sinks.snapshot import copy_file, copy_tree, duckdb_count, files_under, sha256_file
 
 STAGING = ".restore.partial"
@@ -100,12 +101,12 @@ def verify_backup(path: Path, key: bytes | None = None) -> VerifyReport:
     return _verified(path, key)[0]
 
 
-def verified_manifest(path: Path, key: bytes | None) -> dict[str, Any]:
+def verified_manifest(path: Path, key: bytes | None) -> BackupManifest:
     """The manifest of the backup at ``path``, once `verify_backup` passed."""
     return _verified(path, key)[1]
 
 
-def _verified(path: Path, key: bytes | None) -> tuple[VerifyReport, dict[str, Any]]:
+def _verified(path: Path, key: bytes | None) -> tuple[VerifyReport, BackupManifest]:
     path = path.resolve()
     manifest = manifest_of(path)
     check_signature(path, manifest, key)
@@ -170,7 +171,7 @@ def safe_relative(text: object) -> PurePosixPath:
     return rel
 
 
-def _shape_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
+def _shape_problems(path: Path, manifest: BackupManifest) -> list[str]:
     """What the manifest and the folder may not hold: unknown parts, paths that leave the
     backup (or, restored, the home), and anything but folders and regular files."""
     problems: list[str] = []
@@ -213,10 +214,10 @@ def _copy_checked(src: Path, dst: Path, sha256: str) -> None:
         raise StoreError(f"{src} changed after it was verified: the restore is stopped")
 
 
-def _count_problems(path: Path, manifest: dict[str, Any]) -> list[str]:
+def _count_problems(path: Path, manifest: BackupManifest) -> list[str]:
     """What the copies hold, against the counts the manifest recorded."""
     found: dict[str, dict[str, Any]] = {}
-    parts = manifest["parts"]
+    parts: dict[str, Any] = manifest["parts"]
     if parts.get("registry", {}).get("kind") == "sqlite":
         from sinks.snapshot import sqlite_read_only
 
@@ -302,9 +303,10 @@ def restore(
         return RestoreReport(path=str(path), home=str(settings.home), org=org, counts=counts)
     manifest = verified_manifest(path, key)
     _refuse_unless_empty(settings, manifest)
-    if manifest.get("schema_version") and manifest["schema_version"] > schema_head():
+    schema = manifest.get("schema_version")
+    if schema and schema > schema_head():
         raise ConfigError(
-            f"the backup's registry is at schema {manifest['schema_version']}, newer than this "
+            f"the backup's registry is at schema {schema}, newer than this "
             f"kbflow's {schema_head()} — restore it with kbflow {manifest['kbflow_version']}"
         )
     home = settings.home.resolve()
@@ -313,7 +315,7 @@ def restore(
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(mode=0o700)
-    parts = manifest["parts"]
+    parts: dict[str, Any] = manifest["parts"]
     moves: list[tuple[Path, Path]] = []
     sqlite_file = _sqlite_file(settings)
     by_file = parts.get("registry", {}).get("kind") == "sqlite" and sqlite_file is not None
@@ -376,7 +378,7 @@ def _install_key(path: Path, key: bytes) -> None:
         out.write(key.hex() + "\n")
 
 
-def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:
+def _refuse_unless_empty(settings: Settings, manifest: BackupManifest) -> None:
     """Refuse a home (or configured stores) that holds anything a restore would replace."""
     from kbflow.services.backup._registry_copy import holds_data
     from sinks.ledger import ledger_path
@@ -395,7 +397,8 @@ def _refuse_unless_empty(settings: Settings, manifest: dict[str, Any]) -> None:
         with open_vector_store(settings) as store:
             if store.count() > 0:
                 held.append(f"points in the Qdrant at {settings.stores.qdrant_url}")
-        if manifest["parts"].get("vectors", {}).get("kind") == "qdrant-edge":
+        parts: dict[str, Any] = manifest["parts"]
+        if parts.get("vectors", {}).get("kind") == "qdrant-edge":
             raise ConfigError(
                 "the backup holds an embedded (Qdrant Edge) store; unset KBFLOW_QDRANT_URL to "
                 "restore it, then copy it to the server with `kbflow store migrate`"
@@ -439,7 +442,7 @@ def _load_points(settings: Settings, lines: Path) -> None:
         store.upsert(batch)
 
 
-def _restored_counts(settings: Settings, manifest: dict[str, Any]) -> dict[str, Any]:
+def _restored_counts(settings: Settings, manifest: BackupManifest) -> dict[str, Any]:
     """The restored home's counts, checked against the manifest's.
 
     Raises:
@@ -447,7 +450,7 @@ def _restored_counts(settings: Settings, manifest: dict[str, Any]) -> dict[str, 
     """
     from sinks.connect import open_registry, open_vector_store
 
-    parts = manifest["parts"]
+    parts: dict[str, Any] = manifest["parts"]
     found: dict[str, Any] = {}
     with open_registry(settings) as registry:  # migrates an older schema to this kbflow's
         raw = registry.engine.raw_connection()

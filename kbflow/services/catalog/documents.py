@@ -14,12 +14,13 @@ actor's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from core import ids
 from core.errors import KbflowError
 from core.models import AuditAction, DocStatus
 from core.settings import Settings
+from kbflow.services.catalog.types import AgentShown
 
 if TYPE_CHECKING:
     from sinks.registry import AgentRecord, CollectionRecord, DocRecord
@@ -226,7 +227,7 @@ def set_audiences(
 
 def show_agent(
     settings: Settings, agent_id: str, *, enable: bool | None, actor: str | None = None
-) -> dict[str, Any]:
+) -> AgentShown:
     """An agent and the collections it may read (``readable``); ``enable`` switches its
     knowledge base on or off first, which needs ``actor``: a superadmin or the assigned account
     manager of the agent's org."""
@@ -241,4 +242,4 @@ def show_agent(
             admin, agent = authorize_agent_admin(registry, actor, switch, agent_id)
             agent = registry.set_enabled(agent_id, enable, actor=admin)
         readable = registry.readable_collections(agent)
-    return agent.to_dict() | {"readable": [c.to_dict() for c in readable]}
+    return cast("AgentShown", agent.to_dict() | {"readable": [c.to_dict() for c in readable]})

@@ -6,23 +6,24 @@ registry.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core import ids
 from core.errors import Forbidden, KbflowError, NotFound
 from core.models import Role
 from core.settings import Settings
+from kbflow.services.catalog.types import OrgDict, UserDict
 
 if TYPE_CHECKING:
     from sinks.registry import OrgRecord, UserRecord
 
 
-def org_dict(org: OrgRecord) -> dict[str, Any]:
+def org_dict(org: OrgRecord) -> OrgDict:
     """An org as JSON."""
     return {"id": org.id, "name": org.name, "am_user_id": org.am_user_id}
 
 
-def user_dict(user: UserRecord) -> dict[str, Any]:
+def user_dict(user: UserRecord) -> UserDict:
     """A user as JSON."""
     return {"id": user.id, "name": user.name, "role": user.role.value, "org_id": user.org_id}
 

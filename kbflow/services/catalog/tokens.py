@@ -9,10 +9,11 @@ registry keeps only each secret's hash and audits every creation and revocation.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from core.errors import ConfigError
 from core.settings import Settings
+from kbflow.services.catalog.types import TokenDict
 
 if TYPE_CHECKING:
     from sinks.registry import TokenRecord
@@ -21,9 +22,9 @@ DEFAULT_EXPIRY_DAYS = 90
 MAX_EXPIRY_DAYS = 3650
 
 
-def token_dict(token: TokenRecord, now: dt.datetime | None = None) -> dict[str, Any]:
+def token_dict(token: TokenRecord, now: dt.datetime | None = None) -> TokenDict:
     """A token as JSON: who it stands for, its dates and status — never its secret or hash."""
-    return token.to_dict(now)
+    return cast("TokenDict", token.to_dict(now))
 
 
 def _one_subject(user: str | None, agent: str | None) -> None:

@@ -55,6 +55,7 @@ from core.errors import JobQueueFull, JobRunnerUnavailable, KbflowError, NotFoun
 from core.models import JobStatus
 from core.settings import Settings
 from kbflow.services.jobs import uploads
+from kbflow.services.jobs.types import Admission
 from kbflow.services.orchestration import prefect_api
 from sinks.connect import open_registry
 from sinks.registry import JobRecord, SqlRegistry
@@ -335,10 +336,9 @@ def _queue(registry: SqlRegistry) -> list[JobRecord]:
     return sorted((j for j in processing if is_queued(j)), key=lambda j: (j.created_at, j.id))
 
 
-def admission(registry: SqlRegistry, job_id: str) -> dict[str, Any]:
-    """``{"queued": bool, "queue_position": int | None}``: whether the job waits for a slot,
-    and its place among all waiting jobs (1: next), oldest first. A job of an org at its own
-    limit may be passed by later jobs of other orgs."""
+def admission(registry: SqlRegistry, job_id: str) -> Admission:
+    """Whether the job waits for a slot, and its place among all waiting jobs (1: next), oldest
+    first. A job of an org at its own limit may be passed by later jobs of other orgs."""
     for place, job in enumerate(_queue(registry), start=1):
         if job.id == job_id:
             return {"queued": True, "queue_position": place}

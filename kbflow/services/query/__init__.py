@@ -3,5 +3,14 @@
 Owns the open `context.SearchContext` every query takes (settings, registry, vector store,
 embedder), gated `search` (the one function every search reaches), cited `answers`, the
 knowledge search, replay and provenance, and the agent's `tools` (their schemas in
-`tool_models`). Nothing here starts Prefect.
+`tool_models`); the JSON they return, as typed dicts (`types`). Nothing here starts Prefect.
 """
+
+from kbflow.services import public_names
+
+_PUBLIC = {  # what other domains may import from here, and the module that holds it
+    "SearchContext": "context",
+    "store_opener": "context",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__ = public_names(__name__, _PUBLIC)

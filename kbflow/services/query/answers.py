@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from core import faults
 from core.errors import ConfigError, KbflowError, NotFound
 from core.models import DocStatus, Turn
 from core.settings import Settings
 from kbflow.services.query.context import SearchContext
+from kbflow.services.query.types import AnswerTurn, AskTurn, CitingAnswer, TurnSummary
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.answer.cited_answer import answer as cited_answer
@@ -110,11 +111,12 @@ def ask(
     client: Any | None = None,
     ledger: Ledger | None = None,
     chat: ChatModel | None = None,
-) -> dict[str, Any]:
+) -> AskTurn:
     """``research_knowledge_search`` for an agent; the turn is recorded, then returned.
     ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
     check_queries(queries)
-    return _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger, chat)
+    turn = _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger, chat)
+    return cast("AskTurn", turn)
 
 
 def answer(
@@ -125,11 +127,12 @@ def answer(
     client: Any | None = None,
     ledger: Ledger | None = None,
     chat: ChatModel | None = None,
-) -> dict[str, Any]:
+) -> AnswerTurn:
     """Answer for an agent with a citation on every claim, or refuse; recorded, then returned.
     ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
     check_query(question, "question")
-    return _agent_turn(ctx, agent_id, cited_answer, question, client, ledger, chat)
+    turn = _agent_turn(ctx, agent_id, cited_answer, question, client, ledger, chat)
+    return cast("AnswerTurn", turn)
 
 
 def _agent_turn(
@@ -207,7 +210,7 @@ def _trace(
     stale_only: bool = False,
     ledger: Ledger | None = None,
     org_id: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CitingAnswer]:
     """Answers that cited a document (or any), each with whether it needs revisiting;
     ``org_id``: only answers given for that org (and a document of another org is unknown).
 
@@ -238,7 +241,7 @@ def _trace(
         )
     docs = registry.get_documents({r["doc_id"] for r in rows})
     owners = registry.chunk_owners([r["chunk_id"] for r in rows])
-    out: list[dict[str, Any]] = []
+    out: list[CitingAnswer] = []
     for row in rows:
         doc = docs.get(row["doc_id"])
         current = owners.get(row["chunk_id"], (None, False))[1]
@@ -252,7 +255,8 @@ def _trace(
             stale = None
         if stale_only and stale is None:
             continue
-        out.append(row | {"doc_status": doc.status if doc else None, "stale": stale})
+        traced = row | {"doc_status": doc.status if doc else None, "stale": stale}
+        out.append(cast("CitingAnswer", traced))
     return out
 
 
@@ -276,10 +280,11 @@ def parse_since(value: str | None, *, now: dt.datetime | None = None) -> dt.date
 
 def turns(
     settings: Settings, *, org: str | None, since: str | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[TurnSummary]:
     """Recent turns from the ledger, newest first (``since``: 7d, 12h, 30m, 2w or a date)."""
     ledger = Ledger(settings.home, url=settings.stores.warehouse_url)
-    return ledger.turns(org_id=org, since=parse_since(since), limit=limit)
+    rows = ledger.turns(org_id=org, since=parse_since(since), limit=limit)
+    return cast("list[TurnSummary]", rows)
 
 
 def provenance(
@@ -289,7 +294,7 @@ def provenance(
     since: str | None,
     stale: bool,
     org: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CitingAnswer]:
     """The recorded answers that cited ``doc`` (or, with ``stale``, any answer to revisit),
     each flagged when its document was rejected, superseded, withdrawn or changed since;
     ``org``: only answers given for that org.

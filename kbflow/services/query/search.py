@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from core.errors import KbflowError
 from core.models import RetrievalResult, SearchMode
 from kbflow.services.query.context import SearchContext
+from kbflow.services.query.types import SearchJson
 from sinks.registry import AgentRecord, CollectionRecord
 from tasks.query.bounds import check_query
 from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
@@ -27,9 +28,9 @@ class SearchOutcome:
     org: str | None
     result: RetrievalResult
 
-    def to_dict(self, query: str) -> dict[str, Any]:
+    def to_dict(self, query: str) -> SearchJson:
         """The JSON `kbflow search --json` prints."""
-        return {"query": query, "org": self.org} | self.result.to_dict()
+        return cast("SearchJson", {"query": query, "org": self.org} | self.result.to_dict())
 
 
 def search(

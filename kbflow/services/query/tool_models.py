@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue, NoDefault
 from pydantic_core import CoreSchema, core_schema
 
+from kbflow.services.query.types import JsonSchema
+
 MAX_TOP_K = 50
 DEFAULT_TOP_K = 5
 MAX_RESEARCH_QUERIES = 5
@@ -223,6 +225,6 @@ def _plain(node: Any, definitions: dict[str, Any], inlining: tuple[str, ...]) ->
     return out
 
 
-def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
+def tool_schema(model: type[BaseModel]) -> JsonSchema:
     """The plain JSON Schema of a tool's arguments or result (see the module's docstring)."""
     return model.model_json_schema(schema_generator=_PlainSchema)

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
@@ -36,6 +36,15 @@ from kbflow.services.query.tool_models import (
     SearchOutput,
     tool_schema,
 )
+from kbflow.services.query.types import (
+    AskTurn,
+    CollectionsListed,
+    JsonSchema,
+    PassagesFound,
+    SourceJson,
+    ToolExport,
+    ToolResult,
+)
 from sinks.registry import AgentRecord, SqlRegistry
 from tasks.query.bounds import check_query
 from tasks.query.public_uri import publish_uris
@@ -48,7 +57,7 @@ class ToolError(KbflowError, ValueError):
     """A tool call was refused: bad arguments, unknown agent, or a collection not allowed."""
 
 
-def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> dict[str, Any]:
+def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> CollectionsListed:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
     agent = _agent(ctx.registry, agent_id)
     readable = ctx.registry.readable_collections(agent)
@@ -68,11 +77,11 @@ def search_knowledge_base(
     query: str,
     collection_id: int | None = None,
     top_k: int = DEFAULT_TOP_K,
-) -> dict[str, Any]:
+) -> PassagesFound:
     """Search every collection the agent may read, or one of them (refused if not allowed)."""
     check_query(query)
     agent = _agent(ctx.registry, agent_id)
-    out: dict[str, Any] = {
+    out: PassagesFound = {
         "agent": agent.id,
         "query": query,
         "collection_id": collection_id,
@@ -110,32 +119,34 @@ def search_knowledge_base(
         agent_read=(agent, readable),
     ).result
     out.update(
-        kb_context_provided=result.kb_context_provided,
-        degraded=result.degraded,
-        paused=result.paused,
-        note=result.reason,
-        results=[
-            {
-                "doc_id": h.doc_id,
-                "chunk_id": h.chunk_id,
-                "title": h.title,
-                "uri": h.uri,
-                "collection": h.collection,
-                "heading_path": h.heading_path,
-                "location": h.location.to_payload() if h.location else None,
-                "text": h.text,
-                "score": h.score,
-                "sources": [src.to_dict() for src in h.sources],
-            }
-            for h in result.hits
-        ],
+        {
+            "kb_context_provided": result.kb_context_provided,
+            "degraded": result.degraded,
+            "paused": result.paused,
+            "note": result.reason,
+            "results": [
+                {
+                    "doc_id": h.doc_id,
+                    "chunk_id": h.chunk_id,
+                    "title": h.title,
+                    "uri": h.uri,
+                    "collection": h.collection,
+                    "heading_path": h.heading_path,
+                    "location": h.location.to_payload() if h.location else None,
+                    "text": h.text,
+                    "score": h.score,
+                    "sources": cast("list[SourceJson]", [src.to_dict() for src in h.sources]),
+                }
+                for h in result.hits
+            ],
+        }
     )
-    return dict(publish_uris(out, agent.org_id))
+    return cast("PassagesFound", dict(publish_uris(out, agent.org_id)))
 
 
 def research_knowledge_search(
     ctx: SearchContext, agent_id: str, queries: list[str], *, chat: ChatModel | None = None
-) -> dict[str, Any]:
+) -> AskTurn:
     """The tri-state knowledge search (recorded in the ledger): see
     `kbflow.services.query.answers.ask`. ``chat``: the model that reads (MCP sampling: the calling
     agent's own), instead of the configured one."""
@@ -159,17 +170,17 @@ class Tool:
     description: str
     input_model: type[BaseModel]
     output_model: type[BaseModel]
-    func: Callable[..., dict[str, Any]]
+    func: Callable[..., ToolResult]
 
     @cached_property
-    def input_schema(self) -> dict[str, Any]:
+    def input_schema(self) -> JsonSchema:
         return tool_schema(self.input_model)
 
     @cached_property
-    def output_schema(self) -> dict[str, Any]:
+    def output_schema(self) -> JsonSchema:
         return tool_schema(self.output_model)
 
-    def export(self) -> dict[str, Any]:
+    def export(self) -> ToolExport:
         return {
             "name": self.name,
             "description": self.description,
@@ -207,7 +218,7 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def _strict_validator(schema: dict[str, Any]) -> Any:
+def _strict_validator(schema: JsonSchema) -> Any:
     """A JSON Schema validator whose "integer" is an integer: JSON Schema lets 5.0 pass (and
     Python's True is an int), but a tool that slices by ``top_k`` must not get either."""
     return _strict_validator_of(json.dumps(schema, sort_keys=True))
@@ -259,7 +270,7 @@ def _first_unencodable(value: Any, where: str = "arguments") -> tuple[str, str] 
     return None
 
 
-def export_schemas() -> list[dict[str, Any]]:
+def export_schemas() -> list[ToolExport]:
     return [tool.export() for tool in TOOLS.values()]
 
 
@@ -270,7 +281,7 @@ def _tool(name: str) -> Tool:
     return tool
 
 
-def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
+def check_arguments(name: str, schema: JsonSchema, arguments: Any) -> None:
     """Refuse ``arguments`` that do not fit ``schema``, the input schema of tool ``name``.
 
     Strict where JSON Schema is lax (``5.0`` and ``true`` are not integers), and text must be
@@ -298,7 +309,7 @@ def check_arguments(name: str, schema: dict[str, Any], arguments: Any) -> None:
 
 def call_tool(
     ctx: SearchContext, name: str, agent_id: str, arguments: Any, **extra: Any
-) -> dict[str, Any]:
+) -> ToolResult:
     """Validate raw JSON arguments against the tool's input schema, call it, validate the
     result against its output schema (``kbflow tools call``, the MCP server). ``extra``: the
     caller's own keywords for the tool (never the client's: e.g. the MCP server's ``chat``)."""
@@ -310,7 +321,7 @@ def call_tool(
     return result
 
 
-def run_tool(ctx: SearchContext, name: str, agent_id: str, arguments: BaseModel) -> dict[str, Any]:
+def run_tool(ctx: SearchContext, name: str, agent_id: str, arguments: BaseModel) -> ToolResult:
     """Call tool ``name`` with arguments its input model has already checked (an HTTP body that
     FastAPI validated: pydantic refuses a lone surrogate too, so nothing is left to check). The
     result is returned unchecked: the caller checks it with the tool's output model (the

@@ -53,8 +53,7 @@ def run_research(
     """
     from core.errors import RunFailed
     from flows.research import research
-    from kbflow.services.orchestration.flow_runs import tracked
-    from kbflow.services.orchestration.server import prefect_api_url
+    from kbflow.services.orchestration import prefect_api_url, tracked
 
     timeout = review_timeout_s
     if timeout is None:

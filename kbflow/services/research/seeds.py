@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.settings import Settings
+from kbflow.services.research.types import SeedResult
 
 if TYPE_CHECKING:
     from sinks.registry import DocRecord
@@ -32,7 +33,7 @@ def seed(
     prompts: Sequence[str] = (),
     file_uris: Sequence[str] = (),
     open_store: StoreOpener | None = None,
-) -> dict[str, Any]:
+) -> SeedResult:
     """Store seed inputs for an org's research (files extracted in a worker process).
 
     A bundle that would pass a limit (file size, the org's file count) stores nothing.

@@ -44,7 +44,7 @@ def list_drafts(
 def inspect(settings: Settings, doc_id: str, actor: str) -> DraftView:
     """A document's record and full stored text, whatever its status; rights are checked
     before the store is opened."""
-    from kbflow.services.query.context import store_opener
+    from kbflow.services.query import store_opener
     from sinks.connect import open_registry
     from tasks.review.inspection import inspect_draft
 
@@ -71,7 +71,7 @@ def decision(
         Forbidden: ``actor`` may not decide for the document's org (audited).
         ConfigError: a note or an edit's text is missing.
     """
-    from kbflow.services.query.context import store_opener
+    from kbflow.services.query import store_opener
     from kbflow.services.review.decisions import decide
     from sinks.connect import open_registry
     from tasks.review.decisions import Verb
@@ -98,11 +98,11 @@ def run_review_flow(
         ReviewTimeout: nobody submitted the form in time.
     """
     from core.errors import RunFailed
-    from kbflow.services.orchestration.server import require_prefect_server
+    from kbflow.services.orchestration import require_prefect_server
 
     require_prefect_server(NO_UI_SERVER)
     from flows.review import review
-    from kbflow.services.orchestration.flow_runs import tracked
+    from kbflow.services.orchestration import tracked
 
     try:
         with tracked(settings.home, review) as run:

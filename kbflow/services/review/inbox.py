@@ -39,7 +39,7 @@ from tasks.review.markup import (
 from tasks.text.citations import render_footer
 
 if TYPE_CHECKING:
-    from kbflow.services.query.context import SearchContext
+    from kbflow.services.query import SearchContext
     from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord, WebSession
 
 Action = Literal["approve", "edit", "reject", "withdraw", "restore"]

@@ -1,0 +1,5 @@
+"""The names other domains import from this package, for the type checker: at run time
+`__init__.py` imports each from its module on first use (its `_PUBLIC`, which
+`tests/test_house.py` holds equal to this list)."""
+
+from kbflow.services.research.runs import run_research as run_research
