@@ -28,33 +28,7 @@ from evals.questions import (
 )
 from tasks.ingest.extract import file_to_document
 from tests.conftest import DATASETS, require_binaries
-
-# Text formats Docling reads in about a second together: checked in the default run.
-QUICK_SUFFIXES = frozenset({".csv", ".md", ".html", ".docx", ".pptx"})
-
-
-def normalise(text: str) -> str:
-    """Case-folded, with every run of whitespace one space (extraction pads table cells)."""
-    return re.sub(r"\s+", " ", text).strip().casefold()
-
-
-def check_answers(questions: list[Question], texts: dict[str, str]) -> None:
-    """Each answer is in the extracted text of every relevant file held in ``texts``."""
-    missing = [
-        (q.id, name, q.answer)
-        for q in questions
-        if q.answerable
-        for name in q.relevant
-        if name in texts and normalise(q.answer or "") not in normalise(texts[name])
-    ]
-    assert not missing, f"answers not found in their documents: {missing}"
-
-
-def check_not_copied(questions: list[Question], texts: dict[str, str]) -> None:
-    """No question is a sentence of the corpus copied as it stands."""
-    corpus = " ".join(normalise(t) for t in texts.values())
-    copied = [q.id for q in questions if normalise(q.text).rstrip("?") in corpus]
-    assert not copied, f"questions copied from the documents: {copied}"
+from tests.evals.support import QUICK_SUFFIXES, check_answers, check_not_copied
 
 
 def check_beir_folder(folder: Path, questions: list[Question], sources: list[Path]) -> None:

@@ -23,7 +23,7 @@ from evals.questions import (
     sources_for,
 )
 from tasks.ingest.extract import file_to_document
-from tests.evals.test_questions import QUICK_SUFFIXES, check_answers, check_not_copied
+from tests.evals.support import QUICK_SUFFIXES, check_answers, check_not_copied
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_KINDS = ("table-cell", "superlative", "total", "non-english")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,56 +24,7 @@ from evals.warehouse import (
     write_eval,
 )
 from tests.conftest import held_by_another_process
-
-T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
-MODES = ("keyword", "dense")
-QUERIES = ("q1", "q2", "q3")
-
-
-def make_record(
-    run_id: str,
-    started_at: datetime,
-    *,
-    base: float,
-    commit: str | None = "abc1234",
-    dataset: str = "scifact-mini",
-) -> EvalRecord:
-    """Two modes x three queries; every value derives from ``base`` so runs are told apart."""
-    per_query = {
-        mode: {
-            qid: {
-                "mrr@10": base + 0.1 * m + 0.01 * q,
-                "ndcg@10": base + 0.1 * m + 0.02 * q,
-                "recall@100": min(1.0, base + 0.1 * m + 0.03 * q + 0.2),
-            }
-            for q, qid in enumerate(QUERIES)
-        }
-        for m, mode in enumerate(MODES)
-    }
-    modes = {
-        mode: {
-            metric: sum(values[metric] for values in by_query.values()) / len(by_query)
-            for metric in ("mrr@10", "ndcg@10", "recall@100")
-        }
-        for mode, by_query in per_query.items()
-    }
-    return EvalRecord(
-        run_id=run_id,
-        dataset=dataset,
-        started_at=started_at,
-        commit=commit,
-        settings={"rrf_k": 60, "embedding_model": "minilm"},
-        modes=modes,
-        per_query=per_query,
-        seconds=12.5,
-    )
-
-
-OLD = make_record("run-old", T0, base=0.3, commit=None)
-# Given in another zone: it is stored as UTC.
-NEW = make_record(
-    "run-new", (T0 + timedelta(days=1)).astimezone(timezone(timedelta(hours=2))), base=0.5
-)
+from tests.evals.support import MODES, NEW, OLD, QUERIES, T0, make_record
 
 
 @pytest.fixture(scope="module")

@@ -34,16 +34,11 @@ from typing import Any
 import pytest
 
 from kbflow.api.launch import launched
-from tests.flows.test_review_browser import (  # noqa: F401  (ui and page are fixtures)
-    AM,
-    ORG,
-    Ui,
-    page,
-    playwright_api,
-    ui,
-)
+from tests.flows.browser import AM, ORG, Ui, playwright
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+playwright_api = playwright()  # or the module is skipped
 
 ROOT = "root"
 PASSWORDS = {AM: "reviews-drafts-with-care-42", ROOT: "restores-withdrawn-things-42"}
@@ -72,7 +67,7 @@ class Inbox:
 
 
 @pytest.fixture(scope="module")
-def inbox(ui: Ui) -> Iterator[Inbox]:  # noqa: F811
+def inbox(ui: Ui) -> Iterator[Inbox]:
     """The org of `ui` with a price list seeded too, inbox passwords for its AM and a
     superadmin, and `kbflow serve` over the same data, sending decisions to `ui`'s Prefect."""
     prices = ui.home.parent / "prices.md"
@@ -123,7 +118,7 @@ def flash(tab: Any) -> Any:
 
 def test_the_am_decides_in_the_inbox(
     inbox: Inbox,
-    page: Any,  # noqa: F811
+    page: Any,
     tmp_path: Path,
 ) -> None:
     started = time.monotonic()

@@ -22,9 +22,11 @@ import pytest
 from core.settings import Settings
 from kbflow.api.launch import launched
 from tests.conftest import index_records
-from tests.flows.test_review_browser import CHROMIUM, LAUNCH_ARGS, playwright_api
+from tests.flows.browser import CHROMIUM, LAUNCH_ARGS, playwright
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+playwright_api = playwright()  # or the module is skipped
 
 ORG, AM, PASSWORD = "acme", "amy", "reviews-drafts-with-care-42"
 HOSTILE = [

@@ -18,43 +18,22 @@ Screenshots of the form (before and after submit) are saved under the test's tmp
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tasks.review.codes import sign_decisions
-from tests.conftest import free_port
+from tests.flows.browser import AM, ORG, Ui, playwright
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-CHROMIUM = os.environ.get("KBFLOW_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None:
-    pytest.skip(
-        "chromium is not installed (`make browser-deps` installs it as root)",
-        allow_module_level=True,
-    )
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+playwright_api = playwright()  # or the module is skipped
 
-ORG, AM, INTRUDER = "larch-cycles", "amy", "mallory"
-BRIEF = """# Larch Cycles brief
-
-Larch Cycles sells the Wren city bike for 899 EUR and the Kestrel cargo bike for 2,400 EUR.
-Our tone is warm, plain and practical.
-Customer service is run by Dana Lee, dana@larch.example, +44 20 7946 0018.
-All bikes carry a five-year frame warranty under UK consumer law.
-"""
 # A sentence each draft quotes from the brief, and what the AM does with it.
 DRAFTS = {
     "Brand voice playbook": ("Our tone is warm, plain and practical.", "approve"),
@@ -65,120 +44,6 @@ DRAFTS = {
 OLD, NEW = "Wren city bike for 899 EUR", "Wren city bike for 949 EUR"
 # The pictures docs/REVIEW.md and the README show (`make screenshots`).
 DOC_SHOTS = ("review-form-top", "review-form-filled", "review-refused")
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@dataclass
-class Ui:
-    home: Path
-    url: str  # the UI, e.g. http://127.0.0.1:PORT
-    env: dict[str, str]
-
-    def kbflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "kbflow.cli", *args],
-            capture_output=True, text=True, env=self.env, timeout=300,
-        )  # fmt: skip
-        if check:
-            assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
-        return done
-
-    def data(self, *args: str) -> Any:
-        return json.loads(self.kbflow(*args, "--json").stdout)
-
-    def start(self, *args: str, name: str) -> subprocess.Popen[str]:
-        """A CLI command in the background; its output goes to files (``name``.out/.err)."""
-        out = (self.home.parent / f"{name}.out").open("w")
-        err = (self.home.parent / f"{name}.err").open("w")
-        return subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", *args],
-            stdout=out, stderr=err, text=True, env=self.env,
-        )  # fmt: skip
-
-    def paused_run_url(self, name: str, proc: subprocess.Popen[str], timeout_s: float) -> str:
-        """The run link the command prints while its review waits (see `kbflow.flow_cli`)."""
-        err = self.home.parent / f"{name}.err"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = re.search(r"(http://\S+/runs/flow-run/[0-9a-f-]{36})", err.read_text())
-            if found:
-                return found.group(1)
-            if proc.poll() is not None:
-                pytest.fail(f"{name} exited ({proc.returncode}) before pausing:\n{err.read_text()}")
-            time.sleep(0.5)
-        pytest.fail(f"{name} did not pause within {timeout_s}s:\n{err.read_text()}")
-
-
-@pytest.fixture(scope="module")
-def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
-    """`kbflow server` on a free port, with its own data dir, and a seeded brand-new org."""
-    home = tmp_path_factory.mktemp("browser") / "home"
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBFLOW_"))}
-    env |= {
-        "KBFLOW_HOME": str(home),
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_API_URL": api,
-        "KBFLOW_RESEARCH_OFFLINE": "true",
-    }
-    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    home.mkdir(parents=True)
-    log = (home.parent / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "kbflow.cli", "server", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=server_env,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not _healthy(api):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"kbflow server did not start:\n{(home.parent / 'server.log').read_text()}"
-                )
-            time.sleep(0.5)
-        ui = Ui(home=home, url=f"http://127.0.0.1:{port}", env=env)
-        ui.kbflow("users", "add", "root", "--role", "superadmin")
-        ui.kbflow("orgs", "create", ORG, "--name", "Larch Cycles", "--as", "root")
-        ui.kbflow("users", "add", AM, "--role", "account_manager", "--as", "root")
-        ui.kbflow("users", "add", INTRUDER, "--role", "engineer", "--org", ORG, "--as", "root")
-        ui.kbflow("orgs", "assign-am", ORG, AM, "--as", "root")
-        brief = home.parent / "brief.md"
-        brief.write_text(BRIEF)
-        ui.kbflow("seed", "--org", ORG, "--as", AM, "--file", str(brief))
-        yield ui
-    finally:
-        server.send_signal(signal.SIGTERM)  # `kbflow server` stops its whole process group
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
-
-def _healthy(api: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def page(ui: Ui) -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        finally:
-            browser.close()
 
 
 def shoot(

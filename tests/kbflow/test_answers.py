@@ -24,17 +24,12 @@ from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
 from tasks.text.pii import Pseudonyms
 from tests.anthropic_mock import Recorder, anthropic_client, message
-from tests.tasks.answer.test_answer import (
+from tests.kbflow.support import QUESTION, answer_question
+from tests.tasks.answer.handbook import (
     assert_citations_served,
     checked_output,
     index_handbook,
 )
-
-QUESTION = "How many days do employees have to submit expense reports?"
-
-
-def answer_question(ctx: SearchContext, agent: str, question: str, **kw: Any) -> dict[str, Any]:
-    return checked_output(ctx.registry, answers.answer(ctx, agent, question, **kw))
 
 
 def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[str, Any]:

@@ -3,149 +3,16 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from core.settings import Settings
-from kbflow.api.launch import REPO, launched
-from tests.conftest import index_records
+from tests.kbflow.service import LIMITED, TOPIC, _call, _clean
 
 pytestmark = pytest.mark.integration  # each test starts or reaches a real service
-
-TOPIC = "quarterly expense reimbursement rules"
-START_TIMEOUT_S = 180
-DRAFTS = 6
-
-
-@pytest.fixture
-def served(
-    request: pytest.FixtureRequest, settings: Settings, tmp_path: Path, embedder: Any
-) -> Iterator[dict[str, Any]]:
-    """Two orgs' documents, agents and tokens; then the service started on them (with the
-    environment of an indirect parameter, if any). For a test that changes what it serves."""
-    options = dict(getattr(request, "param", {}))  # "_drafts": how many; the rest: environment
-    with _serving(settings, tmp_path / "serve.log", options, embedder) as world:
-        yield world
-
-
-@pytest.fixture(scope="module")
-def served_once(
-    tmp_path_factory: pytest.TempPathFactory, embedder: Any
-) -> Iterator[dict[str, Any]]:
-    """The same world and service, started once per module for the tests that only read it
-    and are refused (nothing they do changes what another sees; a generous rate, since they
-    share the tokens' buckets)."""
-    folder = tmp_path_factory.mktemp("served-once")
-    options = {"KBFLOW_API_RATE_BURST": "1000", "KBFLOW_API_RATE_PER_MINUTE": "100000"}
-    with _serving(Settings(home=folder / "home"), folder / "serve.log", options, embedder) as w:
-        yield w
-
-
-@contextmanager
-def _serving(
-    settings: Settings, log: Path, options: dict[str, Any], embedder: Any
-) -> Iterator[dict[str, Any]]:
-    from sinks.qdrant_edge import QdrantEdgeStore
-    from sinks.registry import SqlRegistry
-
-    options = dict(options)
-    registry = SqlRegistry.open(settings.registry_url)
-    store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
-    try:
-        kw = {"store": store, "registry": registry, "embedder": embedder}
-        registry.ensure_org("acme")
-        registry.ensure_org("globex")
-        registry.create_collection("acme", "hr", "People policies.", None)
-        registry.create_collection("acme", "sales", "Sales playbooks.", None)
-        docs = {
-            name: index_records(
-                [{"key": name, "title": f"{TOPIC} ({name})", "text": f"{TOPIC}: {name} copy."}],
-                org=org,
-                collection=coll,
-                **kw,
-            )[0]
-            for name, org, coll in (
-                ("hr", "acme", "hr"),
-                ("sales", "acme", "sales"),
-                ("globex", "globex", "default"),
-            )
-        }
-        registry.create_agent("acme", "hr-bot", "answers staff")
-        registry.set_allowed("hr-bot", ["hr"], allow=True)
-        registry.create_agent("acme", "off-bot", "switched off", enabled=False)
-        registry.set_allowed("off-bot", ["hr"], allow=True)
-        registry.ensure_user("root", _superadmin())
-        from core.models import DocStatus, Role
-
-        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-        registry.assign_am("acme", "amy")
-        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
-        registry.assign_am("globex", "gus")
-        registry.ensure_user("eve", Role.EXPERT, org_id="acme")
-        drafts = index_records(
-            [{"key": f"draft-{i}", "title": f"Draft {i}", "text": f"{TOPIC}: draft {i}."}
-             for i in range(options.pop("_drafts", DRAFTS))],
-            org="acme", collection="hr", status=DocStatus.PENDING_REVIEW, **kw,
-        )  # fmt: skip
-        soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
-        secrets = {
-            "agent": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
-            "off": registry.create_token(agent_id="off-bot", expires_at=None, created_by="root"),
-            "user": registry.create_token(user_id="root", expires_at=None, created_by="root"),
-            "revoked": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
-            "expired": registry.create_token(agent_id="hr-bot", expires_at=soon, created_by="root"),
-            **{
-                who: registry.create_token(user_id=who, expires_at=None, created_by="root")
-                for who in ("amy", "gus", "eve")
-            },
-        }
-        registry.revoke_token(secrets["revoked"][0].id, actor="root")
-    finally:
-        store.close()
-        registry.close()
-    with running_service(settings.home, log, options) as base:
-        yield {
-            "base": base,
-            "tokens": {k: v[1] for k, v in secrets.items()},
-            "docs": docs,
-            "drafts": drafts,
-        }
-
-
-@contextmanager
-def running_service(
-    home: Path, log: Path, env: dict[str, str], args: tuple[str, ...] = ()
-) -> Iterator[str]:
-    """``kbflow serve [args]`` on a free loopback port over the data in ``home``, until the
-    block ends (ready or degraded); yields its base URL. Its output goes to ``log``."""
-    with launched(home, log, env=env, args=args, require_ready=False, wait_s=START_TIMEOUT_S) as s:
-        yield s.base
-
-
-def _superadmin() -> Any:
-    from core.models import Role
-
-    return Role.SUPERADMIN
-
-
-def _call(
-    served: dict[str, Any], method: str, path: str, token: str | None = None, **kw: Any
-) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {served['tokens'][token]}"} if token else {}
-    return httpx.request(method, served["base"] + path, headers=headers, timeout=60, **kw)
-
-
-def _clean(response: httpx.Response) -> None:
-    """No response carries a traceback or a path on the server's disk."""
-    assert "Traceback" not in response.text
-    assert "/tmp/" not in response.text and str(REPO) not in response.text
 
 
 def test_who_calls_is_the_tokens_business(served_once: dict[str, Any]) -> None:
@@ -349,10 +216,6 @@ def test_who_may_review_what(served_once: dict[str, Any]) -> None:
     denied = [(r["actor"], r["after"]["attempted"]) for r in trail.json()
               if r["action"] == "kb.access.denied"]  # fmt: skip
     assert ("gus", f"approve {draft}") in denied and ("eve", f"approve {draft}") in denied
-
-
-LIMITED = {"KBFLOW_API_RATE_BURST": "3", "KBFLOW_API_RATE_PER_MINUTE": "6",
-           "KBFLOW_API_MAX_BODY_MB": "0.01", "KBFLOW_API_READ_TIMEOUT_S": "2"}  # fmt: skip
 
 
 @pytest.mark.parametrize("served", [LIMITED], indirect=True)

@@ -18,10 +18,7 @@ import httpx
 import pytest
 
 from core.settings import Settings
-from tests.kbflow import test_api
-from tests.kbflow.test_api import _call, _clean
-
-served = test_api.served  # the fixture: two orgs, their people and tokens, the service started
+from tests.kbflow.service import _call, _clean
 
 JOB_TIMEOUT_S = 300
 FAST = {"KBFLOW_STORE_LOCK_TIMEOUT_S": "1", "_drafts": 1}  # a busy store fails a job quickly
@@ -352,7 +349,7 @@ def test_uploads_past_the_limits_queue(served: dict[str, Any], settings: Setting
     jobs' worth."""
     import threading
 
-    from tests.kbflow.test_job_admission import JOB_RSS_BOUND_MB, JobSampler
+    from tests.kbflow.support import JOB_RSS_BOUND_MB, JobSampler
 
     who = {"acme": "amy", "globex": "gus"}
     batch = [("acme" if i % 2 else "globex", i) for i in range(UPLOADS_AT_ONCE)]

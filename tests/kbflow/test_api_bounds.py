@@ -21,7 +21,7 @@ from core.settings import Settings
 from kbflow.api.launch import launched
 from tasks.query.bounds import MAX_QUERY_CHARS, MAX_QUERY_TERMS
 from tests.conftest import index_records
-from tests.kbflow.test_api_mcp import in_session
+from tests.kbflow.support import in_session
 
 pytestmark = pytest.mark.integration
 

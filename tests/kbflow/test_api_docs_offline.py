@@ -26,10 +26,7 @@ from core.settings import Settings
 from kbflow.api.app import create_app
 from kbflow.api.launch import launched
 from sinks.registry import SqlRegistry
-from tests.flows.test_review_browser import (  # the same Chromium, started alike
-    CHROMIUM,
-    LAUNCH_ARGS,
-)
+from tests.flows.browser import CHROMIUM, LAUNCH_ARGS  # the same Chromium, started alike
 
 SCHEME = "bearerAuth"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "testserver"}  # testserver: TestClient's own host

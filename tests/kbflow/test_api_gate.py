@@ -21,7 +21,7 @@ import pytest
 from core.models import DocStatus
 from core.settings import Settings
 from tests.conftest import index_records
-from tests.kbflow.test_api import running_service
+from tests.kbflow.service import running_service
 
 pytestmark = pytest.mark.integration  # each test starts or reaches a real service
 

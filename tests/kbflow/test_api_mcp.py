@@ -11,24 +11,19 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx
-import httpx2
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
+from kbflow.api.launch import REPO
 from kbflow.api.mcp import ANSWER_TOOL
 from kbflow.services.query.tools import TOOLS
-from tests.kbflow.test_api import LIMITED, REPO, TOPIC, served, served_once
+from tests.kbflow.service import LIMITED, TOPIC
+from tests.kbflow.support import in_session
 
 pytestmark = pytest.mark.integration  # each test starts or reaches a real service
-
-__all__ = ["served", "served_once"]  # the fixtures, imported for these tests
 
 TOOL_NAMES = [
     "list_knowledge_collections",
@@ -38,32 +33,6 @@ TOOL_NAMES = [
 ]
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-@asynccontextmanager
-async def mcp_session(base: str, token: str) -> AsyncIterator[ClientSession]:
-    """A ClientSession on the service's /mcp after the ``initialize`` handshake, the token in
-    every request's header."""
-    auth = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=auth, timeout=120) as http,
-        streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-def in_session(
-    served: dict[str, Any], who: str, steps: Callable[[ClientSession], Awaitable[Any]]
-) -> Any:
-    """Run ``steps`` in an MCP session as ``who`` (a key of the fixture's tokens)."""
-
-    async def main() -> Any:
-        async with mcp_session(served["base"], served["tokens"][who]) as session:
-            return await steps(session)
-
-    return anyio.run(main)
 
 
 def _text(result: Any) -> str:

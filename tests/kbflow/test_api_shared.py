@@ -27,8 +27,9 @@ import httpx
 import pytest
 
 from core.settings import Settings
+from kbflow.api.launch import REPO
 from sinks.registry import SqlRegistry
-from tests.kbflow.test_api import REPO, running_service
+from tests.kbflow.service import running_service
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from core.settings import Settings
 from sinks.registry import SqlRegistry
-from tests.kbflow.test_cli_review import data, flat, kb, ok
+from tests.kbflow.support import data, flat, kb, ok
 
 # --- M2: the superadmin bootstrap ---------------------------------------------------------------
 

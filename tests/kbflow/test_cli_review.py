@@ -7,7 +7,6 @@ KBFLOW_HOME. The test seeds orgs and users through the CLI itself and drafts wit
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,22 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
 from core.models import DocStatus
 from core.settings import Settings
-from kbflow.cli import EXIT_CONFLICT, app
+from kbflow.cli import EXIT_CONFLICT
 from kbflow.render import console
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
 from tests.conftest import REPO, _no_files, index_records
+from tests.kbflow.support import data, flat, kb, ok
 
 pytestmark = pytest.mark.integration
 
-runner = CliRunner()
 
 DRAFTS = [
     {
@@ -52,26 +49,6 @@ DRAFTS = [
 ]
 CREATED = "kb.document.created"
 ROOT = ("--as", "root")
-
-
-def kb(*args: str) -> Result:
-    # A wide terminal, so that rich's tables keep ids and audit changes on one line.
-    return runner.invoke(app, list(args), env={"COLUMNS": "250"})
-
-
-def ok(*args: str) -> Result:
-    result = kb(*args)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def data(*args: str) -> Any:
-    return json.loads(ok(*args, "--json").stdout)
-
-
-def flat(result: Result) -> str:
-    """The output with rich's line wrapping undone, for substring checks."""
-    return " ".join(result.output.split())
 
 
 @dataclass

@@ -19,7 +19,7 @@ from click.testing import Result
 from core.errors import Unauthorized
 from core.settings import Settings
 from sinks.registry import SqlRegistry
-from tests.kbflow.test_cli_review import data, flat, kb, ok
+from tests.kbflow.support import data, flat, kb, ok
 
 SECRET = re.compile(r"kbf_[A-Za-z0-9_-]{43}")
 RECORD_KEYS = {

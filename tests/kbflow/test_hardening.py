@@ -24,7 +24,7 @@ from kbflow.cli import EXIT_CONFLICT
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
 from tests.conftest import home_built_once, index_records
-from tests.kbflow.test_cli_review import data, flat, kb, ok
+from tests.kbflow.support import data, flat, kb, ok
 
 pytestmark = pytest.mark.integration
 

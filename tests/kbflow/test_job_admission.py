@@ -19,7 +19,6 @@ import random
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -32,89 +31,12 @@ from core.settings import Settings
 from kbflow.services.jobs import queue as jobs
 from kbflow.services.jobs import uploads as job_uploads
 from sinks.registry import JobRecord, SqlRegistry
+from tests.kbflow.support import JOB_RSS_BOUND_MB, JobSampler
 
 pytestmark = pytest.mark.integration
 
 JOB_TIMEOUT_S = 240
 NOTE = "The parental leave policy grants sixteen weeks of paid leave to every employee."
-
-JOB_RSS_BOUND_MB = 700
-"""What one job process may hold at its peak (RSS): measured 450-520 MB for an ingest of a small
-text file (the embedding model, Prefect, the extractors), with room to spare."""
-
-
-class JobSampler:
-    """Every 50 ms, the live processes whose command line holds ``kbflow.services.job_runner``:
-    their job id,
-    RSS, and RSS with their children (the temporary Prefect server a job starts when no
-    PREFECT_API_URL is set). `peak_*` count only the jobs given (other tests' jobs may run)."""
-
-    def __init__(self, interval_s: float = 0.05) -> None:
-        self.samples: list[dict[str, tuple[int, int]]] = []
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> JobSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            seen: dict[str, tuple[int, int]] = {}
-            for proc in psutil.process_iter(["cmdline"]):
-                cmdline = proc.info["cmdline"] or []
-                if "kbflow.services.job_runner" not in cmdline:
-                    continue
-                at = cmdline.index("kbflow.services.job_runner")
-                job_id = cmdline[at + 1] if at + 1 < len(cmdline) else "?"
-                try:
-                    rss = proc.memory_info().rss
-                    tree = rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
-                except psutil.Error:
-                    continue
-                seen[job_id] = (rss, tree)
-            self.samples.append(seen)
-            self._stop.wait(self.interval_s)
-
-    def _ours(self, ids: Iterable[str]) -> list[dict[str, tuple[int, int]]]:
-        wanted = set(ids)
-        return [{k: v for k, v in s.items() if k in wanted} for s in self.samples]
-
-    def timeline(self, ids: Iterable[str]) -> str:
-        """Which of the jobs ran, sample by sample (a change per line), for a failure."""
-        lines: list[str] = []
-        for sample in self._ours(ids):
-            line = f"{len(sample)} running: {sorted(sample)}"
-            if not lines or lines[-1] != line:
-                lines.append(line)
-        return "\n".join(lines)
-
-    def peak_running(self, ids: Iterable[str]) -> int:
-        return max((len(s) for s in self._ours(ids)), default=0)
-
-    def peak_running_per_org(self, orgs: dict[str, str]) -> dict[str, int]:
-        peak: Counter[str] = Counter()
-        for sample in self._ours(orgs):
-            for org, n in Counter(orgs[j] for j in sample).items():
-                peak[org] = max(peak[org], n)
-        return dict(peak)
-
-    def peak_rss_mb(self, ids: Iterable[str], *, tree: bool = False) -> float:
-        """The largest summed RSS of the jobs' processes at one instant (with children: tree)."""
-        sums = [sum(v[1 if tree else 0] for v in s.values()) for s in self._ours(ids)]
-        return max(sums, default=0) / 2**20
-
-    def peak_job_rss_mb(self, ids: Iterable[str], *, tree: bool = False) -> float:
-        """The largest RSS one job process reached."""
-        return (
-            max((v[1 if tree else 0] for s in self._ours(ids) for v in s.values()), default=0)
-            / 2**20
-        )
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Ledgers that dlt wrote, one pipeline run per turn, before issue 30: the ledger reads them as
 they are, appends to them, and replays their turns (`kbflow turns`, `replay`, `provenance`).
 
-`record_with_dlt` (tests/sinks/test_ledger.py) loads turns exactly as `Ledger.record` did then.
+`record_with_dlt` (tests/sinks/ledger_support.py) loads turns exactly as `Ledger.record` did
+then.
 """
 
 from __future__ import annotations
@@ -24,39 +25,23 @@ from kbflow.services.query import answers
 from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
-from tests.sinks.test_ledger import (
+from tests.sinks.ledger_support import (
     ANSWERED,
+    HISTORY,
     KEYS,
     OTHER_ORG,
     REFUSED,
+    SMALLER,
     T0,
     half_written_turns,
     make_turn,
+    reads,
     record_with_dlt,
     rows_of,
 )
-from tests.tasks.answer.test_answer import index_handbook
+from tests.tasks.answer.handbook import index_handbook
 
 QUESTION = "How many days do employees have to submit expense reports?"
-# Fewer calls and no citations: dlt's merge leaves the first version's citations behind
-# (a table without rows gets no load job), and the reads must not show them.
-SMALLER = dataclasses.replace(
-    ANSWERED, outcome="refused", llm_calls=ANSWERED.llm_calls[:1], citations=()
-)
-HISTORY = (REFUSED, OTHER_ORG, ANSWERED, SMALLER)
-
-
-def reads(ledger: Ledger) -> dict[str, Any]:
-    """Everything the ledger's readers return, for comparing two ledgers."""
-    return {
-        "turns": ledger.turns(),
-        "turns_acme": ledger.turns(org_id="acme", limit=1),
-        "turns_since": ledger.turns(since=T0 + timedelta(minutes=30)),
-        "citations": ledger.citations(),
-        "citations_doc": ledger.citations(doc_ids=["doc-a"], org_id="acme"),
-        "citations_since": ledger.citations(since=T0 + timedelta(minutes=30)),
-        "get_turn": {t.turn_id: ledger.get_turn(t.turn_id) for t in (REFUSED, OTHER_ORG, SMALLER)},
-    }
 
 
 def schema_of(path: Path) -> list[tuple[Any, ...]]:

@@ -23,8 +23,7 @@ from core.models import Scope
 from sinks.gate import build_gate
 from sinks.qdrant_server import QdrantServerStore, local_path
 from tasks.text.sparse import query_sparse_vector
-from tests.sinks.test_congruence import QUERIES, points  # noqa: F401  (a fixture)
-from tests.sinks.test_qdrant_server import EXPECTED, _client_schema
+from tests.sinks.support import EXPECTED, QUERIES, _client_schema
 
 URL = os.environ.get("KBFLOW_TEST_QDRANT_URL")
 API_KEY = os.environ.get("KBFLOW_TEST_QDRANT_API_KEY") or None
@@ -64,7 +63,7 @@ def test_the_server_reports_the_edge_stores_payload_indexes(live_store: QdrantSe
 
 
 def test_edge_and_the_server_return_the_same_documents(
-    points: list[Any],  # noqa: F811
+    points: list[Any],
     edge_store: Any,
     live_store: QdrantServerStore,
     embedder: Any,
@@ -88,7 +87,7 @@ def test_edge_and_the_server_return_the_same_documents(
 
 
 def test_the_maintenance_calls_behave_as_on_edge(
-    points: list[Any],  # noqa: F811
+    points: list[Any],
     edge_store: Any,
     live_store: QdrantServerStore,
 ) -> None:
@@ -111,7 +110,7 @@ def test_the_maintenance_calls_behave_as_on_edge(
 
 
 def test_store_migrate_to_the_server_and_back(
-    points: list[Any],  # noqa: F811
+    points: list[Any],
     edge_store: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -10,24 +10,8 @@ import pytest
 import qdrant_client
 
 from core.models import ChunkPoint, SparseVec
-from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS
 from sinks.qdrant_server import QdrantServerStore, local_path
-
-# The indexes the gate needs: the org key as Qdrant's tenant index, every other gated keyword,
-# and a datetime index on the effective dates.
-EXPECTED = {
-    **{name: ("keyword", name == "org_id") for name in GATED_KEYWORD_FIELDS},
-    **{name: ("datetime", False) for name in GATED_DATETIME_FIELDS},
-}
-
-
-def _client_schema(schema: Any) -> tuple[str, bool]:
-    """A qdrant-client field schema as (kind, is_tenant)."""
-    from qdrant_client import models as qm
-
-    if isinstance(schema, qm.KeywordIndexParams):
-        return str(qm.PayloadSchemaType.KEYWORD.value), bool(schema.is_tenant)
-    return str(qm.PayloadSchemaType(schema).value), False
+from tests.sinks.support import EXPECTED, _client_schema
 
 
 def _edge_schema(info: Any) -> tuple[str, bool]:

@@ -28,21 +28,23 @@ from kbflow.services.query.context import SearchContext
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.conftest import free_port, warehouse_database_url
-from tests.evals.test_warehouse import NEW, OLD, make_record
-from tests.kbflow.test_answers import QUESTION, answer_question
-from tests.sinks.test_ledger import (
+from tests.evals.support import NEW, OLD, make_record
+from tests.kbflow.support import QUESTION, answer_question
+from tests.sinks.ledger_support import (
     ANSWERED,
     FAULT_POINTS,
+    HISTORY,
     KEYS,
     OTHER_ORG,
     REFUSED,
+    SMALLER,
     T0,
     make_turn,
     race_two_writers,
+    reads,
     record_with_dlt,
 )
-from tests.sinks.test_ledger_dlt_compat import HISTORY, SMALLER, reads
-from tests.tasks.answer.test_answer import index_handbook
+from tests.tasks.answer.handbook import index_handbook
 
 # dlt's own sqlalchemy merge job (eval runs, and ledgers as dlt wrote them) trips a SQLAlchemy
 # deprecation warning; nothing of ours.

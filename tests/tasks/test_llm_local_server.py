@@ -35,7 +35,7 @@ from tasks.research.budget import ResearchBudget
 from tasks.research.claude import ChatSynthesizer
 from tasks.research.run import Gathered, synthesize_drafts
 from tasks.research.synthesize import BRAND_VOICE, COMPLIANCE, CONTACTS, KB_FILENAMES, PRODUCT
-from tests.tasks.answer.test_answer import index_handbook
+from tests.tasks.answer.handbook import index_handbook
 
 pytestmark = pytest.mark.integration
 

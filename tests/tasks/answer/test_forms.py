@@ -21,7 +21,7 @@ from tasks.answer.knowledge_search import knowledge_search
 from tasks.answer.replay import replay
 from tasks.answer.turns import AnswerConfig
 from tasks.query.retrieve import retrieve
-from tests.tasks.answer.test_answer import HANDBOOK, checked, index_handbook
+from tests.tasks.answer.handbook import HANDBOOK, checked, index_handbook
 
 REPO = Path(__file__).resolve().parents[3]
 SCIFACT_DEV = REPO.parent / "shared" / "datasets" / "scifact" / "dev" / "queries.jsonl"

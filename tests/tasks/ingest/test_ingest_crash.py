@@ -16,7 +16,7 @@ version: never none, never both. ``tests/flows/test_ingest_kill.py`` does the sa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from tasks.query.fallback import KeywordFallback
 from tasks.query.retrieve import retrieve, search
 from tasks.review.machine import reconcile
 from tests.conftest import copy_home
+from tests.tasks.ingest.support import MemoEmbedder
 
 ORG = "acme"
 SOURCES = 12
@@ -58,25 +59,6 @@ def _sources(version: int) -> list[Source]:
         )
         for i in range(SOURCES)
     ]
-
-
-class MemoEmbedder:
-    """The real MiniLM, with its vectors remembered across the test's many runs."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.model_id = inner.model_id  # its vectors are the real model's
-        self.dim = inner.dim
-        self.memo: dict[str, list[float]] = {}
-
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if missing:
-            self.memo.update(zip(missing, self.inner.embed_documents(missing), strict=True))
-        return [self.memo[t] for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.inner.embed_query(text)  # type: ignore[no-any-return]
 
 
 def run_ingest(world: dict[str, Any], version: int) -> None:

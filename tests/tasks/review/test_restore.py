@@ -216,7 +216,7 @@ def test_answers_that_cited_the_withdrawn_version_keep_their_provenance(
     from kbflow.services.query import answers
     from kbflow.services.query.answers import _trace
     from kbflow.services.query.context import SearchContext
-    from tests.tasks.answer.test_answer import index_handbook
+    from tests.tasks.answer.handbook import index_handbook
 
     registry = ctx["registry"]
     docs = index_handbook(registry, ctx["store"], ctx["embedder"])

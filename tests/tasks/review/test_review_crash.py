@@ -31,7 +31,7 @@ from tasks.query.fallback import KeywordFallback
 from tasks.query.retrieve import retrieve
 from tasks.review import machine as review
 from tests.conftest import copy_home, index_records
-from tests.tasks.ingest.test_ingest_crash import MemoEmbedder
+from tests.tasks.ingest.support import MemoEmbedder
 
 ORG, AM = "acme", "am@agency"
 REPO = Path(__file__).resolve().parents[3]

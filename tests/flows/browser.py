@@ -1,0 +1,99 @@
+"""What the browser tests share: Debian's Chromium and Playwright (a test module that needs them
+calls `playwright()` at import, and is skipped without them), and `kbflow server` with a seeded
+brand-new org (the ``ui`` fixture of tests/flows/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("KBFLOW_CHROMIUM") or shutil.which("chromium")
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def playwright() -> Any:
+    """``playwright.sync_api``; skips (the whole module, when called at its import) where
+    Chromium or Playwright is not installed."""
+    if CHROMIUM is None:
+        pytest.skip(
+            "chromium is not installed (`make browser-deps` installs it as root)",
+            allow_module_level=True,
+        )
+    return pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+ORG, AM, INTRUDER = "larch-cycles", "amy", "mallory"
+BRIEF = """# Larch Cycles brief
+
+Larch Cycles sells the Wren city bike for 899 EUR and the Kestrel cargo bike for 2,400 EUR.
+Our tone is warm, plain and practical.
+Customer service is run by Dana Lee, dana@larch.example, +44 20 7946 0018.
+All bikes carry a five-year frame warranty under UK consumer law.
+"""
+
+
+@dataclass
+class Ui:
+    home: Path
+    url: str  # the UI, e.g. http://127.0.0.1:PORT
+    env: dict[str, str]
+
+    def kbflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "kbflow.cli", *args],
+            capture_output=True, text=True, env=self.env, timeout=300,
+        )  # fmt: skip
+        if check:
+            assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        return done
+
+    def data(self, *args: str) -> Any:
+        return json.loads(self.kbflow(*args, "--json").stdout)
+
+    def start(self, *args: str, name: str) -> subprocess.Popen[str]:
+        """A CLI command in the background; its output goes to files (``name``.out/.err)."""
+        out = (self.home.parent / f"{name}.out").open("w")
+        err = (self.home.parent / f"{name}.err").open("w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", *args],
+            stdout=out, stderr=err, text=True, env=self.env,
+        )  # fmt: skip
+
+    def paused_run_url(self, name: str, proc: subprocess.Popen[str], timeout_s: float) -> str:
+        """The run link the command prints while its review waits (see `kbflow.flow_cli`)."""
+        err = self.home.parent / f"{name}.err"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = re.search(r"(http://\S+/runs/flow-run/[0-9a-f-]{36})", err.read_text())
+            if found:
+                return found.group(1)
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited ({proc.returncode}) before pausing:\n{err.read_text()}")
+            time.sleep(0.5)
+        pytest.fail(f"{name} did not pause within {timeout_s}s:\n{err.read_text()}")
+
+
+def _healthy(api: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
