@@ -11,7 +11,7 @@ A report also reads like that JSON: ``report["documents"]``, ``"review" in repor
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -209,6 +209,35 @@ class ResearchReport(Report):
 
 
 # --- sources ---------------------------------------------------------------------------------
+
+
+class SourceSettings(TypedDict):
+    """What a source is set to sync, and how: the fields ``kbflow sources add`` checks."""
+
+    kind: str
+    config: dict[str, Any]
+    collection: str
+    status: str
+    audience: str | None
+    include: list[str]
+    exclude: list[str]
+    max_items: int
+    max_item_bytes: int
+    schedule: str | None
+    timezone: str | None
+
+
+class SourceDict(SourceSettings):
+    """A source as JSON (`SourceRecord.to_dict`): its settings, who made it and when, and its
+    last sync as kept on it (times as ISO 8601 text)."""
+
+    id: str
+    org_id: str
+    name: str
+    created_by: str
+    created_at: str
+    updated_at: str
+    last_sync: dict[str, Any] | None
 
 
 class SyncCounts(Report):

@@ -13,11 +13,12 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
+from core.contracts import SourceDict
 from core.errors import ConfigError, NotFound
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
@@ -61,11 +62,11 @@ class SourceRecord:
     updated_at: dt.datetime
     last_sync: dict[str, Any] | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SourceDict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["created_at"] = self.created_at.isoformat()
         out["updated_at"] = self.updated_at.isoformat()
-        return out
+        return cast("SourceDict", out)
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,8 @@ def _record(row: SourceRow) -> SourceRecord:
 
 def _public(record: SourceRecord) -> dict[str, Any]:
     """A source as the audit log keeps it (its config holds no secret by construction)."""
-    out = record.to_dict()
-    for key in ("created_at", "updated_at", "last_sync"):
-        out.pop(key, None)
-    return out
+    dropped = ("created_at", "updated_at", "last_sync")
+    return {key: value for key, value in record.to_dict().items() if key not in dropped}
 
 
 class SourcesMixin(RegistryBase):

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from core.contracts import SourceDict, SourceSettings
 from core.errors import ConfigError, NotFound
 from core.models import DocStatus
 from core.settings import Settings
@@ -31,20 +32,8 @@ SOURCE_SYNC_KIND = "source-sync"
 REPO = Path(__file__).resolve().parents[2]
 
 
-class SourceFields(TypedDict):
-    """A source's fields, each checked (`source_fields`): what `add_source` stores."""
-
-    kind: str
-    config: dict[str, Any]
-    collection: str
-    status: str
-    audience: str | None
-    include: list[str]
-    exclude: list[str]
-    max_items: int
-    max_item_bytes: int
-    schedule: str | None
-    timezone: str | None
+SourceFields = SourceSettings
+"""A source's fields, each checked (`source_fields`): what `add_source` stores."""
 
 
 class SourceItems(TypedDict):
@@ -55,28 +44,10 @@ class SourceItems(TypedDict):
     gone: int
 
 
-class SourceView(TypedDict):
+class SourceView(SourceDict):
     """A source as `kbflow sources show --json` prints it, in this order: its fields, its last
     sync (as kept on it), whether a sync runs now, its items by state and its next run."""
 
-    id: str
-    org_id: str
-    name: str
-    kind: str
-    config: dict[str, Any]
-    collection: str
-    status: str
-    audience: str | None
-    include: list[str]
-    exclude: list[str]
-    max_items: int
-    max_item_bytes: int
-    schedule: str | None
-    timezone: str | None
-    created_by: str
-    created_at: str
-    updated_at: str
-    last_sync: dict[str, Any] | None
     running: bool
     items: SourceItems
     next_run: str | None
