@@ -9,7 +9,9 @@ progress is a callback (`kbflow.render` draws it for the CLI and the demo), and 
 `core.errors.KbflowError`s that name the bad value.
 
 Grouped by domain: a sub-package owns one domain and says what in its docstring; a module
-whose name starts with an underscore is private to its domain (`tests/test_house.py`).
+whose name starts with an underscore is private to its domain, and a domain reaches another
+only through the names that domain's package lists (its ``_PUBLIC``, each imported on first
+use by `core.lazy.public_names`, typed by its ``__init__.pyi``; `tests/test_house.py`).
 
 - `query` (`context`, `search`, `answers`, `tools`, `tool_models`, `types`): what a query
   needs, opened once (`SearchContext`); gated search, the one function every search reaches;
@@ -44,25 +46,3 @@ describe has a name of its own (`query.types.JsonSchema`, `evals.EvalRunRow`).
 
 Heavy imports happen inside the functions, so importing a service is cheap.
 """
-
-from __future__ import annotations
-
-import importlib
-from collections.abc import Callable, Mapping
-
-
-def public_names(package: str, names: Mapping[str, str]) -> Callable[[str], object]:
-    """A domain's module ``__getattr__`` (PEP 562) for the names other domains may import from
-    it: ``names`` maps each public name to ``"module"`` or ``"module:attribute"`` inside the
-    domain, imported on first use, so that importing a domain stays as cheap as importing the
-    modules it names. Other domains import only these (`tests/test_house.py`)."""
-
-    def __getattr__(name: str) -> object:
-        where = names.get(name)
-        if where is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, _, attribute = where.partition(":")
-        found = importlib.import_module(f"{package}.{module}")
-        return getattr(found, attribute or name) if attribute or module != name else found
-
-    return __getattr__

@@ -6,7 +6,7 @@ is `kbflow.services.job_runner`'s, the process entry point that stands above the
 work it runs.
 """
 
-from kbflow.services import public_names
+from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
     "INGEST_KIND": "queue",

@@ -6,7 +6,7 @@ importing Prefect (`prefect_api`), and the flow runs kbflow tracks (`flow_runs`)
 no other domain.
 """
 
-from kbflow.services import public_names
+from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
     "guard_process": "processes",

@@ -6,7 +6,7 @@ knowledge search, replay and provenance, and the agent's `tools` (their schemas 
 `tool_models`); the JSON they return, as typed dicts (`types`). Nothing here starts Prefect.
 """
 
-from kbflow.services import public_names
+from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
     "SearchContext": "context",

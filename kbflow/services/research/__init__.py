@@ -4,7 +4,7 @@ Owns seeding and who may run research, with no Prefect (`seeds`, for ``kbflow se
 the research run itself (`runs`); the JSON they return, as typed dicts (`types`).
 """
 
-from kbflow.services import public_names
+from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
     "run_research": "runs",

@@ -4,7 +4,7 @@ Owns adding, listing, showing, updating and removing a source and starting its s
 (`definitions`), and the sync itself and its schedules, which run Prefect (`sync`).
 """
 
-from kbflow.services import public_names
+from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
     "SOURCE_SYNC_KIND": "definitions",
