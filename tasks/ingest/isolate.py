@@ -10,8 +10,9 @@ Everything already stored is untouched: workers only read files and return text.
 Starting a worker costs seconds of CPU (Docling imports torch and transformers even for a
 Markdown file), so a pool that ends with its worker idle parks it for the next pool of this
 process (a schedule's next sync, the next flow of `kbflow serve`), for `PARK_IDLE_S` at most and
-only while the process's environment, working folder and import path are what the worker was
-started with. A worker that was busy when its pool ended, or died, is never parked.
+only while the process's environment (what the worker can read of it), working folder and
+import path are what the worker was started with. A worker that was busy when its pool ended,
+or died, is never parked.
 """
 
 from __future__ import annotations
@@ -67,10 +68,19 @@ _parked: dict[str, tuple[_Worker, threading.Timer]] = {}  # one per target, the 
 _parked_lock = threading.Lock()
 
 
+_UNREAD_ENV = ("KBFLOW_", "PREFECT_", "PYTEST_CURRENT_TEST")
+"""Variables a worker never reads, left out of its world: kbflow's settings reach the
+extractor as arguments (`ExtractOptions`, per call) and its limits stay in the parent, the
+extractor imports no Prefect, and pytest renames its current test at every phase. Leaving
+them in made every test, and every home, start a worker of its own (seconds of CPU each)."""
+
+
 def _world() -> int:
-    """What a spawned worker inherited and keeps: the environment, the working folder and the
-    import path at its start. A parked worker serves only a pool that sees the same."""
-    return hash((tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path)))
+    """What a spawned worker inherited and keeps: the environment it can read (all but
+    `_UNREAD_ENV`), the working folder and the import path at its start. A parked worker
+    serves only a pool that sees the same."""
+    env = sorted((k, v) for k, v in os.environ.items() if not k.startswith(_UNREAD_ENV))
+    return hash((tuple(env), os.getcwd(), tuple(sys.path)))
 
 
 def _park(worker: _Worker) -> None:

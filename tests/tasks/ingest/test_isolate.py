@@ -130,13 +130,31 @@ def test_an_idle_worker_serves_the_next_pool_in_the_same_world(
         first = pool.extract(a).meta["pid"]
     with ExtractionPool(f"{TARGETS}:echo") as pool:
         assert pool.extract(a).meta["pid"] == first  # no second start
-    monkeypatch.setenv("KBFLOW_EXTRACT_TIMEOUT_S", "7")  # what the parked worker never saw
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "7")  # the OCR it runs reads it; it never saw this
     with ExtractionPool(f"{TARGETS}:echo") as pool:
         changed = pool.extract(a).meta["pid"]
     assert changed != first
     assert not psutil.pid_exists(first) or not running(psutil.Process(first))
     assert isolate.stop_parked_workers() == 1
     _gone(changed)
+
+
+def test_a_parked_worker_outlives_a_new_home_and_a_new_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kbflow's settings reach the extractor as arguments and it imports no Prefect: a pool in
+    another home, with another Prefect API, or in pytest's next test gets the parked worker
+    instead of spending seconds starting its own."""
+    (a,) = _files(tmp_path, "a.txt")
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        first = pool.extract(a).meta["pid"]
+    monkeypatch.setenv("KBFLOW_HOME", str(tmp_path / "another-home"))
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::test_next (setup)")
+    with ExtractionPool(f"{TARGETS}:echo") as pool:
+        assert pool.extract(a).meta["pid"] == first
+    assert isolate.stop_parked_workers() == 1
+    _gone(first)
 
 
 def test_a_worker_busy_when_its_pool_ends_is_killed_not_parked(
