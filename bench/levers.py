@@ -28,7 +28,7 @@ import numpy as np
 
 from core.models import SearchMode, SparseVec, StoredHit
 from tasks.query import retrieve
-from tasks.text.sparse import analyze, query_sparse_vector, term_id
+from tasks.text.sparse import analyze, term_id, terms_sparse_vector
 
 DOC_SUM_DEPTH = 50  # fused candidates whose documents' chunk scores are summed
 
@@ -89,10 +89,11 @@ def levered_query_store(
     original = retrieve._query_store
 
     def query_store(query, gate, store, embedder, mode, limit, config):  # type: ignore[no-untyped-def]
-        sparse = query_sparse_vector(query)
+        # ``query``: a `tasks.query.bounds.CheckedQuery`, its terms analysed once already
+        sparse = terms_sparse_vector(query.terms)
         if mode is not SearchMode.HYBRID or config.fusion != "weighted" or not sparse.indices:
             return original(query, gate, store, embedder, mode, limit, config)
-        dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+        dense = np.asarray(embedder.embed_query(query.text), dtype=np.float32)
         prefetch = max(config.prefetch_limit, limit)
 
         def leg(d: np.ndarray | None, s: SparseVec | None) -> list[StoredHit]:

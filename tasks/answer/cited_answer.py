@@ -38,7 +38,7 @@ from tasks.answer.turns import (
     served_citation,
     verify_citations,
 )
-from tasks.query.retrieve import require_text
+from tasks.query.bounds import require_text
 from tasks.text.embed import Embedder
 from tasks.text.pii import scrub
 

@@ -25,6 +25,7 @@ from typing import Any
 from core.models import Chunk, SearchHit
 from sinks.gate import Gate
 from sinks.registry import DocRecord, SqlRegistry
+from tasks.query.bounds import CheckedQuery
 from tasks.text.citations import cited_sources
 from tasks.text.sparse import analyze
 
@@ -50,11 +51,12 @@ class KeywordFallback:
         self._lock = threading.Lock()
 
     def search(
-        self, query: str, gate: Gate, *, registry: SqlRegistry, top_k: int
+        self, query: str | CheckedQuery, gate: Gate, *, registry: SqlRegistry, top_k: int
     ) -> list[SearchHit]:
-        """The ``top_k`` best chunks the gate admits, by BM25 over registry chunk texts."""
+        """The ``top_k`` best chunks the gate admits, by BM25 over registry chunk texts (a
+        `CheckedQuery` brings its terms, analysed when it was checked)."""
         index = self._index(gate.scope.org_id, registry)
-        terms = analyze(query)
+        terms = list(query.terms) if isinstance(query, CheckedQuery) else analyze(query)
         if index.bm25 is None or not terms:
             return []
         scores = index.bm25.get_scores(terms)

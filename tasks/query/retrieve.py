@@ -3,6 +3,11 @@
 Plain functions on the query path: no Prefect, no Great Expectations. Every leg carries the
 gate's payload filter, and every hit is re-checked against the registry before it is returned.
 
+Both take the query as a `tasks.query.bounds.CheckedQuery` (checked once, where it came in: its
+BM25 terms analysed there) or as a plain string from a caller that went round the edge (the
+evals, benches, demo and tests call them directly), which is checked here as retrieval always
+checked it.
+
 `search` is the engine: it raises when the vector store fails. `retrieve` is what callers use:
 it honours the pause switch, reranks ``hybrid+rerank`` candidates (falling back to the fused
 order when the reranker fails), and when the vector engine fails it serves the keyword fallback
@@ -21,12 +26,13 @@ from core.models import Location, RetrievalResult, Scope, SearchHit, SearchMode,
 from sinks.gate import Gate, build_gate
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
+from tasks.query.bounds import CheckedQuery, unbounded_query
 from tasks.query.fallback import KeywordFallback, shared_fallback
 from tasks.query.rerank import Reranker, rerank_hits
 from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
-from tasks.text.sparse import query_sparse_vector
+from tasks.text.sparse import terms_sparse_vector
 
 if TYPE_CHECKING:
     from core.settings import Settings
@@ -72,7 +78,7 @@ class RetrievalConfig:
 
 
 def search(
-    query: str,
+    query: str | CheckedQuery,
     scope: Scope,
     *,
     store: VectorStore,
@@ -92,14 +98,14 @@ def search(
         Exception: whatever the vector store raises when it fails.
     """
     config = config or RetrievalConfig()
-    _check_query(query, top_k)
+    checked = _checked(query, top_k)
     started = time.perf_counter()
     if mode is not SearchMode.KEYWORD:  # the keyword leg alone compares no vectors
         require_org_model(registry, scope.org_id, embedder.model_id)
     gate = build_gate(scope)
     # Over-fetch a little so hits dropped by the registry re-check can be replaced.
     limit = top_k + max(5, top_k // 2)
-    stored = _query_store(query, gate, store, embedder, mode, limit, config)
+    stored = _query_store(checked, gate, store, embedder, mode, limit, config)
     docs = registry.get_documents(h.payload.get("doc_id", "") for h in stored)
     hits: list[SearchHit] = []
     for hit in stored:
@@ -123,7 +129,7 @@ def search(
 
 
 def retrieve(
-    query: str,
+    query: str | CheckedQuery,
     scope: Scope,
     *,
     store: VectorStore | None,
@@ -151,7 +157,7 @@ def retrieve(
         ConfigError: ``top_k`` is not positive or the query is empty.
     """
     config = config or RetrievalConfig()
-    _check_query(query, top_k)
+    checked = _checked(query, top_k)
     if paused:
         return RetrievalResult(
             [], mode, paused=True, reason="retrieval is paused (KBFLOW_RETRIEVAL_PAUSED)"
@@ -163,7 +169,7 @@ def retrieve(
         why = store_error or "no vector store was opened"
         return _degraded(
             f"vector store could not be opened ({why}); keyword fallback",
-            query,
+            checked,
             scope,
             mode,
             registry=registry,
@@ -172,7 +178,7 @@ def retrieve(
         )
     try:
         hits = search(
-            query,
+            checked,
             scope,
             store=store,
             registry=registry,
@@ -186,7 +192,7 @@ def retrieve(
     except Exception as exc:  # any engine failure: fail open to the gated keyword fallback
         return _degraded(
             f"vector engine unavailable ({type(exc).__name__}: {exc}); keyword fallback",
-            query,
+            checked,
             scope,
             mode,
             registry=registry,
@@ -199,7 +205,7 @@ def retrieve(
         return RetrievalResult(
             hits[:top_k], mode, reason="no reranker configured: hybrid order returned"
         )
-    ranked, failure = rerank_hits(query, hits, reranker, top_k=top_k)
+    ranked, failure = rerank_hits(checked.text, hits, reranker, top_k=top_k)
     if failure:
         return RetrievalResult(ranked, mode, reason=f"{failure}; hybrid order returned")
     return RetrievalResult(ranked, mode, reranked=True)
@@ -207,7 +213,7 @@ def retrieve(
 
 def _degraded(
     reason: str,
-    query: str,
+    query: CheckedQuery,
     scope: Scope,
     mode: SearchMode,
     *,
@@ -222,35 +228,23 @@ def _degraded(
     return RetrievalResult(found, mode, degraded=True, reason=reason)
 
 
-def require_text(value: object, what: str) -> str:
-    """``value`` if it is text that can be encoded as UTF-8, else ConfigError naming ``what``:
-    a lone surrogate (bytes that were not UTF-8 on a command line, or a bad JSON escape) is the
-    caller's error, not something to hand to a model or an engine."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be text. Currently it is {type(value).__name__}.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start}, e.g. "
-            "from bytes that are not UTF-8). Send UTF-8 text."
-        ) from None
-    return value
+def _checked(query: str | CheckedQuery, top_k: int) -> CheckedQuery:
+    """Argument errors are the caller's, never an engine outage: raise before any engine runs.
 
-
-def _check_query(query: str, top_k: int) -> None:
-    """Argument errors are the caller's, never an engine outage: raise before any engine runs."""
+    A `CheckedQuery` was checked where it came in: only the refusal that check decided on (a
+    blank query, text that is not UTF-8) is raised here, where retrieval always raised it. A
+    plain string comes from a caller that went round the edge: it is checked now."""
     if not isinstance(top_k, int) or isinstance(top_k, bool):
         raise ConfigError(f"top_k must be a whole number. Currently it is {top_k!r}.")
     if top_k <= 0:
         raise ConfigError(f"top_k must be greater than 0. Currently it is {top_k}.")
-    require_text(query, "The query")
-    if not query.strip():
-        raise ConfigError("The query is empty. Ask a question or give some keywords.")
+    if isinstance(query, CheckedQuery):
+        return query.searchable()
+    return unbounded_query(query)
 
 
 def _query_store(
-    query: str,
+    query: CheckedQuery,
     gate: Gate,
     store: VectorStore,
     embedder: Embedder,
@@ -258,8 +252,8 @@ def _query_store(
     limit: int,
     config: RetrievalConfig,
 ) -> list[StoredHit]:
-    dense = embedder.embed_query(query) if mode is not SearchMode.KEYWORD else None
-    sparse = query_sparse_vector(query) if mode is not SearchMode.DENSE else None
+    dense = embedder.embed_query(query.text) if mode is not SearchMode.KEYWORD else None
+    sparse = terms_sparse_vector(query.terms) if mode is not SearchMode.DENSE else None
     prefetch = max(config.prefetch_limit, limit)
     if dense is None or sparse is None or config.fusion == "rrf" or not sparse.indices:
         return store.query(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
+from collections.abc import Iterable
 from functools import cache
 
 from core.models import SparseVec
@@ -96,4 +97,9 @@ def document_sparse_vector(text: str) -> SparseVec:
 
 def query_sparse_vector(text: str) -> SparseVec:
     """A query's terms, each with weight 1 (repeats ignored, as in classic BM25 ranking)."""
-    return _sparse({term_id(t): 1.0 for t in analyze(text)})
+    return terms_sparse_vector(analyze(text))
+
+
+def terms_sparse_vector(terms: Iterable[str]) -> SparseVec:
+    """`query_sparse_vector` of a query already analysed (`tasks.query.bounds.CheckedQuery`)."""
+    return _sparse({term_id(t): 1.0 for t in terms})
