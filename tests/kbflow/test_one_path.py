@@ -77,16 +77,19 @@ def home(settings: Settings, embedder: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Every call of `kbflow.services.query.search.search`: its agent and query, and the hits."""
+    """Every call of `kbflow.services.query.search.search`: its agent and query text, and the
+    hits."""
     from kbflow.services.query import search as service
 
     seen: list[dict[str, Any]] = []
     real = service.search
 
-    def spy(ctx: Any, query: str, **kw: Any) -> Any:
+    def spy(ctx: Any, query: Any, **kw: Any) -> Any:
         outcome = real(ctx, query, **kw)
         hits = [(h.doc_id, h.chunk_id) for h in outcome.result.hits]
-        seen.append({"agent": kw.get("agent"), "query": query, "hits": hits})
+        # the tool hands on the query it checked (a CheckedQuery), the CLI its text
+        text = getattr(query, "text", query)
+        seen.append({"agent": kw.get("agent"), "query": text, "hits": hits})
         return outcome
 
     monkeypatch.setattr(service, "search", spy)
@@ -132,3 +135,80 @@ def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
     assert [c["hits"] for c in calls] == [cli_hits] * 3
     # the leave policy answers the question: the same first hit everywhere
     assert calls[0]["hits"][0][0] == calls[1]["hits"][0][0] == calls[2]["hits"][0][0]
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many times the query was checked, and analysed into BM25 terms, since the last reset.
+
+    A check is a call, with the query, of any function that checks a query's text: the one
+    check (`tasks.query.bounds.check_query`) and the defensive ones a plain string meets
+    (`require_text`, `unbounded_query`, and before issue 43 `tasks.query.retrieve._check_query`).
+    Each is replaced in every module that imported it, so a call through any name is counted.
+    An analysis is a call of `tasks.text.sparse.words` (where `analyze` starts) on the query.
+    """
+    import sys
+
+    from tasks.query import bounds, retrieve
+    from tasks.text import sparse
+
+    count = {"checks": 0, "analyses": 0}
+
+    def query_text(value: Any) -> Any:
+        return getattr(value, "text", value)
+
+    def counting(func: Any, key: str) -> Any:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            if args and query_text(args[0]) == QUERY:
+                count[key] += 1
+            return func(*args, **kw)
+
+        return wrapper
+
+    checks = [
+        getattr(module, name)
+        for module, name in (
+            (bounds, "check_query"),
+            (bounds, "require_text"),
+            (bounds, "unbounded_query"),
+            (retrieve, "require_text"),
+            (retrieve, "_check_query"),
+        )
+        if hasattr(module, name)
+    ]
+    targets = {id(f): counting(f, "checks") for f in checks}
+    targets[id(sparse.words)] = counting(sparse.words, "analyses")
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "") or ""
+        if not name.startswith(("kbflow", "tasks", "core", "sinks")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if id(value) in targets and callable(value):
+                monkeypatch.setattr(module, attr, targets[id(value)])
+    return count
+
+
+def test_a_search_checks_and_analyses_its_query_once_on_every_surface(
+    settings: Settings, home: dict[str, Any], counted: dict[str, int], request: Any
+) -> None:
+    """Issue 43: the query is checked once where it comes in (`check_query`) and analysed into
+    BM25 terms once (the bound counts them, the keyword leg uses them), on the CLI, HTTP and
+    MCP alike. Before, it was checked five times and analysed three times (twice on the CLI)."""
+    from kbflow.cli import app
+
+    done = CliRunner().invoke(app, ["search", QUERY, "--agent", "hr-bot", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["hits"], "the search found nothing: the proof needs hits"
+    assert counted == {"checks": 1, "analyses": 1}, "kbflow search"
+
+    base = request.getfixturevalue("app_server")
+    auth = {"Authorization": f"Bearer {home['token']}"}
+    counted.update(checks=0, analyses=0)
+    answer = httpx.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["results"]
+    assert counted == {"checks": 1, "analyses": 1}, "POST /v1/agent/search"
+
+    counted.update(checks=0, analyses=0)
+    assert _mcp_search(base, home["token"])["results"]
+    assert counted == {"checks": 1, "analyses": 1}, "MCP search_knowledge_base"

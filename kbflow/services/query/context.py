@@ -17,6 +17,7 @@ from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
+from tasks.query.bounds import CheckedQuery
 from tasks.query.rerank import Reranker, reranker_from_settings
 from tasks.query.retrieve import RetrievalConfig, retrieve, search
 from tasks.text.embed import Embedder, embedder_for
@@ -45,7 +46,12 @@ class SearchContext:
         return self.store
 
     def search(
-        self, query: str, scope: Scope, *, mode: SearchMode = SearchMode.HYBRID, top_k: int = 10
+        self,
+        query: str | CheckedQuery,
+        scope: Scope,
+        *,
+        mode: SearchMode = SearchMode.HYBRID,
+        top_k: int = 10,
     ) -> list[SearchHit]:
         return search(
             query,
@@ -59,7 +65,12 @@ class SearchContext:
         )
 
     def retrieve(
-        self, query: str, scope: Scope, *, mode: SearchMode = SearchMode.HYBRID, top_k: int = 10
+        self,
+        query: str | CheckedQuery,
+        scope: Scope,
+        *,
+        mode: SearchMode = SearchMode.HYBRID,
+        top_k: int = 10,
     ) -> RetrievalResult:
         """Gated retrieval with the degraded/paused contract (see `tasks.retrieve.retrieve`)."""
         return retrieve(

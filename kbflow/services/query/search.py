@@ -17,7 +17,7 @@ from core.models import RetrievalResult, SearchMode
 from kbflow.services.query.context import SearchContext
 from kbflow.services.query.types import SearchJson
 from sinks.registry import AgentRecord, CollectionRecord
-from tasks.query.bounds import check_query
+from tasks.query.bounds import CheckedQuery, check_query
 from tasks.query.scopes import agent_scope, narrow_audiences, person_scope
 
 
@@ -35,7 +35,7 @@ class SearchOutcome:
 
 def search(
     ctx: SearchContext,
-    query: str,
+    query: str | CheckedQuery,
     *,
     agent: str | None = None,
     org: str | None = None,
@@ -58,8 +58,12 @@ def search(
 
     ``agent_read``: the agent's record and readable collections, when the caller (a tool that
     checked its arguments against them) has just read them.
+
+    ``query``: a `CheckedQuery` from the edge that checked it (``search_knowledge_base``), taken
+    as it is; or the plain text ``kbflow search`` (and a test, a backup check) passes, checked
+    here, once: this function is their edge.
     """
-    check_query(query)
+    checked = query if isinstance(query, CheckedQuery) else check_query(query)
     if (agent is None) == (org is None):
         raise KbflowError(
             "say whose search this is: --agent AGENT (scoped to its collections), or "
@@ -76,5 +80,5 @@ def search(
         result = RetrievalResult([], mode, reason=f"knowledge base is off for {agent}")
     else:
         scope = narrow_audiences(scope, tuple(audiences), who)
-        result = ctx.retrieve(query, scope, mode=mode, top_k=top_k)
+        result = ctx.retrieve(checked, scope, mode=mode, top_k=top_k)
     return SearchOutcome(scope.org_id if scope else org, result)

@@ -78,8 +78,11 @@ def search_knowledge_base(
     collection_id: int | None = None,
     top_k: int = DEFAULT_TOP_K,
 ) -> PassagesFound:
-    """Search every collection the agent may read, or one of them (refused if not allowed)."""
-    check_query(query)
+    """Search every collection the agent may read, or one of them (refused if not allowed).
+
+    The query's one check (`check_query`): the HTTP route, MCP and ``kbflow tools call`` all
+    reach it here, and the search below takes the `CheckedQuery` as it is."""
+    checked = check_query(query)
     agent = _agent(ctx.registry, agent_id)
     out: PassagesFound = {
         "agent": agent.id,
@@ -112,7 +115,7 @@ def search_knowledge_base(
     chosen_paths = paths if collection_id is not None else ()
     result = searching.search(
         ctx,
-        query,
+        checked,
         agent=agent.id,
         top_k=top_k,
         collections=chosen_paths,
