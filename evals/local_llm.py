@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from core.errors import ConfigError
+from core.http import tls_context
 
 MODEL_ID = "gemma-3-270m"
 """The name the server serves the model under (``--model_alias``): KBFLOW_LLM_MODEL."""
@@ -161,7 +162,10 @@ def local_server(
                     f"{log.read_text(errors='replace')[-1500:]}"
                 )
             try:
-                if httpx.get(f"{base_url}/models", timeout=2.0).status_code == 200:
+                if (
+                    httpx.get(f"{base_url}/models", timeout=2.0, verify=tls_context()).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass

@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from core.contracts import IngestRequest
+from core.http import tls_context
 from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import CLIENT_NAME, write_demo_corpus
@@ -260,7 +261,7 @@ def _service_calls(base: str, token: str, question: str, calls: list[dict[str, A
     import httpx
 
     auth = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=base, timeout=120) as client:
+    with httpx.Client(base_url=base, timeout=120, verify=tls_context()) as client:
         for method, path, body, headers, expect in (
             ("GET", "/v1/agent/collections", None, auth, 200),
             ("POST", "/v1/agent/search", {"query": question, "top_k": 3}, auth, 200),

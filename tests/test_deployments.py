@@ -34,6 +34,7 @@ from core.models import JobStatus
 from core.settings import Settings
 from kbflow.services.jobs.queue import get_job, submit_ingest_job
 from kbflow.services.orchestration.prefect_api import RetryingTransport
+from tests import web
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration
@@ -161,7 +162,7 @@ def _wait_healthy(api: str, procs: Processes) -> None:
     deadline = time.monotonic() + 120
     while True:
         try:
-            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+            if web.get(f"{api}/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -172,7 +173,7 @@ def _wait_healthy(api: str, procs: Processes) -> None:
 
 def _prefect(api: str) -> httpx.Client:
     """A client that asks again on the 503 a busy Prefect server gives, as Prefect's own does."""
-    return httpx.Client(base_url=api, timeout=10, transport=RetryingTransport())
+    return web.client(base_url=api, timeout=10, transport=RetryingTransport())
 
 
 def _run_deployment(api: str, name: str, parameters: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
+from core.http import tls_context
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -109,7 +111,7 @@ def wait_ready(
         if proc.poll() is not None:
             raise ServiceDidNotStart(f"kbflow serve exited with {proc.returncode}:\n{_tail(log)}")
         try:
-            response = httpx.get(f"{base}/readyz", timeout=2)
+            response = httpx.get(f"{base}/readyz", timeout=2, verify=tls_context())
             ready: ReadyAnswer = response.json()
             if response.status_code == 200 and (
                 ready.get("status") == "ready" or not require_ready

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import functools
 import ipaddress
 import logging
 import socket
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from core.errors import ConfigError, KbflowError, UnsafeUrl
+from core.http import tls_context
 
 logger = logging.getLogger(__name__)
 
@@ -612,21 +612,15 @@ def _unsafe(url: object, detail: str) -> UnsafeUrl:
 def _hop_transport(transport: httpx.BaseTransport | None) -> Iterator[httpx.BaseTransport]:
     """The caller's transport as is, or a fresh one per hop (its pool is keyed by IP, not host).
 
-    The fresh ones share one TLS context (`_tls_context`): building a context loads the CA
+    The fresh ones share one TLS context (`core.http.tls_context`): building a context loads the CA
     bundle, ~19 ms, which was most of an unchanged website sync's time. A context holds no
     connection, so sharing it reuses nothing across hosts: each hop still connects anew,
     pinned to its checked address, and verifies the certificate against its own host name."""
     if transport is not None:
         yield transport
         return
-    with httpx.HTTPTransport(retries=0, verify=_tls_context()) as own:
+    with httpx.HTTPTransport(retries=0, verify=tls_context()) as own:
         yield own
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default verifying context (certifi's CA bundle), built once per process."""
-    return httpx.create_ssl_context()
 
 
 def _send_pinned(

@@ -34,6 +34,7 @@ from core.settings import Settings
 from sinks.connect import open_vector_store
 from sinks.registry import SqlRegistry
 from tasks.query.retrieve import search
+from tests import web
 from tests.conftest import free_port, index_records
 
 pytestmark = pytest.mark.integration
@@ -139,7 +140,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
             if proc.poll() is not None:
                 pytest.fail(f"server exited ({proc.returncode}):\n{_tail(home / 'server.log')}")
             try:
-                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                if web.get(f"{api_url}/health", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -558,7 +559,7 @@ def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
 
     child = start_review(reviewer=AM)
     run_id = child.wait_until_waiting_for_input(prefect_server)
-    with httpx.Client(base_url=prefect_server.api_url) as anonymous:  # no credential at all
+    with web.client(base_url=prefect_server.api_url) as anonymous:  # no credential at all
         keyset = anonymous.get(f"/flow_runs/{run_id}").json()["state"]["state_details"][
             "run_input_keyset"
         ]
@@ -642,7 +643,7 @@ def test_a_typed_name_without_a_code_applies_nothing_and_the_run_fails(
     registry.ensure_user("root", Role.SUPERADMIN)
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
-    with httpx.Client(base_url=prefect_server.api_url) as anonymous:
+    with web.client(base_url=prefect_server.api_url) as anonymous:
         answer = anonymous.post(
             f"/flow_runs/{run_id}/resume",
             json={"run_input": {
@@ -1018,7 +1019,7 @@ def test_input_swapped_after_the_inbox_resumes_is_refused(
     def attacker() -> None:
         key = f"/flow_runs/{run_id}/input/paused-1-response"
         deadline = time.monotonic() + 60
-        with httpx.Client(base_url=prefect_server.api_url, timeout=10) as api:
+        with web.client(base_url=prefect_server.api_url, timeout=10) as api:
             while time.monotonic() < deadline:
                 found = api.get(key)
                 if found.status_code == 200:
@@ -1078,7 +1079,7 @@ def test_a_planted_paused_run_gets_no_inbox_decision(
     it with a fresh valid code and waited 30 s for a decision that never came)."""
     from kbflow.services.review.inbox import decide
 
-    with httpx.Client(base_url=prefect_server.api_url, timeout=10) as api:
+    with web.client(base_url=prefect_server.api_url, timeout=10) as api:
         flow = api.post("/flows/", json={"name": "review"}).json()
         run = api.post(
             "/flow_runs/",

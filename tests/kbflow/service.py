@@ -13,6 +13,7 @@ import httpx
 
 from core.settings import Settings
 from kbflow.api.launch import REPO, launched
+from tests import web
 from tests.conftest import index_records
 
 TOPIC = "quarterly expense reimbursement rules"
@@ -111,7 +112,7 @@ def _call(
     served: dict[str, Any], method: str, path: str, token: str | None = None, **kw: Any
 ) -> httpx.Response:
     headers = {"Authorization": f"Bearer {served['tokens'][token]}"} if token else {}
-    return httpx.request(method, served["base"] + path, headers=headers, timeout=60, **kw)
+    return web.request(method, served["base"] + path, headers=headers, timeout=60, **kw)
 
 
 def _clean(response: httpx.Response) -> None:

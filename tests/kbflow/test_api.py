@@ -7,9 +7,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
+from tests import web
 from tests.kbflow.service import LIMITED, TOPIC, _call, _clean
 
 pytestmark = pytest.mark.integration  # each test starts or reaches a real service
@@ -21,7 +21,7 @@ def test_who_calls_is_the_tokens_business(served_once: dict[str, Any]) -> None:
     cases = {
         "no token": (_call(served, "POST", "/v1/agent/search", json=search), 401, "no token"),
         "not bearer": (
-            httpx.post(
+            web.post(
                 served["base"] + "/v1/agent/search",
                 json=search,
                 headers={"Authorization": "Basic cm9vdDpyb290"},
@@ -30,7 +30,7 @@ def test_who_calls_is_the_tokens_business(served_once: dict[str, Any]) -> None:
             "Bearer",
         ),
         "unknown": (
-            httpx.post(
+            web.post(
                 served["base"] + "/v1/agent/search",
                 json=search,
                 headers={"Authorization": "Bearer kbf_not-a-real-token-at-all"},
@@ -91,7 +91,7 @@ def test_the_agent_routes_answer_like_the_tools(served_once: dict[str, Any]) -> 
     assert answered.status_code == 200, answered.text
     cited = {c["doc_id"] for c in answered.json().get("citations", [])}
     assert cited <= {served["docs"]["hr"]}
-    metrics = httpx.get(served["base"] + "/metrics").text  # each outcome counted
+    metrics = web.get(served["base"] + "/metrics").text  # each outcome counted
     verdict, status = asked.json()["answer_status"], answered.json()["status"]
     assert f'kbflow_agent_outcomes_total{{outcome="{verdict}",route="ask"}} 1.0' in metrics
     assert f'kbflow_agent_outcomes_total{{outcome="{status}",route="answer"}} 1.0' in metrics
@@ -120,12 +120,12 @@ def test_bad_bodies_name_the_field(
 
 def test_health_docs_and_garbage(served_once: dict[str, Any]) -> None:
     served = served_once
-    assert httpx.get(served["base"] + "/healthz").json() == {"status": "ok"}
-    assert httpx.get(served["base"] + "/readyz").json()["vector_store"] == "open"
-    assert httpx.get(served["base"] + "/docs").status_code == 200
-    schema = httpx.get(served["base"] + "/openapi.json").json()
+    assert web.get(served["base"] + "/healthz").json() == {"status": "ok"}
+    assert web.get(served["base"] + "/readyz").json()["vector_store"] == "open"
+    assert web.get(served["base"] + "/docs").status_code == 200
+    schema = web.get(served["base"] + "/openapi.json").json()
     assert "/v1/agent/search" in schema["paths"]
-    not_json = httpx.post(
+    not_json = web.post(
         served["base"] + "/v1/agent/search",
         content=b"{not json",
         headers={"Authorization": f"Bearer {served['tokens']['agent']}",
@@ -239,7 +239,7 @@ def test_limits_per_token_and_per_body(served: dict[str, Any]) -> None:
             yield b"x" * 1000
         yield b'"}'
 
-    streamed = httpx.post(
+    streamed = web.post(
         served["base"] + "/v1/agent/search",
         content=chunks(),
         headers={"Authorization": f"Bearer {served['tokens']['user']}",
@@ -268,7 +268,7 @@ def test_limits_per_token_and_per_body(served: dict[str, Any]) -> None:
     assert answer.startswith("HTTP/1.1 408"), answer
     assert "KBFLOW_API_READ_TIMEOUT_S" in answer and 1.5 <= waited < 20, (answer, waited)
 
-    metrics = httpx.get(served["base"] + "/metrics").text
+    metrics = web.get(served["base"] + "/metrics").text
     assert 'kbflow_http_refused_total{status="429"}' in metrics
     assert 'kbflow_http_request_seconds_count{method="GET",route="/v1/agent/collections"' in (
         metrics
@@ -301,7 +301,7 @@ def test_two_reviewers_race_for_the_same_drafts(served: dict[str, Any]) -> None:
 
     def decide(who: str, verb: str, order: list[str]) -> dict[str, int]:
         auth = {"Authorization": f"Bearer {served['tokens'][who]}"}
-        with httpx.Client(base_url=served["base"], timeout=60, headers=auth) as c:
+        with web.client(base_url=served["base"], timeout=60, headers=auth) as c:
             return {d: c.post(f"/v1/admin/documents/{d}/{verb}").status_code for d in order}
 
     with ThreadPoolExecutor(2) as pool:

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from core.settings import Settings
+from tests import web
 from tests.kbflow.service import _call, _clean
 
 JOB_TIMEOUT_S = 300
@@ -59,7 +60,7 @@ def _raw(
         "Authorization": f"Bearer {served['tokens'][token]}",
         "Content-Type": f"multipart/form-data; boundary={boundary}",
     }
-    return httpx.post(served["base"] + path, content=bytes(body), headers=headers, timeout=60)
+    return web.post(served["base"] + path, content=bytes(body), headers=headers, timeout=60)
 
 
 def _job_at(served: dict[str, Any], accepted: httpx.Response, token: str = "amy") -> httpx.Response:
@@ -271,7 +272,7 @@ def test_uploads_and_research_run_as_jobs(served: dict[str, Any], settings: Sett
     research = _finished(served, started)
     assert research["synthesis_run_id"], research
     assert list((settings.home / "uploads").iterdir()) == []  # the upload's job is COMPLETE
-    metrics = httpx.get(served["base"] + "/metrics").text  # the research budget, exported
+    metrics = web.get(served["base"] + "/metrics").text  # the research budget, exported
     assert 'kbflow_research_runs_total{status="COMPLETE"} 1.0' in metrics, metrics
     spent = float(research["result"]["consumed_tokens"])
     assert f"kbflow_research_tokens_total {spent}" in metrics, metrics

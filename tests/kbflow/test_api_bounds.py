@@ -20,6 +20,7 @@ from mcp import ClientSession
 from core.settings import Settings
 from kbflow.api.launch import launched
 from tasks.query.bounds import MAX_QUERY_CHARS, MAX_QUERY_TERMS
+from tests import web
 from tests.conftest import index_records
 from tests.kbflow.support import in_session
 
@@ -144,7 +145,7 @@ def home(settings: Settings, embedder: Any) -> dict[str, str]:
 
 
 def _post(base: str, token: str, path: str, body: dict[str, Any], timeout: float = 60):  # type: ignore[no-untyped-def]
-    return httpx.post(
+    return web.post(
         f"{base}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
     )
 
@@ -213,7 +214,7 @@ def test_one_orgs_long_questions_do_not_stall_another_orgs_answers(
     abusive: list[int] = []
 
     def abuse() -> None:
-        with httpx.Client(timeout=120) as client:
+        with web.client(timeout=120) as client:
             while not stop.is_set():
                 for path, body in (("/v1/agent/answer", {"question": longest}),
                                    ("/v1/agent/ask", {"queries": [longest] * 5})):  # fmt: skip
@@ -349,7 +350,7 @@ def test_no_response_or_log_line_holds_a_server_path_or_a_token(served: dict[str
     revoked = _post(base, tokens["revoked"], "/v1/agent/search", {"query": "meals"})
     assert revoked.status_code == 401 and "revoked" in revoked.text
     assert tokens["revoked_id"] not in revoked.text
-    in_url = httpx.get(f"{base}/v1/agent/collections?token={tokens['globex']}&access_token=x")
+    in_url = web.get(f"{base}/v1/agent/collections?token={tokens['globex']}&access_token=x")
     assert in_url.status_code == 401
     seen.extend([revoked.text, in_url.text])
     for text in seen:

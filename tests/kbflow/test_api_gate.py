@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from core.models import DocStatus
 from core.settings import Settings
+from tests import web
 from tests.conftest import index_records
 from tests.kbflow.service import running_service
 
@@ -147,7 +147,7 @@ def test_no_route_returns_a_chunk_its_agent_may_not_read(world: dict[str, Any]) 
     served = 0
     for agent in world["agents"]:
         auth = {"Authorization": f"Bearer {world['tokens'][agent.id]}"}
-        with httpx.Client(base_url=world["base"], headers=auth, timeout=120) as client:
+        with web.client(base_url=world["base"], headers=auth, timeout=120) as client:
             # The topic (every document matches), and the private words of documents of every
             # kind: readable ones, drafts, other orgs' and other audiences'.
             queries = [TOPIC, *(d.word for d in rng.sample(docs, 6))]
@@ -177,7 +177,7 @@ def test_no_route_returns_a_chunk_its_agent_may_not_read(world: dict[str, Any]) 
     # ...and every agent was served exactly what it may read of the topic.
     for agent in world["agents"]:
         auth = {"Authorization": f"Bearer {world['tokens'][agent.id]}"}
-        response = httpx.post(world["base"] + "/v1/agent/search", headers=auth, timeout=120,
+        response = web.post(world["base"] + "/v1/agent/search", headers=auth, timeout=120,
                               json={"query": TOPIC, "top_k": 50})  # fmt: skip
         got = {h["doc_id"] for h in response.json()["results"]}
         assert got == {d.id for d in docs if agent.may_read(d)}, agent

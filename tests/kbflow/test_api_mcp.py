@@ -20,6 +20,7 @@ from mcp import ClientSession
 from kbflow.api.launch import REPO
 from kbflow.api.mcp import ANSWER_TOOL
 from kbflow.services.query.tools import TOOLS
+from tests import web
 from tests.kbflow.service import LIMITED, TOPIC
 from tests.kbflow.support import in_session
 
@@ -40,7 +41,7 @@ def _text(result: Any) -> str:
 
 
 def _post_mcp(served: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
-    return httpx.post(
+    return web.post(
         served["base"] + "/mcp", json=LIST_TOOLS, headers={**MCP_HEADERS, **headers}, timeout=60
     )
 
@@ -91,7 +92,7 @@ def test_an_mcp_client_gets_the_agent_tools_for_its_token(served_once: dict[str,
     assert answered["turn_id"] != research["turn_id"]  # each is a turn of its own in the ledger
     assert {c["doc_id"] for c in answered["citations"]} == {served["docs"]["hr"]}
 
-    metrics = httpx.get(served["base"] + "/metrics").text
+    metrics = web.get(served["base"] + "/metrics").text
     assert 'kbflow_http_request_seconds_count{method="POST",route="/mcp",status="200"}' in metrics
 
 
@@ -186,14 +187,14 @@ def test_mcp_callers_are_the_tokens_business(served_once: dict[str, Any]) -> Non
     served_ok = _bearer(served, "agent")
     assert served_ok.status_code == 200, served_ok.text
     assert [t["name"] for t in served_ok.json()["result"]["tools"]] == TOOL_NAMES
-    metrics = httpx.get(served["base"] + "/metrics").text
+    metrics = web.get(served["base"] + "/metrics").text
     assert 'kbflow_http_refused_total{status="401"} 5.0' in metrics
     assert 'kbflow_http_refused_total{status="403"} 1.0' in metrics
 
     # Stateless: no event stream for a GET to hold open, no session for a DELETE to end.
     auth = {"Authorization": f"Bearer {served['tokens']['agent']}", **MCP_HEADERS}
     for method in ("GET", "DELETE"):
-        response = httpx.request(method, served["base"] + "/mcp", headers=auth, timeout=10)
+        response = web.request(method, served["base"] + "/mcp", headers=auth, timeout=10)
         assert response.status_code == 405, (method, response.text)
         assert response.headers["allow"] == "POST", method
         assert "POST only" in response.json()["detail"], method

@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
@@ -30,6 +29,7 @@ from kbflow.api.launch import REPO, launched
 from kbflow.api.logs import JsonFormatter, RequestFacts, begin_request, end_request
 from kbflow.api.metrics import Measured, Metrics
 from sinks.registry import SqlRegistry
+from tests import web
 from tests.conftest import index_records
 
 SEARCH_TEXT = "zephyr-quokka travel allowance"  # a query's text: never in the log
@@ -96,7 +96,7 @@ def _lines_of(log: Path, request_ids: set[str], wait_s: float = 10) -> dict[str,
 @pytest.mark.integration
 def test_each_request_has_one_json_line_naming_it_and_no_secret(live: dict[str, Any]) -> None:
     base, agent, user = live["base"], live["agent"], live["user"]
-    with httpx.Client(base_url=base, timeout=60) as http:
+    with web.client(base_url=base, timeout=60) as http:
         searched = http.post(
             "/v1/agent/search?debug=1", json={"query": SEARCH_TEXT}, headers=_bearer(agent)
         )
@@ -161,7 +161,7 @@ def test_each_request_has_one_json_line_naming_it_and_no_secret(live: dict[str, 
 
 @pytest.mark.integration
 def test_a_safe_request_id_is_kept_and_any_other_replaced(live: dict[str, Any]) -> None:
-    with httpx.Client(base_url=live["base"], timeout=30) as http:
+    with web.client(base_url=live["base"], timeout=30) as http:
         kept = http.get("/healthz", headers={"X-Request-ID": "trace-42.a_B"})
         for unsafe in ("x" * 200, "has space", 'quote"d', ""):
             replaced = http.get("/nowhere", headers={"X-Request-ID": unsafe})
@@ -174,7 +174,7 @@ def test_a_safe_request_id_is_kept_and_any_other_replaced(live: dict[str, Any]) 
 
 
 def _scrape(base: str) -> dict[str, float]:
-    text = httpx.get(f"{base}/metrics", timeout=30).text
+    text = web.get(f"{base}/metrics", timeout=30).text
     out = {}
     for line in text.splitlines():
         if line.startswith("kbflow_"):
@@ -186,7 +186,7 @@ def _scrape(base: str) -> dict[str, float]:
 @pytest.mark.integration
 def test_metrics_count_orgs_agents_tools_the_backlog_and_the_store(live: dict[str, Any]) -> None:
     base, agent = live["base"], live["agent"]
-    with httpx.Client(base_url=base, timeout=60) as http:
+    with web.client(base_url=base, timeout=60) as http:
         assert http.get("/v1/agent/collections", headers=_bearer(agent)).status_code == 200
         call = {
             "jsonrpc": "2.0",
@@ -213,7 +213,7 @@ def test_metrics_count_orgs_agents_tools_the_backlog_and_the_store(live: dict[st
 def test_only_real_orgs_get_a_label(live: dict[str, Any]) -> None:
     """Issue 41 #17: requests naming orgs that do not exist (a superadmin's token on an admin
     path) get no org label; on ad21d18 each took one of the label's slots."""
-    with httpx.Client(base_url=live["base"], timeout=30, headers=_bearer(live["user"])) as http:
+    with web.client(base_url=live["base"], timeout=30, headers=_bearer(live["user"])) as http:
         for k in range(5):
             assert http.get(f"/v1/admin/orgs/ghost-{k}/sources").status_code in (403, 404)
         assert http.get("/v1/admin/orgs/acme/sources").status_code == 200

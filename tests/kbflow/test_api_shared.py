@@ -29,6 +29,7 @@ import pytest
 from core.settings import Settings
 from kbflow.api.launch import REPO
 from sinks.registry import SqlRegistry
+from tests import web
 from tests.kbflow.service import running_service
 
 pytestmark = pytest.mark.integration
@@ -104,14 +105,14 @@ def test_commands_and_flows_share_the_store_with_the_running_service(
 ) -> None:
     home, token = world["home"], world["token"]
     with running_service(home, tmp_path / "serve.log", {}) as base:
-        ready = httpx.get(f"{base}/readyz", timeout=10).json()
+        ready = web.get(f"{base}/readyz", timeout=10).json()
         assert ready == {"status": "ready", "vector_store": "open", "shared": True}
         started = time.monotonic()
         ingest = _kbflow(home, "ingest", str(_corpus(tmp_path / "a.jsonl", 0, 5)), "--org",
                          "acme", "--json")  # fmt: skip
         assert ingest.returncode == 0, ingest.stderr[-3000:]
         assert "busy" not in ingest.stderr
-        with httpx.Client() as client:
+        with web.client() as client:
             found = _search(client, base, token, f"{_word(3)} procedure")
         assert found.status_code == 200 and not found.json()["degraded"]
         assert _found(found, _word(3))
@@ -136,7 +137,7 @@ def test_workers_reach_the_store_through_the_parent_that_owns_it(
                          "acme", "--json")  # fmt: skip
         assert ingest.returncode == 0, ingest.stderr[-3000:]
         for i in range(24):  # new connections spread over both workers
-            with httpx.Client() as client:
+            with web.client() as client:
                 ready = client.get(f"{base}/readyz", timeout=10).json()
                 assert ready == {"status": "ready", "vector_store": "open", "shared": True}
                 found = _search(client, base, token, f"{_word(i % 4)} procedure")
@@ -181,9 +182,9 @@ def test_the_service_takes_the_store_over_once_its_holder_lets_go(
             time.sleep(0.1)
         env = {"KBFLOW_STORE_LOCK_TIMEOUT_S": "1"}
         with running_service(world["home"], tmp_path / "serve.log", env) as base:
-            ready = httpx.get(f"{base}/readyz", timeout=10).json()
+            ready = web.get(f"{base}/readyz", timeout=10).json()
             assert ready == {"status": "degraded", "vector_store": "unavailable", "shared": False}
-            with httpx.Client() as client:
+            with web.client() as client:
                 degraded = _search(client, base, world["token"], "expense claim")
             assert degraded.status_code == 200 and degraded.json()["degraded"] is True
             assert holder.stdin is not None
@@ -191,14 +192,14 @@ def test_the_service_takes_the_store_over_once_its_holder_lets_go(
             holder.stdin.flush()
             holder.wait(timeout=30)
             deadline = time.monotonic() + 30
-            while httpx.get(f"{base}/readyz", timeout=10).json()["status"] != "ready":
+            while web.get(f"{base}/readyz", timeout=10).json()["status"] != "ready":
                 assert time.monotonic() < deadline, "the service did not take the store over"
                 time.sleep(0.2)
-            assert httpx.get(f"{base}/readyz", timeout=10).json()["shared"] is True
+            assert web.get(f"{base}/readyz", timeout=10).json()["shared"] is True
             ingest = _kbflow(world["home"], "ingest", str(_corpus(tmp_path / "b.jsonl", 0, 3)),
                              "--org", "acme", "--json")  # fmt: skip
             assert ingest.returncode == 0, ingest.stderr[-3000:]
-            with httpx.Client() as client:
+            with web.client() as client:
                 now = _search(client, base, world["token"], f"{_word(1)} procedure")
             assert now.json()["degraded"] is False and _found(now, _word(1))
     finally:
@@ -236,7 +237,7 @@ def test_searches_during_an_ingest_flow_see_every_committed_batch(
 
         def client_loop(seed: int) -> None:
             rng = random.Random(seed)
-            with httpx.Client() as client:
+            with web.client() as client:
                 while not done.is_set():
                     i = rng.randrange(documents)
                     started = dt.datetime.now(dt.UTC)
@@ -260,7 +261,7 @@ def test_searches_during_an_ingest_flow_see_every_committed_batch(
             for t in threads:
                 t.join()
         assert ingest.returncode == 0, ingest.stderr[-3000:]
-        with httpx.Client() as client:  # afterwards, every document is found
+        with web.client() as client:  # afterwards, every document is found
             missing = [
                 i
                 for i in range(documents)

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -23,6 +22,7 @@ from core.models import DocStatus, Role
 from core.settings import Settings
 from kbflow.api.launch import REPO, launched
 from kbflow.cli import app
+from tests import web
 from tests.conftest import (
     ON_POSTGRES,
     _reset,
@@ -210,7 +210,7 @@ def test_a_backup_under_load_restores_the_same_home(
         def searches() -> None:
             nonlocal served
             while not stop.is_set():
-                r = httpx.post(
+                r = web.post(
                     f"{service.base}/v1/agent/search",
                     json={"query": "leave days", "top_k": 5},
                     headers={"Authorization": f"Bearer {token}"},

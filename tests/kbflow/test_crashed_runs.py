@@ -25,6 +25,7 @@ import pytest
 
 from kbflow.services.orchestration.flow_runs import runs_dir
 from kbflow.services.orchestration.prefect_api import RetryingTransport
+from tests import web
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -113,7 +114,7 @@ def _docs(folder: Path, name: str, n: int = 2) -> Path:
 
 def _healthy(api: str) -> bool:
     try:
-        return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        return web.get(f"{api}/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -129,7 +130,7 @@ def _until(condition: Callable[[], Any], what: str, timeout_s: float, log: Path)
 
 
 def _api(server: Server) -> httpx.Client:
-    return httpx.Client(base_url=server.api, timeout=10, transport=RetryingTransport())
+    return web.client(base_url=server.api, timeout=10, transport=RetryingTransport())
 
 
 def _run(server: Server, run_id: str) -> dict[str, Any]:

@@ -54,6 +54,7 @@ import pytest
 from core.models import DocStatus, JobStatus, Role
 from core.settings import Settings
 from kbflow.api.launch import launched
+from tests import web
 from tests.conftest import KEPT_ENV, index_records
 
 pytestmark = pytest.mark.integration
@@ -738,7 +739,7 @@ def _run(home: Home, call: Call, refs: dict[str, str]) -> httpx.Response:
     headers = dict(call.headers)
     if call.token is not None:
         headers["Authorization"] = f"Bearer {home.secrets[call.token]}"
-    return httpx.request(
+    return web.request(
         call.method,
         home.base + _fill(call.path, refs),
         headers=headers,

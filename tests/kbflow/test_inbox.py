@@ -22,6 +22,7 @@ from core.settings import Settings
 from kbflow.api.launch import launched
 from sinks.registry import SqlRegistry
 from sinks.registry.schema import WebSessionRow, utcnow
+from tests import web
 from tests.conftest import index_records
 
 pytestmark = pytest.mark.integration
@@ -127,7 +128,7 @@ def _csrf(html: str) -> str:
 
 
 def browser(inbox: dict[str, Any]) -> httpx.Client:
-    return httpx.Client(base_url=inbox["base"], follow_redirects=False, timeout=60)
+    return web.client(base_url=inbox["base"], follow_redirects=False, timeout=60)
 
 
 def login(inbox: dict[str, Any], user: str, password: str | None = None) -> httpx.Client:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from core.models import AuditAction, DocStatus, Role
 from core.settings import Settings
+from tests import web
 from tests.conftest import index_records
 
 pytestmark = pytest.mark.integration
@@ -140,15 +140,15 @@ def test_cli_http_inbox_and_the_prefect_form_take_one_decision_path(
 
     base = request.getfixturevalue("app_server")
     auth = {"Authorization": f"Bearer {home['token']}"}
-    rejected = httpx.post(f"{base}/v1/admin/documents/{d[1]}/reject", headers=auth,
+    rejected = web.post(f"{base}/v1/admin/documents/{d[1]}/reject", headers=auth,
                           json={"note": "off brand"}, timeout=60)  # fmt: skip
     assert rejected.status_code == 200, rejected.text
     other = {"Authorization": f"Bearer {home['gus']}"}
-    forbidden = httpx.post(f"{base}/v1/admin/documents/{d[4]}/approve", headers=other,
+    forbidden = web.post(f"{base}/v1/admin/documents/{d[4]}/approve", headers=other,
                            json={}, timeout=60)  # fmt: skip
     assert forbidden.status_code == 403, forbidden.text
 
-    with httpx.Client(base_url=base, follow_redirects=False, timeout=60) as browser:
+    with web.client(base_url=base, follow_redirects=False, timeout=60) as browser:
         page = browser.get("/review/login")
         login = browser.post("/review/login", data={"user": "amy", "password": PASSWORD,
                                                     "csrf": _csrf(page.text)})  # fmt: skip
@@ -203,10 +203,10 @@ def test_the_note_rules_are_one_rule_with_one_message(
 
     base = request.getfixturevalue("app_server")
     auth = {"Authorization": f"Bearer {home['token']}"}
-    refused = httpx.post(f"{base}/v1/admin/documents/{d[0]}/withdraw", headers=auth,
+    refused = web.post(f"{base}/v1/admin/documents/{d[0]}/withdraw", headers=auth,
                          json={"note": " "}, timeout=60)  # fmt: skip
     assert refused.status_code == 422 and refused.json()["detail"] == message
-    with httpx.Client(base_url=base, follow_redirects=False, timeout=60) as browser:
+    with web.client(base_url=base, follow_redirects=False, timeout=60) as browser:
         page = browser.get("/review/login")
         browser.post("/review/login", data={"user": "amy", "password": PASSWORD,
                                             "csrf": _csrf(page.text)})  # fmt: skip

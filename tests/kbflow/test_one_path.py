@@ -15,7 +15,6 @@ import json
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
@@ -23,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
 from core.settings import Settings
+from tests import web
 from tests.conftest import index_records
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
 
     base = request.getfixturevalue("app_server")
     auth = {"Authorization": f"Bearer {home['token']}"}
-    answer = httpx.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
+    answer = web.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
     assert answer.status_code == 200, answer.text
     http_hits = [(h["doc_id"], h["chunk_id"]) for h in answer.json()["results"]]
     mcp_hits = [(h["doc_id"], h["chunk_id"]) for h in _mcp_search(base, home["token"])["results"]]
@@ -204,7 +204,7 @@ def test_a_search_checks_and_analyses_its_query_once_on_every_surface(
     base = request.getfixturevalue("app_server")
     auth = {"Authorization": f"Bearer {home['token']}"}
     counted.update(checks=0, analyses=0)
-    answer = httpx.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
+    answer = web.post(f"{base}/v1/agent/search", json={"query": QUERY}, headers=auth, timeout=120)
     assert answer.status_code == 200, answer.text
     assert answer.json()["results"]
     assert counted == {"checks": 1, "analyses": 1}, "POST /v1/agent/search"

@@ -38,6 +38,7 @@ from kbflow.services.orchestration.server import (
     prefect_server_environment,
     server_origins,
 )
+from tests import web
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +93,7 @@ class Server:
 
 def _healthy(api: str) -> bool:
     try:
-        return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        return web.get(f"{api}/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -131,7 +132,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.mark.integration
 def test_kbflow_server_answers_its_own_origin_and_no_other_page(server: Server) -> None:
-    evil = httpx.get(f"{server.api}/health", headers={"Origin": EVIL}, timeout=10)
+    evil = web.get(f"{server.api}/health", headers={"Origin": EVIL}, timeout=10)
     assert evil.status_code == 200  # a browser would hide it: no allow header for that page
     assert _acao(evil) is None
     refused = _preflight(server.api, EVIL)
@@ -151,20 +152,18 @@ def test_kbflow_server_auth_refuses_anonymous_calls_and_keeps_its_credential_pri
     credential = credential_file.read_text().strip()
     assert len(credential) >= 40
 
-    anonymous = httpx.post(f"{server.api}/flow_runs/filter", json={}, timeout=10)
+    anonymous = web.post(f"{server.api}/flow_runs/filter", json={}, timeout=10)
     assert anonymous.status_code == 401
-    wrong = httpx.post(
+    wrong = web.post(
         f"{server.api}/flow_runs/filter", json={}, auth=("kbflow", "guess"), timeout=10
     )
     assert wrong.status_code == 401
-    from_page = httpx.post(
+    from_page = web.post(
         f"{server.api}/flow_runs/filter", json={}, headers={"Origin": EVIL}, timeout=10
     )
     assert from_page.status_code == 401 and _acao(from_page) is None
     user, _, password = credential.partition(":")
-    allowed = httpx.post(
-        f"{server.api}/flow_runs/filter", json={}, auth=(user, password), timeout=10
-    )
+    allowed = web.post(f"{server.api}/flow_runs/filter", json={}, auth=(user, password), timeout=10)
     assert allowed.status_code == 200, allowed.text
 
     output = server.output()

@@ -25,6 +25,7 @@ import pytest
 
 from kbflow.services.orchestration.prefect_api import RetryingTransport
 from kbflow.services.orchestration.processes import PREFECT_SERVER, TEMPORARY_SERVER, run_dir
+from tests import web
 from tests.conftest import free_port, running
 
 pytestmark = pytest.mark.integration
@@ -146,7 +147,7 @@ def _port_is_free(port: int) -> bool:
 
 def _healthy(api_url: str) -> bool:
     try:
-        return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
+        return web.get(f"{api_url}/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -215,7 +216,7 @@ def test_sigterm_of_a_running_ingest_leaves_no_child_process_behind(
     api = _api_of(server)
 
     def flow_running() -> bool:
-        with httpx.Client(timeout=5, transport=RetryingTransport()) as prefect:
+        with web.client(timeout=5, transport=RetryingTransport()) as prefect:
             runs = prefect.post(f"{api}/flow_runs/filter", json={}).json()
         return any(r["state_type"] == "RUNNING" for r in runs)
 

@@ -36,6 +36,7 @@ from core.settings import Settings
 from kbflow.api.launch import launched
 from kbflow.api.restart import DrainingServer, _without_fd
 from sinks.registry import SqlRegistry
+from tests import web
 from tests.conftest import index_records
 
 CLIENTS = 8
@@ -94,7 +95,7 @@ class Clients:
     def _loop(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}"}
         # A read may wait out a single process's restart in the socket's backlog.
-        with httpx.Client(base_url=self.base, headers=headers, timeout=120) as http:
+        with web.client(base_url=self.base, headers=headers, timeout=120) as http:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
@@ -278,7 +279,7 @@ def _stop_under_fire(server_class: type[uvicorn.Server]) -> Counter[str]:
     stop = threading.Event()
 
     def loop() -> None:
-        with httpx.Client(base_url=base, timeout=30) as http:
+        with web.client(base_url=base, timeout=30) as http:
             while not stop.is_set():
                 try:
                     outcomes[str(http.get("/").status_code)] += 1

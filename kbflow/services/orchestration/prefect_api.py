@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from core.errors import ConfigError, JobRunnerUnavailable
+from core.http import tls_context
 
 TIMEOUT_S = 10.0
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -62,7 +63,7 @@ class RetryingTransport(httpx.BaseTransport):
     resumed once is no longer paused)."""
 
     def __init__(self, attempts: int = RETRY_ATTEMPTS) -> None:
-        self._inner = httpx.HTTPTransport()
+        self._inner = httpx.HTTPTransport(verify=tls_context())
         self._attempts = attempts
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:

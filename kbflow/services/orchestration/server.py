@@ -37,6 +37,7 @@ from pathlib import Path
 
 from core import prefect_database
 from core.errors import ConfigError, KbflowError
+from core.http import tls_context
 from core.settings import Settings, prefect_cors_environment
 
 log = logging.getLogger(__name__)
@@ -341,7 +342,10 @@ def adopt_running_server(settings: Settings) -> str | None:
     import httpx
 
     try:  # up, even when it asks for the credential (401): the clients of this home send it
-        if httpx.get(f"{url}/health", timeout=ADOPT_TIMEOUT_S).status_code >= 500:
+        if (
+            httpx.get(f"{url}/health", timeout=ADOPT_TIMEOUT_S, verify=tls_context()).status_code
+            >= 500
+        ):
             return None
     except httpx.HTTPError:
         return None  # starting, or stuck: a temporary server as before
@@ -361,7 +365,7 @@ def _sweep_once_up(settings: Settings, plan: PrefectServerPlan, *, wait_s: float
         import httpx
 
         deadline = time.monotonic() + wait_s
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, verify=tls_context()) as client:
             while time.monotonic() < deadline:
                 try:
                     if client.get(f"{api}/health").status_code < 500:
