@@ -677,6 +677,13 @@ class InboxSettings(_Group):
         description="Address reviewers open the inbox at (e.g. https://kb.example.com); a paused "
         "review run's form links each draft's page there. Unset: it names `kbflow review show`.",
     )
+    review_poll_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="How often a paused review run asks Prefect whether it was resumed (one "
+        "cheap API read each time): a decision is picked up within about this long.",
+    )
     login_max_failures: int = Field(
         5, ge=1, description="Failed logins in a row that lock a user's login."
     )

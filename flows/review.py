@@ -70,8 +70,6 @@ from tasks.review.steps import (
     record_review_run_task,
 )
 
-# How often the paused run asks the server whether it was resumed (one cheap API read).
-POLL_INTERVAL_S = 2
 UNCHANGED_EDIT = "the edit left the draft's text unchanged: the stored draft was approved as is"
 
 
@@ -244,8 +242,10 @@ def review(
         )
     )
     try:
-        answer = pause_flow_run(
-            wait_for_input=form, timeout=timeout_s, poll_interval=POLL_INTERVAL_S
+        # How often it asks whether it was resumed (KBFLOW_REVIEW_POLL_S); Prefect annotates
+        # an int but only sleeps it, so a fraction of a second works.
+        answer: ReviewDecision = pause_flow_run(  # type: ignore[call-overload]
+            wait_for_input=form, timeout=timeout_s, poll_interval=settings.inbox.review_poll_s
         )
     except FlowPauseTimeout as exc:
         raise ReviewTimeout(

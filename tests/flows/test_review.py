@@ -241,7 +241,12 @@ class ReviewChild:
 def start_review(server_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     children: list[ReviewChild] = []
 
-    def start(org: str = ORG, timeout_s: int = 120, reviewer: str | None = None) -> ReviewChild:
+    def start(
+        org: str = ORG,
+        timeout_s: int = 120,
+        reviewer: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ReviewChild:
         name = f"review-test-{uuid.uuid4().hex[:12]}"
         out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         prefill = [reviewer] if reviewer else []
@@ -249,7 +254,7 @@ def start_review(server_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
             proc = subprocess.Popen(
                 [sys.executable, "-c", CHILD, name, org, str(timeout_s), *prefill],
                 cwd=REPO,
-                env=server_env,
+                env={**server_env, **(env or {})},
                 stdout=fo,
                 stderr=fe,
             )
@@ -302,9 +307,15 @@ def _runs_of(server: Server, flow_name: str, org: str) -> list[Any]:
 
 @pytest.fixture
 def server_env(prefect_server: Server) -> dict[str, str]:
-    """The child's environment: this test's KBFLOW_HOME, the server, INFO run logs."""
+    """The child's environment: this test's KBFLOW_HOME, the server, INFO run logs, and a
+    paused run that looks for its resume every 0.25 s rather than every 2 s (the default), so
+    that no test idles up to 2 s after each resume."""
     env = dict(os.environ)
-    env.update(PREFECT_API_URL=prefect_server.api_url, PREFECT_LOGGING_LEVEL="INFO")
+    env.update(
+        PREFECT_API_URL=prefect_server.api_url,
+        PREFECT_LOGGING_LEVEL="INFO",
+        KBFLOW_REVIEW_POLL_S="0.25",
+    )
     return env
 
 
@@ -890,10 +901,11 @@ def test_research_command_shows_where_to_review_and_fails_when_nobody_answers(
     research run ends Failed with the reason, and the command says so once, without a
     traceback (exit 1, its JSON report on stdout)."""
     org = "fresh-wait"
+    wait_s = 15
     _seed_fresh_org(org, settings, registry, embedder, tmp_path)
     cli = start_cli(
         "research", "--org", org, "--client-name", "Fresh Foods", "--as", AM,
-        "--review-timeout", "15", "--json",
+        "--review-timeout", str(wait_s), "--json",
     )  # fmt: skip
     what, name, review_id, url, _todo = cli.notice().groups()
     assert what == f"decisions on 4 drafts of org {org}" and name.endswith("-review")
@@ -904,10 +916,10 @@ def test_research_command_shows_where_to_review_and_fails_when_nobody_answers(
     assert cli.proc.wait(timeout=120) == 1, cli.output()
     err = cli.err.read_text()
     assert "Traceback" not in err, err
-    assert err.count("no decisions arrived within 15s") == 1, err
+    assert err.count(f"no decisions arrived within {wait_s}s") == 1, err
     report = json.loads(cli.out.read_text())
     assert len(report["doc_ids"]) == 4 and "review" not in report
-    assert report["review_failed"].startswith("no decisions arrived within 15s")
+    assert report["review_failed"].startswith(f"no decisions arrived within {wait_s}s")
     assert _final_state(prefect_server, UUID(review_id)).is_failed()
     (run,) = _runs_of(prefect_server, "research", org)
     assert run.state.is_failed(), run.state
@@ -1011,7 +1023,9 @@ def test_input_swapped_after_the_inbox_resumes_is_refused(
     applied directly; on ad21d18 the attacker's edit and approval were applied as amy's."""
     from kbflow.services.review.inbox import decide
 
-    child = start_review()
+    # The default poll: the window between the resume and the run reading its input, which
+    # the attacker must hit, is as wide as users get.
+    child = start_review(env={"KBFLOW_REVIEW_POLL_S": "2"})
     run_id = child.wait_until_waiting_for_input(prefect_server)
     stolen: dict[str, Any] = {}
     swapped = threading.Event()
