@@ -7,9 +7,10 @@ One module on purpose: the vocabulary every floor shares, so any domain type is 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -128,7 +129,7 @@ class Location:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> Location | None:
+    def from_payload(cls, payload: Mapping[str, Any]) -> Location | None:
         fields = {k: payload[k] for k in cls.__dataclass_fields__ if payload.get(k) is not None}
         return cls(**fields) if fields else None
 
@@ -201,6 +202,103 @@ class SparseVec:
     values: list[float]
 
 
+class LocationPayload(TypedDict, total=False):
+    """Where in its source a chunk sits, as `Location.to_payload` writes it into a
+    `ChunkPayload`: each key only where the format has it."""
+
+    page: int
+    slide: int
+    sheet: str
+    start_s: float
+    end_s: float
+
+
+class ChunkPayload(LocationPayload):
+    """The payload of one chunk's point in the vector store (Qdrant Edge or a Qdrant server):
+    what the gate filters on and what a hit shows. One definition for every writer and reader.
+
+    Built by `tasks.text.points.chunk_to_point` alone (ingest, an edit, a restore), its keys
+    in the order listed here; the store copy (`kbflow store migrate`), backups and their
+    restore copy points as they are. Afterwards only `PayloadPatch`'s keys change
+    (`VectorStore.set_document_payload`, `set_vectors`, and the review machine's re-upsert
+    of an edit's points with a new ``status``). Readers: search (`tasks.query.retrieve`), the
+    reviewer's inspection path, research's seed corpus, the reconciler, re-embedding, the
+    store copy and backups. A read through `VectorStore.iter_payloads` holds only the fields
+    it named, and a ``with_payload=False`` query none: such readers use ``.get``.
+
+    Keys every point has:
+        org_id: the owning organisation's id (the tenant key of the payload indexes).
+        collection_path: the document's collection and every ancestor, shortest first
+            (``["a", "a/b"]``): the gate admits a collection and its descendants.
+        doc_id: the registry document the chunk belongs to.
+        chunk_id: the chunk's id (``<doc_id>:<index>``; an edit's ``<doc_id>@<hash12>:<index>``);
+            the point id is its UUIDv5 (`sinks.vectors.point_id_for`).
+        chunk_index: the chunk's position in its document, from 0.
+        parse_status: the document's `ParseStatus` value (``ingested`` when written); the
+            review machine and the reconciler set it to the registry's.
+        title: the document's title.
+        uri: where the document came from (a file URI, a URL, ``test://...``).
+        content_hash: sha256 of the document content the chunk was cut from; chunks of other
+            content than the registry's are stale (deleted, and never shown).
+        heading_path: the headings above the chunk, outermost first (may be empty).
+        text: the chunk's text, without its heading path.
+
+    Keys a point may lack:
+        embedding_model: the id of the model that made the dense vector (`Embedder.model_id`);
+            points written before it was recorded lack it until `kbflow store reembed`, which
+            sets it with the new vectors.
+        status: the document's `DocStatus` value; absent for a document with no status (a legacy
+            one), which the gate admits like ``approved``. Set by the review machine, which
+            may write None for it (a status cleared in the registry).
+        source_tag: where the document came from (`SourceTag`, or an ingest's free tag).
+        synthesis_run_id: the research run that drafted the document.
+        audience: who may read it (absent: everyone).
+        effective_date: the document is hidden from searches of days before this one; an
+            RFC 3339 UTC instant (`sinks.gate.format_datetime`).
+        page, slide, sheet, start_s, end_s: where in its source the chunk sits
+            (`LocationPayload`, declared there), each only where the format has it.
+    """
+
+    org_id: str
+    collection_path: list[str]
+    doc_id: str
+    chunk_id: str
+    chunk_index: int
+    parse_status: str
+    title: str
+    uri: str
+    content_hash: str
+    heading_path: list[str]
+    text: str
+    embedding_model: NotRequired[str]
+    status: NotRequired[str | None]
+    source_tag: NotRequired[str]
+    synthesis_run_id: NotRequired[str]
+    audience: NotRequired[str]
+    effective_date: NotRequired[str]
+
+
+class PayloadPatch(TypedDict, total=False):
+    """The `ChunkPayload` keys that change on stored points without rewriting them
+    (`VectorStore.set_document_payload`, `VectorStore.set_vectors`); each as typed there."""
+
+    status: str | None
+    parse_status: str
+    collection_path: list[str]
+    embedding_model: str
+
+
+if TYPE_CHECKING:
+
+    def chunk_payload(raw: Mapping[str, Any], /) -> ChunkPayload:
+        """A stored point's payload as the store hands it back, as a `ChunkPayload`."""
+
+else:
+    chunk_payload = dict
+    """At run time the very ``dict`` call the stores made before (a copy, no checks): the
+    search path pays nothing for the type."""
+
+
 @dataclass(frozen=True)
 class ChunkPoint:
     """A chunk ready for the vector store: id, both vectors and the payload the gate filters on."""
@@ -208,7 +306,7 @@ class ChunkPoint:
     point_id: str
     dense: list[float]
     sparse: SparseVec
-    payload: dict[str, Any]
+    payload: ChunkPayload
 
 
 @dataclass(frozen=True)
@@ -239,7 +337,7 @@ class StoredHit:
 
     point_id: str
     score: float
-    payload: dict[str, Any]
+    payload: ChunkPayload  # only the fields asked for, from `iter_payloads`; none unfetched
     legs: dict[str, float] = field(default_factory=dict)  # raw per-leg scores after fusion
 
 

@@ -15,10 +15,10 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from core.errors import StoreBusy, StoreError
-from core.models import ChunkPoint, SparseVec, StoredHit
+from core.models import ChunkPayload, ChunkPoint, PayloadPatch, SparseVec, StoredHit, chunk_payload
 from sinks.gate import Gate, to_edge_filter
 from sinks.vectors import DENSE, DENSE_DIM, PAYLOAD_INDEXES, SPARSE, sort_hits, stored_point
 
@@ -115,7 +115,8 @@ class QdrantEdgeStore:
         if not points:
             return
         edge_points = [
-            qe.Point(id=p.point_id, vector=_named_vectors(p), payload=p.payload) for p in points
+            qe.Point(id=p.point_id, vector=_named_vectors(p), payload=_raw(p.payload))
+            for p in points
         ]
         self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
         self._shard.flush()
@@ -156,10 +157,10 @@ class QdrantEdgeStore:
             )
         points = self._shard.query(request)
         return sort_hits(
-            [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in points]
+            [StoredHit(str(p.id), float(p.score), chunk_payload(p.payload or {})) for p in points]
         )
 
-    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: PayloadPatch) -> None:
         import qdrant_edge as qe
 
         ids = [p.point_id for p in points]
@@ -172,14 +173,16 @@ class QdrantEdgeStore:
                 [qe.PointVectors(p.point_id, _named_vectors(p)) for p in present]
             )
         )
-        self._shard.update(qe.UpdateOperation.set_payload([p.point_id for p in present], payload))
+        self._shard.update(
+            qe.UpdateOperation.set_payload([p.point_id for p in present], _raw(payload))
+        )
         self._shard.flush()
 
-    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, ChunkPayload]:
         if not point_ids:
             return {}
         records = self._shard.retrieve(list(point_ids), with_payload=True, with_vector=False)
-        return {str(r.id): dict(r.payload or {}) for r in records}
+        return {str(r.id): chunk_payload(r.payload or {}) for r in records}
 
     def retrieve_points(self, point_ids: Sequence[str]) -> list[ChunkPoint]:
         """These points (those that exist) with their vectors and payloads. Ungated: for a
@@ -189,11 +192,11 @@ class QdrantEdgeStore:
         records = self._shard.retrieve(list(point_ids), with_payload=True, with_vector=True)
         return [stored_point(r.id, r.vector, r.payload) for r in records]
 
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(self, doc_id: str, payload: PayloadPatch) -> None:
         import qdrant_edge as qe
 
         flt = _doc_filter(doc_id)
-        self._shard.update(qe.UpdateOperation.set_payload_by_filter(flt, payload))
+        self._shard.update(qe.UpdateOperation.set_payload_by_filter(flt, _raw(payload)))
         self._shard.flush()
 
     def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
@@ -225,7 +228,7 @@ class QdrantEdgeStore:
             records, offset = self._shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True)
             )
-            out.extend(StoredHit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            out.extend(StoredHit(str(r.id), 0.0, chunk_payload(r.payload or {})) for r in records)
             if offset is None:
                 break
         return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
@@ -239,7 +242,7 @@ class QdrantEdgeStore:
                 qe.ScrollRequest(offset=offset, limit=1000, with_payload=list(fields))
             )
             for r in records:
-                yield StoredHit(str(r.id), 0.0, dict(r.payload or {}))
+                yield StoredHit(str(r.id), 0.0, chunk_payload(r.payload or {}))
             if offset is None:
                 return
 
@@ -444,3 +447,8 @@ def _named_vectors(point: ChunkPoint) -> dict[str, Any]:
 
     sparse = qe.SparseVector(indices=point.sparse.indices, values=point.sparse.values)
     return {DENSE: list(point.dense), SPARSE: sparse}
+
+
+def _raw(payload: ChunkPayload | PayloadPatch) -> dict[str, Any]:
+    """A typed payload as Edge's bindings take it: the same dict."""
+    return cast("dict[str, Any]", payload)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from core.errors import StoreError
-from core.models import ChunkPoint, SparseVec, StoredHit
+from core.models import ChunkPayload, ChunkPoint, PayloadPatch, SparseVec, StoredHit, chunk_payload
 from sinks.gate import Gate, to_qdrant_filter
 from sinks.vectors import (
     DENSE,
@@ -149,7 +149,10 @@ class QdrantServerStore:
                 with_payload=with_payload,
             )
         return sort_hits(
-            [StoredHit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
+            [
+                StoredHit(str(p.id), float(p.score), chunk_payload(p.payload or {}))
+                for p in response.points
+            ]
         )
 
     def _doc_filter(self, doc_id: str) -> Any:
@@ -157,7 +160,7 @@ class QdrantServerStore:
 
         return qm.Filter(must=[qm.FieldCondition(key="doc_id", match=qm.MatchValue(value=doc_id))])
 
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(self, doc_id: str, payload: PayloadPatch) -> None:
         self._client.set_payload(
             self.collection, payload=payload, points=self._doc_filter(doc_id), wait=True
         )
@@ -176,7 +179,7 @@ class QdrantServerStore:
     def delete_document(self, doc_id: str) -> None:
         self._client.delete(self.collection, points_selector=self._doc_filter(doc_id), wait=True)
 
-    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: PayloadPatch) -> None:
         from qdrant_client import models as qm
 
         ids = [p.point_id for p in points]
@@ -202,13 +205,13 @@ class QdrantServerStore:
             self.collection, payload=payload, points=[p.point_id for p in present], wait=True
         )
 
-    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, ChunkPayload]:
         if not point_ids:
             return {}
         records = self._client.retrieve(
             self.collection, ids=list(point_ids), with_payload=True, with_vectors=False
         )
-        return {str(r.id): dict(r.payload or {}) for r in records}
+        return {str(r.id): chunk_payload(r.payload or {}) for r in records}
 
     def retrieve_points(self, point_ids: Sequence[str]) -> list[ChunkPoint]:
         """These points (those that exist) with their vectors and payloads. Ungated: for a
@@ -231,7 +234,7 @@ class QdrantServerStore:
                 offset=offset,
                 with_payload=True,
             )
-            out.extend(StoredHit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+            out.extend(StoredHit(str(r.id), 0.0, chunk_payload(r.payload or {})) for r in records)
             if offset is None:
                 break
         return sorted(out, key=lambda h: h.payload.get("chunk_index", 0))
@@ -243,7 +246,7 @@ class QdrantServerStore:
                 self.collection, limit=1000, offset=offset, with_payload=list(fields)
             )
             for r in records:
-                yield StoredHit(str(r.id), 0.0, dict(r.payload or {}))
+                yield StoredHit(str(r.id), 0.0, chunk_payload(r.payload or {}))
             if offset is None:
                 return
 

@@ -33,10 +33,10 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from core.errors import StoreError
-from core.models import ChunkPoint, Scope, SparseVec, StoredHit
+from core.models import ChunkPayload, ChunkPoint, PayloadPatch, Scope, SparseVec, StoredHit
 from sinks.gate import Gate, build_gate
 from sinks.vectors import DelegatingStore, VectorStore
 
@@ -137,6 +137,10 @@ def _point_from_wire(w: list[Any]) -> ChunkPoint:
     return ChunkPoint(str(point_id), dense, SparseVec(indices, values), payload)
 
 
+def _patch_from_wire(a: dict[str, Any]) -> PayloadPatch:
+    return cast(PayloadPatch, dict(a["payload"]))
+
+
 def _sparse_from_wire(w: list[Any] | None) -> SparseVec | None:
     return None if w is None else SparseVec(w[0], w[1])
 
@@ -158,7 +162,7 @@ def _dispatch(store: VectorStore, op: str, a: dict[str, Any]) -> Any:
         store.upsert([_point_from_wire(p) for p in a["points"]])
         return None
     if op == "set_vectors":
-        store.set_vectors([_point_from_wire(p) for p in a["points"]], dict(a["payload"]))
+        store.set_vectors([_point_from_wire(p) for p in a["points"]], _patch_from_wire(a))
         return None
     if op == "query":
         hits = store.query(
@@ -174,7 +178,7 @@ def _dispatch(store: VectorStore, op: str, a: dict[str, Any]) -> Any:
     if op == "payloads":
         return store.payloads([str(i) for i in a["ids"]])
     if op == "set_document_payload":
-        store.set_document_payload(str(a["doc_id"]), dict(a["payload"]))
+        store.set_document_payload(str(a["doc_id"]), _patch_from_wire(a))
         return None
     if op == "delete_stale_chunks":
         store.delete_stale_chunks(str(a["doc_id"]), keep_content_hash=str(a["keep"]))
@@ -328,7 +332,7 @@ class SharedStoreClient:
         if points:
             self._call("upsert", {"points": [_point_to_wire(p) for p in points]})
 
-    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: PayloadPatch) -> None:
         if points:
             self._call(
                 "set_vectors",
@@ -360,11 +364,11 @@ class SharedStoreClient:
         )
         return [_hit_from_wire(h) for h in wire]
 
-    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = self._call("payloads", {"ids": list(point_ids)})
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, ChunkPayload]:
+        found: dict[str, ChunkPayload] = self._call("payloads", {"ids": list(point_ids)})
         return found
 
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(self, doc_id: str, payload: PayloadPatch) -> None:
         self._call("set_document_payload", {"doc_id": doc_id, "payload": payload})
 
     def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:

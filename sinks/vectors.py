@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.models import ChunkPoint, SparseVec, StoredHit
+from core.models import ChunkPayload, ChunkPoint, PayloadPatch, SparseVec, StoredHit, chunk_payload
 from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS, Gate
 
 DENSE = "dense"
@@ -50,7 +50,7 @@ class VectorStore(Protocol):
         """Insert or overwrite points."""
         ...
 
-    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: PayloadPatch) -> None:
         """Replace both vectors of these points and set ``payload``'s keys on them, leaving
         the rest of their payload as it is (a status changed meanwhile stays changed; the
         points' own ``payload`` is not written). Points that no longer exist are skipped,
@@ -73,12 +73,12 @@ class VectorStore(Protocol):
         few winners' payloads `payloads` then fetches."""
         ...
 
-    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, ChunkPayload]:
         """The payloads of these points (those that exist), by point id. Ungated: only for
         ids a gated query just returned."""
         ...
 
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(self, doc_id: str, payload: PayloadPatch) -> None:
         """Set payload fields (e.g. ``status``) on every chunk of a document."""
         ...
 
@@ -124,7 +124,7 @@ class DelegatingStore:
     def upsert(self, points: Sequence[ChunkPoint]) -> None:
         self._run("upsert", points)
 
-    def set_vectors(self, points: Sequence[ChunkPoint], payload: dict[str, Any]) -> None:
+    def set_vectors(self, points: Sequence[ChunkPoint], payload: PayloadPatch) -> None:
         self._run("set_vectors", points, payload)
 
     def query(
@@ -144,11 +144,11 @@ class DelegatingStore:
         )  # fmt: skip
         return hits
 
-    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = self._run("payloads", point_ids)
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, ChunkPayload]:
+        found: dict[str, ChunkPayload] = self._run("payloads", point_ids)
         return found
 
-    def set_document_payload(self, doc_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(self, doc_id: str, payload: PayloadPatch) -> None:
         self._run("set_document_payload", doc_id, payload)
 
     def delete_stale_chunks(self, doc_id: str, *, keep_content_hash: str) -> None:
@@ -190,5 +190,5 @@ def stored_point(point_id: Any, vectors: Any, payload: Any) -> ChunkPoint:
         sparse=SparseVec(list(sparse.indices), list(sparse.values))
         if sparse is not None
         else SparseVec([], []),
-        payload=dict(payload or {}),
+        payload=chunk_payload(payload or {}),
     )

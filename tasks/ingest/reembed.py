@@ -25,13 +25,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from pydantic import Field
 
 from core.contracts import Report
 from core.errors import ConfigError
-from core.models import Chunk, ChunkPoint
+from core.models import Chunk, ChunkPayload, ChunkPoint
 from sinks.registry import SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.text.embed import Embedder
@@ -191,7 +191,8 @@ def _reembed_org(
         vectors = embedder.embed_documents(texts)
         store.set_vectors(
             [
-                ChunkPoint(p.point_id, vector, p.sparse, {})
+                # set_vectors writes no point's own payload: none is sent.
+                ChunkPoint(p.point_id, vector, p.sparse, cast(ChunkPayload, {}))
                 for p, vector in zip(points, vectors, strict=True)
             ],
             {EMBEDDING_MODEL: model},
@@ -207,7 +208,7 @@ def _reembed_org(
     return done, rows, skipped
 
 
-def _embed_text(payload: dict[str, Any], text: str) -> str:
+def _embed_text(payload: ChunkPayload, text: str) -> str:
     """What ingest embedded for this chunk: its heading path, then its text."""
     headings = tuple(str(h) for h in payload.get("heading_path") or ())
     return Chunk("", "", 0, text, headings).embed_text

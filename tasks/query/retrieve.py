@@ -316,15 +316,15 @@ def _legs(pid: str, dense: dict[str, float], sparse: dict[str, float]) -> dict[s
 
 
 def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
-    p = hit.payload
-    path = p.get("collection_path") or []
+    payload = hit.payload
+    path = payload.get("collection_path") or []
     return SearchHit(
-        doc_id=p.get("doc_id", ""),
-        chunk_id=p.get("chunk_id", ""),
-        title=p.get("title", ""),
-        uri=p.get("uri", ""),
-        heading_path=list(p.get("heading_path") or []),
-        text=p.get("text", ""),
+        doc_id=payload.get("doc_id", ""),
+        chunk_id=payload.get("chunk_id", ""),
+        title=payload.get("title", ""),
+        uri=payload.get("uri", ""),
+        heading_path=list(payload.get("heading_path") or []),
+        text=payload.get("text", ""),
         score=hit.score,
         collection=path[-1] if path else "",
         # hybrid+rerank hits carry the fused score as "hybrid"; the reranker adds "rerank".
@@ -332,7 +332,7 @@ def _to_search_hit(hit: StoredHit, mode: SearchMode) -> SearchHit:
             (SearchMode.HYBRID if mode is SearchMode.HYBRID_RERANK else mode).value: hit.score,
             **hit.legs,
         },
-        location=Location.from_payload(p),
+        location=Location.from_payload(payload),
     )
 
 

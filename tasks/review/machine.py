@@ -468,9 +468,10 @@ def restore(
     ]
     # Hidden until the publish: the payload says what the registry says now (pending_review,
     # parse status pending), so a crash before the commit leaves nothing for `reconcile`.
-    hidden = {"status": created.status, "parse_status": created.parse_status}
     points = [
-        replace(p, payload=p.payload | hidden)
+        replace(
+            p, payload=p.payload | {"status": created.status, "parse_status": created.parse_status}
+        )
         for p in (
             chunk_to_point(c, v, created, model_id=model_id)
             for c, v in zip(copies, dense, strict=True)
@@ -918,9 +919,9 @@ def reconcile(
         if org_id is not None and hit.payload.get("org_id") != org_id:
             continue
         report.points += 1
-        p = hit.payload
-        seen.setdefault(str(p.get("doc_id", "")), set()).add(
-            (p.get("status"), p.get("parse_status"), p.get("content_hash"))
+        payload = hit.payload
+        seen.setdefault(str(payload.get("doc_id", "")), set()).add(
+            (payload.get("status"), payload.get("parse_status"), payload.get("content_hash"))
         )
     report.documents = len(seen)
     known = registry.get_documents(seen)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final, cast
 
-from core.models import Chunk, ChunkPoint, ParseStatus
+from core.models import Chunk, ChunkPayload, ChunkPoint, LocationPayload, ParseStatus
 from sinks.gate import format_datetime
 from sinks.registry import DocRecord, collection_ancestry
 from sinks.vectors import point_id_for
 from tasks.text.sparse import document_sparse_vector
 
-EMBEDDING_MODEL = "embedding_model"
+EMBEDDING_MODEL: Final = "embedding_model"
 """The payload key (and registry column) naming the model that made a point's dense vector."""
 
 
@@ -19,7 +19,7 @@ def chunk_to_point(
 ) -> ChunkPoint:
     """Build the stored point: both vectors, the payload the gate filters on, and the id of
     the embedding model that made ``vector`` (``model_id``: `Embedder.model_id`)."""
-    payload: dict[str, Any] = {
+    payload: ChunkPayload = {
         "org_id": doc.org_id,
         "collection_path": collection_ancestry(doc.collection_path),
         "doc_id": doc.id,
@@ -33,16 +33,19 @@ def chunk_to_point(
         "text": chunk.text,
         EMBEDDING_MODEL: model_id,
     }
-    optional = {
-        "status": doc.status,
-        "source_tag": doc.source_tag,
-        "synthesis_run_id": doc.synthesis_run_id,
-        "audience": doc.audience,
-        "effective_date": format_datetime(doc.effective_date) if doc.effective_date else None,
-    }
-    payload.update({k: v for k, v in optional.items() if v is not None})
+    # The keys a document may leave unset, in this order, only when set.
+    if doc.status is not None:
+        payload["status"] = doc.status
+    if doc.source_tag is not None:
+        payload["source_tag"] = doc.source_tag
+    if doc.synthesis_run_id is not None:
+        payload["synthesis_run_id"] = doc.synthesis_run_id
+    if doc.audience is not None:
+        payload["audience"] = doc.audience
+    if doc.effective_date:
+        payload["effective_date"] = format_datetime(doc.effective_date)
     if chunk.location is not None:
-        payload.update(chunk.location.to_payload())
+        payload.update(cast(LocationPayload, chunk.location.to_payload()))
     return ChunkPoint(
         point_id=point_id_for(chunk.chunk_id),
         dense=vector,

@@ -27,6 +27,7 @@ from pydantic import Field, SecretStr
 from core import ids
 from core.contracts import Report
 from core.errors import ConfigError, NotFound, StoreBusy, StoreError
+from core.models import ChunkPayload
 from core.settings import Settings
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def migrate_org(
     )
 
 
-def _status(payload: dict[str, Any]) -> str:
+def _status(payload: ChunkPayload) -> str:
     return str(payload.get("status") or "none")
 
 
