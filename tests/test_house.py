@@ -290,3 +290,62 @@ def test_a_domain_imports_another_only_through_its_public_names() -> None:
         for name, module in typed.items():
             typed[name] = name if module == package.__name__ else module
         assert typed == declared, f"{stub.relative_to(REPO)} and _PUBLIC differ"
+
+
+def _payload_keys_read(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """String keys read (or set) on a chunk's payload, ``<x>.payload`` or a name ``payload``:
+    ``[...]``, ``.get(...)``, ``.pop(...)``, ``in``; the fields ``iter_payloads`` names; and
+    the keys the gate's conditions and the stores' filters (``FieldCondition``) test."""
+
+    def is_payload(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "payload") or (
+            isinstance(node, ast.Name) and node.id == "payload"
+        )
+
+    def literal(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return None
+
+    for node in ast.walk(tree):
+        keys: list[ast.expr] = []
+        if isinstance(node, ast.Subscript) and is_payload(node.value):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            on_payload = isinstance(func, ast.Attribute) and is_payload(func.value)
+            if called in ("get", "pop", "setdefault") and on_payload and node.args:
+                keys = [node.args[0]]
+            elif called == "iter_payloads" and node.args and isinstance(node.args[0], ast.List):
+                keys = list(node.args[0].elts)
+            elif called in ("AnyOf", "NoneOf", "NotAfter") and node.args:  # the gate's
+                keys = [node.args[0]]
+            elif called == "FieldCondition":  # a store's own filters
+                keys = [k.value for k in node.keywords if k.arg == "key"]
+        elif isinstance(node, ast.Compare) and any(is_payload(c) for c in node.comparators):
+            keys = [node.left]
+        for key in keys:
+            if (name := literal(key)) is not None:
+                yield node.lineno, name
+
+
+def test_every_payload_key_read_is_one_the_chunk_payload_declares() -> None:
+    """A vector point's payload has one shape, `core.models.ChunkPayload` (issue 43): mypy
+    checks what reaches it typed, and this the string keys code reads off a payload by name,
+    which mypy lets through (``payload.get("typo")`` is an ``object``, not an error). A name
+    ``payload`` is a chunk's; call another kind of payload something else."""
+    from core.models import ChunkPayload
+    from sinks.gate import GATED_DATETIME_FIELDS, GATED_KEYWORD_FIELDS
+
+    declared = ChunkPayload.__required_keys__ | ChunkPayload.__optional_keys__
+    indexed = {*GATED_KEYWORD_FIELDS, *GATED_DATETIME_FIELDS}
+    assert indexed <= declared, f"payload indexes on undeclared keys: {indexed - declared}"
+    unknown = [
+        f"{path.relative_to(REPO)}:{line} {key!r}"
+        for package in PRODUCT
+        for path in sorted((REPO / package).rglob("*.py"))
+        for line, key in _payload_keys_read(ast.parse(path.read_text(encoding="utf-8")))
+        if key not in declared
+    ]
+    assert not unknown, f"payload keys ChunkPayload does not declare (declare or fix): {unknown}"
