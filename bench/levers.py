@@ -26,7 +26,7 @@ from unittest import mock
 
 import numpy as np
 
-from core.models import SearchMode, SparseVec, StoredHit
+from core.models import ChunkPayload, SearchMode, SparseVec, StoredHit
 from tasks.query import retrieve
 from tasks.text.sparse import analyze, term_id, terms_sparse_vector
 
@@ -67,7 +67,7 @@ def rm3_sparse_query(
 
 
 def sum_by_document(
-    hits: list[StoredHit], payloads: dict[str, dict[str, Any]], other_weight: float
+    hits: list[StoredHit], payloads: dict[str, ChunkPayload], other_weight: float
 ) -> list[StoredHit]:
     docs: dict[str, list[StoredHit]] = {}
     for hit in hits:
@@ -78,7 +78,7 @@ def sum_by_document(
     return [StoredHit(h.point_id, score[d], h.payload, h.legs) for d in order for h in docs[d]]
 
 
-def _indexed_text(payload: dict[str, Any]) -> str:
+def _indexed_text(payload: ChunkPayload) -> str:
     return " ".join([*(payload.get("heading_path") or []), payload.get("text", "")])
 
 
