@@ -132,8 +132,8 @@ def build_home(settings: Any, corpus: Path, docs: int, turns: int) -> None:
                 break
     embedder = embedder_for(settings)
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        registry.ensure_org(ORG)
-        coll = registry.ensure_collection(ORG, "scifact")
+        registry.people.ensure_org(ORG)
+        coll = registry.catalog.ensure_collection(ORG, "scifact")
         target = IngestTarget(
             org_id=ORG, collection_id=coll.id, collection_path=coll.path,
             status=DocStatus.APPROVED, audience=None, effective_date=None, source_tag=None,
@@ -157,7 +157,7 @@ def build_home(settings: Any, corpus: Path, docs: int, turns: int) -> None:
                 items, target, store=store, registry=registry, embedder=embedder,
                 extract_file=_no_files,
             )  # fmt: skip
-        registry.create_agent(ORG, AGENT, "SciFact questions")
+        registry.catalog.create_agent(ORG, AGENT, "SciFact questions")
     dev = DATASETS / "scifact" / "dev" / "queries.jsonl"
     questions = [json.loads(line)["text"] for line in dev.read_text().splitlines()[:turns]]
     with search_context(settings) as ctx:

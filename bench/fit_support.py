@@ -157,7 +157,7 @@ def gather_questions(home: Path) -> list[dict[str, Any]]:
         embedder = CachedEmbedder(ctx.embedder, home / "cache" / "embeddings.sqlite")
         for corpus in ("demo", "real-docs"):
             org = f"q-{corpus}"
-            if org not in {o.id for o in ctx.registry.list_orgs()}:
+            if org not in {o.id for o in ctx.registry.people.list_orgs()}:
                 raise SystemExit(
                     f"{home} has no org {org}: build it with bench/refusal_questions.py"
                 )

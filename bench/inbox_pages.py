@@ -90,12 +90,12 @@ def build_home(home: Path) -> dict[str, Any]:
     kw = {"store": store, "registry": registry, "embedder": get_embedder()}
     drafts: list[str] = []
     try:
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
         for i in range(ORGS):
             org, name = f"org{i:02d}", f"Cycles {i:02d}"
-            registry.ensure_org(org)
-            registry.ensure_user(f"am{i:02d}", Role.ACCOUNT_MANAGER)
-            registry.assign_am(org, f"am{i:02d}")
+            registry.people.ensure_org(org)
+            registry.people.ensure_user(f"am{i:02d}", Role.ACCOUNT_MANAGER)
+            registry.people.assign_am(org, f"am{i:02d}")
             (seed,) = index_records(
                 [{"key": "brief", "title": f"{name} brand brief",
                   "text": f"{name} sells city bikes to commuters."}], org=org, **kw,
@@ -112,7 +112,7 @@ def build_home(home: Path) -> dict[str, Any]:
             )  # fmt: skip
             print(f"  {org}: seed + {DRAFTS_PER_ORG} drafts indexed", flush=True)
         for user in ["root"] + [f"am{i:02d}" for i in range(ORGS)]:
-            registry.set_password(user, PASSWORD, actor="root")
+            registry.logins.set_password(user, PASSWORD, actor="root")
     finally:
         store.close()
         registry.close()

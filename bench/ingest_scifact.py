@@ -77,7 +77,7 @@ def main() -> int:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        registry.ensure_org("sci")  # ingest refuses an org that does not exist
+        registry.people.ensure_org("sci")  # ingest refuses an org that does not exist
 
     print("first ingest of SciFact ...", flush=True)
     t0 = time.perf_counter()

@@ -71,11 +71,11 @@ def main() -> None:
         model = embedder.model_id
         started = time.perf_counter()
         for org in ("acme", "globex"):
-            registry.ensure_org(org)
-            coll = registry.ensure_collection(org, "docs")
+            registry.people.ensure_org(org)
+            coll = registry.catalog.ensure_collection(org, "docs")
             per_doc = 200  # few, large documents: the fill is bounded by commits and flushes
             for d in range(args.chunks // per_doc):
-                doc = registry.create_document(
+                doc = registry.documents.create_document(
                     org_id=org, collection_id=coll.id, source_key=f"k{d}", title=f"Doc {d}",
                     uri=f"bench://{org}/{d}", content_hash=f"h{d}",
                 )  # fmt: skip
@@ -90,14 +90,14 @@ def main() -> None:
                 ]
                 vectors = rng.normal(size=(per_doc, 384)).astype(np.float32)
                 vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-                registry.put_chunks(doc, doc.content_hash, chunks, embedding_model=model)
+                registry.chunks.put_chunks(doc, doc.content_hash, chunks, embedding_model=model)
                 store.upsert(
                     [
                         chunk_to_point(c, v.tolist(), doc, model_id=model)
                         for c, v in zip(chunks, vectors, strict=True)
                     ]
                 )
-                registry.publish({doc.id: per_doc}, retire_older=[], actor="bench")
+                registry.documents.publish({doc.id: per_doc}, retire_older=[], actor="bench")
         fill_s = time.perf_counter() - started
         scope = Scope(org_id="acme")
         for q in QUERIES:

@@ -172,7 +172,7 @@ def run(
     with open_registry(settings) as registry, open_vector_store(settings, share=False) as store:
         for bundle in BUNDLES_ALL:
             org = bundle.name
-            registry.ensure_org(org, bundle.client_name)
+            registry.people.ensure_org(org, bundle.client_name)
             with isolated_extractor(settings) as extract:
                 seeded = seed_bundle(
                     SeedBundle(files=tuple(bundle.seed_files()), urls=bundle.urls(),
@@ -263,7 +263,7 @@ def _walkthrough(
         print(f"walk-through skipped: {reason}")
         return None
     org = "walkthrough"
-    registry.ensure_org(org, walk.CLIENT)
+    registry.people.ensure_org(org, walk.CLIENT)
     with isolated_extractor(settings) as extract:
         seed_bundle(
             SeedBundle(files=tuple(walk.seed_files()), urls=(), prompts=(walk.PROMPT,)),
@@ -377,7 +377,7 @@ def run_cli(home: Path) -> dict[str, Any]:
 def _citations_kept(registry: Any, doc_ids: list[str]) -> dict[str, set[str]]:
     """Per persisted draft (by filename), the ids its citations metadata keeps with a URI."""
     kept: dict[str, set[str]] = {}
-    for doc in registry.get_documents(doc_ids).values():
+    for doc in registry.documents.get_documents(doc_ids).values():
         name = doc.uri.rsplit("/", 1)[-1]
         kept[name] = {c.cite_id for c in doc.citations if c.uri}
     return kept

@@ -85,15 +85,15 @@ def _ensure_scifact(home: Path, corpus: Path) -> int:
     from sinks.connect import open_registry
 
     with open_registry(Settings(home=home)) as registry:
-        registry.ensure_org(ORG)
-        have = len(registry.current_documents(ORG))
+        registry.people.ensure_org(ORG)
+        have = len(registry.documents.current_documents(ORG))
     if have < 5000:
         print(f"ingesting SciFact into {home} (once; ~7 minutes on 2 cores) ...", flush=True)
         done = _kbflow(home, "ingest", str(corpus), "--org", ORG, "--json")
         if done.returncode != 0:
             raise SystemExit(f"the SciFact ingest failed:\n{done.stderr[-3000:]}")
         with open_registry(Settings(home=home)) as registry:
-            have = len(registry.current_documents(ORG))
+            have = len(registry.documents.current_documents(ORG))
     return have
 
 
@@ -104,11 +104,13 @@ def _agent_token(home: Path, agent: str = AGENT) -> str:
 
     with open_registry(Settings(home=home)) as registry:
         try:
-            registry.get_agent(agent)
+            registry.catalog.get_agent(agent)
         except NotFound:
-            registry.create_agent(ORG, agent, "benchmark agent")
-            registry.set_allowed(agent, ["default"], allow=True)
-        _, secret = registry.create_token(agent_id=agent, expires_at=None, created_by="bench")
+            registry.catalog.create_agent(ORG, agent, "benchmark agent")
+            registry.catalog.set_allowed(agent, ["default"], allow=True)
+        _, secret = registry.tokens.create_token(
+            agent_id=agent, expires_at=None, created_by="bench"
+        )
     return secret
 
 

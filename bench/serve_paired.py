@@ -56,8 +56,8 @@ def _home(home: Path, docs: int) -> None:
     from sinks.connect import open_registry
 
     with open_registry(Settings(home=home)) as registry:
-        registry.ensure_org(ORG)
-        have = len(registry.current_documents(ORG))
+        registry.people.ensure_org(ORG)
+        have = len(registry.documents.current_documents(ORG))
     if have >= docs:
         return
     subset = home / "scifact-subset.jsonl"

@@ -276,7 +276,11 @@ def source_docs(settings: Any, name: str) -> list[Any]:
     record = resolve_source(settings, name, ORG)
     prefix = source_doc_key(record.id, "")
     with open_registry(settings) as registry:
-        return [d for d in registry.list_documents(ORG) if (d.source_key or "").startswith(prefix)]
+        return [
+            d
+            for d in registry.documents.list_documents(ORG)
+            if (d.source_key or "").startswith(prefix)
+        ]
 
 
 def three_syncs(
@@ -629,8 +633,8 @@ def main() -> int:
     settings = Settings(home=home, sources_test_allow_loopback=True)  # type: ignore[call-arg]
     configure_environment(settings)
     reg = SqlRegistry.open(settings.registry_url)
-    reg.ensure_user(ROOT, Role.SUPERADMIN, bootstrap=True)
-    reg.ensure_org(ORG)
+    reg.people.ensure_user(ROOT, Role.SUPERADMIN, bootstrap=True)
+    reg.people.ensure_org(ORG)
     reg.close()
     probe = Probe()
     probe.install()

@@ -330,16 +330,18 @@ def prepare_corpus(settings: Settings, corpus: Corpus) -> dict[str, str]:
     staged = settings.home / "sources" / corpus
     files = sources_for(corpus, demo_folder=staged)
     with open_registry(settings) as registry:
-        registry.ensure_org(org)
+        registry.people.ensure_org(org)
         try:
-            registry.get_agent(agent_for(corpus))
+            registry.catalog.get_agent(agent_for(corpus))
         except NotFound:
-            registry.create_agent(org, agent_for(corpus), f"answer eval over {corpus}")
+            registry.catalog.create_agent(org, agent_for(corpus), f"answer eval over {corpus}")
     _ingest(settings.home, [str(p) for p in files], org, DocStatus.APPROVED)
     if corpus == "demo":
         _ingest(settings.home, [str(staged / PRICING_DRAFT_FILE)], org, DocStatus.PENDING_REVIEW)
     with open_registry(settings) as registry:
-        return {d.id: Path(d.uri.split("#", 1)[0]).name for d in registry.list_documents(org)}
+        return {
+            d.id: Path(d.uri.split("#", 1)[0]).name for d in registry.documents.list_documents(org)
+        }
 
 
 def agent_for(corpus: str) -> str:

@@ -116,8 +116,8 @@ def build_index(
     sources = list(jsonl_sources(dataset.corpus_path))
     registry = SqlRegistry.open(home.registry_url)
     try:
-        registry.ensure_org(EVAL_ORG)
-        coll = registry.ensure_collection(EVAL_ORG, "corpus")
+        registry.people.ensure_org(EVAL_ORG)
+        coll = registry.catalog.ensure_collection(EVAL_ORG, "corpus")
         target = IngestTarget(EVAL_ORG, coll.id, coll.path, actor="eval")
         plan = plan_ingest(sources, registry, EVAL_ORG)
         done = 0
@@ -188,7 +188,7 @@ def corpus_ids(registry: SqlRegistry) -> dict[str, str]:
     """Document id -> the corpus record id it was indexed from (the source key's fragment)."""
     return {
         doc.id: doc.source_key.rsplit("#", 1)[-1]
-        for doc in registry.current_documents(EVAL_ORG).values()
+        for doc in registry.documents.current_documents(EVAL_ORG).values()
     }
 
 

@@ -95,9 +95,9 @@ def ingest(
             from prefect.runtime import flow_run
 
             if flow_run.parent_flow_run_id is None:  # as a subflow: the parent's run is the job's
-                registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
-        registry.get_org(org)  # an unknown org is refused (`kbflow orgs create` makes one)
-        coll = registry.ensure_collection(org, collection)
+                registry.jobs.update_job_runner(job_id, flow_run_id=str(flow_run.id))
+        registry.people.get_org(org)  # an unknown org is refused (`kbflow orgs create` makes one)
+        coll = registry.catalog.ensure_collection(org, collection)
     target = IngestTarget(
         org_id=org,
         collection_id=coll.id,

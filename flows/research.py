@@ -61,11 +61,11 @@ def research(
     )
     with open_registry(settings) as registry:
         if job_id is not None and flow_run.parent_flow_run_id is None:  # else: the parent's
-            registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
+            registry.jobs.update_job_runner(job_id, flow_run_id=str(flow_run.id))
         if reviewer is not None:  # a named starter must be the org's AM or a superadmin
             authorize_decision(registry, reviewer, org, what="run research")
         else:  # a deployment run with its defaults: nothing is published without a code
-            registry.get_org(org)  # an unknown org is a clear error, not a traceback
+            registry.people.get_org(org)  # an unknown org is a clear error, not a traceback
             logger.info(
                 "research for org %s started without a named reviewer (a deployment or a "
                 "schedule); its review waits for whoever proves with a review code that they "

@@ -34,7 +34,7 @@ def source_sync(source_id: str) -> SyncReport:
     Returns the sync's report (also kept on the source: `kbflow sources show`)."""
     settings = Settings()
     with open_registry(settings) as registry:
-        source = registry.get_source(source_id)
+        source = registry.sources.get_source(source_id)
     report = _run(settings, source)
     if report.outcome == "failed":
         # The run ends Failed with the reason as its message (no traceback: nothing broke in

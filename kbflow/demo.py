@@ -50,8 +50,8 @@ def run_demo(
 
     corpus = write_demo_corpus(settings.home / "demo" / "corpus")
     with open_registry(settings) as registry:
-        registry.ensure_user(DEMO_AM, Role.ACCOUNT_MANAGER, name="Demo Account Manager")
-        registry.ensure_org(DEMO_ORG, CLIENT_NAME, am_user_id=DEMO_AM)
+        registry.people.ensure_user(DEMO_AM, Role.ACCOUNT_MANAGER, name="Demo Account Manager")
+        registry.people.ensure_org(DEMO_ORG, CLIENT_NAME, am_user_id=DEMO_AM)
 
     approved = [str(p) for p in corpus.files if p != corpus.pending_file]
     ingests = []
@@ -70,7 +70,7 @@ def run_demo(
     pending_name = corpus.pending_file.name
     queries: list[dict[str, Any]] = []
     with search_context(settings) as ctx:
-        documents = ctx.registry.list_documents(DEMO_ORG)
+        documents = ctx.registry.documents.list_documents(DEMO_ORG)
         draft = next(d for d in documents if d.uri.endswith(pending_name))
         draft_chunks = len(ctx.vector_store.inspect_document_chunks(draft.id))
         for q in corpus.queries:
@@ -124,7 +124,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
 
     turns: list[dict[str, Any]] = []
     with search_context(settings) as ctx:
-        catalog = ctx.registry
+        catalog = ctx.registry.catalog
         try:
             catalog.get_agent(DEMO_AGENT)
         except NotFound:
@@ -207,7 +207,7 @@ def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
                 note="demo: approved by the account manager",
             )
         shown = product.id in {h.doc_id for h in ctx.search(question, Scope(DEMO_ORG), top_k=20)}
-        final = ctx.registry.get_documents(d.id for d in drafts)
+        final = ctx.registry.documents.get_documents(d.id for d in drafts)
     return {
         "synthesis_run_id": drafts[0].synthesis_run_id if drafts else None,
         "drafts": [{"file": _file_of(d.uri), "status": final[d.id].status} for d in drafts],
@@ -229,7 +229,7 @@ def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
 
     with open_registry(settings) as registry:
         expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
-        record, token = registry.create_token(
+        record, token = registry.tokens.create_token(
             agent_id=DEMO_AGENT, expires_at=expires, created_by=DEMO_AM, name="demo"
         )
     log = settings.home / "demo" / "serve.log"
@@ -249,7 +249,7 @@ def _service_step(settings: Settings, *, show_progress: bool) -> dict[str, Any]:
         calls.append({"call": "start", "status": None, "expected": 200, "error": str(exc)})
     finally:
         with open_registry(settings) as registry:
-            registry.revoke_token(record.id, actor=DEMO_AM)
+            registry.tokens.revoke_token(record.id, actor=DEMO_AM)
     ok = bool(calls) and all(c["status"] == c["expected"] for c in calls) and shared
     search = next((c for c in calls if c["call"].endswith("search") and c["token"]), None)
     ok = ok and search is not None and search["summary"].get("results", 0) > 0
@@ -343,7 +343,9 @@ def _run_link(err_file: Path) -> str | None:
 
 
 def _latest_run(registry: Any) -> list[Any]:
-    drafts = [d for d in registry.list_documents(DEMO_ORG) if d.source_tag == "agent_synthesis"]
+    drafts = [
+        d for d in registry.documents.list_documents(DEMO_ORG) if d.source_tag == "agent_synthesis"
+    ]
     if not drafts:
         return []
     latest = max(drafts, key=lambda d: d.created_at).synthesis_run_id

@@ -37,8 +37,8 @@ def kbflow_job(job_id: str) -> dict[str, Any]:
     """
     settings = Settings()
     with open_registry(settings) as registry:
-        if registry.get_job(job_id).flow_run_id is None:  # started by hand, not by a submit
-            registry.update_job_runner(job_id, flow_run_id=str(flow_run.id))
+        if registry.jobs.get_job(job_id).flow_run_id is None:  # started by hand, not by a submit
+            registry.jobs.update_job_runner(job_id, flow_run_id=str(flow_run.id))
     job = run_job(job_id, settings, record_pid=False)
     if job.status is JobStatus.FAILED:
         message = f"job {job.id} ({job.kind}) failed: {job.reason or 'no reason recorded'}"

@@ -58,7 +58,7 @@ def make_org(org: str) -> None:
     """Create ``org`` in the test's KBFLOW_HOME (ingest refuses an org that does not exist)."""
     registry = SqlRegistry.open(Settings().registry_url)
     try:
-        registry.ensure_org(org)
+        registry.people.ensure_org(org)
     finally:
         registry.close()
 
@@ -343,8 +343,8 @@ def index_records(
     may name its ``"uri"`` (default ``test://<org>/<key>``); one with ``"markdown": True`` is
     read as Markdown (sections at headings, a Citations footer
     kept as metadata with ``cite_uris``), as drafts are."""
-    registry.ensure_org(org)
-    coll = registry.ensure_collection(org, collection)
+    registry.people.ensure_org(org)
+    coll = registry.catalog.ensure_collection(org, collection)
     target = IngestTarget(
         org_id=org,
         collection_id=coll.id,
@@ -354,7 +354,7 @@ def index_records(
         effective_date=effective_date,
         source_tag=source_tag,
     )
-    current = registry.current_documents(org)
+    current = registry.documents.current_documents(org)
     items = [
         WorkItem(
             Source(

@@ -79,12 +79,12 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
             steward.start()
             stack.callback(steward.close)
             metrics.watch_research(
-                lambda after: ctx.registry.finished_jobs("research", after=after)
+                lambda after: ctx.registry.jobs.finished_jobs("research", after=after)
             )
             health.watch_knowledge(metrics, ctx, settings)  # review backlog, store size
             # each synced source's items and last sync
             metrics.registry.register(
-                gauges.Sources(ctx.registry.list_sources, ctx.registry.item_counts)
+                gauges.Sources(ctx.registry.sources.list_sources, ctx.registry.sources.item_counts)
             )
             threads = settings.api.api_torch_threads or (1 if worker else 0)
             if threads and isinstance(ctx.embedder, MiniLMEmbedder):

@@ -118,9 +118,9 @@ class Service:
         try:
             if agent_id is not None:
                 if agent_id not in self._agent_orgs:
-                    self._agent_orgs[agent_id] = registry.get_agent(agent_id).org_id
+                    self._agent_orgs[agent_id] = registry.catalog.get_agent(agent_id).org_id
                 return self._agent_orgs[agent_id]
-            return registry.get_user(user_id).org_id if user_id is not None else None
+            return registry.people.get_user(user_id).org_id if user_id is not None else None
         except NotFound:  # deleted since its token was checked: nobody's org
             return None
 
@@ -130,7 +130,7 @@ class Service:
         if org_id in self._known_orgs:
             return True
         try:
-            self.ctx.registry.get_org(org_id)
+            self.ctx.registry.people.get_org(org_id)
         except NotFound:
             return False
         self._known_orgs.add(org_id)
@@ -174,7 +174,7 @@ def caller_of(
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthorized("the Authorization header must be `Bearer <token>`")
     service = service_of(request)
-    record = service.ctx.registry.verify_token(secret.strip())
+    record = service.ctx.registry.tokens.verify_token(secret.strip())
     _identify(request, service, record.agent_id, record.user_id)
     service.buckets.take(record.id)  # 429 past the token's rate
     return Caller(record.id, record.agent_id, record.user_id)

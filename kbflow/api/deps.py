@@ -41,7 +41,7 @@ def refusals_audited(
     try:
         yield
     except Forbidden as exc:
-        registry.record_denied(user, attempted, org_id=org_id, reason=str(exc))
+        registry.people.record_denied(user, attempted, org_id=org_id, reason=str(exc))
         raise
 
 

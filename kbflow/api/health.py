@@ -35,7 +35,7 @@ def readyz(service: ServiceDep) -> Readiness:
     """The registry answers and the vector store is open (else degraded: keyword only);
     ``shared``: this machine's other kbflow processes reach the embedded store through
     this service."""
-    service.ctx.registry.list_orgs()
+    service.ctx.registry.people.list_orgs()
     store: Literal["open", "unavailable"] = (
         "open" if service.ctx.store is not None else "unavailable"
     )
@@ -73,7 +73,7 @@ def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) ->
         store = ctx.store  # None while the service runs degraded; the steward may open it later
         if store is None:
             return {}
-        return {org.id: store.count(org.id) for org in ctx.registry.list_orgs()}
+        return {org.id: store.count(org.id) for org in ctx.registry.people.list_orgs()}
 
     def disk_bytes() -> int | None:
         return None if settings.stores.qdrant_url else folder_bytes(settings.vectors_dir)
@@ -82,7 +82,7 @@ def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) ->
         newest = latest_backup(settings.home / BACKUPS_DIR)
         return None if newest is None else dt.datetime.fromisoformat(newest[1]["created_at"])
 
-    metrics.watch_knowledge(ctx.registry.review_backlog, points, disk_bytes, backup_at)
+    metrics.watch_knowledge(ctx.registry.documents.review_backlog, points, disk_bytes, backup_at)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -262,7 +262,7 @@ def logout(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") ->
     if isinstance(checked, Response):
         return checked
     service_, _ = checked
-    service_.ctx.registry.end_session(request.cookies.get(SESSION_COOKIE, ""))
+    service_.ctx.registry.logins.end_session(request.cookies.get(SESSION_COOKIE, ""))
     response = _guarded(RedirectResponse("/review/login", status_code=303))
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH)
     return response
@@ -359,7 +359,7 @@ def _draft_response(
     status: int = 200,
 ) -> Response:
     page = service.draft_page(service_.ctx, service_.settings, session.user, doc_id, edited)
-    org = service_.ctx.registry.get_org(page.doc.org_id)
+    org = service_.ctx.registry.people.get_org(page.doc.org_id)
     text = edited if edited is not None else page.markdown
     rows = min(60, max(16, text.count("\n") + 4))
     return _page("draft.html", status, title=page.doc.title, user=session.user,
@@ -480,7 +480,7 @@ def review_code(
     try:
         issued = issue_code(registry, session.user.id, org)
     except (Forbidden, NotFound) as exc:
-        registry.record_denied(session.user.id, "get a review code (inbox)", org_id=None,
+        registry.people.record_denied(session.user.id, "get a review code (inbox)", org_id=None,
                                reason=str(exc))  # fmt: skip
         return _message("Not yours to decide", str(exc), 403, user=session.user,
                         csrf=session.csrf)  # fmt: skip

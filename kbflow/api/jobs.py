@@ -37,7 +37,7 @@ def job_status(job_id: JobId, user: UserId, service: ServiceDep) -> JobOut:
 
     registry = service.ctx.registry
     _, job = authorize_item(
-        registry, user, f"job {job_id!r}", lambda: registry.get_job(job_id),
+        registry, user, f"job {job_id!r}", lambda: registry.jobs.get_job(job_id),
         lambda job: job.org_id, inspect=True,
     )  # fmt: skip
     job = jobs.refresh(registry, job, service.settings)

@@ -41,7 +41,7 @@ HASHING_RETRY_S = 2
 
 
 def reason_code(message: str | None) -> str | None:
-    """The code of a session refusal's message (`SqlRegistry.session_for`) in
+    """The code of a session refusal's message (`LoginsRepository.session_for`) in
     `LOGIN_REASONS`; None for any other (not logged in at all: nothing to say)."""
     said = (message or "").strip().lower()
     return next((code for code, text in LOGIN_REASONS.items() if text.lower() == said), None)

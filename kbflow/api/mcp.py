@@ -165,7 +165,7 @@ def run_tool(
         ctx = call.service.read()
         chat = None
         if sampled is not None and tool.reads:
-            org = ctx.registry.get_agent(call.agent_id).org_id
+            org = ctx.registry.catalog.get_agent(call.agent_id).org_id
             chat = SampledChat(sampled) if ctx.settings.answers.samples_for(org) else None
         # Side by side, as on the HTTP routes: the ledger takes its own writes one at a time.
         result = tool.run(ctx, call.agent_id, arguments, chat)

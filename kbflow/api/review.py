@@ -161,7 +161,7 @@ def audit(
 
     registry = service.read().registry
     authorize_inspection(registry, user, org)
-    rows = registry.audit_trail(org, doc, last=limit)
+    rows = registry.audit.audit_trail(org, doc, last=limit)
     return [AuditEntry.model_validate(audit_dict(row)) for row in rows]
 
 
@@ -186,7 +186,7 @@ def review_code(
     try:
         issued = issue_code(registry, user, org, flow_run_id=run)
     except Forbidden as exc:
-        registry.record_denied(user, "get a review code", org_id=org, reason=str(exc))
+        registry.people.record_denied(user, "get a review code", org_id=org, reason=str(exc))
         raise
     return ReviewCodeOut(
         code=issued.code,

@@ -50,7 +50,7 @@ def run_ingest(
 
     started = time.perf_counter()
     with open_registry(settings) as registry:
-        registry.get_org(request.org)  # refuse an unknown org before reading a single file
+        registry.people.get_org(request.org)  # refuse an unknown org before reading a single file
         found = discover(paths, SUPPORTED_SUFFIXES)
         sources = found.sources
         plan = plan_ingest(sources, registry, request.org)

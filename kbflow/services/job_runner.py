@@ -69,15 +69,14 @@ def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool =
     settings = settings or Settings()
     configure_environment(settings)
     registry = SqlRegistry.open(settings.registry_url)
-    jobs = registry
     try:
-        job = jobs.get_job(job_id)
+        job = registry.jobs.get_job(job_id)
         if job.status is not JobStatus.PROCESSING:
             log.warning("job %s is already %s: not run again", job.id, job.status.value)
             return job
         if record_pid:
-            jobs.update_job_runner(job.id, pid=os.getpid())
-        _tidy_uploads(settings, jobs)
+            registry.jobs.update_job_runner(job.id, pid=os.getpid())
+        _tidy_uploads(settings, registry)
         try:
             if job.kind == RESEARCH_KIND:
                 final, reason, report = _research(settings, job)
@@ -87,24 +86,26 @@ def run_job(job_id: str, settings: Settings | None = None, *, record_pid: bool =
                 final, reason, report = _ingest(job)
         except Exception as exc:  # the job records any failure; nothing else would see it
             log.exception("job %s failed", job.id)
-            jobs.finish_job(job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}")
+            registry.jobs.finish_job(
+                job.id, JobStatus.FAILED, reason=f"{type(exc).__name__}: {exc}"
+            )
         else:
-            jobs.finish_job(job.id, final, reason=reason, report=report)
-        done = jobs.get_job(job.id)
-        _tidy_uploads(settings, jobs, done)
+            registry.jobs.finish_job(job.id, final, reason=reason, report=report)
+        done = registry.jobs.get_job(job.id)
+        _tidy_uploads(settings, registry, done)
         return done
     finally:
         registry.close()
 
 
-def _tidy_uploads(settings: Settings, jobs: SqlRegistry, done: JobRecord | None = None) -> None:
+def _tidy_uploads(settings: Settings, registry: SqlRegistry, done: JobRecord | None = None) -> None:
     """Remove ``done``'s upload folder if it is COMPLETE, and prune the others done with; a
     failure to is logged, never the job's."""
     try:
         if done is not None:
             for folder in remove_uploads(settings, done):
                 log.info("job %s: removed its upload %s", done.id, folder)
-        for folder in prune_uploads(settings, jobs):
+        for folder in prune_uploads(settings, registry):
             log.info("pruned upload %s", folder)
     except Exception:
         log.warning("could not prune uploads", exc_info=True)

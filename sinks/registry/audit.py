@@ -11,13 +11,13 @@ from core.models import (
     AuditAction,
     DocStatus,
 )
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.schema import (
     AuditRow,
 )
 
 
-class AuditMixin(RegistryBase):
+class AuditRepository(Repository):
     """The audit log: one row per transition and per administrative change (or refusal)."""
 
     def audit_trail(

@@ -1,4 +1,5 @@
-"""The registry's engine: opening (and migrating) the database, sessions, SQLite's settings."""
+"""The registry's engine: opening (and migrating) the database, sessions, SQLite's settings;
+and `Repository`, the base of each concern's repository over that one engine."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def in_lists(values: Sequence[T]) -> Iterator[Sequence[T]]:
 
 
 class RegistryBase:
-    """An engine and its sessions; every concern of the registry builds on it."""
+    """An engine and its sessions; every repository of the registry builds on it."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -57,6 +58,24 @@ class RegistryBase:
 
     def session(self) -> Session:
         return self._sessions()
+
+
+class Repository:
+    """One concern of the registry over the store's engine and session factory.
+
+    Every repository of a registry is built over the same `RegistryBase`, so they share one
+    engine and one session factory: :meth:`session` is the store's, not a copy of it.
+    """
+
+    def __init__(self, store: RegistryBase) -> None:
+        self._store = store
+
+    @property
+    def engine(self) -> Engine:
+        return self._store.engine
+
+    def session(self) -> Session:
+        return self._store.session()
 
 
 def configure_sqlite(engine: Engine) -> None:

@@ -20,7 +20,7 @@ from core import ids
 from core.errors import ConfigError, NotFound
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.records import (
     NO_DESCRIPTION,
     SYSTEM_ACTOR,
@@ -102,7 +102,7 @@ def _refuse_taken(s: Session, org_id: str, path: str) -> None:
         raise ConfigError(f"collection {path!r} already exists in org {org_id!r}")
 
 
-class CatalogMixin(RegistryBase):
+class CatalogRepository(Repository):
     """An org's collections (a tree per org, a Default one always) and its agents."""
 
     def ensure_collection(

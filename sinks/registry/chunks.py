@@ -10,7 +10,7 @@ from core.models import (
     SERVABLE_PARSE_STATUSES,
     Chunk,
 )
-from sinks.registry.base import RegistryBase, in_lists
+from sinks.registry.base import Repository, in_lists
 from sinks.registry.records import (
     DocRecord,
     chunk_of,
@@ -23,7 +23,7 @@ from sinks.registry.schema import (
 )
 
 
-class ChunksMixin(RegistryBase):
+class ChunksRepository(Repository):
     """Chunk texts kept beside their documents (the keyword fallback's corpus and the edit path)."""
 
     def put_chunks(

@@ -22,7 +22,7 @@ from core.models import (
     SourceRef,
 )
 from sinks.registry.audit import audit_after
-from sinks.registry.base import RegistryBase, in_lists
+from sinks.registry.base import Repository, in_lists
 from sinks.registry.records import (
     SYSTEM_ACTOR,
     DocRecord,
@@ -38,7 +38,7 @@ from sinks.registry.schema import (
 )
 
 
-class DocumentsMixin(RegistryBase):
+class DocumentsRepository(Repository):
     """Documents, their versions and review states."""
 
     def create_document(

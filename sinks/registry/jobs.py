@@ -15,7 +15,7 @@ from sqlalchemy import and_, or_, select, update
 
 from core.errors import NotFound
 from core.models import JobStatus
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.schema import JobRow, aware, utcnow
 
 
@@ -61,7 +61,7 @@ def _record(row: JobRow) -> JobRecord:
     )
 
 
-class JobsMixin(RegistryBase):
+class JobsRepository(Repository):
     """Background ingest jobs (audio, video, large files): their rows and states."""
 
     def create_job(

@@ -3,9 +3,9 @@ inbox, and one-time review codes. The registry keeps no secret in the clear: a p
 argon2id hash, a session cookie and a review code as their sha256 (both carry 256 resp. ~60
 random bits, and a code lives 15 minutes and is used once, so a fast hash gives nothing away).
 
-- **Passwords**: :meth:`LoginsMixin.set_password` (audited; revokes the user's sessions;
+- **Passwords**: :meth:`LoginsRepository.set_password` (audited; revokes the user's sessions;
   `sinks.registry.passwords` says which passwords may be chosen);
-  :meth:`LoginsMixin.check_password` first reserves the attempt in ``login_attempts`` with one
+  :meth:`LoginsRepository.check_password` first reserves the attempt in ``login_attempts`` with one
   conditional ``UPDATE`` (compare-and-set), and only then verifies the password: however many
   guesses arrive at once, at most ``max_failures`` are checked per lock window. A failure
   after ``backoff_after`` makes the next attempt wait (1 s, 2 s, 4 s …); the one that reaches
@@ -14,10 +14,10 @@ random bits, and a code lives 15 minutes and is used once, so a fast hash gives 
   locked exactly like a known one, costs the same argon2 work (a dummy hash), and gets the same
   answers.
 - **Sessions**: a random cookie secret per login; each has an absolute expiry and an idle
-  expiry, and :meth:`LoginsMixin.end_session` revokes it on the server (a copied cookie no
+  expiry, and :meth:`LoginsRepository.end_session` revokes it on the server (a copied cookie no
   longer works after logout). Each carries its own CSRF token.
-- **Review codes**: :meth:`LoginsMixin.issue_review_code` binds a code to a user, an org and
-  optionally one flow run; :meth:`LoginsMixin.redeem_review_code` uses it up in one
+- **Review codes**: :meth:`LoginsRepository.issue_review_code` binds a code to a user, an org and
+  optionally one flow run; :meth:`LoginsRepository.redeem_review_code` uses it up in one
   compare-and-set ``UPDATE`` (two runs presenting the same code: one wins), and says why a
   refused code was refused (unknown, used, expired, another org or run), audited.
 """
@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from core.errors import ConfigError, NotFound, Unauthorized
 from core.models import AuditAction, Role
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.passwords import password_problem
 from sinks.registry.records import UserRecord
 from sinks.registry.schema import (
@@ -130,7 +130,7 @@ class IssuedCode:
     expires_at: dt.datetime
 
 
-class LoginsMixin(RegistryBase):
+class LoginsRepository(Repository):
     """Passwords, browser sessions and one-time review codes (see the module docstring)."""
 
     # -- passwords -------------------------------------------------------------------------

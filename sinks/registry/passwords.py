@@ -1,7 +1,7 @@
 """Which passwords a person may choose for the review inbox: at least 12 characters, and none
 that a guesser tries first.
 
-`password_problem` is the one rule, checked by `LoginsMixin.set_password`, which every way of
+`password_problem` is the one rule, checked by `LoginsRepository.set_password`, which every way of
 setting a password goes through (`kbflow users set-password`, the inbox's password page). It
 refuses, besides a length outside 12…1024:
 

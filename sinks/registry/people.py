@@ -14,7 +14,7 @@ from core.models import (
     Role,
 )
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.records import (
     SYSTEM_ACTOR,
     OrgRecord,
@@ -94,7 +94,7 @@ def refuse_last_superadmin(s: Session, user_id: str, change: str) -> None:
         raise Forbidden(last_superadmin_message(user_id, change))
 
 
-class PeopleMixin(RegistryBase):
+class PeopleRepository(Repository):
     """Orgs, users and roles, and who is the account manager of which org (every change audited)."""
 
     def ensure_org(

@@ -1,9 +1,9 @@
 """Decision proofs and the review runs kbflow started (see :mod:`tasks.review.codes`).
 
-- :meth:`ReviewRunsMixin.redeem_review_proof` uses up the review code that signed a run's
+- :meth:`ReviewRunsRepository.redeem_review_proof` uses up the review code that signed a run's
   decisions, in one compare-and-set, once the caller's check of the signature holds;
-- :meth:`ReviewRunsMixin.record_review_run` is written by the review flow before it pauses,
-  and :meth:`ReviewRunsMixin.review_runs_holding` is how the inbox finds a run to hand a
+- :meth:`ReviewRunsRepository.record_review_run` is written by the review flow before it pauses,
+  and :meth:`ReviewRunsRepository.review_runs_holding` is how the inbox finds a run to hand a
   decision to: only runs recorded here, never one planted through the Prefect API.
 """
 
@@ -16,12 +16,14 @@ from sqlalchemy import select, update
 from core.errors import Unauthorized
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.logins import GET_CODE, code_refused
 from sinks.registry.schema import ReviewCodeRow, ReviewRunRow, aware, utcnow
 
 
-class ReviewRunsMixin(RegistryBase):
+class ReviewRunsRepository(Repository):
+    """Decision proofs (used-up review codes) and the review runs kbflow started."""
+
     def redeem_review_proof(
         self,
         tag: str,

@@ -265,7 +265,7 @@ class LoginAttemptRow(Base):
     """The password checks a login name has had since its last success, by the name as typed
     (no foreign key: an unknown user id is counted and locked like a known one, so neither
     answer nor timing tells which ids exist). A check is reserved here before the password is
-    verified (`LoginsMixin.check_password`)."""
+    verified (`LoginsRepository.check_password`)."""
 
     __tablename__ = "login_attempts"
     login: Mapped[str] = mapped_column(String(120), primary_key=True)

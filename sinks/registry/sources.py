@@ -22,7 +22,7 @@ from core.contracts import SourceDict
 from core.errors import ConfigError, NotFound
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.schema import SourceItemRow, SourceRow, aware, utcnow
 
 SOURCE_FIELDS = (
@@ -114,7 +114,7 @@ def _public(record: SourceRecord) -> dict[str, Any]:
     return {key: value for key, value in record.to_dict().items() if key not in dropped}
 
 
-class SourcesMixin(RegistryBase):
+class SourcesRepository(Repository):
     """Sources: their rows, the audit of their changes, and their items' sync state."""
 
     def create_source(

@@ -2,10 +2,10 @@
 its secret is stored.
 
 A secret is ``kbf_`` and 43 URL-safe characters (``secrets.token_urlsafe(32)``: 256 random
-bits). :meth:`TokensMixin.create_token` returns it once; the row keeps its hash, so a copy of the
-registry lets nobody call the API. :meth:`TokensMixin.verify_token` finds the row by the hash
-(an indexed lookup: timing can at most reveal a hash of a 256-bit secret, which gives nothing
-away) and compares the hashes again with :func:`hmac.compare_digest`.
+bits). :meth:`TokensRepository.create_token` returns it once; the row keeps its hash, so a copy
+of the registry lets nobody call the API. :meth:`TokensRepository.verify_token` finds the row by
+the hash (an indexed lookup: timing can at most reveal a hash of a 256-bit secret, which gives
+nothing away) and compares the hashes again with :func:`hmac.compare_digest`.
 
 Who a token belongs to is read from the registry at every use: a user's role and org, an
 agent's org, collections and audiences are those of the moment, not of the day the token was
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from core.errors import ConfigError, NotFound, Unauthorized
 from core.models import AuditAction
 from sinks.registry.audit import admin_audit
-from sinks.registry.base import RegistryBase
+from sinks.registry.base import Repository
 from sinks.registry.schema import AgentRow, ApiTokenRow, UserRow, utcnow
 
 SECRET_PREFIX = "kbf_"
@@ -131,7 +131,7 @@ def _subject_after(row: ApiTokenRow) -> dict[str, Any]:
     return {"token_id": row.id, "user": row.user_id, "agent": row.agent_id, "name": row.name}
 
 
-class TokensMixin(RegistryBase):
+class TokensRepository(Repository):
     """Bearer tokens: made (secret shown once), listed, revoked and verified (audited)."""
 
     def create_token(

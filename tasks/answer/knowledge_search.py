@@ -210,7 +210,7 @@ class _Searching:
 
 def _has_servable_documents(registry: SqlRegistry, scope: Scope) -> bool:
     gate = build_gate(scope)
-    docs = registry.list_documents(scope.org_id, statuses=[DocStatus.APPROVED.value])
+    docs = registry.documents.list_documents(scope.org_id, statuses=[DocStatus.APPROVED.value])
     return any(gate.admits(d.gate_record()) for d in docs)
 
 
@@ -243,7 +243,7 @@ def rebuild_documents(
     Shares are water-filled: a short document uses what it needs and leaves the rest to the
     longer ones; a document cut short records how many characters the budget left out.
     """
-    chunks = registry.document_chunks(doc_id for doc_id, _ in chosen)
+    chunks = registry.chunks.document_chunks(doc_id for doc_id, _ in chosen)
     texts = {d: [(c.chunk_id, clean(c.text)) for c in chunks.get(d, [])] for d, _ in chosen}
     sizes = {d: sum(len(t) for _, t in texts[d]) for d, _ in chosen}
     allowance: dict[str, int] = {}

@@ -207,7 +207,7 @@ def verify_citations(
     and the document passes the gate (approved, this org, effective, allowed collection).
     """
     gate = build_gate(scope)
-    owners = registry.chunk_owners(chunk_ids)
+    owners = registry.chunks.chunk_owners(chunk_ids)
     out: dict[str, Citation] = {}
     for cid in chunk_ids:
         found = owners.get(cid)
@@ -229,7 +229,7 @@ def citation_sources(
     in its chunk's text (``texts``) stand for, from its document's own Citations footer
     (`tasks.text.citations.cited_sources`: a tag's id is never looked up)."""
     cited = list(citations)
-    docs = registry.get_documents(c.doc_id for c in cited)
+    docs = registry.documents.get_documents(c.doc_id for c in cited)
     return {
         c.chunk_id: [
             s.to_dict() for s in cited_sources(texts.get(c.chunk_id, ""), docs[c.doc_id].citations)

@@ -133,7 +133,7 @@ def plan_ingest(
     at its source, its last version taken out of service)."""
     versions: dict[str, list[DocRecord]] = {}
     keys_read = [s.source_key for s in sources] if by_key else None
-    for doc in registry.list_documents(org_id, source_keys=keys_read):  # every version
+    for doc in registry.documents.list_documents(org_id, source_keys=keys_read):  # every version
         versions.setdefault(doc.source_key, []).append(doc)
     current = {key: max(docs, key=lambda d: d.version) for key, docs in versions.items()}
     plan = IngestPlan()
@@ -150,7 +150,7 @@ def plan_ingest(
         else:
             plan.unchanged += 1
     keys = [s.source_key for s in sources]
-    plan.shadowed = [doc for doc, _ in registry.shadowed_versions(org_id, keys)]
+    plan.shadowed = [doc for doc, _ in registry.documents.shadowed_versions(org_id, keys)]
     for key in dict.fromkeys(keys):
         plan.shadowed.extend(unsettled_versions(versions.get(key, [])))
     return plan
@@ -200,7 +200,7 @@ def repair_shadowed(
     unsettled = [d.id for d in plan.shadowed if d.status == DocStatus.SUPERSEDED]
     settle_versions(store, registry, (), unsettled)  # hides them
     for key in sorted({d.source_key for d in plan.shadowed}):
-        _stamp_settled(registry.versions_of(org_id, key), registry)
+        _stamp_settled(registry.documents.versions_of(org_id, key), registry)
     plan.shadowed = []
     return len(done)
 
@@ -213,7 +213,7 @@ def _stamp_settled(versions: Sequence[DocRecord], registry: SqlRegistry) -> None
     ]
     if servable:
         newest = max(servable, key=lambda d: d.version)
-        registry.mark_parsed(
+        registry.documents.mark_parsed(
             newest.id, parse_status=ParseStatus(newest.parse_status),
             chunk_count=newest.chunk_count,
         )  # fmt: skip
@@ -303,7 +303,7 @@ def index_batch(
             doc.id, extracted, max_words=max_words, overlap_words=overlap_words
         )
         if not chunks:
-            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            registry.documents.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
             report.skipped.append((item.source.name, "no text to index after extraction"))
             continue
         docs.append((item, doc, chunks))
@@ -329,14 +329,14 @@ def index_batch(
     for item, doc, _ in docs:
         if doc.id in bad_docs:
             reasons = ", ".join(k for k, ids in check.failures.items() if _mentions(ids, doc.id))
-            registry.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
+            registry.documents.mark_parsed(doc.id, parse_status=ParseStatus.FAILED, chunk_count=0)
             report.skipped.append((item.source.name, f"failed data checks: {reasons}"))
             continue
         if item.resume:
             store.delete_document(doc.id)  # a half-written earlier attempt
         stored.append((item, doc))
     # The batch's chunk texts in one transaction (the documents stay pending until published).
-    registry.put_chunks_of(
+    registry.chunks.put_chunks_of(
         [(doc, doc.content_hash, chunks_of[doc.id]) for _, doc in stored], embedding_model=model_id
     )
     for _ in stored:
@@ -428,12 +428,12 @@ def _publish(
     """
     # Per document: one held for review (`_status_of`) leaves its live older version served.
     retiring = [doc.id for item, doc in stored if item.previous is not None and doc.status in _LIVE]
-    retired = registry.publish(chunk_counts, retire_older=retiring, actor=target.actor)
+    retired = registry.documents.publish(chunk_counts, retire_older=retiring, actor=target.actor)
     faults.point("ingest.after_publish")
     settle_versions(store, registry, (), retired)  # hides every version the commit retired
     faults.point("ingest.after_hide")
     if retired:
-        registry.publish({d: chunk_counts[d] for d in retiring}, actor=target.actor)
+        registry.documents.publish({d: chunk_counts[d] for d in retiring}, actor=target.actor)
     faults.point("ingest.after_settle")
     return len(retired)
 
@@ -490,7 +490,7 @@ def _register(
         for item, extracted, citations in read
         if not _resumed(item)
     ]
-    created = iter(registry.create_documents(new))
+    created = iter(registry.documents.create_documents(new))
     out: list[DocRecord] = []
     for item, _, _ in read:
         previous = item.previous

@@ -102,11 +102,13 @@ def reembed(
     started = time.perf_counter()
     model = embedder.model_id
     counts, todo = _scan(store, org_id, model)
-    orgs = [org_id] if org_id is not None else sorted(set(counts) | set(registry.chunk_orgs()))
+    orgs = (
+        [org_id] if org_id is not None else sorted(set(counts) | set(registry.chunks.chunk_orgs()))
+    )
     results: list[OrgReembed] = []
     if dry_run:
         for org in orgs:
-            stale = sum(n for m, n in registry.embedding_models(org).items() if m != model)
+            stale = sum(n for m, n in registry.chunks.embedding_models(org).items() if m != model)
             results.append(_org_report(org, counts, len(todo.get(org, [])), stale, []))
     else:
         done: Counter[str] = Counter()
@@ -132,7 +134,9 @@ def reembed(
             # Only when every point is the new model's: the registry must not claim vectors
             # that a skipped (or still unfinished) point does not have.
             whole = not skipped.get(org) and org not in todo
-            relabelled = rows[org] + (registry.relabel_org_chunks(org, model) if whole else 0)
+            relabelled = rows[org] + (
+                registry.chunks.relabel_org_chunks(org, model) if whole else 0
+            )
             results.append(_org_report(org, counts, done[org], relabelled, skipped.get(org, [])))
             log.info("re-embedded %d points of org %s with %s", done[org], org, model)
     return ReembedReport(
@@ -197,7 +201,7 @@ def _reembed_org(
             ],
             {EMBEDDING_MODEL: model},
         )
-        rows += registry.set_chunk_embedding_model(
+        rows += registry.chunks.set_chunk_embedding_model(
             (str(p.payload.get("chunk_id")) for p in points if p.payload.get("chunk_id")), model
         )
         done += len(points)

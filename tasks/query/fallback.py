@@ -81,13 +81,13 @@ class KeywordFallback:
         return len(index.entries), index.df
 
     def _index(self, org_id: str, registry: SqlRegistry) -> _OrgIndex:
-        generation = registry.chunk_generation(org_id)
+        generation = registry.chunks.chunk_generation(org_id)
         with self._lock:
             cached = self._indexes.get(org_id)
             if cached is not None and cached.generation == generation:
                 return cached
             started = time.perf_counter()
-            entries = registry.current_chunks(org_id)
+            entries = registry.chunks.current_chunks(org_id)
             tokenized = [analyze(_indexed_text(d, c)) or ["\0"] for d, c in entries]
             bm25 = None
             if entries:

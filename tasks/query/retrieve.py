@@ -106,7 +106,7 @@ def search(
     # Over-fetch a little so hits dropped by the registry re-check can be replaced.
     limit = top_k + max(5, top_k // 2)
     stored = _query_store(checked, gate, store, embedder, mode, limit, config)
-    docs = registry.get_documents(h.payload.get("doc_id", "") for h in stored)
+    docs = registry.documents.get_documents(h.payload.get("doc_id", "") for h in stored)
     hits: list[SearchHit] = []
     for hit in stored:
         doc = docs.get(hit.payload.get("doc_id", ""))

@@ -26,10 +26,10 @@ def agent_scope(
     ``read``: the agent's record and readable collections, when the caller has just read them
     from ``registry`` (a tool checking its arguments): they are not read twice.
     """
-    agent = read[0] if read is not None else registry.get_agent(agent_id)
+    agent = read[0] if read is not None else registry.catalog.get_agent(agent_id)
     if not agent.knowledge_base_enabled:
         return None
-    readable_records = read[1] if read is not None else registry.readable_collections(agent)
+    readable_records = read[1] if read is not None else registry.catalog.readable_collections(agent)
     readable = [c.path for c in readable_records]
     if collections:
         outside = [

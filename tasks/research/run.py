@@ -83,7 +83,7 @@ def gather_corpus(
     """The AM's seed inputs and (unless ``public_context`` is off) SSRF-guarded public context,
     as one citable corpus, each charged to the run's budget."""
     org = request.org_id
-    registry.get_org(org)
+    registry.people.get_org(org)
     budget = ResearchBudget(org, max_fetches=max_fetches, max_tokens=request.budget_cap_tokens)
     notes: list[str] = []
     seeds = list_seeds(registry, org)
@@ -230,8 +230,10 @@ def persist_drafts(
     """Ingest the drafts as pending_review (one synthesis run), then supersede the previous
     run's still-pending drafts of the same documents. Returns the new ids and how many old
     drafts were superseded."""
-    collection = registry.ensure_collection(org, DRAFTS_COLLECTION, "Knowledge-base documents")
-    current = registry.current_documents(org)
+    collection = registry.catalog.ensure_collection(
+        org, DRAFTS_COLLECTION, "Knowledge-base documents"
+    )
+    current = registry.documents.current_documents(org)
     items = []
     for draft in drafts:
         key = f"synthesis:{org}:{draft.filename}"
@@ -266,7 +268,7 @@ def persist_drafts(
     superseded = 0
     for item in items:
         prev = item.previous
-        for old in registry.versions_of(org, item.source.source_key) if prev else []:
+        for old in registry.documents.versions_of(org, item.source.source_key) if prev else []:
             if old.status == DocStatus.PENDING_REVIEW.value and old.synthesis_run_id != run_id:
                 superseded += supersede(old, store, registry, actor="research")
     log.info("research run %s persisted %d drafts for %s", run_id, report.documents, org)

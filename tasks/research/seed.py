@@ -172,9 +172,9 @@ def seed_bundle(
     """Check the bundle (and the room left in the org's bundle), then store each input as a
     tagged document (unchanged ones skipped)."""
     bundle.check()
-    registry.get_org(org_id)
+    registry.people.get_org(org_id)
     check_room(bundle, registry, org_id)
-    collection = registry.ensure_collection(
+    collection = registry.catalog.ensure_collection(
         org_id, SEED_COLLECTION, "Account-manager inputs for research"
     )
     report = BatchReport()
@@ -213,7 +213,7 @@ def list_seeds(registry: SqlRegistry, org_id: str) -> list[DocRecord]:
     """The org's current (approved) seed inputs, files, URLs and prompts."""
     return [
         d
-        for d in registry.list_documents(
+        for d in registry.documents.list_documents(
             org_id, statuses=[DocStatus.APPROVED.value], collection=SEED_COLLECTION
         )
         if d.source_tag in {t.value for t in SEED_TAGS}

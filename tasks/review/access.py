@@ -63,7 +63,7 @@ def load_actor(registry: SqlRegistry, actor_id: str | None, *, what: str = "act"
     if not actor_id:
         raise Forbidden(f"say who you are to {what}: --as USER (see `kbflow users list`).")
     try:
-        return registry.get_user(actor_id)
+        return registry.people.get_user(actor_id)
     except NotFound as exc:
         raise Forbidden(
             f"unknown user {actor_id!r}: only registered users may {what} (`kbflow users add`)."
@@ -111,7 +111,7 @@ def authorize_document(
     """The actor and the document, if they may decide on it (``inspect``: read it); a refusal
     says neither its org nor whether it exists (`authorize_item`)."""
     return authorize_item(
-        registry, actor_id, f"document {doc_id!r}", lambda: registry.get_document(doc_id),
+        registry, actor_id, f"document {doc_id!r}", lambda: registry.documents.get_document(doc_id),
         lambda doc: doc.org_id, what=what, inspect=inspect,
     )  # fmt: skip
 
@@ -153,7 +153,7 @@ def authorize_item(
         if user.role is Role.SUPERADMIN:
             raise
         raise refused from None
-    org = registry.get_org(org_of(found))
+    org = registry.people.get_org(org_of(found))
     if not (may_inspect(user, org) if inspect else may_decide(user, org)):
         raise refused
     return user, found
@@ -163,7 +163,7 @@ def _org_or_refused(
     registry: SqlRegistry, user: UserRecord, org_id: str, refused: Callable[[], Forbidden]
 ) -> OrgRecord:
     try:
-        return registry.get_org(org_id)
+        return registry.people.get_org(org_id)
     except NotFound:
         if user.role is Role.SUPERADMIN:
             raise
@@ -188,9 +188,9 @@ def _inspection_refused(user: UserRecord, org_id: str) -> Forbidden:
 
 def bootstrap_open(registry: SqlRegistry) -> bool:
     """Whether a superadmin may be created without a superadmin's ``--as``: only on a registry
-    that never had a superadmin (:meth:`~sinks.registry.SqlRegistry.had_superadmin`). The
+    that never had a superadmin (:meth:`~sinks.registry.PeopleRepository.had_superadmin`). The
     registry checks it again in the write (``ensure_user(..., bootstrap=True)``)."""
-    return not registry.had_superadmin()
+    return not registry.people.had_superadmin()
 
 
 def authorize_admin(
@@ -227,7 +227,7 @@ def authorize_admin(
                 "may manage users, roles and account-manager assignments. Nothing was changed."
             )
     except Forbidden as exc:
-        registry.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
+        registry.people.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
                                reason=str(exc))  # fmt: skip
         raise
     return user.id
@@ -254,7 +254,7 @@ def authorize_org_admin(
         Forbidden: no ``--as``, an unknown user, or one who may not; nothing was changed.
     """
     try:
-        org: OrgRecord | None = registry.get_org(org_id)
+        org: OrgRecord | None = registry.people.get_org(org_id)
     except NotFound:
         org = None
     return _authorize_catalog(
@@ -277,16 +277,16 @@ def authorize_agent_admin(
         NotFound: no such agent, for a superadmin.
     """
     try:
-        agent: AgentRecord | None = registry.get_agent(agent_id)
+        agent: AgentRecord | None = registry.catalog.get_agent(agent_id)
     except NotFound:
         agent = None
-    org = registry.get_org(agent.org_id) if agent is not None else None
+    org = registry.people.get_org(agent.org_id) if agent is not None else None
     admin = _authorize_catalog(
         registry, actor_id, what, org, recorded_org=org.id if org else None,
         superadmin_only=False,
     )  # fmt: skip
     if agent is None:
-        agent = registry.get_agent(agent_id)  # NotFound, for a superadmin
+        agent = registry.catalog.get_agent(agent_id)  # NotFound, for a superadmin
     return admin, agent
 
 
@@ -309,7 +309,7 @@ def _authorize_catalog(
                 "list`). Nothing was changed."
             )
         try:
-            user = registry.get_user(actor_id)
+            user = registry.people.get_user(actor_id)
         except NotFound:
             raise Forbidden(
                 f"unknown user {actor_id!r}: only {who} may {what} (see `kbflow users list`). "
@@ -328,7 +328,7 @@ def _authorize_catalog(
                 "Nothing was changed."
             )
     except Forbidden as exc:
-        registry.record_denied(actor_id or "(anonymous)", what, org_id=recorded_org,
+        registry.people.record_denied(actor_id or "(anonymous)", what, org_id=recorded_org,
                                reason=str(exc))  # fmt: skip
         raise
     return user.id
@@ -368,7 +368,7 @@ def authorize_token_admin(
         if user.role is Role.SUPERADMIN:
             return user  # any token, even one whose agent is gone
         if agent_id is not None:
-            agent_org = registry.get_org(registry.get_agent(agent_id).org_id)
+            agent_org = registry.people.get_org(registry.catalog.get_agent(agent_id).org_id)
             org_id = agent_org.id
             if not may_manage_tokens(user, agent_org=agent_org):
                 raise Forbidden(
@@ -383,7 +383,7 @@ def authorize_token_admin(
                 "their own tokens, a superadmin anyone's. Nothing was changed."
             )
     except Forbidden as exc:
-        registry.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
+        registry.people.record_denied(actor_id or "(anonymous)", attempted, org_id=org_id,
                                reason=str(exc))  # fmt: skip
         raise
     return user

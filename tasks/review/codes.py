@@ -50,7 +50,7 @@ def issue_code(
         Forbidden: the actor may not decide for the org (audited by the caller's refusal).
     """
     user = authorize_decision(registry, actor, org_id, what="get a review code")
-    return registry.issue_review_code(user.id, org_id, flow_run_id=flow_run_id, ttl=ttl)
+    return registry.logins.issue_review_code(user.id, org_id, flow_run_id=flow_run_id, ttl=ttl)
 
 
 def prove_reviewer(registry: SqlRegistry, code: str, org_id: str, flow_run_id: str) -> UserRecord:
@@ -60,7 +60,7 @@ def prove_reviewer(registry: SqlRegistry, code: str, org_id: str, flow_run_id: s
         Unauthorized: no code, or an unknown, used, expired or foreign code.
         Forbidden: the code's user may no longer decide for the org (their role changed).
     """
-    user_id = registry.redeem_review_code(code, org_id=org_id, flow_run_id=flow_run_id)
+    user_id = registry.logins.redeem_review_code(code, org_id=org_id, flow_run_id=flow_run_id)
     return authorize_decision(registry, user_id, org_id)
 
 
@@ -129,7 +129,7 @@ def prove_decisions(
     """
     proof = (proof or "").strip()
     if proof and not is_proof(proof):
-        registry.refuse_review_code(
+        registry.review_runs.refuse_review_code(
             org_id, flow_run_id, "a bare review code was sent instead of a decision proof"
         )
         raise Unauthorized(
@@ -146,7 +146,7 @@ def prove_decisions(
     def verify(key: str) -> bool:
         return hmac.compare_digest(_mac(key, flow_run_id, run_input), mac)
 
-    user_id = registry.redeem_review_proof(
+    user_id = registry.review_runs.redeem_review_proof(
         tag, verify, org_id=org_id, flow_run_id=flow_run_id, tag_of=lookup_tag
     )
     return authorize_decision(registry, user_id, org_id)

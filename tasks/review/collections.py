@@ -22,7 +22,7 @@ def move_collection(
 ) -> tuple[CollectionRecord, int]:
     """Re-parent a collection (audited as ``actor``'s); returns it and how many documents'
     payloads were rewritten."""
-    moved, doc_ids = registry.move_collection_rows(org_id, ref, new_parent, actor=actor)
+    moved, doc_ids = registry.catalog.move_collection_rows(org_id, ref, new_parent, actor=actor)
     _repath(registry, store, doc_ids)
     return moved, len(doc_ids)
 
@@ -39,7 +39,7 @@ def delete_collection(
 ) -> dict[str, int]:
     """Delete a collection (and its sub-collections), moving or deleting its documents
     (audited as ``actor``'s)."""
-    moved, deleted, _target = registry.delete_collection_rows(
+    moved, deleted, _target = registry.catalog.delete_collection_rows(
         org_id, ref, move_to=move_to, delete_contents=delete_contents, actor=actor
     )
     _repath(registry, store, moved)
@@ -49,7 +49,7 @@ def delete_collection(
 
 
 def _repath(registry: SqlRegistry, store: VectorStore, doc_ids: list[str]) -> None:
-    for doc in registry.get_documents(doc_ids).values():
+    for doc in registry.documents.get_documents(doc_ids).values():
         store.set_document_payload(
             doc.id, {"collection_path": collection_ancestry(doc.collection_path)}
         )

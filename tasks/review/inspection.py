@@ -29,7 +29,7 @@ def pending_documents(
     registry: SqlRegistry, org_id: str, synthesis_run_id: str | None = None
 ) -> list[DocRecord]:
     """The org's documents awaiting a review decision (of one synthesis run, if given)."""
-    docs = registry.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
+    docs = registry.documents.list_documents(org_id, statuses=[DocStatus.PENDING_REVIEW.value])
     if synthesis_run_id is not None:
         docs = [d for d in docs if d.synthesis_run_id == synthesis_run_id]
     return docs
@@ -44,7 +44,7 @@ def list_drafts(
     """An org's drafts grouped by synthesis run, for someone allowed to inspect them."""
     authorize_inspection(registry, actor_id, org_id)
     groups: dict[str | None, list[DocRecord]] = {}
-    for doc in registry.list_documents(org_id, statuses=[s.value for s in statuses]):
+    for doc in registry.documents.list_documents(org_id, statuses=[s.value for s in statuses]):
         groups.setdefault(doc.synthesis_run_id, []).append(doc)
     return groups
 

@@ -143,7 +143,7 @@ _RESTORE_HINTS = {
 # --- transitions ---------------------------------------------------------------------------
 #
 # A document that becomes servable retires the older live versions of its source in the SAME
-# registry transaction (`SqlRegistry.transition_and_retire`), so the registry never has two
+# registry transaction (`DocumentsRepository.transition_and_retire`), so the registry never has two
 # servable versions. The store is written around that commit (`_publish_decision`).
 
 
@@ -151,7 +151,7 @@ def live_older_versions(registry: SqlRegistry, doc: DocRecord) -> list[DocRecord
     """Older versions of ``doc``'s source that its approval would retire."""
     return [
         o
-        for o in registry.versions_of(doc.org_id, doc.source_key)
+        for o in registry.documents.versions_of(doc.org_id, doc.source_key)
         if o.version < doc.version and o.status in LIVE_STATUSES
     ]
 
@@ -171,7 +171,7 @@ def settle_versions(
     gone = set(retired)
     for old in hidden:
         if old.id not in gone:
-            sync_document(registry.get_document(old.id), store)
+            sync_document(registry.documents.get_document(old.id), store)
     for doc_id in gone - {o.id for o in hidden}:
         store.set_document_payload(doc_id, {"status": DocStatus.SUPERSEDED.value})
 
@@ -266,8 +266,8 @@ def _publish_decision(
 def _stamp_settled(registry: SqlRegistry, doc_id: str) -> None:
     """Write a version's own values back (a no-op but for ``updated_at``): the mark that the
     versions it retired are hidden in the store (`tasks.ingest.index.unsettled_versions`)."""
-    doc = registry.get_document(doc_id)
-    registry.mark_parsed(
+    doc = registry.documents.get_document(doc_id)
+    registry.documents.mark_parsed(
         doc.id, parse_status=ParseStatus(doc.parse_status), chunk_count=doc.chunk_count
     )
 
@@ -287,7 +287,7 @@ def approve(
         doc,
         registry=registry,
         open_store=open_store,
-        decide=lambda: registry.transition_and_retire(
+        decide=lambda: registry.documents.transition_and_retire(
             doc_id,
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.APPROVED,
@@ -313,7 +313,7 @@ def reject(
         store.set_document_payload(doc_id, {"status": DocStatus.REJECTED.value})
     faults.point("review.after_hide")
     try:
-        return registry.transition(
+        return registry.documents.transition(
             doc_id,
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.REJECTED,
@@ -353,7 +353,7 @@ def withdraw(
         store.set_document_payload(doc_id, {"status": DocStatus.WITHDRAWN.value})
     faults.point("review.after_hide")
     try:
-        return registry.transition(
+        return registry.documents.transition(
             doc_id,
             expected=DocStatus(doc.status) if doc.status else None,
             new=DocStatus.WITHDRAWN,
@@ -392,7 +392,7 @@ def take_out_at_source(
         store.set_document_payload(doc.id, {"status": new.value})
     faults.point("review.after_hide")
     try:
-        return registry.transition(
+        return registry.documents.transition(
             doc.id,
             expected=DocStatus(doc.status) if doc.status else None,
             new=new,
@@ -423,8 +423,8 @@ def restore(
     as a hidden draft holding copies of the withdrawn version's chunks under new chunk ids,
     with its citations; their dense vectors are the stored ones when the store can read them
     back (`_stored_dense`), else ``embedder`` embeds the texts again. One registry commit
-    (`SqlRegistry.restore_version`) then approves it, checking in the same transaction that the
-    document is still withdrawn and that no newer version of its source is approved or
+    (`DocumentsRepository.restore_version`) then approves it, checking in the same transaction
+    that the document is still withdrawn and that no newer version of its source is approved or
     withdrawn: of two restores (or a restore and another decision) exactly one wins, the other
     gets ReviewConflict and its copy is deleted from the store and rejected (or was retired by
     the winner's commit already), never served.
@@ -447,7 +447,7 @@ def restore(
     doc, user = _authorized(
         registry, doc_id, actor_id, "restore", states=(DocStatus.WITHDRAWN.value,)
     )
-    _refuse_newer(doc, registry.versions_of(doc.org_id, doc.source_key))
+    _refuse_newer(doc, registry.documents.versions_of(doc.org_id, doc.source_key))
     with open_store() as store:
         chunks = _restorable_chunks(registry, store, doc)
         stored = _stored_dense(registry, store, doc, chunks)
@@ -477,7 +477,7 @@ def restore(
             for c, v in zip(copies, dense, strict=True)
         )
     ]
-    registry.put_chunks(created, created.content_hash, copies, embedding_model=model_id)
+    registry.chunks.put_chunks(created, created.content_hash, copies, embedding_model=model_id)
     with open_store() as store:
         store.upsert(points)
     changes = {
@@ -491,7 +491,7 @@ def restore(
             created,
             registry=registry,
             open_store=open_store,
-            decide=lambda: registry.restore_version(
+            decide=lambda: registry.documents.restore_version(
                 doc.id, created.id, actor=user.id, changes=changes, note=note.strip()
             ),
         )
@@ -511,14 +511,15 @@ def _next_version(
 ) -> DocRecord:
     """A hidden draft registered as the source's next version of ``doc`` (same collection,
     title, uri, tags, audience and date), for an edit or a restore to publish."""
-    return registry.create_document(
+    return registry.documents.create_document(
         org_id=doc.org_id,
-        collection_id=registry.ensure_collection(doc.org_id, doc.collection_path).id,
+        collection_id=registry.catalog.ensure_collection(doc.org_id, doc.collection_path).id,
         source_key=doc.source_key,
         title=doc.title,
         uri=doc.uri,
         content_hash=content_hash,
-        version=max(v.version for v in registry.versions_of(doc.org_id, doc.source_key)) + 1,
+        version=max(v.version for v in registry.documents.versions_of(doc.org_id, doc.source_key))
+        + 1,
         status=DocStatus.PENDING_REVIEW,
         source_tag=doc.source_tag,
         synthesis_run_id=doc.synthesis_run_id,
@@ -538,7 +539,7 @@ def _drop_losing_copy(
     with open_store() as store:
         store.delete_document(copy_id)
     with suppress(ReviewConflict):
-        registry.transition(
+        registry.documents.transition(
             copy_id,
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.REJECTED,
@@ -575,7 +576,7 @@ def _refuse_newer(doc: DocRecord, versions: Sequence[DocRecord]) -> None:
 def _restorable_chunks(registry: SqlRegistry, store: VectorStore, doc: DocRecord) -> list[Chunk]:
     """The chunks of ``doc``'s content: the registry's, or (a document stored before the
     registry kept chunk texts) its stored points' payloads."""
-    chunks = registry.document_chunks([doc.id]).get(doc.id, [])
+    chunks = registry.chunks.document_chunks([doc.id]).get(doc.id, [])
     if not chunks:
         hits = [
             h
@@ -668,7 +669,7 @@ def _write_hidden_edit(
         chunk_to_point(c, v, hidden, model_id=model_id)
         for c, v in zip(chunks, vectors, strict=True)
     ]
-    registry.put_chunks(doc, content_hash, chunks, embedding_model=model_id)
+    registry.chunks.put_chunks(doc, content_hash, chunks, embedding_model=model_id)
     with open_store() as store:
         store.upsert(points)
     return content_hash, points, citations
@@ -736,7 +737,7 @@ def edit_and_approve(
             registry=registry,
             open_store=open_store,
             edited=points,
-            decide=lambda: registry.transition_and_retire(
+            decide=lambda: registry.documents.transition_and_retire(
                 doc_id,
                 expected=DocStatus.PENDING_REVIEW,
                 new=DocStatus.APPROVED,
@@ -785,7 +786,7 @@ def edit_approved(
             registry=registry,
             open_store=open_store,
             edited=points,
-            decide=lambda: registry.replace_version(
+            decide=lambda: registry.documents.replace_version(
                 doc.id,
                 created.id,
                 expected_old=DocStatus(doc.status) if doc.status else None,
@@ -812,7 +813,7 @@ def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, acto
     store.set_document_payload(doc.id, {"status": DocStatus.SUPERSEDED.value})
     expected = DocStatus(doc.status) if doc.status else None
     try:
-        registry.transition(
+        registry.documents.transition(
             doc.id,
             expected=expected,
             new=DocStatus.SUPERSEDED,
@@ -820,7 +821,7 @@ def supersede(doc: DocRecord, store: VectorStore, registry: SqlRegistry, *, acto
             action=AuditAction.SUPERSEDED,
         )
     except ReviewConflict:
-        sync_document(registry.get_document(doc.id), store)
+        sync_document(registry.documents.get_document(doc.id), store)
         log.warning("version %s changed state during supersede; payload re-synced", doc.id)
         return False
     return True
@@ -838,7 +839,7 @@ def retire_shadowed(
     """Repair "more than one servable version of a source": every live version below a newer
     servable one is hidden, then superseded (left behind by a crash of an older release, or
     by a write that failed half-way). Returns what was (or, with ``dry_run``, would be) done."""
-    shadowed = registry.shadowed_versions(org_id, source_keys)
+    shadowed = registry.documents.shadowed_versions(org_id, source_keys)
     found = [
         {
             "doc_id": doc.id,
@@ -853,14 +854,14 @@ def retire_shadowed(
     if shadowed and not dry_run:
         docs = [doc for doc, _ in shadowed]
         hide_versions(store, docs)
-        retired = registry.retire_versions([d.id for d in docs], actor=actor)
+        retired = registry.documents.retire_versions([d.id for d in docs], actor=actor)
         settle_versions(store, registry, docs, retired)
     return found
 
 
 def sync_payload(doc_id: str, *, registry: SqlRegistry, open_store: StoreOpener) -> None:
     """Make a document's vectors say what the registry says now (after a lost race)."""
-    current = registry.get_document(doc_id)
+    current = registry.documents.get_document(doc_id)
     with open_store() as store:
         sync_document(current, store)
 
@@ -924,7 +925,7 @@ def reconcile(
             (payload.get("status"), payload.get("parse_status"), payload.get("content_hash"))
         )
     report.documents = len(seen)
-    known = registry.get_documents(seen)
+    known = registry.documents.get_documents(seen)
     for doc_id, states in seen.items():
         doc = known.get(doc_id)
         if doc is None:

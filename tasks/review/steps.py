@@ -28,7 +28,7 @@ def list_pending_task(
 ) -> list[DocRecord]:
     """The org's documents awaiting review (of one research run, if given)."""
     with open_registry(settings) as registry:
-        registry.get_org(org)
+        registry.people.get_org(org)
         return pending(registry, org, synthesis_run_id)
 
 
@@ -76,4 +76,4 @@ def record_review_run_task(
 ) -> None:
     """Record this paused run as one kbflow started: the inbox hands decisions to no other."""
     with open_registry(settings) as registry:
-        registry.record_review_run(flow_run_id, org, doc_ids)
+        registry.review_runs.record_review_run(flow_run_id, org, doc_ids)

@@ -82,7 +82,7 @@ def take_out_item(
     `tasks.review.machine.take_out_at_source`. Returns whether any was taken out."""
     from tasks.review.machine import take_out_at_source
 
-    versions = registry.versions_of(source.org_id, source_doc_key(source.id, key))
+    versions = registry.documents.versions_of(source.org_id, source_doc_key(source.id, key))
     taken = [
         take_out_at_source(doc, actor=actor, note=note, registry=registry, open_store=open_store)
         for doc in sorted(versions, key=lambda d: -d.version)

@@ -7,7 +7,7 @@ a page, any Markdown, HTML, CSV or plain text), else staged as a file for the pa
 it (PDF, Office, images, audio, video). Ingest stores them exactly as ``kbflow ingest`` does
 (the flow runs its tasks: same extraction, chunking, checks and publish; the source's
 collection, status and audience), then what was seen of each item is recorded
-(`SourceSync.record`, `SqlRegistry.record_items`). An item is recorded only after its ingest,
+(`SourceSync.record`, `SourcesRepository.record_items`). An item is recorded only after its ingest,
 so a sync killed midway resumes where it stopped: the next sync reads the unrecorded items
 again and the ingest's content hash finds the ones already stored (nothing is doubled).
 
@@ -68,7 +68,7 @@ def item_record(
     meta: Mapping[str, Any] | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    """What the registry keeps of one item after a sync (`SqlRegistry.record_items`): present
+    """What the registry keeps of one item after a sync (`SourcesRepository.record_items`): present
     (its version, content hash and the connector's ``meta``), failed (its reason; the hash of
     what was last synced kept) or gone. The one place a sync builds an item's state."""
     return {
@@ -139,12 +139,12 @@ class SourceSync:
             "flow_run_id": flow_run_id,
         }
         with open_registry(self.settings) as registry:
-            before = dict(registry.get_source(self.source.id).last_sync or {})
+            before = dict(registry.sources.get_source(self.source.id).last_sync or {})
             self._confirmed = before.pop("withdraw_confirmed", None)
             if before.get("outcome") == "running":  # a killed sync's: keep what it kept
                 before = dict(before.get("previous") or {})
-            registry.set_last_sync(self.source.id, running | {"previous": before or None})
-            self.states = registry.source_items(self.source.id)
+            registry.sources.set_last_sync(self.source.id, running | {"previous": before or None})
+            self.states = registry.sources.source_items(self.source.id)
 
     # --- the walk ----------------------------------------------------------------------------
 
@@ -222,7 +222,7 @@ class SourceSync:
         source = self.source
         sources = [src for _, src in step.items.values()]
         with open_registry(self.settings) as registry:
-            coll = registry.ensure_collection(source.org_id, source.collection)
+            coll = registry.catalog.ensure_collection(source.org_id, source.collection)
             step.plan = plan_ingest(sources, registry, source.org_id, by_key=True, again=back)
         step.target = IngestTarget(
             org_id=source.org_id,
@@ -257,7 +257,7 @@ class SourceSync:
         faults.point("sources.before_record")
         if step.records:  # an unchanged step has nothing to record: no registry opened for it
             with open_registry(self.settings) as registry:
-                registry.record_items(self.source.id, step.records)
+                registry.sources.record_items(self.source.id, step.records)
         for _, src in step.items.values():
             if src.data is None:
                 with contextlib.suppress(OSError):
@@ -335,7 +335,7 @@ class SourceSync:
                 if self._take_out(registry, key, note):
                     self.counts["withdrawn"] += 1
                 st = states[key]
-                registry.record_items(
+                registry.sources.record_items(
                     self.source.id, [item_record(key, st.uri, "gone", content_hash=st.content_hash)]
                 )
 
@@ -379,7 +379,7 @@ class SourceSync:
         if self.held is not None:  # set only then: a report without it leaves it out
             report.withdraw_held = self.held
         with open_registry(self.settings) as registry:
-            registry.set_last_sync(self.source.id, report.to_dict())
+            registry.sources.set_last_sync(self.source.id, report.to_dict())
         self.log.info(
             "source %s synced: %s",
             self.source.name,

@@ -27,10 +27,10 @@ def require_org_model(
         EmbeddingModelMismatch: some of the org's chunks were embedded by another model; the
             message names both ids, how many chunks each made, and what to do.
     """
-    low, high = registry.embedding_model_bounds(org_id)
+    low, high = registry.chunks.embedding_model_bounds(org_id)
     if low is None or low == high == model_id:
         return
-    found = registry.embedding_models(org_id)
+    found = registry.chunks.embedding_models(org_id)
     others = {m: n for m, n in found.items() if m is not None and m != model_id}
     if not others:  # changed between the two reads: it is consistent now
         return

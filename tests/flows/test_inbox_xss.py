@@ -61,11 +61,11 @@ def served(settings: Settings, tmp_path: Path, embedder: Any) -> Iterator[dict[s
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-        registry.ensure_org(ORG)
-        registry.assign_am(ORG, AM)
-        registry.set_password(AM, PASSWORD, actor="root")
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+        registry.people.ensure_org(ORG)
+        registry.people.assign_am(ORG, AM)
+        registry.logins.set_password(AM, PASSWORD, actor="root")
         [doc_id] = index_records(
             [{"key": "memo", "title": TITLE, "text": TEXT, "markdown": True}],
             store=store, registry=registry, embedder=embedder, org=ORG, collection="kb",

@@ -55,7 +55,9 @@ def test_ingest_is_idempotent_and_versions_changes(
 
     settings = Settings()
     with open_registry(settings) as registry:
-        versions = [d for d in registry.list_documents("larkspur") if d.title.endswith("Handbook")]
+        versions = [
+            d for d in registry.documents.list_documents("larkspur") if d.title.endswith("Handbook")
+        ]
     assert sorted((d.version, d.status) for d in versions) == [
         (1, DocStatus.SUPERSEDED.value),
         (2, DocStatus.APPROVED.value),
@@ -112,4 +114,6 @@ def test_bad_files_are_skipped_with_reasons_and_too_many_fail_the_run(
     with pytest.raises(IngestFailed, match="2 of 2 documents could not be ingested"):
         _ingest([str(bad_only)])
     with open_registry(Settings()) as registry:  # what worked before is intact
-        assert any(d.title for d in registry.list_documents("larkspur") if d.status == "approved")
+        assert any(
+            d.title for d in registry.documents.list_documents("larkspur") if d.status == "approved"
+        )

@@ -35,7 +35,7 @@ def _snapshot(settings: Settings, doc_ids: set[str] | None = None) -> tuple[Any,
     with open_registry(settings) as registry:
         docs = sorted(
             (d.id, d.status, d.parse_status, d.content_hash, d.chunk_count, d.version)
-            for d in registry.list_documents("acme")
+            for d in registry.documents.list_documents("acme")
             if doc_ids is None or d.id in doc_ids
         )
     wanted = {d[0] for d in docs}

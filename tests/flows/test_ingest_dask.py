@@ -67,7 +67,7 @@ def _stored(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dic
     monkeypatch.setenv("KBFLOW_HOME", str(home))
     settings = Settings()
     with open_registry(settings) as registry:
-        docs = registry.list_documents("larkspur")
+        docs = registry.documents.list_documents("larkspur")
         rows = sorted(
             (d.uri, d.title, d.version, d.status, d.parse_status, d.chunk_count, d.content_hash)
             for d in docs
@@ -196,8 +196,8 @@ def test_a_workers_texts_are_exactly_what_the_writer_embeds(
     with extractors():
         prepared = prepare_batch(items, settings)
     assert "bad" in prepared.extracted  # its failure travels back, to be reported by the writer
-    registry.ensure_org("acme")
-    coll = registry.ensure_collection("acme", "docs")
+    registry.people.ensure_org("acme")
+    coll = registry.catalog.ensure_collection("acme", "docs")
     target = IngestTarget(org_id="acme", collection_id=coll.id, collection_path=coll.path)
     recording = _Recording(embedder)
     texts = batch_texts(items, prefetched(prepared.extracted))

@@ -32,7 +32,7 @@ GOOD = "# Returns\n\nBicycles may be returned within thirty days with the origin
 @pytest.fixture
 def org() -> None:
     with open_registry(Settings()) as registry:
-        registry.ensure_org(ORG)
+        registry.people.ensure_org(ORG)
 
 
 def _ingest(paths: list[str]) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def test_links_inside_a_folder_are_not_followed_out_of_it(
     assert "inside the folder" in notes["again.md"]
     assert not any("root:x:0" in h.text or "vault" in h.text for h in _search("root vault"))
     with open_registry(Settings()) as registry:
-        uris = {d.uri for d in registry.list_documents(ORG)}
+        uris = {d.uri for d in registry.documents.list_documents(ORG)}
     assert not any("passwd" in u or "secret" in u for u in uris)
 
 

@@ -60,7 +60,7 @@ def _state(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("KBFLOW_HOME", str(home))
     settings = Settings()
     with open_registry(settings) as registry:
-        docs = registry.list_documents("acme")
+        docs = registry.documents.list_documents("acme")
     servable: dict[str, list[int]] = {}
     for d in docs:
         if d.status in (None, "approved") and d.parse_status in SERVABLE_PARSE_STATUSES:

@@ -52,7 +52,7 @@ def test_every_real_document_ingests_with_its_provenance(
     assert report["documents"] == len(names) - 1
     settings = Settings()
     with open_registry(settings) as registry:
-        docs = {Path(d.uri).name: d for d in registry.list_documents("docs")}
+        docs = {Path(d.uri).name: d for d in registry.documents.list_documents("docs")}
     assert sorted(docs) == names  # the silent file is recorded too, so a re-run skips it
     assert docs["silent_1s.wav"].chunk_count == 0
 
@@ -121,7 +121,9 @@ def test_media_ingests_as_a_job_that_returns_at_once(
 
     settings = Settings()
     with open_registry(settings) as registry:
-        (recording,) = [d for d in registry.list_documents("media") if d.uri.endswith(".mp3")]
+        (recording,) = [
+            d for d in registry.documents.list_documents("media") if d.uri.endswith(".mp3")
+        ]
     payloads = _chunk_payloads(settings, recording.id)
     assert payloads and all("start_s" in p and "end_s" in p for p in payloads)
 
@@ -154,10 +156,10 @@ def test_a_job_whose_process_died_is_reported_failed(tmp_path: Path) -> None:
     gone.wait()
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        jobs = registry
+        jobs = registry.jobs
         job = jobs.create_job("media", kind="ingest", inputs=["/x.mp3"], params={"org": "media"})
         jobs.update_job_runner(job.id, pid=gone.pid, log_path="/tmp/x.log")
-        after = refresh(jobs, jobs.get_job(job.id))
+        after = refresh(registry, jobs.get_job(job.id))
     finally:
         registry.close()
     assert after.status is JobStatus.FAILED

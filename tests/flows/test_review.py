@@ -322,10 +322,10 @@ def server_env(prefect_server: Server) -> dict[str, str]:
 @pytest.fixture
 def drafts(settings: Settings, registry: SqlRegistry, embedder: Any) -> dict[str, str]:
     """Two pending drafts in ORG, an assigned AM and an expert; the store is closed after."""
-    registry.ensure_org(ORG)
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
-    registry.ensure_org(ORG, am_user_id=AM)
+    registry.people.ensure_org(ORG)
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
+    registry.people.ensure_org(ORG, am_user_id=AM)
     with open_vector_store(settings) as store:
         ids = index_records(
             DRAFTS,
@@ -359,13 +359,13 @@ def _visible(settings: Settings, registry: SqlRegistry, embedder: Any) -> dict[s
 def code_for(registry: SqlRegistry, user: str = AM, org: str = ORG) -> str:
     """A one-time review code for ``user``, issued as `kbflow review code` does (the registry
     call, without the rights check: a test may issue one to someone who may not decide)."""
-    return registry.issue_review_code(user, org).code
+    return registry.logins.issue_review_code(user, org).code
 
 
 def _decisions_audit(registry: SqlRegistry) -> list[tuple[str, str, str]]:
     return [
         (row.action, row.doc_id, row.actor)
-        for row in registry.audit_trail(ORG)
+        for row in registry.audit.audit_trail(ORG)
         if row.doc_id is not None and row.action != AuditAction.CREATED.value
     ]
 
@@ -425,7 +425,7 @@ def test_review_is_paused_then_resumed_with_decisions(
     ]
     assert "publish" in report["outcomes"][0]["message"]
 
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert docs[drafts["kiln"]].status == DocStatus.APPROVED.value
     assert docs[drafts["kiln"]].approved_by == AM
     assert docs[drafts["glaze"]].status == DocStatus.REJECTED.value
@@ -472,7 +472,7 @@ def test_edit_replaces_the_draft_and_skip_leaves_it_pending(
         [drafts["glaze"]],
     )
     assert report["model_loaded"]
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert docs[drafts["kiln"]].status == DocStatus.APPROVED.value
     assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value
     assert _decisions_audit(registry) == [(AuditAction.EDITED_APPROVED.value, drafts["kiln"], AM)]
@@ -510,7 +510,7 @@ def test_unanswered_review_times_out_and_leaves_drafts_pending(
     assert state is not None and state.is_failed(), state
     assert any("stay pending_review" in log.message for log in logs)
 
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert {d.status for d in docs.values()} == {DocStatus.PENDING_REVIEW.value}
     assert _decisions_audit(registry) == []
     assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
@@ -550,7 +550,7 @@ def test_unauthorised_reviewer_changes_nothing(
     ), state.message
     assert f"FAILED {state.message}" in child.output()
 
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert {d.status for d in docs.values()} == {DocStatus.PENDING_REVIEW.value}
     assert _decisions_audit(registry) == []
     assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
@@ -600,7 +600,7 @@ def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
         assert "kbflow review show" in field["description"]
         assert field["default"] == {"action": "skip", "content": "", "note": ""}
 
-    before = registry.get_document(drafts["kiln"])
+    before = registry.documents.get_document(drafts["kiln"])
     kiln = next(d for d in DRAFTS if d["key"] == "kiln")
     prefect_server.resume(
         run_id,
@@ -625,10 +625,10 @@ def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
         }
     ]
     assert not report["model_loaded"]  # nothing was re-embedded
-    after = registry.get_document(drafts["kiln"])
+    after = registry.documents.get_document(drafts["kiln"])
     assert (after.status, after.content_hash) == ("approved", before.content_hash)
     assert _decisions_audit(registry) == [(AuditAction.APPROVED.value, drafts["kiln"], AM)]
-    assert registry.get_document(drafts["glaze"]).status == DocStatus.PENDING_REVIEW.value
+    assert registry.documents.get_document(drafts["glaze"]).status == DocStatus.PENDING_REVIEW.value
     assert _final_state(prefect_server, run_id).is_completed()
     with prefect_server.client() as client:  # the run's page says what was decided, by whom
         from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
@@ -651,7 +651,7 @@ def test_a_typed_name_without_a_code_applies_nothing_and_the_run_fails(
 ) -> None:
     """The hostile review's replay: an anonymous resume naming the org's AM (or a superadmin)
     and replacing a draft with the attacker's text applies nothing; the run ends Failed."""
-    registry.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("root", Role.SUPERADMIN)
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
     with web.client(base_url=prefect_server.api_url) as anonymous:
@@ -671,10 +671,10 @@ def test_a_typed_name_without_a_code_applies_nothing_and_the_run_fails(
     state = _final_state(prefect_server, run_id)
     assert state.is_failed(), state
     assert "no review code was given" in state.message, state.message
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert {d.status for d in docs.values()} == {DocStatus.PENDING_REVIEW.value}
     assert _decisions_audit(registry) == []
-    refused = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.refused"]
+    refused = [r for r in registry.audit.audit_trail(ORG) if r.action == "kb.review_code.refused"]
     assert len(refused) == 1
     assert not set(drafts.values()) & set().union(*_visible(settings, registry, embedder).values())
 
@@ -683,7 +683,7 @@ def test_a_used_code_is_refused_and_nothing_is_applied(
     prefect_server: Server, start_review: Any, drafts: dict[str, str], registry: SqlRegistry
 ) -> None:
     code = code_for(registry)
-    registry.redeem_review_code(code, org_id=ORG, flow_run_id="an-earlier-run")
+    registry.logins.redeem_review_code(code, org_id=ORG, flow_run_id="an-earlier-run")
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
     prefect_server.resume(
@@ -693,7 +693,7 @@ def test_a_used_code_is_refused_and_nothing_is_applied(
     assert rc == 0 and report is not None and report["applied"] == 0, child.output()
     state = _final_state(prefect_server, run_id)
     assert state.is_failed() and "already used" in state.message, state
-    assert registry.get_document(drafts["kiln"]).status == DocStatus.PENDING_REVIEW.value
+    assert registry.documents.get_document(drafts["kiln"]).status == DocStatus.PENDING_REVIEW.value
 
 
 def test_a_lost_race_is_reported_and_the_run_still_completes(
@@ -725,7 +725,7 @@ def test_a_lost_race_is_reported_and_the_run_still_completes(
     ]
     assert "FAILED" not in child.output()
     assert _final_state(prefect_server, run_id).is_completed()
-    assert registry.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
+    assert registry.documents.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
 
 
 def test_review_flow_command_prints_the_run_and_its_link_while_waiting(
@@ -768,7 +768,7 @@ def test_review_flow_command_times_out_with_one_message_and_no_traceback(
     assert "error: no decisions arrived within 3s, so the 2 drafts of org 'larkspur'" in " ".join(
         err.split()
     )
-    assert {d.status for d in registry.get_documents(drafts.values()).values()} == {
+    assert {d.status for d in registry.documents.get_documents(drafts.values()).values()} == {
         DocStatus.PENDING_REVIEW.value
     }
 
@@ -776,7 +776,7 @@ def test_review_flow_command_times_out_with_one_message_and_no_traceback(
 def test_no_pending_documents_returns_without_pausing(
     prefect_server: Server, start_review: Any, registry: SqlRegistry
 ) -> None:
-    registry.ensure_org("quiet")
+    registry.people.ensure_org("quiet")
     rc, report = start_review(org="quiet").finish()
     assert rc == 0
     assert report is not None
@@ -832,7 +832,9 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
     child = ReviewChild(proc, f"{name}-review", out, err)
     try:
         run_id = child.wait_until_waiting_for_input(prefect_server, timeout_s=120)
-        drafts = [d for d in registry.list_documents(org) if d.source_tag == "agent_synthesis"]
+        drafts = [
+            d for d in registry.documents.list_documents(org) if d.source_tag == "agent_synthesis"
+        ]
         assert len(drafts) == 4 and {d.status for d in drafts} == {"pending_review"}
         (synthesis_run,) = {d.synthesis_run_id for d in drafts}
         hidden = set().union(*_fresh_visible(settings, registry, embedder, org).values())
@@ -860,7 +862,7 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
     assert set(approve) <= visible
     assert not set(reject) & visible
     assert visible & {d.id for d in drafts} == set(approve)
-    rows = [r for r in registry.audit_trail(org) if r.doc_id in set(approve) | set(reject)]
+    rows = [r for r in registry.audit.audit_trail(org) if r.doc_id in set(approve) | set(reject)]
     decisions = [r for r in rows if r.action != AuditAction.CREATED.value]
     assert (
         sorted(r.action for r in decisions)
@@ -876,9 +878,9 @@ def _seed_fresh_org(
     from tasks.ingest.extract import file_to_document
     from tasks.research.seed import SeedBundle, seed_bundle
 
-    registry.ensure_org(org, "Fresh Foods")
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.assign_am(org, AM)
+    registry.people.ensure_org(org, "Fresh Foods")
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.assign_am(org, AM)
     brief = tmp_path / "brief.md"
     brief.write_text(BRIEF)
     with open_vector_store(settings) as store:
@@ -929,18 +931,18 @@ def test_research_command_shows_where_to_review_and_fails_when_nobody_answers(
         f"the review of research run {report['synthesis_run_id']} failed, its 4 drafts stay "
         f"pending_review: {report['review_failed']}"
     )
-    assert {d.status for d in registry.list_documents(org) if d.id in report["doc_ids"]} == {
-        DocStatus.PENDING_REVIEW.value
-    }
+    assert {
+        d.status for d in registry.documents.list_documents(org) if d.id in report["doc_ids"]
+    } == {DocStatus.PENDING_REVIEW.value}
 
 
 def test_research_stopped_by_its_budget_ends_failed_with_the_reason(
     prefect_server: Server, start_cli: Any, registry: SqlRegistry
 ) -> None:
     org = "broke"
-    registry.ensure_org(org, "Broke Ltd")
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.assign_am(org, AM)
+    registry.people.ensure_org(org, "Broke Ltd")
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.assign_am(org, AM)
     args = ("research", "--org", org, "--client-name", "Broke", "--as", AM, "--budget", "1",
             "--review-timeout", "0")  # fmt: skip
     as_json = start_cli(*args, "--json")
@@ -956,7 +958,7 @@ def test_research_stopped_by_its_budget_ends_failed_with_the_reason(
     text = start_cli(*args)
     assert text.proc.wait(timeout=180) == 1, text.output()  # as before: text mode exits 1
     assert "budget exceeded" in text.out.read_text()
-    assert registry.list_documents(org) == []
+    assert registry.documents.list_documents(org) == []
 
 
 def _fresh_visible(
@@ -1061,13 +1063,13 @@ def test_input_swapped_after_the_inbox_resumes_is_refused(
     thief = threading.Thread(target=attacker)
     thief.start()
     with _inbox(settings, registry, embedder, prefect_server.api_url) as ctx:
-        amy = registry.get_user(AM)
+        amy = registry.people.get_user(AM)
         decided = decide(ctx, settings, amy, drafts["kiln"], "approve")
     thief.join()
     assert swapped.is_set(), "the attacker never saw the input (the test proves nothing)"
     rc, _ = child.finish()
     assert rc == 0, child.output()
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value  # never approved
     code = str(stolen.get("code", ""))
     assert code.startswith("kbp1."), f"a bare code went into Prefect's storage: {code!r}"
@@ -1116,15 +1118,15 @@ def test_a_planted_paused_run_gets_no_inbox_decision(
         assert api.get(f"/flow_runs/{run['id']}").json()["state"]["type"] == "PAUSED"
         started = time.monotonic()
         with _inbox(settings, registry, embedder, prefect_server.api_url) as ctx:
-            decided = decide(ctx, settings, registry.get_user(AM), drafts["kiln"], "approve")
+            decided = decide(ctx, settings, registry.people.get_user(AM), drafts["kiln"], "approve")
         took = time.monotonic() - started
         planted = api.get(f"/flow_runs/{run['id']}").json()
         response = api.get(f"/flow_runs/{run['id']}/input/paused-1-response")
     assert decided.via_run is None and took < 15, (decided, took)
-    assert registry.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
+    assert registry.documents.get_document(drafts["kiln"]).status == DocStatus.APPROVED.value
     assert planted["state"]["type"] == "PAUSED"  # never resumed
     assert response.status_code == 404  # no code, no decision handed to it
-    issued = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.issued"]
+    issued = [r for r in registry.audit.audit_trail(ORG) if r.action == "kb.review_code.issued"]
     assert issued == []
 
 
@@ -1151,8 +1153,8 @@ def test_a_cli_decision_on_a_draft_a_paused_run_holds_goes_through_that_run(
     assert report is not None
     assert [(o["doc_id"], o["result"]) for o in report["outcomes"]] == [(drafts["kiln"], "applied")]
     assert _final_state(prefect_server, run_id).is_completed()
-    docs = registry.get_documents(drafts.values())
+    docs = registry.documents.get_documents(drafts.values())
     assert (docs[drafts["kiln"]].status, docs[drafts["kiln"]].approved_by) == ("approved", AM)
     assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value
-    issued = [r for r in registry.audit_trail(ORG) if r.action == "kb.review_code.issued"]
+    issued = [r for r in registry.audit.audit_trail(ORG) if r.action == "kb.review_code.issued"]
     assert [r.actor for r in issued] == [AM]  # the proof was signed for amy, for this run

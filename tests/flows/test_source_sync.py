@@ -59,8 +59,8 @@ SECURITY = "# Security\n\nBadges must be worn at all times inside the building.\
 @pytest.fixture
 def registry(settings: Settings) -> Iterator[SqlRegistry]:
     reg = SqlRegistry.open(settings.registry_url)
-    reg.ensure_user(ROOT, Role.SUPERADMIN, bootstrap=True)
-    reg.ensure_org(ORG)
+    reg.people.ensure_user(ROOT, Role.SUPERADMIN, bootstrap=True)
+    reg.people.ensure_org(ORG)
     yield reg
     reg.close()
 
@@ -78,7 +78,7 @@ def _tail(key: str) -> str:
 def _live(registry: SqlRegistry) -> dict[str, tuple[str, int, str | None]]:
     """Each item's newest document: (item key's tail -> (status, version, content hash))."""
     out: dict[str, tuple[str, int, str | None]] = {}
-    for doc in registry.list_documents(ORG):
+    for doc in registry.documents.list_documents(ORG):
         tail = _tail(doc.source_key)
         if tail not in out or doc.version > out[tail][1]:
             out[tail] = (doc.status or "approved", doc.version, doc.content_hash)
@@ -98,7 +98,7 @@ def _found(settings: Settings, query: str) -> set[str]:
 def _registry_docs(settings: Settings) -> list[Any]:
     reg = SqlRegistry.open(settings.registry_url)
     try:
-        return reg.list_documents(ORG)
+        return reg.documents.list_documents(ORG)
     finally:
         reg.close()
 
@@ -165,13 +165,13 @@ def test_a_source_syncs_changes_deletions_additions_and_returns(
     from kbflow.services.query.answers import _trace
     from kbflow.services.query.context import search_context
 
-    registry.create_agent(ORG, "helper")
+    registry.catalog.create_agent(ORG, "helper")
     with search_context(settings) as ctx:
         said = answers.answer(ctx, "helper", "Where do visitors park?")
     # Offline, "where" asks for no value a structure proves: the passage is handed over.
     assert said["status"] in ("answered", "maybe"), said
     parking_id = next(
-        d.id for d in registry.list_documents(ORG) if _tail(d.source_key) == "parking.md"
+        d.id for d in registry.documents.list_documents(ORG) if _tail(d.source_key) == "parking.md"
     )
     assert parking_id in {c["doc_id"] for c in said["citations"]}
 
@@ -191,7 +191,7 @@ def test_a_source_syncs_changes_deletions_additions_and_returns(
     assert live["expenses.md"][:2] == ("approved", 1)
     assert "parking.md" not in _found(settings, "where do visitors park")
     assert "leave.md" in _found(settings, "grade C days of leave")
-    trail = registry.audit_trail(ORG, parking_id)
+    trail = registry.audit.audit_trail(ORG, parking_id)
     assert trail[-1].action == "kb.document.withdrawn"
     assert trail[-1].actor.startswith("source:") and "removed at source" in str(trail[-1].after)
     stale = {r["doc_id"]: r["stale"] for r in _trace(settings, registry, stale_only=True)}
@@ -199,11 +199,11 @@ def test_a_source_syncs_changes_deletions_additions_and_returns(
 
     # Unchanged: no item body is read again (the failed one is retried), nothing ingested.
     kind.delete("huge.md")
-    before_reads, before_docs = kind.reads(), registry.list_documents(ORG)
+    before_reads, before_docs = kind.reads(), registry.documents.list_documents(ORG)
     third = _sync(settings, name)
     assert third["counts"]["unchanged"] == 3 and third["counts"]["listed"] == 3, third
     assert sum(third["counts"][k] for k in ("new", "changed", "withdrawn", "failed")) == 0
-    assert registry.list_documents(ORG) == before_docs
+    assert registry.documents.list_documents(ORG) == before_docs
     if before_reads is not None:
         assert kind.reads() == before_reads, "an unchanged re-sync read item bodies again"
 
@@ -230,14 +230,14 @@ def test_a_local_folder_is_a_superadmins_and_links_are_not_followed(
     secret.write_text("# Secret\n\nThe vault code is 0451.\n")
     (share / "linked.md").symlink_to(secret)
     (share / "etc").symlink_to("/etc")
-    registry.ensure_user("am1", Role.ACCOUNT_MANAGER, org_id=ORG)
-    registry.assign_am(ORG, "am1")
+    registry.people.ensure_user("am1", Role.ACCOUNT_MANAGER, org_id=ORG)
+    registry.people.assign_am(ORG, "am1")
     fields = service.source_fields(
         "filesystem", {"url": str(share)}, collection="c", status="approved"
     )
     with pytest.raises(Forbidden):
         service.add_source(settings, ORG, "share", fields, actor="am1")
-    assert registry.list_sources(ORG) == []
+    assert registry.sources.list_sources(ORG) == []
     service.add_source(settings, ORG, "share", fields, actor=ROOT)
     summary = _sync(settings, "share")
     assert summary["counts"]["new"] == 1
@@ -286,13 +286,13 @@ def test_a_sync_killed_midway_finishes_on_the_next_run(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(killed.pid, signal.SIGKILL)
         assert killed.returncode == -9, log.read_text(errors="replace")[-3000:]
-        source_id = registry.find_sources(name, ORG)[0].id
-        assert len(registry.source_items(source_id)) == 2  # only the 1st step was recorded
+        source_id = registry.sources.find_sources(name, ORG)[0].id
+        assert len(registry.sources.source_items(source_id)) == 2  # only the 1st step was recorded
         assert service.get_source(settings, name, ORG)["last_sync"]["outcome"] == "interrupted"
 
         summary = _sync(settings, name)
         assert summary["outcome"] == "ok", summary
-        docs = registry.list_documents(ORG)
+        docs = registry.documents.list_documents(ORG)
         per_item: dict[str, list[int]] = {}
         for doc in docs:
             per_item.setdefault(_tail(doc.source_key), []).append(doc.version)
@@ -322,7 +322,9 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     assert _sync(settings, "drafts")["counts"]["new"] == 2
     assert {v[0] for v in _live(registry).values()} == {"pending_review"}
     assert _found(settings, "where do visitors park") == set()
-    parking = next(d for d in registry.list_documents(ORG) if d.uri.endswith("parking.md"))
+    parking = next(
+        d for d in registry.documents.list_documents(ORG) if d.uri.endswith("parking.md")
+    )
     review.decision(settings, "approve", parking.id, ROOT, note=None)
     assert "parking.md" in _found(settings, "where do visitors park")
     # A change waits for review; the approved version stays served meanwhile.
@@ -337,7 +339,7 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     held = _sync(settings, "drafts")  # 2 of 2 gone at once: held until the AM confirms
     assert held["counts"]["withdrawn"] == 0 and held["withdraw_held"]["gone"] == 2
     assert "parking.md" in _found(settings, "where do visitors park")
-    registry.confirm_source_withdrawal(service.resolve_source(settings, "drafts", ORG).id,
+    registry.sources.confirm_source_withdrawal(service.resolve_source(settings, "drafts", ORG).id,
                                        actor=ROOT)  # fmt: skip
     summary = _sync(settings, "drafts")
     assert summary["counts"]["withdrawn"] == 2 and "withdraw_held" not in summary
@@ -345,7 +347,9 @@ def test_a_pending_review_sources_items_are_invisible_until_approved(
     assert live["travel.md"][0] == "rejected"
     # Both versions of the parking policy leave: the approved one and its pending change.
     parking_versions = sorted(
-        (d.version, d.status) for d in registry.list_documents(ORG) if d.uri.endswith("parking.md")
+        (d.version, d.status)
+        for d in registry.documents.list_documents(ORG)
+        if d.uri.endswith("parking.md")
     )
     assert parking_versions == [(1, "withdrawn"), (2, "rejected")]
     assert _found(settings, "where do visitors park") == set()
@@ -387,7 +391,7 @@ def test_a_deletion_storm_is_held_until_the_am_confirms(
     assert confirmed["counts"]["withdrawn"] == 8 and "withdraw_held" not in confirmed
     live = _live(registry)
     assert [live[f"policy-{k}.md"][0] for k in range(10)] == ["approved"] + ["withdrawn"] * 9
-    trail = [r.action for r in registry.audit_trail(ORG)]
+    trail = [r.action for r in registry.audit.audit_trail(ORG)]
     assert "kb.source.withdraw_confirmed" in trail
 
 
@@ -426,16 +430,16 @@ def test_removing_a_source_with_withdraw_takes_out_every_version_in_play(
         "filesystem", {"url": str(share)}, collection="policies", status="pending_review",
     ), actor=ROOT)  # fmt: skip
     _sync(settings, "drafts")
-    (first,) = registry.list_documents(ORG)
+    (first,) = registry.documents.list_documents(ORG)
     review.decision(settings, "approve", first.id, ROOT, note=None)
     (share / "parking.md").write_text(PARKING.replace("north", "south"))
     assert _sync(settings, "drafts")["counts"]["changed"] == 1  # a draft beside the approved one
 
     removed = service.remove_source(settings, "drafts", ORG, actor=ROOT, withdraw=True)
     assert removed["withdrawn"] == 1
-    assert sorted((d.version, d.status) for d in registry.list_documents(ORG)) == [
+    assert sorted((d.version, d.status) for d in registry.documents.list_documents(ORG)) == [
         (1, "withdrawn"),
         (2, "rejected"),
     ]
     assert _found(settings, "where do visitors park") == set()
-    assert registry.list_sources(ORG) == []
+    assert registry.sources.list_sources(ORG) == []

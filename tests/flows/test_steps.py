@@ -116,9 +116,9 @@ def seeded(embedder: Any) -> Settings:
 
     settings = Settings()
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-        registry.ensure_org(ORG, "Larch Cycles", am_user_id=AM)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+        registry.people.ensure_org(ORG, "Larch Cycles", am_user_id=AM)
         seed_bundle(
             SeedBundle(urls=(HOME_URL,), prompts=("Larch Cycles sells the Fold 3 for 950 EUR.",)),
             ORG, registry=registry, store=store, embedder=embedder,
@@ -180,8 +180,8 @@ def test_an_ssrf_block_is_not_retried(
     # A URL stored before seeds were checked when stored (they are now): the fetch refuses it.
     monkeypatch.setattr("tasks.research.seed.check_url_shape", lambda url: None)
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-        registry.ensure_org(ORG, "Larch Cycles", am_user_id=AM)
+        registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+        registry.people.ensure_org(ORG, "Larch Cycles", am_user_id=AM)
         seed_bundle(SeedBundle(urls=(internal,), prompts=("Focus on folding bikes.",)), ORG,
                     registry=registry, store=store, embedder=embedder,
                     extract_file=lambda s: file_to_document(s.path))  # fmt: skip
@@ -262,7 +262,7 @@ def test_a_busy_store_is_retried_and_the_ingest_recovers(
 
     (tmp_path / "a.md").write_text("# Returns\n\nBikes may be returned within thirty days.\n")
     with open_registry(Settings()) as registry:
-        registry.ensure_org(ORG)
+        registry.people.ensure_org(ORG)
     real = ingest_steps.open_vector_store
     opened: list[int] = []
 

@@ -33,10 +33,10 @@ def _serving(
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
         kw = {"store": store, "registry": registry, "embedder": embedder}
-        registry.ensure_org("acme")
-        registry.ensure_org("globex")
-        registry.create_collection("acme", "hr", "People policies.", None)
-        registry.create_collection("acme", "sales", "Sales playbooks.", None)
+        registry.people.ensure_org("acme")
+        registry.people.ensure_org("globex")
+        registry.catalog.create_collection("acme", "hr", "People policies.", None)
+        registry.catalog.create_collection("acme", "sales", "Sales playbooks.", None)
         docs = {
             name: index_records(
                 [{"key": name, "title": f"{TOPIC} ({name})", "text": f"{TOPIC}: {name} copy."}],
@@ -50,18 +50,18 @@ def _serving(
                 ("globex", "globex", "default"),
             )
         }
-        registry.create_agent("acme", "hr-bot", "answers staff")
-        registry.set_allowed("hr-bot", ["hr"], allow=True)
-        registry.create_agent("acme", "off-bot", "switched off", enabled=False)
-        registry.set_allowed("off-bot", ["hr"], allow=True)
-        registry.ensure_user("root", _superadmin())
+        registry.catalog.create_agent("acme", "hr-bot", "answers staff")
+        registry.catalog.set_allowed("hr-bot", ["hr"], allow=True)
+        registry.catalog.create_agent("acme", "off-bot", "switched off", enabled=False)
+        registry.catalog.set_allowed("off-bot", ["hr"], allow=True)
+        registry.people.ensure_user("root", _superadmin())
         from core.models import DocStatus, Role
 
-        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-        registry.assign_am("acme", "amy")
-        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
-        registry.assign_am("globex", "gus")
-        registry.ensure_user("eve", Role.EXPERT, org_id="acme")
+        registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.people.assign_am("acme", "amy")
+        registry.people.ensure_user("gus", Role.ACCOUNT_MANAGER)
+        registry.people.assign_am("globex", "gus")
+        registry.people.ensure_user("eve", Role.EXPERT, org_id="acme")
         drafts = index_records(
             [{"key": f"draft-{i}", "title": f"Draft {i}", "text": f"{TOPIC}: draft {i}."}
              for i in range(options.pop("_drafts", DRAFTS))],
@@ -69,17 +69,27 @@ def _serving(
         )  # fmt: skip
         soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
         secrets = {
-            "agent": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
-            "off": registry.create_token(agent_id="off-bot", expires_at=None, created_by="root"),
-            "user": registry.create_token(user_id="root", expires_at=None, created_by="root"),
-            "revoked": registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root"),
-            "expired": registry.create_token(agent_id="hr-bot", expires_at=soon, created_by="root"),
+            "agent": registry.tokens.create_token(
+                agent_id="hr-bot", expires_at=None, created_by="root"
+            ),
+            "off": registry.tokens.create_token(
+                agent_id="off-bot", expires_at=None, created_by="root"
+            ),
+            "user": registry.tokens.create_token(
+                user_id="root", expires_at=None, created_by="root"
+            ),
+            "revoked": registry.tokens.create_token(
+                agent_id="hr-bot", expires_at=None, created_by="root"
+            ),
+            "expired": registry.tokens.create_token(
+                agent_id="hr-bot", expires_at=soon, created_by="root"
+            ),
             **{
-                who: registry.create_token(user_id=who, expires_at=None, created_by="root")
+                who: registry.tokens.create_token(user_id=who, expires_at=None, created_by="root")
                 for who in ("amy", "gus", "eve")
             },
         }
-        registry.revoke_token(secrets["revoked"][0].id, actor="root")
+        registry.tokens.revoke_token(secrets["revoked"][0].id, actor="root")
     finally:
         store.close()
         registry.close()

@@ -61,13 +61,13 @@ def snapshot() -> dict[str, Any]:
         agents: dict[str, Any] = {}
         for agent_id in ("bot", "hr-bot"):
             try:
-                agents[agent_id] = registry.get_agent(agent_id).to_dict()
+                agents[agent_id] = registry.catalog.get_agent(agent_id).to_dict()
             except NotFound:
                 agents[agent_id] = None
         return {
-            "orgs": [(o.id, o.name, o.am_user_id) for o in registry.list_orgs()],
+            "orgs": [(o.id, o.name, o.am_user_id) for o in registry.people.list_orgs()],
             "collections": {
-                org: [c.to_dict() for c in registry.list_collections(org)]
+                org: [c.to_dict() for c in registry.catalog.list_collections(org)]
                 for org in ("acme", "globex")
             },
             "agents": agents,

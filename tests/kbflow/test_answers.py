@@ -39,7 +39,7 @@ def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[s
 @pytest.fixture
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
-    catalog = registry
+    catalog = registry.catalog
     catalog.create_agent("acme", "helper")
     catalog.create_agent("acme", "off", enabled=False)
     ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
@@ -189,7 +189,7 @@ def test_provenance_flags_answers_whose_documents_changed(world: Any) -> None:
     rows = _provenance(settings, world["registry"], doc_id=expenses)
     assert [r["turn_id"] for r in rows] == [out["turn_id"]] and rows[0]["stale"] is None
     assert _provenance(settings, world["registry"], stale_only=True) == []
-    supersede(world["registry"].get_document(expenses), world["store"], world["registry"],
+    supersede(world["registry"].documents.get_document(expenses), world["store"], world["registry"],
               actor="test")  # fmt: skip
     stale = _provenance(settings, world["registry"], stale_only=True)
     assert [(r["turn_id"], r["stale"]) for r in stale] == [

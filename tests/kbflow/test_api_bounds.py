@@ -112,23 +112,27 @@ def _home(settings: Settings, embedder: Any) -> dict[str, str]:
         kw = {"store": store, "registry": registry, "embedder": embedder}
         for org, text, name in (("acme", HANDBOOK, "Expense handbook.md"),
                                 ("globex", GLOBEX, "Returns policy.md")):  # fmt: skip
-            registry.ensure_org(org)
+            registry.people.ensure_org(org)
             index_records(
                 [{"key": name, "title": name.removesuffix(".md"), "text": text,
                   "uri": f"file://{UPLOADS}/{name.replace(' ', '%20')}"}],
                 org=org, collection="policies", **kw,
             )  # fmt: skip
-            registry.create_agent(org, f"{org}-bot", "answers staff")
-            registry.set_allowed(f"{org}-bot", ["policies"], allow=True)
+            registry.catalog.create_agent(org, f"{org}-bot", "answers staff")
+            registry.catalog.set_allowed(f"{org}-bot", ["policies"], allow=True)
         from core.models import Role
 
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
         tokens = {
-            org: registry.create_token(agent_id=f"{org}-bot", expires_at=None, created_by="root")
+            org: registry.tokens.create_token(
+                agent_id=f"{org}-bot", expires_at=None, created_by="root"
+            )
             for org in ("acme", "globex")
         }
-        revoked = registry.create_token(agent_id="acme-bot", expires_at=None, created_by="root")
-        registry.revoke_token(revoked[0].id, actor="root")
+        revoked = registry.tokens.create_token(
+            agent_id="acme-bot", expires_at=None, created_by="root"
+        )
+        registry.tokens.revoke_token(revoked[0].id, actor="root")
         return {
             **{org: secret for org, (_, secret) in tokens.items()},
             "revoked": revoked[1],

@@ -159,9 +159,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     home = tmp_path_factory.mktemp("docs") / "home"
     registry = SqlRegistry.open(Settings(home=home).registry_url)
     try:
-        registry.ensure_org("larkspur")
-        agent = registry.create_agent("larkspur", "bot")
-        token = registry.create_token(agent_id=agent.id, expires_at=None, created_by="root")[1]
+        registry.people.ensure_org("larkspur")
+        agent = registry.catalog.create_agent("larkspur", "bot")
+        token = registry.tokens.create_token(agent_id=agent.id, expires_at=None, created_by="root")[
+            1
+        ]
     finally:
         registry.close()
     with launched(home, home.parent / "serve.log", require_ready=False) as server:

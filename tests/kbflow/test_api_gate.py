@@ -80,10 +80,10 @@ def _world(seed: int, settings: Settings, embedder: Any) -> tuple[list[Doc], lis
     agents: list[Agent] = []
     try:
         for org in ORGS:
-            registry.ensure_org(org)
+            registry.people.ensure_org(org)
             for path in COLLECTIONS:
                 parent, _, name = path.rpartition("/")
-                registry.create_collection(org, name, f"{name} papers", parent or None)
+                registry.catalog.create_collection(org, name, f"{name} papers", parent or None)
             for i in range(DOCS_PER_ORG):
                 status = rng.choice(STATUSES)
                 audience = rng.choice(AUDIENCES)
@@ -103,9 +103,9 @@ def _world(seed: int, settings: Settings, embedder: Any) -> tuple[list[Doc], lis
                 allowed = tuple(rng.sample(COLLECTIONS, rng.randint(1, 3)))
                 audiences = tuple(a for a in ("staff", "partners") if rng.random() < 0.5)
                 enabled = rng.random() < 0.85
-                registry.create_agent(org, agent_id, "generated", enabled=enabled)
-                registry.set_allowed(agent_id, list(allowed), allow=True)
-                registry.set_audiences(agent_id, audiences)
+                registry.catalog.create_agent(org, agent_id, "generated", enabled=enabled)
+                registry.catalog.set_allowed(agent_id, list(allowed), allow=True)
+                registry.catalog.set_audiences(agent_id, audiences)
                 agents.append(Agent(agent_id, org, enabled, allowed, audiences))
     finally:
         store.close()
@@ -123,7 +123,7 @@ def world(
     registry = SqlRegistry.open(settings.registry_url)
     try:
         tokens = {
-            a.id: registry.create_token(agent_id=a.id, expires_at=None, created_by="test")[1]
+            a.id: registry.tokens.create_token(agent_id=a.id, expires_at=None, created_by="test")[1]
             for a in agents
         }
     finally:

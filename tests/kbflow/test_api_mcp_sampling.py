@@ -58,11 +58,11 @@ def sampling_world(
                       status=DocStatus.PENDING_REVIEW, **kw)  # fmt: skip
         index_records([{"key": "g", "title": "Globex expenses", "text": GLOBEX}], org="globex",
                       **kw)  # fmt: skip
-        registry.create_agent("acme", "acme-bot", "answers staff")
-        registry.create_agent("globex", "globex-bot", "answers staff")
-        registry.ensure_user("root", _superadmin())
+        registry.catalog.create_agent("acme", "acme-bot", "answers staff")
+        registry.catalog.create_agent("globex", "globex-bot", "answers staff")
+        registry.people.ensure_user("root", _superadmin())
         tokens = {
-            who: registry.create_token(agent_id=who, expires_at=None, created_by="root")[1]
+            who: registry.tokens.create_token(agent_id=who, expires_at=None, created_by="root")[1]
             for who in ("acme-bot", "globex-bot")
         }
     finally:

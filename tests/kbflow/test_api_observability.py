@@ -50,8 +50,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[di
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
     try:
-        registry.ensure_org("acme")
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_org("acme")
+        registry.people.ensure_user("root", Role.SUPERADMIN)
         kw = {"store": store, "registry": registry, "embedder": embedder}
         index_records(
             [{"key": "travel", "title": "Travel policy", "text": "Hotels: 150 EUR a night."}],
@@ -61,9 +61,9 @@ def live(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[di
             [{"key": "draft", "title": "Travel draft", "text": "Trains: first class."}],
             org="acme", status=DocStatus.PENDING_REVIEW, **kw,
         )  # fmt: skip
-        registry.create_agent("acme", "bot")
-        agent = registry.create_token(agent_id="bot", expires_at=None, created_by="root")[1]
-        user = registry.create_token(user_id="root", expires_at=None, created_by="root")[1]
+        registry.catalog.create_agent("acme", "bot")
+        agent = registry.tokens.create_token(agent_id="bot", expires_at=None, created_by="root")[1]
+        user = registry.tokens.create_token(user_id="root", expires_at=None, created_by="root")[1]
         points = store.count("acme")
     finally:
         store.close()

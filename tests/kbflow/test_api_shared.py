@@ -78,10 +78,10 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
     """An org with an agent that reads its default collection, and the agent's token."""
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        registry.ensure_org("acme")
-        registry.create_agent("acme", "bot", "answers staff")
-        registry.set_allowed("bot", ["default"], allow=True)
-        _, secret = registry.create_token(agent_id="bot", expires_at=None, created_by="test")
+        registry.people.ensure_org("acme")
+        registry.catalog.create_agent("acme", "bot", "answers staff")
+        registry.catalog.set_allowed("bot", ["default"], allow=True)
+        _, secret = registry.tokens.create_token(agent_id="bot", expires_at=None, created_by="test")
     finally:
         registry.close()
     yield {"home": settings.home, "token": secret, "settings": settings}
@@ -275,7 +275,7 @@ def test_searches_during_an_ingest_flow_see_every_committed_batch(
     try:
         committed = {
             _index_of(rec.title.split()[-1]): rec.updated_at
-            for rec in registry.current_documents("acme").values()
+            for rec in registry.documents.current_documents("acme").values()
         }
     finally:
         registry.close()

@@ -38,18 +38,18 @@ def api(settings: Settings, embedder: Any) -> Iterator[dict[str, Any]]:
     the app started on them."""
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        registry.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
+        registry.people.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
         for org, am in (("acme", "amy"), ("globex", "gus")):
-            registry.ensure_org(org)
-            registry.ensure_user(am, Role.ACCOUNT_MANAGER)
-            registry.assign_am(org, am)
-        registry.ensure_user("eve", Role.EXPERT, org_id="acme")
-        registry.create_agent("acme", "bot", "answers staff")
+            registry.people.ensure_org(org)
+            registry.people.ensure_user(am, Role.ACCOUNT_MANAGER)
+            registry.people.assign_am(org, am)
+        registry.people.ensure_user("eve", Role.EXPERT, org_id="acme")
+        registry.catalog.create_agent("acme", "bot", "answers staff")
         tokens = {
-            who: registry.create_token(user_id=who, expires_at=None, created_by="root")[1]
+            who: registry.tokens.create_token(user_id=who, expires_at=None, created_by="root")[1]
             for who in ("root", "amy", "gus", "eve")
         }
-        tokens["agent"] = registry.create_token(agent_id="bot", expires_at=None,
+        tokens["agent"] = registry.tokens.create_token(agent_id="bot", expires_at=None,
                                                 created_by="root")[1]  # fmt: skip
     finally:
         registry.close()
@@ -70,7 +70,7 @@ def _denials(settings: Settings, org: str) -> list[dict[str, Any]]:
     try:
         return [
             {"actor": row.actor, **(row.after or {})}
-            for row in registry.audit_trail(org)
+            for row in registry.audit.audit_trail(org)
             if row.action == "kb.access.denied"
         ]
     finally:

@@ -83,13 +83,13 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
     try:
         kw = {"store": store, "registry": registry, "embedder": embedder}
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_org("acme")
-        registry.ensure_org("globex")
-        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-        registry.assign_am("acme", "amy")
-        registry.ensure_user("eve", Role.EXPERT, org_id="acme")
-        registry.create_collection("acme", "hr", "People policies.", None)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_org("acme")
+        registry.people.ensure_org("globex")
+        registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.people.assign_am("acme", "amy")
+        registry.people.ensure_user("eve", Role.EXPERT, org_id="acme")
+        registry.catalog.create_collection("acme", "hr", "People policies.", None)
         facts = [{"key": k, "title": t, "text": x} for k, (t, x) in FACTS.items()]
         index_records(_records("acme", docs) + facts, org="acme", collection="hr", **kw)
         changed = _records("acme", 2)
@@ -99,9 +99,11 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
             _records("draft", 3), org="acme", status=DocStatus.PENDING_REVIEW, **kw
         )
         index_records(_records("globex", 8), org="globex", **kw)
-        registry.create_agent("acme", "hr-bot", "answers staff")
-        registry.set_allowed("hr-bot", ["hr"], allow=True)
-        _, token = registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root")
+        registry.catalog.create_agent("acme", "hr-bot", "answers staff")
+        registry.catalog.set_allowed("hr-bot", ["hr"], allow=True)
+        _, token = registry.tokens.create_token(
+            agent_id="hr-bot", expires_at=None, created_by="root"
+        )
     finally:
         store.close()
         registry.close()
@@ -120,7 +122,7 @@ def _superadmin(settings: Settings) -> None:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
 
 
 def _reject(settings: Settings, doc_id: str) -> None:
@@ -143,12 +145,12 @@ def snapshot_of(settings: Settings, queries: list[str]) -> dict[str, Any]:
         docs = sorted(
             (d.id, d.org_id, d.status, d.version, d.content_hash)
             for org in ("acme", "globex")
-            for d in ctx.registry.list_documents(org, limit=10_000)
+            for d in ctx.registry.documents.list_documents(org, limit=10_000)
         )
         audit = {
             org: [
                 (a.actor, a.action, a.doc_id, a.before, a.after)
-                for a in ctx.registry.audit_trail(org)
+                for a in ctx.registry.audit.audit_trail(org)
             ]
             for org in ("acme", "globex", None)
         }
@@ -281,7 +283,7 @@ def _registry_and_vectors_agree(settings: Settings) -> None:
 
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         for org in ("acme", "globex"):
-            chunks = [c.chunk_id for _, c in registry.current_chunks(org)]
+            chunks = [c.chunk_id for _, c in registry.chunks.current_chunks(org)]
             found = store.payloads([point_id_for(c) for c in chunks])
             assert len(found) == len(chunks), org
 
@@ -354,20 +356,22 @@ def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, emb
     from sinks.connect import open_registry
 
     with open_registry(home) as registry:  # a synced source, and what its last sync saw
-        made = registry.create_source("acme", "share", {
+        made = registry.sources.create_source("acme", "share", {
             "kind": "filesystem", "config": {"url": "s3://acme/docs", "glob": "**/*"},
             "collection": "docs", "status": "approved", "audience": None, "include": [],
             "exclude": [], "max_items": 10, "max_item_bytes": 1000, "schedule": None,
             "timezone": None,
         }, actor="root")  # fmt: skip
-        registry.record_items(made.id, [{"key": "a.md", "version": "e1", "content_hash": "h"}])
+        registry.sources.record_items(
+            made.id, [{"key": "a.md", "version": "e1", "content_hash": "h"}]
+        )
     before = snapshot_of(home, ["leave days", "refund window"])
     assert _cli("backup", "--to", str(tmp_path / "b"), home=home.home).exit_code == 0
     other = empty_home(tmp_path, "other")
     from sinks.connect import open_vector_store
 
     with open_registry(other) as registry, open_vector_store(other) as store:
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
         index_records(_records("initech", 4), org="initech", store=store, registry=registry,
                       embedder=embedder)  # fmt: skip
     as_root = ["--as", "root", *key_of(home)]
@@ -393,9 +397,9 @@ def test_one_org_restores_into_a_home_in_use(home: Settings, tmp_path: Path, emb
     ]
     assert after["replays"] == before["replays"] and any(after["replays"].values())
     with open_registry(other) as registry:
-        (restored,) = registry.list_sources("acme")
+        (restored,) = registry.sources.list_sources("acme")
         assert (restored.id, restored.config) == (made.id, made.config)
-        assert registry.source_items(made.id)["a.md"].version == "e1"
+        assert registry.sources.source_items(made.id)["a.md"].version == "e1"
     again = _cli("restore", str(tmp_path / "b"), "--org", "acme", *as_root, home=other)
     assert again.exit_code == 1 and "already" in again.output
 
@@ -496,7 +500,7 @@ def test_points_of_a_qdrant_server_back_up_and_restore(
     source = Settings()
     with open_registry(source) as registry, open_vector_store(source) as store:
         index_records(_records("acme", 6), store=store, registry=registry, embedder=embedder)
-        registry.create_agent("acme", "hr-bot", "answers staff")
+        registry.catalog.create_agent("acme", "hr-bot", "answers staff")
     before = snapshot_of(source, ["leave days", "refund window"])
     assert _cli("backup", "--to", str(tmp_path / "b"), home=source).exit_code == 0
     vectors = json.loads((tmp_path / "b" / "manifest.json").read_text())["parts"]["vectors"]
@@ -613,7 +617,7 @@ def test_restore_org_needs_a_superadmin_and_brings_only_the_orgs_own_rows(
     from sinks.connect import open_registry
 
     with open_registry(home) as registry:  # planted in the backed-up home
-        registry.create_token(user_id="amy", expires_at=None, created_by="root")
+        registry.tokens.create_token(user_id="amy", expires_at=None, created_by="root")
         with registry.engine.begin() as con:
             con.execute(text(
                 "INSERT INTO users (id, name, role, org_id, created_at) VALUES "
@@ -622,20 +626,20 @@ def test_restore_org_needs_a_superadmin_and_brings_only_the_orgs_own_rows(
     assert _cli("backup", "--to", str(tmp_path / "b"), home=home.home).exit_code == 0
     other = empty_home(tmp_path, "other")
     with open_registry(other) as registry:
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_user("ed", Role.EXPERT)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("ed", Role.EXPERT)
     args = ("restore", str(tmp_path / "b"), "--org", "acme", *key_of(home))
     for claim in ([], ["--as", "ed"], ["--as", "nobody"]):
         refused = _cli(*args, *claim, home=other)
         assert refused.exit_code == 1 and "superadmin" in refused.output, refused.output
     with open_registry(other) as registry:
-        assert [o.id for o in registry.list_orgs()] == []
-        denied = [a for a in registry.audit_trail(None) if a.action == "kb.access.denied"]
+        assert [o.id for o in registry.people.list_orgs()] == []
+        denied = [a for a in registry.audit.audit_trail(None) if a.action == "kb.access.denied"]
         assert len(denied) == 3
     done = _cli(*args, "--as", "root", home=other)
     assert done.exit_code == 0, done.output
     with open_registry(other) as registry:
-        users = {u.id: u.role for u in registry.list_users()}
+        users = {u.id: u.role for u in registry.people.list_users()}
         assert users == {"root": Role.SUPERADMIN, "ed": Role.EXPERT, "amy": Role.ACCOUNT_MANAGER,
                          "eve": Role.EXPERT}  # fmt: skip
         with registry.engine.connect() as con:

@@ -56,7 +56,7 @@ def test_the_bootstrap_stays_closed_after_the_only_superadmin_was_removed_outsid
     try:
         with registry.engine.begin() as conn:  # bypasses every check kbflow makes
             conn.execute(text("UPDATE users SET role = 'engineer' WHERE id = 'root'"))
-        assert registry.count_superadmins() == 0
+        assert registry.people.count_superadmins() == 0
     finally:
         registry.close()
     claimed = kb("users", "add", "mallory", "--role", "superadmin")

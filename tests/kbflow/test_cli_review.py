@@ -79,7 +79,7 @@ def seeded(embedder: Any) -> Seeded:
                 embedder=embedder,
                 status=DocStatus.PENDING_REVIEW,
             )
-        by_uri = {d.uri: d.id for d in registry.list_documents("acme")}
+        by_uri = {d.uri: d.id for d in registry.documents.list_documents("acme")}
     finally:
         registry.close()
     return Seeded(settings, {r["key"]: by_uri[f"test://acme/{r['key']}"] for r in DRAFTS})
@@ -359,7 +359,7 @@ def test_review_list_groups_drafts_by_synthesis_run(
 
 def _index_run(run_id: str, *, store: Any, registry: SqlRegistry, embedder: Any) -> None:
     """Two drafts written by one synthesis run (``index_records`` does not set the run id)."""
-    coll = registry.ensure_collection("acme", "research")
+    coll = registry.catalog.ensure_collection("acme", "research")
     target = IngestTarget(
         org_id="acme",
         collection_id=coll.id,

@@ -77,7 +77,7 @@ def test_create_prints_the_secret_once_and_list_never_does(
     assert "cannot be shown again" in " ".join(made.stderr.split())
     assert secret not in made.stderr
 
-    token = registry.verify_token(secret)
+    token = registry.tokens.verify_token(secret)
     assert (token.user_id, token.name, token.created_by) == ("ed", "laptop", "ed")
 
     digest = hashlib.sha256(secret.encode()).hexdigest()
@@ -101,7 +101,7 @@ def test_create_json_holds_the_secret_and_the_record(people: None, registry: Sql
     assert (made["created_by"], made["status"], made["revoked_at"]) == ("amy", "active", None)
     expires = dt.datetime.fromisoformat(made["expires_at"])
     assert before + dt.timedelta(days=90) <= expires <= dt.datetime.now(dt.UTC) + dt.timedelta(90)
-    assert registry.verify_token(made["secret"]).id == made["id"]
+    assert registry.tokens.verify_token(made["secret"]).id == made["id"]
 
     forever = create("--user", "root", "--as", "root", "--expires-days", "0")
     assert forever["expires_at"] is None and forever["agent"] is None
@@ -174,7 +174,7 @@ def test_who_may_revoke_and_revoking_twice(people: None, registry: SqlRegistry) 
     refused("tokens", "revoke", bot["id"], "--as", "gus", says="may not revoke token")
     refused("tokens", "revoke", bot["id"], "--as", "ed", says="may not revoke token")
     refused("tokens", "revoke", "tok_000000000000", "--as", "root", says="does not exist")
-    assert registry.verify_token(ed["secret"]).id == ed["id"]  # nothing was revoked
+    assert registry.tokens.verify_token(ed["secret"]).id == ed["id"]  # nothing was revoked
 
     done = ok("tokens", "revoke", ed["id"], "--as", "ed")
     assert f"token {ed['id']} (user ed) revoked" in flat(done)
@@ -184,12 +184,12 @@ def test_who_may_revoke_and_revoking_twice(people: None, registry: SqlRegistry) 
     assert set(shape) == RECORD_KEYS | {"already_revoked"}
     assert shape["already_revoked"] is True and shape["status"] == "revoked"
     with pytest.raises(Unauthorized, match="revoked"):
-        registry.verify_token(ed["secret"])
+        registry.tokens.verify_token(ed["secret"])
 
     first = data("tokens", "revoke", bot["id"], "--as", "root")  # a superadmin: anyone's
     assert first["already_revoked"] is False and first["revoked_at"]
     with pytest.raises(Unauthorized, match="revoked"):
-        registry.verify_token(bot["secret"])
+        registry.tokens.verify_token(bot["secret"])
     amys = create("--agent", "bot", "--as", "root")
     ok("tokens", "revoke", amys["id"], "--as", "amy")  # the AM of the agent's org
 

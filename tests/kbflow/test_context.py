@@ -13,7 +13,7 @@ from sinks.registry import SqlRegistry
 def test_a_held_store_degrades_with_its_reason_told_once(
     settings: Settings, registry: SqlRegistry
 ) -> None:
-    registry.ensure_org("acme")
+    registry.people.ensure_org("acme")
     holder = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
         quick = settings.replace(store_lock_timeout_s=0.2)

@@ -236,7 +236,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Ho
         try:
             registry = SqlRegistry.open(settings.registry_url)
             try:
-                registry.update_job_runner(built.refs["blocker_job"], pid=blocker.pid)
+                registry.jobs.update_job_runner(built.refs["blocker_job"], pid=blocker.pid)
             finally:
                 registry.close()
             with launched(
@@ -257,10 +257,12 @@ def _build(settings: Settings, registry: Any, store: Any, embedder: Any) -> Home
     kw = {"store": store, "registry": registry, "embedder": embedder}
     named: dict[str, str] = {}
     refs: dict[str, str] = {}
-    registry.ensure_org("acme")
-    registry.ensure_org("globex")
-    hr = registry.create_collection("acme", "hr", "People policies: leave, expenses.", None)
-    sales = registry.create_collection("acme", "sales", "Sales playbooks and pricing.", None)
+    registry.people.ensure_org("acme")
+    registry.people.ensure_org("globex")
+    hr = registry.catalog.create_collection("acme", "hr", "People policies: leave, expenses.", None)
+    sales = registry.catalog.create_collection(
+        "acme", "sales", "Sales playbooks and pricing.", None
+    )
     refs |= {"hr_id": str(hr.id), "sales_id": str(sales.id)}
     for key, text, org, collection, status in (
         ("leave", LEAVE, "acme", "hr", DocStatus.APPROVED),
@@ -281,16 +283,16 @@ def _build(settings: Settings, registry: Any, store: Any, embedder: Any) -> Home
         indexed = _doc(key, text)
         named[str(hash((indexed["title"], indexed["text"])))] = f"<hash:{key}>"
 
-    registry.create_agent("acme", "hr-bot", "answers staff questions")
-    registry.set_allowed("hr-bot", ["hr"], allow=True)
-    registry.create_agent("acme", "off-bot", "switched off", enabled=False)
-    registry.set_allowed("off-bot", ["hr"], allow=True)
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-    registry.assign_am("acme", "amy")
-    registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
-    registry.assign_am("globex", "gus")
-    registry.ensure_user("eve", Role.EXPERT, org_id="acme")
+    registry.catalog.create_agent("acme", "hr-bot", "answers staff questions")
+    registry.catalog.set_allowed("hr-bot", ["hr"], allow=True)
+    registry.catalog.create_agent("acme", "off-bot", "switched off", enabled=False)
+    registry.catalog.set_allowed("off-bot", ["hr"], allow=True)
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.people.assign_am("acme", "amy")
+    registry.people.ensure_user("gus", Role.ACCOUNT_MANAGER)
+    registry.people.assign_am("globex", "gus")
+    registry.people.ensure_user("eve", Role.EXPERT, org_id="acme")
     secrets: dict[str, str] = {"bogus": NOT_A_TOKEN}
     for who, subject in (
         ("agent", {"agent_id": "hr-bot"}),
@@ -301,32 +303,34 @@ def _build(settings: Settings, registry: Any, store: Any, embedder: Any) -> Home
         ("gus", {"user_id": "gus"}),
         ("eve", {"user_id": "eve"}),
     ):
-        record, secret = registry.create_token(**subject, expires_at=None, created_by="root")
+        record, secret = registry.tokens.create_token(**subject, expires_at=None, created_by="root")
         secrets[who] = secret
         named[record.id] = f"<token:{who}>"
-    registry.revoke_token(next(k for k, v in named.items() if v == "<token:revoked>"), actor="root")
+    registry.tokens.revoke_token(
+        next(k for k, v in named.items() if v == "<token:revoked>"), actor="root"
+    )
 
     # Jobs as the registry holds them: one running (its process is the fixture's blocker), one
     # COMPLETE ingest with its report, one FAILED research run.
     uploads = settings.home.resolve() / "uploads" / ("0" * 32)
-    blocker = registry.create_job(
+    blocker = registry.jobs.create_job(
         "acme", kind="ingest", inputs=[str(uploads / "handbook.pdf")],
         params={"collection": "hr", "status": "approved", "actor": "amy"},
     )  # fmt: skip
-    done = registry.create_job(
+    done = registry.jobs.create_job(
         "acme", kind="ingest", inputs=[str(uploads / "faq.md")],
         params={"collection": "hr", "status": "pending_review", "actor": "amy"},
     )  # fmt: skip
-    registry.update_job_runner(done.id, flow_run_id="00000000-0000-4000-8000-000000000001")
-    registry.finish_job(
+    registry.jobs.update_job_runner(done.id, flow_run_id="00000000-0000-4000-8000-000000000001")
+    registry.jobs.finish_job(
         done.id, JobStatus.COMPLETE,
         report={"documents": 1, "chunks": 3, "skipped": [], "doc_ids": [refs["draft-security"]]},
     )  # fmt: skip
-    failed = registry.create_job(
+    failed = registry.jobs.create_job(
         "globex", kind="research", inputs=[],
         params={"client_name": "Globex", "model": None, "budget_tokens": 50000, "reviewer": "gus"},
     )  # fmt: skip
-    registry.finish_job(
+    registry.jobs.finish_job(
         failed.id, JobStatus.FAILED, reason="the research budget of 50000 tokens was spent"
     )
     for key, job in (("blocker_job", blocker), ("done_job", done), ("failed_job", failed)):

@@ -69,16 +69,16 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
     try:
         for org in ("larkspur", "globex"):
-            registry.ensure_org(org)
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
-        registry.ensure_user("lou", Role.ACCOUNT_MANAGER)
-        registry.ensure_user("ed", Role.ENGINEER, org_id="larkspur")
-        registry.assign_am("larkspur", "amy")
-        registry.assign_am("globex", "gus")
+            registry.people.ensure_org(org)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.people.ensure_user("gus", Role.ACCOUNT_MANAGER)
+        registry.people.ensure_user("lou", Role.ACCOUNT_MANAGER)
+        registry.people.ensure_user("ed", Role.ENGINEER, org_id="larkspur")
+        registry.people.assign_am("larkspur", "amy")
+        registry.people.assign_am("globex", "gus")
         for user, password in PASSWORDS.items():
-            registry.set_password(user, password, actor="root")
+            registry.logins.set_password(user, password, actor="root")
         kw = {"store": store, "registry": registry, "embedder": embedder}
         (seed,) = index_records(
             [{"key": "brief", "title": "Larkspur brief", "text": "Larkspur is in Leeds."}],
@@ -96,11 +96,13 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
             [{"key": "g", "title": "Globex draft", "text": "Globex sells widgets."}],
             org="globex", status=DocStatus.PENDING_REVIEW, **kw,
         )  # fmt: skip
-        agent_token = registry.create_token(
-            agent_id=registry.create_agent("larkspur", "bot").id, expires_at=None,
+        agent_token = registry.tokens.create_token(
+            agent_id=registry.catalog.create_agent("larkspur", "bot").id, expires_at=None,
             created_by="root",
         )[1]  # fmt: skip
-        user_token = registry.create_token(user_id="amy", expires_at=None, created_by="root")[1]
+        user_token = registry.tokens.create_token(
+            user_id="amy", expires_at=None, created_by="root"
+        )[1]
     finally:
         store.close()
         registry.close()
@@ -145,7 +147,7 @@ def login(inbox: dict[str, Any], user: str, password: str | None = None) -> http
 def status(inbox: dict[str, Any], doc_id: str) -> str | None:
     registry = SqlRegistry.open(inbox["settings"].registry_url)
     try:
-        return registry.get_document(doc_id).status
+        return registry.documents.get_document(doc_id).status
     finally:
         registry.close()
 
@@ -153,7 +155,7 @@ def status(inbox: dict[str, Any], doc_id: str) -> str | None:
 def audit(inbox: dict[str, Any], org: str | None) -> list[Any]:
     registry = SqlRegistry.open(inbox["settings"].registry_url)
     try:
-        return registry.audit_trail(org)
+        return registry.audit.audit_trail(org)
     finally:
         registry.close()
 
@@ -347,10 +349,10 @@ def test_set_password_needs_a_superadmin_or_the_user(tmp_path: Path) -> None:
 
     settings = Settings(home=tmp_path / "home")
     registry = SqlRegistry.open(settings.registry_url)
-    registry.ensure_org("acme")
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-    registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
+    registry.people.ensure_org("acme")
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user("gus", Role.ACCOUNT_MANAGER)
     registry.close()
     with pytest.raises(Forbidden):
         set_password(settings, "amy", "a password by gus", temporary=False, actor="gus")
@@ -359,8 +361,10 @@ def test_set_password_needs_a_superadmin_or_the_user(tmp_path: Path) -> None:
     set_password(settings, "amy", "she sets her own now", temporary=False, actor="amy")
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        assert registry.login_state("amy").has_password
-        denied = [r for r in registry.audit_trail(None) if r.action == AuditAction.DENIED.value]
+        assert registry.logins.login_state("amy").has_password
+        denied = [
+            r for r in registry.audit.audit_trail(None) if r.action == AuditAction.DENIED.value
+        ]
         assert len(denied) == 2
     finally:
         registry.close()
@@ -376,7 +380,8 @@ def test_the_inbox_gives_a_review_code_for_the_users_own_orgs_only(inbox: dict[s
     registry = SqlRegistry.open(inbox["settings"].registry_url)
     try:
         assert (
-            registry.redeem_review_code(code.group(1), org_id="larkspur", flow_run_id="r") == "amy"
+            registry.logins.redeem_review_code(code.group(1), org_id="larkspur", flow_run_id="r")
+            == "amy"
         )
     finally:
         registry.close()
@@ -408,8 +413,8 @@ def test_a_stale_edit_after_someone_approved_is_a_conflict(inbox: dict[str, Any]
     assert stale.status_code == 409 and "changed since you opened it" in stale.text
     registry = SqlRegistry.open(inbox["settings"].registry_url)
     try:
-        versions = [d for d in registry.list_documents("larkspur")
-                    if d.source_key == registry.get_document(draft).source_key]  # fmt: skip
+        key = registry.documents.get_document(draft).source_key
+        versions = [d for d in registry.documents.list_documents("larkspur") if d.source_key == key]
     finally:
         registry.close()
     assert [(d.version, d.status) for d in versions] == [(1, "approved")]

@@ -40,11 +40,11 @@ UNLIMITED = {
 
 @pytest.fixture
 def people(registry: SqlRegistry) -> SqlRegistry:
-    registry.ensure_org("acme")
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-    registry.assign_am("acme", "amy")
-    registry.set_password("amy", PASSWORD, actor="root")
+    registry.people.ensure_org("acme")
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.people.assign_am("acme", "amy")
+    registry.logins.set_password("amy", PASSWORD, actor="root")
     return registry
 
 
@@ -79,7 +79,7 @@ def _log_in(client: TestClient, user: str, password: str) -> Any:
 
 
 def _failures(registry: SqlRegistry) -> int:
-    return sum(r.action == AuditAction.LOGIN_FAILED.value for r in registry.audit_trail(None))
+    return sum(r.action == AuditAction.LOGIN_FAILED.value for r in registry.audit.audit_trail(None))
 
 
 class _SlowHasher(PasswordHasher):
@@ -218,8 +218,8 @@ def test_the_login_page_shows_only_known_reasons(client_of: Any, people: SqlRegi
     assert page.status_code == 200 and "suspended" not in page.text and "555" not in page.text
     assert "This session expired" in browser.get("/review/login?why=expired").text
     # a logged-out session is sent to the login page with a code, not its message
-    secret, _ = people.start_session("amy", absolute_s=3600)
-    people.end_session(secret)
+    secret, _ = people.logins.start_session("amy", absolute_s=3600)
+    people.logins.end_session(secret)
     browser.cookies.set(inbox.SESSION_COOKIE, secret)
     where = browser.get("/review").headers["location"]
     assert where.endswith("&why=logged-out"), where
@@ -241,7 +241,7 @@ def test_the_password_page_refuses_a_short_or_common_password(
         )
         assert answer.status_code == 400, weak
         assert "Nothing was changed" in answer.text
-    assert people.check_password("amy", PASSWORD, max_failures=5, lock_s=60)[0].id == "amy"
+    assert people.logins.check_password("amy", PASSWORD, max_failures=5, lock_s=60)[0].id == "amy"
 
 
 def test_the_cli_refuses_a_short_or_common_password(
@@ -256,7 +256,7 @@ def test_the_cli_refuses_a_short_or_common_password(
             input=weak + "\n",
         )  # fmt: skip
         assert result.exit_code != 0, (weak, result.output)
-    assert people.check_password("amy", PASSWORD, max_failures=5, lock_s=60)[0].id == "amy"
+    assert people.logins.check_password("amy", PASSWORD, max_failures=5, lock_s=60)[0].id == "amy"
     ok = runner.invoke(
         app, ["users", "set-password", "amy", "--as", "root", "--password-stdin"],
         input="three unrelated lantern words\n",

@@ -42,8 +42,8 @@ NOTE = "The parental leave policy grants sixteen weeks of paid leave to every em
 @pytest.fixture
 def jobs_registry(settings: Settings) -> Iterator[SqlRegistry]:
     registry = SqlRegistry.open(settings.registry_url)
-    registry.ensure_org("acme")
-    registry.ensure_org("globex")
+    registry.people.ensure_org("acme")
+    registry.people.ensure_org("globex")
     yield registry
     registry.close()
 
@@ -95,7 +95,7 @@ def _wait_finished(registry: SqlRegistry, ids: list[str]) -> dict[str, JobRecord
     and once none of their processes is left."""
     deadline = time.monotonic() + JOB_TIMEOUT_S * len(ids)
     while time.monotonic() < deadline:
-        done = {i: registry.get_job(i) for i in ids}
+        done = {i: registry.jobs.get_job(i) for i in ids}
         if all(j.status is not JobStatus.PROCESSING for j in done.values()):
             break
         time.sleep(0.5)
@@ -201,7 +201,7 @@ def test_a_killed_job_process_does_not_strand_the_queue(
 
     after = jobs.get_job(settings, running.id)
     assert after.status is JobStatus.FAILED and "exited without finishing" in (after.reason or "")
-    moved = jobs_registry.get_job(waiting.id)
+    moved = jobs_registry.jobs.get_job(waiting.id)
     assert moved.pid and not jobs.is_queued(moved)
     assert jobs.admission(jobs_registry, waiting.id) == {"queued": False, "queue_position": None}
     done = _wait_finished(jobs_registry, [moved.id])
@@ -226,16 +226,16 @@ def test_an_org_past_its_queue_cap_is_refused_and_nothing_recorded(
 
     # Queued by hand: rows as admission records them, no process started for any.
     for _ in range(2):
-        jobs_registry.create_job(
+        jobs_registry.jobs.create_job(
             "acme", kind="ingest", inputs=[], params={jobs.QUEUE_MARK: jobs.PROCESS_RUNNER}
         )
     capped = settings.replace(jobs_max_queued_per_org=2)
-    before = jobs_registry.list_jobs("acme")
+    before = jobs_registry.jobs.list_jobs("acme")
     with pytest.raises(JobQueueFull) as refused:
         jobs.submit_ingest_job(capped, ["/data/x.md"], IngestRequest(org="acme"))
     assert "KBFLOW_JOBS_MAX_QUEUED_PER_ORG=2" in str(refused.value)
     assert refused.value.retry_after_s > 0
-    assert jobs_registry.list_jobs("acme") == before
+    assert jobs_registry.jobs.list_jobs("acme") == before
 
 
 # --- uploads: what is removed, and what never is -----------------------------------------------
@@ -244,10 +244,10 @@ def test_an_org_past_its_queue_cap_is_refused_and_nothing_recorded(
 def _finished_job(
     registry: SqlRegistry, settings: Settings, inputs: list[str], status: JobStatus
 ) -> JobRecord:
-    job = registry.create_job("acme", kind="ingest", inputs=inputs, params={})
+    job = registry.jobs.create_job("acme", kind="ingest", inputs=inputs, params={})
     job_uploads.mark_uploads(settings, job)
-    registry.finish_job(job.id, status, reason=None if status is JobStatus.COMPLETE else "x")
-    return registry.get_job(job.id)
+    registry.jobs.finish_job(job.id, status, reason=None if status is JobStatus.COMPLETE else "x")
+    return registry.jobs.get_job(job.id)
 
 
 def test_uploads_are_removed_only_inside_uploads_and_never_through_a_link(
@@ -308,7 +308,7 @@ def test_prune_keeps_running_and_young_uploads(
     settings: Settings, jobs_registry: SqlRegistry
 ) -> None:
     waiting = _upload(settings, "w.md", b"w")
-    job = jobs_registry.create_job("acme", kind="ingest", inputs=[str(waiting)], params={})
+    job = jobs_registry.jobs.create_job("acme", kind="ingest", inputs=[str(waiting)], params={})
     job_uploads.mark_uploads(settings, job)  # PROCESSING: kept however old
     arriving = _upload(settings, "new.md", b"n").parent  # no job yet: an upload still arriving
     complete = _finished_job(

@@ -41,7 +41,7 @@ def prefect_settings(settings: Settings) -> Settings:
 @pytest.fixture
 def jobs_registry(settings: Settings) -> Iterator[SqlRegistry]:
     registry = SqlRegistry.open(settings.registry_url)
-    registry.ensure_org("acme")
+    registry.people.ensure_org("acme")
     yield registry
     registry.close()
 
@@ -59,7 +59,7 @@ def test_no_prefect_server_set_refuses_the_job_and_records_none(
     message = str(err.value)
     assert "PREFECT_API_URL is unset" in message
     assert "prefect deploy --name kbflow-job" in message and "worker" in message
-    assert jobs_registry.list_jobs("acme") == []
+    assert jobs_registry.jobs.list_jobs("acme") == []
 
 
 def test_a_server_that_does_not_answer_refuses_the_job_and_records_none(
@@ -68,7 +68,7 @@ def test_a_server_that_does_not_answer_refuses_the_job_and_records_none(
     monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{free_port()}/api")
     with pytest.raises(JobRunnerUnavailable, match="did not answer"):
         _submit(prefect_settings)
-    assert jobs_registry.list_jobs("acme") == []
+    assert jobs_registry.jobs.list_jobs("acme") == []
 
 
 def test_an_unknown_deployment_refuses_the_job_and_records_none(
@@ -79,7 +79,7 @@ def test_an_unknown_deployment_refuses_the_job_and_records_none(
     message = str(err.value)
     assert "no deployment 'kbflow-job/kbflow-job'" in message
     assert "prefect deploy --name kbflow-job" in message and harness_api in message
-    assert jobs_registry.list_jobs("acme") == []
+    assert jobs_registry.jobs.list_jobs("acme") == []
 
 
 def test_a_deployment_name_must_say_flow_and_deployment(
@@ -90,7 +90,7 @@ def test_a_deployment_name_must_say_flow_and_deployment(
     odd = prefect_settings.replace(job_deployment="kbflow-job")
     with pytest.raises(ConfigError, match=r"FLOW/DEPLOYMENT.*'kbflow-job'"):
         _submit(odd)
-    assert jobs_registry.list_jobs("acme") == []
+    assert jobs_registry.jobs.list_jobs("acme") == []
 
 
 def _flow_run(state: object) -> str:
@@ -109,8 +109,8 @@ def _flow_run(state: object) -> str:
 
 
 def _job_on_run(registry: SqlRegistry, flow_run_id: str) -> str:
-    job = registry.create_job("acme", kind="ingest", inputs=["/data/call.mp3"], params={})
-    registry.update_job_runner(job.id, flow_run_id=flow_run_id)
+    job = registry.jobs.create_job("acme", kind="ingest", inputs=["/data/call.mp3"], params={})
+    registry.jobs.update_job_runner(job.id, flow_run_id=flow_run_id)
     return job.id
 
 
@@ -122,7 +122,7 @@ def test_a_job_whose_flow_run_crashed_is_failed_naming_the_state(
     run_id = _flow_run(Crashed(message="Flow run infrastructure exited with non-zero status -9"))
     job_id = _job_on_run(jobs_registry, run_id)
 
-    after = jobs.refresh(jobs_registry, jobs_registry.get_job(job_id))
+    after = jobs.refresh(jobs_registry, jobs_registry.jobs.get_job(job_id))
 
     assert after.status is JobStatus.FAILED
     assert after.reason is not None
@@ -137,7 +137,7 @@ def test_a_job_whose_flow_run_was_cancelled_is_failed(
     from prefect.states import Cancelled
 
     job_id = _job_on_run(jobs_registry, _flow_run(Cancelled(message="cancelled by alice")))
-    after = jobs.refresh(jobs_registry, jobs_registry.get_job(job_id))
+    after = jobs.refresh(jobs_registry, jobs_registry.jobs.get_job(job_id))
     assert after.status is JobStatus.FAILED
     assert "ended Cancelled: cancelled by alice" in (after.reason or "")
 
@@ -148,7 +148,7 @@ def test_a_running_or_unreadable_flow_run_leaves_the_job_processing(
     from prefect.states import Running
 
     def status(job_id: str) -> JobStatus:
-        return jobs.refresh(jobs_registry, jobs_registry.get_job(job_id)).status
+        return jobs.refresh(jobs_registry, jobs_registry.jobs.get_job(job_id)).status
 
     running = _job_on_run(jobs_registry, _flow_run(Running()))
     unknown = _job_on_run(jobs_registry, "00000000-0000-0000-0000-000000000000")
@@ -172,17 +172,17 @@ def test_the_job_flow_ends_failed_with_the_jobs_reason(
 
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(random.Random(7).randbytes(4096))
-    job = jobs_registry.create_job(
+    job = jobs_registry.jobs.create_job(
         "acme", kind="ingest", inputs=[str(broken)], params=IngestRequest(org="acme").job_params()
     )
 
     state = kbflow_job(job_id=job.id, return_state=True)
 
-    after = jobs_registry.get_job(job.id)
+    after = jobs_registry.jobs.get_job(job.id)
     assert after.status is JobStatus.FAILED and after.pid is None
     assert "broken.pdf" in (after.reason or "") and "match no format" in (after.reason or "")
     assert state.is_failed() and after.reason in (state.message or "")
     assert after.flow_run_id == str(state.state_details.flow_run_id)
 
     again = kbflow_job(job_id=job.id, return_state=True)  # a finished job is not run again
-    assert again.is_failed() and jobs_registry.get_job(job.id) == after
+    assert again.is_failed() and jobs_registry.jobs.get_job(job.id) == after

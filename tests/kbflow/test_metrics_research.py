@@ -26,8 +26,8 @@ def _scrape(metrics: Metrics) -> dict[str, float]:
 
 
 def _finish(registry: SqlRegistry, status: JobStatus, tokens: int, kind: str = "research") -> str:
-    job = registry.create_job("acme", kind=kind, inputs=[], params={})
-    registry.finish_job(job.id, status, report={"consumed_tokens": tokens})
+    job = registry.jobs.create_job("acme", kind=kind, inputs=[], params={})
+    registry.jobs.finish_job(job.id, status, report={"consumed_tokens": tokens})
     return job.id
 
 
@@ -35,11 +35,11 @@ def test_each_scrape_reads_only_the_jobs_that_ended_since_the_last(
     registry: SqlRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(served_metrics, "RESEARCH_READ_EVERY_S", 0.0)
-    registry.ensure_org("acme")
+    registry.people.ensure_org("acme")
     reads: list[tuple[Any, int]] = []
 
     def finished(after: Any) -> list[Any]:
-        jobs = registry.finished_jobs("research", after=after)
+        jobs = registry.jobs.finished_jobs("research", after=after)
         reads.append((after, len(jobs)))
         return jobs
 
@@ -49,7 +49,7 @@ def test_each_scrape_reads_only_the_jobs_that_ended_since_the_last(
     _finish(registry, JobStatus.COMPLETE, 1200)
     _finish(registry, JobStatus.FAILED, 300)
     _finish(registry, JobStatus.COMPLETE, 999, kind="ingest")  # not research: not counted
-    registry.create_job("acme", kind="research", inputs=[], params={})  # still running
+    registry.jobs.create_job("acme", kind="research", inputs=[], params={})  # still running
     first = _scrape(metrics)
     assert first["kbflow_research_tokens_total"] == 1500
     assert first['kbflow_research_runs_total{status="COMPLETE"}'] == 1
@@ -70,11 +70,13 @@ def test_many_jobs_ending_at_once_are_each_counted_once(
     """More jobs than one read returns, all ending at the same instant: read on from the last
     one (by end time, then id), none counted twice or skipped."""
     monkeypatch.setattr(served_metrics, "RESEARCH_READ_EVERY_S", 0.0)
-    registry.ensure_org("acme")
+    registry.people.ensure_org("acme")
     ids = [_finish(registry, JobStatus.COMPLETE, 10) for _ in range(7)]
     with registry.session() as s, s.begin():
         s.execute(update(JobRow).where(JobRow.id.in_(ids)).values(updated_at=utcnow()))
     metrics = Metrics()
-    metrics.watch_research(lambda after: registry.finished_jobs("research", after=after, limit=3))
+    metrics.watch_research(
+        lambda after: registry.jobs.finished_jobs("research", after=after, limit=3)
+    )
     assert _scrape(metrics)["kbflow_research_tokens_total"] == 70
     assert _scrape(metrics)["kbflow_research_tokens_total"] == 70

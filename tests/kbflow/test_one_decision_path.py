@@ -52,20 +52,20 @@ def home(settings: Settings, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> 
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
         for org in ("larkspur", "globex"):
-            registry.ensure_org(org)
-        registry.ensure_user("root", Role.SUPERADMIN)
-        registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
-        registry.ensure_user("gus", Role.ACCOUNT_MANAGER)
-        registry.assign_am("larkspur", "amy")
-        registry.assign_am("globex", "gus")
-        registry.set_password("amy", PASSWORD, actor="root")
+            registry.people.ensure_org(org)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+        registry.people.ensure_user("gus", Role.ACCOUNT_MANAGER)
+        registry.people.assign_am("larkspur", "amy")
+        registry.people.assign_am("globex", "gus")
+        registry.logins.set_password("amy", PASSWORD, actor="root")
         drafts = index_records(
             [{"key": f"d{i}", "title": f"Brand voice {i}", "text": DRAFT} for i in range(5)],
             org="larkspur", status=DocStatus.PENDING_REVIEW, store=store, registry=registry,
             embedder=embedder,
         )  # fmt: skip
-        token = registry.create_token(user_id="amy", expires_at=None, created_by="root")[1]
-        gus = registry.create_token(user_id="gus", expires_at=None, created_by="root")[1]
+        token = registry.tokens.create_token(user_id="amy", expires_at=None, created_by="root")[1]
+        gus = registry.tokens.create_token(user_id="gus", expires_at=None, created_by="root")[1]
     finally:
         store.close()
         registry.close()
@@ -107,7 +107,7 @@ def _status(settings: Settings, doc_id: str) -> str | None:
 
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        return registry.get_document(doc_id).status
+        return registry.documents.get_document(doc_id).status
     finally:
         registry.close()
 
@@ -117,7 +117,7 @@ def _denied(settings: Settings) -> list[str]:
 
     registry = SqlRegistry.open(settings.registry_url)
     try:
-        rows = registry.audit_trail("larkspur", None, last=100)
+        rows = registry.audit.audit_trail("larkspur", None, last=100)
         denied = [r for r in rows if r.action == AuditAction.DENIED.value]
         return [str((r.after or {}).get("attempted")) for r in denied]
     finally:
@@ -247,11 +247,11 @@ def test_a_run_that_cannot_be_resumed_leaves_the_decision_to_be_applied_directly
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=5)
     try:
-        registry.record_review_run("run-1", "larkspur", [d[0]])
+        registry.review_runs.record_review_run("run-1", "larkspur", [d[0]])
         decided = decide(settings, registry, held(store), _no_model, "amy", d[0], Verb.APPROVE,
                          surface="cli")  # fmt: skip
         assert decided.via_run is None and decided.doc.status == "approved", decided
-        assert registry.get_document(d[0]).approved_by == "amy"
+        assert registry.documents.get_document(d[0]).approved_by == "amy"
     finally:
         store.close()
         registry.close()

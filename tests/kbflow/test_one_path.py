@@ -61,14 +61,16 @@ def home(settings: Settings, embedder: Any) -> dict[str, Any]:
     registry = SqlRegistry.open(settings.registry_url)
     store = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
-        registry.ensure_org("acme")
-        registry.create_collection("acme", "hr", "People policies.", None)
+        registry.people.ensure_org("acme")
+        registry.catalog.create_collection("acme", "hr", "People policies.", None)
         index_records(
             RECORDS, org="acme", collection="hr", store=store, registry=registry, embedder=embedder
         )
-        registry.create_agent("acme", "hr-bot", "answers staff")
-        registry.set_allowed("hr-bot", ["hr"], allow=True)
-        secret = registry.create_token(agent_id="hr-bot", expires_at=None, created_by="root")[1]
+        registry.catalog.create_agent("acme", "hr-bot", "answers staff")
+        registry.catalog.set_allowed("hr-bot", ["hr"], allow=True)
+        secret = registry.tokens.create_token(
+            agent_id="hr-bot", expires_at=None, created_by="root"
+        )[1]
     finally:
         store.close()
         registry.close()

@@ -59,10 +59,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> dict[str, 
             {"key": "meals", "title": "Meals", "text": "Hotel breakfast is an allowance too."},
             {"key": "trains", "title": "Trains", "text": "Night trains: a sleeper berth."},
         ]
-        registry.ensure_user("root", Role.SUPERADMIN)
+        registry.people.ensure_user("root", Role.SUPERADMIN)
         index_records(records, org="acme", store=store, registry=registry, embedder=embedder)
-        registry.create_agent("acme", "bot")
-        token = registry.create_token(agent_id="bot", expires_at=None, created_by="root")[1]
+        registry.catalog.create_agent("acme", "bot")
+        token = registry.tokens.create_token(agent_id="bot", expires_at=None, created_by="root")[1]
     finally:
         store.close()
         registry.close()

@@ -68,10 +68,10 @@ def listener() -> Iterator[Listener]:
 def people(settings: Settings) -> Iterator[SqlRegistry]:
     """acme with its AM amy, and the superadmin root."""
     reg = SqlRegistry.open(settings.registry_url)
-    reg.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
-    reg.ensure_org(ORG)
-    reg.ensure_user("amy", Role.ACCOUNT_MANAGER)
-    reg.assign_am(ORG, "amy")
+    reg.people.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
+    reg.people.ensure_org(ORG)
+    reg.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    reg.people.assign_am(ORG, "amy")
     yield reg
     reg.close()
 
@@ -79,7 +79,7 @@ def people(settings: Settings) -> Iterator[SqlRegistry]:
 def _denied(registry: SqlRegistry) -> list[dict[str, Any]]:
     return [
         {"actor": row.actor, **(row.after or {})}
-        for row in registry.audit_trail(ORG)
+        for row in registry.audit.audit_trail(ORG)
         if row.action == "kb.access.denied"
     ]
 
@@ -117,7 +117,7 @@ def test_an_am_cannot_send_the_workers_secrets_to_their_host(
                                 collection="c", status="approved")  # fmt: skip
     with pytest.raises(Forbidden, match="url_env"):
         service.add_source(loopback, ORG, "db", sql, actor="amy")
-    assert people.list_sources(ORG) == []
+    assert people.sources.list_sources(ORG) == []
     denied = _denied(people)
     assert len(denied) == 5 and {d["actor"] for d in denied} == {"amy", "root"}
     assert all("KBFLOW_SOURCES_SECRET_ENV" in d["reason"] for d in denied)
@@ -163,7 +163,7 @@ def test_a_sqlite_source_is_a_superadmins_and_never_reads_kbflows_stores(
                 "postgresql://kb@/crm?host=/var/run/postgresql"):  # fmt: skip
         with pytest.raises(Forbidden, match="superadmin"):
             service.add_source(settings, ORG, "db", sql(url), actor="amy")
-    assert people.list_sources(ORG) == []
+    assert people.sources.list_sources(ORG) == []
     assert "a file-backed SQL database" in _denied(people)[0]["attempted"]
 
     # Even a superadmin's may not point into the home, by name or through a link.
@@ -173,7 +173,7 @@ def test_a_sqlite_source_is_a_superadmins_and_never_reads_kbflows_stores(
                 f"sqlite:///{settings.home}/../home/registry.db"):  # fmt: skip
         with pytest.raises(ConfigError, match="kbflow's own stores"):
             service.add_source(settings, ORG, "db", sql(url), actor="root")
-    assert people.list_sources(ORG) == []
+    assert people.sources.list_sources(ORG) == []
     service.add_source(settings, ORG, "db", sql(f"sqlite:///{other}"), actor="root")
 
     # A URL from the environment is checked at the sync: the registry is never opened.
@@ -276,7 +276,7 @@ def test_an_audience_change_is_checked_too(settings: Settings, people: SqlRegist
     service.add_source(settings, ORG, "bucket", fields, actor="amy")
     with pytest.raises(ConfigError, match="audience"):
         service.update_source(settings, "bucket", ORG, {"audience": "EXEC"}, actor="amy")
-    assert people.list_sources(ORG)[0].audience is None
+    assert people.sources.list_sources(ORG)[0].audience is None
 
 
 # --- 15: the loopback switch is a test's, never .env's ----------------------------------------

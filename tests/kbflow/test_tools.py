@@ -37,12 +37,12 @@ TREE = {  # path -> description
 
 @pytest.fixture
 def world(settings: Settings, registry: Any, edge_store: Any, embedder: Any) -> dict[str, Any]:
-    registry.ensure_org("acme")
-    registry.ensure_org("globex")
-    ids: dict[str, int] = {"default": registry.get_collection("acme", "default").id}
+    registry.people.ensure_org("acme")
+    registry.people.ensure_org("globex")
+    ids: dict[str, int] = {"default": registry.catalog.get_collection("acme", "default").id}
     for path, description in TREE.items():
         parent, _, name = path.rpartition("/")
-        ids[path] = registry.create_collection("acme", name, description, parent or None).id
+        ids[path] = registry.catalog.create_collection("acme", name, description, parent or None).id
     docs: dict[str, str] = {}
     kw = {"store": edge_store, "registry": registry, "embedder": embedder}
     for path in ["default", *TREE]:
@@ -56,9 +56,9 @@ def world(settings: Settings, registry: Any, edge_store: Any, embedder: Any) -> 
 
 def _agent(world: dict[str, Any], agent_id: str, allowed: list[str], enabled: bool = True) -> str:
     registry: SqlRegistry = world["registry"]
-    registry.create_agent("acme", agent_id, enabled=enabled)
+    registry.catalog.create_agent("acme", agent_id, enabled=enabled)
     if allowed:
-        registry.set_allowed(agent_id, [world["ids"][p] for p in allowed], allow=True)
+        registry.catalog.set_allowed(agent_id, [world["ids"][p] for p in allowed], allow=True)
     return agent_id
 
 
@@ -178,7 +178,7 @@ def test_moving_a_collection_keeps_the_gate_paths_right(
     assert _docs(_search(world, hr, top_k=50)) == {docs["policies/hr"], docs["policies/hr/travel"]}
     assert _docs(_search(world, policies, top_k=50)) == {docs["policies"], docs["policies/it"]}
     with pytest.raises(ConfigError, match="inside it"):
-        world["registry"].move_collection_rows("acme", "sales", "sales/hr")
+        world["registry"].catalog.move_collection_rows("acme", "sales", "sales/hr")
 
 
 def test_deleting_a_collection_moves_or_deletes_its_documents(
@@ -201,7 +201,7 @@ def test_deleting_a_collection_moves_or_deletes_its_documents(
 
 def test_new_collections_need_a_description(world: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="needs a description"):
-        world["registry"].create_collection("acme", "misc", "  ")
+        world["registry"].catalog.create_collection("acme", "misc", "  ")
 
 
 @hsettings(
@@ -219,7 +219,7 @@ def test_property_no_search_leaves_the_allowed_subtree(
     agent_id = f"agent-{len(allowed)}-{enabled}-{pick}-{'-'.join(allowed)}".lower()
     agent_id = agent_id.replace("/", "_").rstrip("-")
     try:
-        registry.get_agent(agent_id)
+        registry.catalog.get_agent(agent_id)
     except Exception:
         _agent(world, agent_id, allowed, enabled)
     docs = world["docs"]
@@ -257,9 +257,9 @@ def test_agent_scope_and_org_wide_search_rights(world: dict[str, Any], registry:
     _agent(world, "off-bot", [], enabled=False)
     assert agent_scope(registry, "off-bot") is None
 
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.ensure_user("ed", Role.ENGINEER, org_id="acme")
-    registry.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("ed", Role.ENGINEER, org_id="acme")
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
     assert person_scope(registry, "root", "acme").all_audiences
     assert person_scope(registry, "ed", "acme").org_id == "acme"
     with pytest.raises(Forbidden, match="belongs to org acme"):
@@ -317,9 +317,9 @@ def test_losing_its_last_collection_never_widens_an_agent(
     registry: SqlRegistry = world["registry"]
     _agent(world, "sales-bot", ["sales"])
     with pytest.raises(ConfigError, match="would let agent sales-bot read every collection"):
-        registry.set_allowed("sales-bot", ["sales"], allow=False)
+        registry.catalog.set_allowed("sales-bot", ["sales"], allow=False)
     delete_collection(world["registry"], edge_store, "acme", "sales", delete_contents=True)
-    agent = registry.get_agent("sales-bot")
+    agent = registry.catalog.get_agent("sales-bot")
     assert agent.allowed_collection_ids == () and not agent.knowledge_base_enabled
     assert _search(world, "sales-bot", top_k=50)["results"] == []
 

@@ -147,7 +147,7 @@ def test_a_turn_dlt_left_half_written_stays_hidden_until_recorded_again(tmp_path
 @pytest.fixture
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
-    registry.create_agent("acme", "helper")
+    registry.catalog.create_agent("acme", "helper")
     ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"docs": docs, "ctx": ctx, "settings": settings, "store": edge_store}
 

@@ -35,9 +35,9 @@ def add_doc(
     org: str = ORG,
     title: str | None = None,
 ) -> DocRecord:
-    registry.ensure_org(org)
-    coll = registry.ensure_collection(org, collection)
-    return registry.create_document(
+    registry.people.ensure_org(org)
+    coll = registry.catalog.ensure_collection(org, collection)
+    return registry.documents.create_document(
         org_id=org,
         collection_id=coll.id,
         source_key=f"test://{key}",
@@ -50,7 +50,7 @@ def add_doc(
 
 
 def actions(registry: SqlRegistry, doc_id: str, org: str = ORG) -> list[str]:
-    return [row.action for row in registry.audit_trail(org, doc_id)]
+    return [row.action for row in registry.audit.audit_trail(org, doc_id)]
 
 
 # --- connection and schema ---------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_reopening_a_migrated_registry_keeps_its_rows(settings: Settings) -> Non
     first.close()
     again = SqlRegistry.open(settings.registry_url)
     try:
-        assert again.get_document(doc.id).status == "approved"
+        assert again.documents.get_document(doc.id).status == "approved"
     finally:
         again.close()
 
@@ -85,8 +85,8 @@ def collection_rows(registry: SqlRegistry, org: str = ORG) -> dict[str, Collecti
 
 
 def test_ensure_collection_creates_ancestors_with_parent_links(registry: SqlRegistry) -> None:
-    registry.ensure_org(ORG)
-    leaf = registry.ensure_collection(ORG, "policies/hr/leave", description="Leave rules")
+    registry.people.ensure_org(ORG)
+    leaf = registry.catalog.ensure_collection(ORG, "policies/hr/leave", description="Leave rules")
     rows = collection_rows(registry)
     assert set(rows) == {"default", "policies", "policies/hr", "policies/hr/leave"}
     assert rows["policies"].parent_id is None
@@ -104,11 +104,11 @@ def test_ensure_collection_creates_ancestors_with_parent_links(registry: SqlRegi
 
 
 def test_ensure_collection_is_idempotent(registry: SqlRegistry) -> None:
-    registry.ensure_org(ORG)
-    first = registry.ensure_collection(ORG, "policies/hr")
+    registry.people.ensure_org(ORG)
+    first = registry.catalog.ensure_collection(ORG, "policies/hr")
     before = {path: row.id for path, row in collection_rows(registry).items()}
-    second = registry.ensure_collection(ORG, "policies/hr")
-    sibling = registry.ensure_collection(ORG, "policies/it")
+    second = registry.catalog.ensure_collection(ORG, "policies/hr")
+    sibling = registry.catalog.ensure_collection(ORG, "policies/it")
     after = {path: row.id for path, row in collection_rows(registry).items()}
     assert second.id == first.id
     assert {k: after[k] for k in before} == before
@@ -118,10 +118,10 @@ def test_ensure_collection_is_idempotent(registry: SqlRegistry) -> None:
 
 
 def test_ensure_collection_normalizes_the_path(registry: SqlRegistry) -> None:
-    registry.ensure_org(ORG)
-    row = registry.ensure_collection(ORG, " /policies / hr/ ")
+    registry.people.ensure_org(ORG)
+    row = registry.catalog.ensure_collection(ORG, " /policies / hr/ ")
     assert row.path == "policies/hr"
-    assert registry.ensure_collection(ORG, "policies/hr").id == row.id
+    assert registry.catalog.ensure_collection(ORG, "policies/hr").id == row.id
 
 
 @pytest.mark.parametrize(
@@ -130,16 +130,16 @@ def test_ensure_collection_normalizes_the_path(registry: SqlRegistry) -> None:
      "a/b c", "x" * 65],
 )  # fmt: skip
 def test_ensure_collection_rejects_bad_paths(registry: SqlRegistry, bad: str) -> None:
-    registry.ensure_org(ORG)
+    registry.people.ensure_org(ORG)
     with pytest.raises(ConfigError, match="collection path"):
-        registry.ensure_collection(ORG, bad)
+        registry.catalog.ensure_collection(ORG, bad)
 
 
 def test_same_collection_path_in_two_orgs(registry: SqlRegistry) -> None:
-    registry.ensure_org("acme")
-    registry.ensure_org("globex")
-    a = registry.ensure_collection("acme", "policies")
-    b = registry.ensure_collection("globex", "policies")
+    registry.people.ensure_org("acme")
+    registry.people.ensure_org("globex")
+    a = registry.catalog.ensure_collection("acme", "policies")
+    b = registry.catalog.ensure_collection("globex", "policies")
     assert a.id != b.id
 
 
@@ -153,15 +153,15 @@ def test_create_document_defaults_and_audit(registry: SqlRegistry) -> None:
     assert (doc.version, doc.chunk_count) == (1, 0)
     assert doc.collection_path == "policies/hr"
     assert doc.audience is None and doc.effective_date is None
-    trail = registry.audit_trail(ORG, doc.id)
+    trail = registry.audit.audit_trail(ORG, doc.id)
     assert [(r.action, r.actor, r.before, r.after) for r in trail] == [
         ("kb.document.created", "system", None, {"status": "approved", "version": 1})
     ]
 
 
 def _new(registry: SqlRegistry, key: str, collection_id: int | None = None) -> NewDocument:
-    registry.ensure_org(ORG)
-    coll_id = collection_id or registry.ensure_collection(ORG, "policies").id
+    registry.people.ensure_org(ORG)
+    coll_id = collection_id or registry.catalog.ensure_collection(ORG, "policies").id
     return NewDocument(
         org_id=ORG,
         collection_id=coll_id,
@@ -174,84 +174,88 @@ def _new(registry: SqlRegistry, key: str, collection_id: int | None = None) -> N
 
 
 def test_create_documents_writes_a_batch_in_order_with_audit_rows(registry: SqlRegistry) -> None:
-    made = registry.create_documents([_new(registry, k) for k in ("c", "a", "b")])
+    made = registry.documents.create_documents([_new(registry, k) for k in ("c", "a", "b")])
     assert [d.source_key for d in made] == ["test://c", "test://a", "test://b"]
     assert len({d.id for d in made}) == 3
     assert {(d.parse_status, d.status, d.version) for d in made} == {("pending", "approved", 1)}
     for doc in made:
-        assert [(r.action, r.actor) for r in registry.audit_trail(ORG, doc.id)] == [
+        assert [(r.action, r.actor) for r in registry.audit.audit_trail(ORG, doc.id)] == [
             ("kb.document.created", "ingest-bot")
         ]
-    assert registry.create_documents([]) == []
+    assert registry.documents.create_documents([]) == []
 
 
 def test_create_documents_is_one_transaction(registry: SqlRegistry) -> None:
     good = _new(registry, "a")
     bad = _new(registry, "b", collection_id=10_000)  # no such collection: a foreign key fails
     with pytest.raises(IntegrityError):
-        registry.create_documents([good, bad])
-    assert registry.current_documents(ORG) == {}  # the good one was not written either
+        registry.documents.create_documents([good, bad])
+    assert registry.documents.current_documents(ORG) == {}  # the good one was not written either
 
 
 def test_put_chunks_of_replaces_each_documents_chunks_in_one_transaction(
     registry: SqlRegistry,
 ) -> None:
-    a, b = registry.create_documents([_new(registry, "a"), _new(registry, "b")])
+    a, b = registry.documents.create_documents([_new(registry, "a"), _new(registry, "b")])
     a_chunks = [Chunk(f"{a.id}:0", a.id, 0, "a zero"), Chunk(f"{a.id}:1", a.id, 1, "a one")]
-    registry.put_chunks_of(
+    registry.chunks.put_chunks_of(
         [
             (a, a.content_hash, a_chunks),
             (b, b.content_hash, [Chunk(f"{b.id}:0", b.id, 0, "b zero")]),
         ],
         embedding_model="m1",
     )
-    texts = {d: [c.text for c in cs] for d, cs in registry.document_chunks([a.id, b.id]).items()}
+    texts = {
+        d: [c.text for c in cs] for d, cs in registry.chunks.document_chunks([a.id, b.id]).items()
+    }
     assert texts == {a.id: ["a zero", "a one"], b.id: ["b zero"]}
-    assert registry.embedding_models(ORG) == {"m1": 3}
+    assert registry.chunks.embedding_models(ORG) == {"m1": 3}
 
-    registry.put_chunks_of(
+    registry.chunks.put_chunks_of(
         [(a, a.content_hash, [Chunk(f"{a.id}:0", a.id, 0, "a new")])], embedding_model="m1"
     )
-    texts = {d: [c.text for c in cs] for d, cs in registry.document_chunks([a.id, b.id]).items()}
+    texts = {
+        d: [c.text for c in cs] for d, cs in registry.chunks.document_chunks([a.id, b.id]).items()
+    }
     assert texts == {a.id: ["a new"], b.id: ["b zero"]}
 
     ghost = dataclasses.replace(b, id="no-such-document")  # its chunks fail a foreign key
     with pytest.raises(IntegrityError):
-        registry.put_chunks_of(
+        registry.chunks.put_chunks_of(
             [
                 (a, a.content_hash, [Chunk(f"{a.id}:0", a.id, 0, "lost")]),
                 (ghost, ghost.content_hash, [Chunk("no-such-document:0", ghost.id, 0, "x")]),
             ],
             embedding_model="m1",
         )
-    assert [c.text for c in registry.document_chunks([a.id])[a.id]] == ["a new"]
+    assert [c.text for c in registry.chunks.document_chunks([a.id])[a.id]] == ["a new"]
 
 
 def test_create_document_without_status(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=None)
     assert doc.status is None
-    assert registry.audit_trail(ORG, doc.id)[0].after == {"status": None, "version": 1}
+    assert registry.audit.audit_trail(ORG, doc.id)[0].after == {"status": None, "version": 1}
 
 
 def test_a_new_document_is_not_served_until_parsed(registry: SqlRegistry) -> None:
     doc = add_doc(registry)
     gate = build_gate(Scope(ORG))
     assert not gate.admits(doc.gate_record())
-    registry.mark_parsed(doc.id, parse_status=ParseStatus.INGESTED, chunk_count=3)
-    parsed = registry.get_document(doc.id)
+    registry.documents.mark_parsed(doc.id, parse_status=ParseStatus.INGESTED, chunk_count=3)
+    parsed = registry.documents.get_document(doc.id)
     assert (parsed.parse_status, parsed.chunk_count) == ("ingested", 3)
     assert gate.admits(parsed.gate_record())
 
 
 def test_get_document_unknown_raises(registry: SqlRegistry) -> None:
     with pytest.raises(NotFound):
-        registry.get_document("nope")
-    assert registry.get_documents([]) == {}
+        registry.documents.get_document("nope")
+    assert registry.documents.get_documents([]) == {}
 
 
 def test_get_documents_in_bulk(registry: SqlRegistry) -> None:
     ids = [add_doc(registry, key=f"k{i}").id for i in range(3)]
-    found = registry.get_documents([*ids, ids[0], "missing"])
+    found = registry.documents.get_documents([*ids, ids[0], "missing"])
     assert set(found) == set(ids)
 
 
@@ -260,7 +264,7 @@ def test_get_documents_in_bulk(registry: SqlRegistry) -> None:
 
 def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=DocStatus.PENDING_REVIEW)
-    decided = registry.transition(
+    decided = registry.documents.transition(
         doc.id,
         expected=DocStatus.PENDING_REVIEW,
         new=DocStatus.APPROVED,
@@ -269,14 +273,14 @@ def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
     )
     assert decided.status == "approved"
     with pytest.raises(ReviewConflict, match=doc.id):
-        registry.transition(
+        registry.documents.transition(
             doc.id,
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.APPROVED,
             actor="am@agency",
             action=AuditAction.APPROVED,
         )
-    trail = registry.audit_trail(ORG, doc.id)
+    trail = registry.audit.audit_trail(ORG, doc.id)
     assert [r.action for r in trail] == ["kb.document.created", "kb.document.approved"]
     decision = trail[-1]
     assert (decision.actor, decision.before, decision.after) == (
@@ -284,12 +288,12 @@ def test_transition_compare_and_set_happens_once(registry: SqlRegistry) -> None:
         {"status": "pending_review"},
         {"status": "approved"},
     )
-    assert registry.get_document(doc.id).status == "approved"
+    assert registry.documents.get_document(doc.id).status == "approved"
 
 
 def test_a_lost_race_changes_nothing(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=DocStatus.PENDING_REVIEW)
-    registry.transition(
+    registry.documents.transition(
         doc.id,
         expected=DocStatus.PENDING_REVIEW,
         new=DocStatus.REJECTED,
@@ -297,37 +301,37 @@ def test_a_lost_race_changes_nothing(registry: SqlRegistry) -> None:
         action=AuditAction.REJECTED,
     )
     with pytest.raises(ReviewConflict):
-        registry.transition(
+        registry.documents.transition(
             doc.id,
             expected=DocStatus.PENDING_REVIEW,
             new=DocStatus.APPROVED,
             actor="b",
             action=AuditAction.APPROVED,
         )
-    assert registry.get_document(doc.id).status == "rejected"
+    assert registry.documents.get_document(doc.id).status == "rejected"
     assert actions(registry, doc.id) == ["kb.document.created", "kb.document.rejected"]
 
 
 def test_transition_from_no_status(registry: SqlRegistry) -> None:
     doc = add_doc(registry, status=None)
     with pytest.raises(ReviewConflict):
-        registry.transition(
+        registry.documents.transition(
             doc.id,
             expected=DocStatus.APPROVED,
             new=DocStatus.SUPERSEDED,
             actor="s",
             action=AuditAction.SUPERSEDED,
         )
-    done = registry.transition(
+    done = registry.documents.transition(
         doc.id, expected=None, new=DocStatus.SUPERSEDED, actor="s", action=AuditAction.SUPERSEDED
     )
     assert done.status == "superseded"
-    assert registry.audit_trail(ORG, doc.id)[-1].before == {"status": None}
+    assert registry.audit.audit_trail(ORG, doc.id)[-1].before == {"status": None}
 
 
 def test_transition_unknown_document(registry: SqlRegistry) -> None:
     with pytest.raises(NotFound):
-        registry.transition(
+        registry.documents.transition(
             "missing", expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
             action=AuditAction.APPROVED,
         )  # fmt: skip
@@ -336,7 +340,7 @@ def test_transition_unknown_document(registry: SqlRegistry) -> None:
 def test_transition_keeps_updated_at_after_created_at(registry: SqlRegistry) -> None:
     for i in range(20):
         doc = add_doc(registry, key=f"t{i}", status=DocStatus.PENDING_REVIEW)
-        done = registry.transition(
+        done = registry.documents.transition(
             doc.id, expected=DocStatus.PENDING_REVIEW, new=DocStatus.APPROVED, actor="a",
             action=AuditAction.APPROVED,
         )  # fmt: skip
@@ -357,7 +361,7 @@ def _decide_all(url: str, doc_ids: list[str], decision: str, barrier: Any, resul
         barrier.wait(timeout=120)
         for doc_id in order:
             try:
-                registry.transition(
+                registry.documents.transition(
                     doc_id,
                     expected=DocStatus.PENDING_REVIEW,
                     new=DocStatus(decision),
@@ -398,12 +402,14 @@ def test_two_processes_race_and_each_document_is_decided_once(
     approved, rejected = set(outcomes["approved"]), set(outcomes["rejected"])
     assert not approved & rejected, "a document was decided by both reviewers"
     assert approved | rejected == set(doc_ids), "a document was decided by neither reviewer"
-    final = registry.get_documents(doc_ids)
+    final = registry.documents.get_documents(doc_ids)
     for doc_id in doc_ids:
         expected = "approved" if doc_id in approved else "rejected"
         assert final[doc_id].status == expected
         decisions = [
-            r for r in registry.audit_trail(ORG, doc_id) if r.action != AuditAction.CREATED.value
+            r
+            for r in registry.audit.audit_trail(ORG, doc_id)
+            if r.action != AuditAction.CREATED.value
         ]
         assert len(decisions) == 1
         assert decisions[0].after == {"status": expected}
@@ -474,7 +480,7 @@ def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
                     {"id": doc_id, "status": status, "now": now},
                 )
         registry.migrate("head")
-        statuses = {doc.id: doc.status for doc in registry.get_documents(legacy).values()}
+        statuses = {doc.id: doc.status for doc in registry.documents.get_documents(legacy).values()}
         assert statuses == {
             "active": "approved",
             "draft": "pending_review",
@@ -486,7 +492,7 @@ def test_legacy_statuses_are_mapped_forward(tmp_path: Path) -> None:
             "pending": "pending_review",
         }
         registry.migrate("head")  # already at head: nothing changes
-        again = {doc.id: doc.status for doc in registry.get_documents(legacy).values()}
+        again = {doc.id: doc.status for doc in registry.documents.get_documents(legacy).values()}
         assert again == statuses
     finally:
         registry.close()
@@ -510,7 +516,7 @@ def test_list_documents_filters_by_status_and_collection_subtree(registry: SqlRe
     ids = {v.id: k for k, v in docs.items()}
 
     def listed(**kwargs: Any) -> set[str]:
-        return {ids[d.id] for d in registry.list_documents(ORG, **kwargs)}
+        return {ids[d.id] for d in registry.documents.list_documents(ORG, **kwargs)}
 
     assert listed() == set(docs)
     assert listed(collection="policies") == {"root", "hr", "leave"}
@@ -521,14 +527,16 @@ def test_list_documents_filters_by_status_and_collection_subtree(registry: SqlRe
     assert listed(statuses=["pending_review", "rejected"]) == {"hr", "hb"}
     assert listed(statuses=["approved"], collection="policies/hr") == {"leave"}
     assert listed(collection="nowhere") == set()
-    assert len(registry.list_documents(ORG, limit=2)) == 2
+    assert len(registry.documents.list_documents(ORG, limit=2)) == 2
 
 
 def test_list_documents_subtree_is_literal(registry: SqlRegistry) -> None:
     mine = add_doc(registry, collection="hr_policies/leave", key="mine")
     add_doc(registry, collection="hrxpolicies/leave", key="wildcard")  # '_' is LIKE's wildcard
     add_doc(registry, collection="hr_policies_old/leave", key="prefix")
-    assert [d.id for d in registry.list_documents(ORG, collection="hr_policies")] == [mine.id]
+    assert [d.id for d in registry.documents.list_documents(ORG, collection="hr_policies")] == [
+        mine.id
+    ]
 
 
 def test_current_documents_returns_the_newest_version(registry: SqlRegistry) -> None:
@@ -536,12 +544,12 @@ def test_current_documents_returns_the_newest_version(registry: SqlRegistry) -> 
         add_doc(registry, key="guide", version=version)
     add_doc(registry, key="faq", version=1)
     add_doc(registry, key="guide", version=9, org="globex")
-    current = registry.current_documents(ORG)
+    current = registry.documents.current_documents(ORG)
     assert set(current) == {"test://guide", "test://faq"}
     assert current["test://guide"].version == 3
     assert current["test://faq"].version == 1
-    assert registry.current_documents("globex")["test://guide"].version == 9
-    assert registry.current_documents("nobody") == {}
+    assert registry.documents.current_documents("globex")["test://guide"].version == 9
+    assert registry.documents.current_documents("nobody") == {}
 
 
 # --- the Default collection migration (0006) ---------------------------------------------------
@@ -606,14 +614,14 @@ def test_default_collections_are_backfilled_and_nothing_is_lost(tmp_path: Path) 
         registry.migrate("head")
 
         assert _document_rows(engine) == before
-        assert {d.id for d in registry.list_documents("acme")} == set(before)
-        catalog = registry
+        assert {d.id for d in registry.documents.list_documents("acme")} == set(before)
+        catalog = registry.catalog
         for org in ("acme", "globex"):
             default = catalog.get_collection(org, "default")
             assert default.name == "Default" and default.description
         handbooks = catalog.get_collection("acme", "handbooks")
         assert handbooks.id == 7 and handbooks.description  # backfilled, never empty
-        assert len(registry.current_chunks("acme")) == 5
+        assert len(registry.chunks.current_chunks("acme")) == 5
         with pytest.raises(IntegrityError), engine.begin() as conn:
             conn.execute(
                 text(
@@ -643,7 +651,7 @@ def test_documents_gain_citations_and_older_rows_have_none(tmp_path: Path) -> No
                 text("INSERT INTO orgs (id, name, created_at) VALUES ('acme', 'Acme', :now)"),
                 {"now": now},
             )
-        coll = registry.ensure_collection("acme", "kb")
+        coll = registry.catalog.ensure_collection("acme", "kb")
         with engine.begin() as conn:
             conn.execute(
                 text(
@@ -657,8 +665,8 @@ def test_documents_gain_citations_and_older_rows_have_none(tmp_path: Path) -> No
 
         registry.migrate("head")
 
-        assert registry.get_document("old").citations == ()
-        assert registry.get_document("old").to_dict()["citations"] == []
+        assert registry.documents.get_document("old").citations == ()
+        assert registry.documents.get_document("old").to_dict()["citations"] == []
         refs = (
             SourceRef("doc:3f2a", "Brand brief.pdf", "upload:acme/brief.pdf"),
             SourceRef(
@@ -666,12 +674,12 @@ def test_documents_gain_citations_and_older_rows_have_none(tmp_path: Path) -> No
             ),
             SourceRef("search:acme tone", "Web search: acme tone"),
         )
-        made = registry.create_document(
+        made = registry.documents.create_document(
             org_id="acme", collection_id=coll.id, source_key="draft", title="Draft", uri="kb://d",
             content_hash="h2", citations=refs,
         )  # fmt: skip
-        assert registry.get_document(made.id).citations == refs
-        assert registry.get_document(made.id).to_dict()["citations"][1] == {
+        assert registry.documents.get_document(made.id).citations == refs
+        assert registry.documents.get_document(made.id).to_dict()["citations"][1] == {
             "tag": "[url:https://acme.example/a[1]]",
             "title": "Acme homepage",
             "uri": "https://acme.example/a[1]",
@@ -711,15 +719,15 @@ def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
             )
 
         registry.migrate("head")
-        assert registry.embedding_models(doc.org_id) == {None: 1}
-        assert registry.embedding_model_bounds(doc.org_id) == (None, None)
+        assert registry.chunks.embedding_models(doc.org_id) == {None: 1}
+        assert registry.chunks.embedding_model_bounds(doc.org_id) == (None, None)
         new = add_doc(registry, key="new")
         chunk = Chunk(f"{new.id}:0", new.id, 0, "new text")
-        registry.put_chunks(new, new.content_hash, [chunk], embedding_model="m1")
-        assert registry.embedding_models(doc.org_id) == {None: 1, "m1": 1}
-        assert registry.embedding_model_bounds(doc.org_id) == ("m1", "m1")
-        assert registry.relabel_org_chunks(doc.org_id, "m2") == 2
-        assert registry.embedding_model_bounds(doc.org_id) == ("m2", "m2")
+        registry.chunks.put_chunks(new, new.content_hash, [chunk], embedding_model="m1")
+        assert registry.chunks.embedding_models(doc.org_id) == {None: 1, "m1": 1}
+        assert registry.chunks.embedding_model_bounds(doc.org_id) == ("m1", "m1")
+        assert registry.chunks.relabel_org_chunks(doc.org_id, "m2") == 2
+        assert registry.chunks.embedding_model_bounds(doc.org_id) == ("m2", "m2")
 
         cfg = Config()
         cfg.set_main_option("script_location", str(_MIGRATIONS))
@@ -733,7 +741,7 @@ def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
         assert "embedding_model" not in columns and "ix_chunks_org_model" not in indexes
         assert count == 2
         registry.migrate("head")
-        assert registry.embedding_models(doc.org_id) == {None: 2}
+        assert registry.chunks.embedding_models(doc.org_id) == {None: 2}
     finally:
         registry.close()
 
@@ -742,57 +750,61 @@ def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
 
 
 def test_the_last_superadmin_cannot_be_demoted(registry: SqlRegistry) -> None:
-    registry.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("root", Role.SUPERADMIN)
     for role in (Role.ENGINEER, Role.ACCOUNT_MANAGER, Role.EXPERT):
         with pytest.raises(Forbidden, match="last superadmin") as refused:
-            registry.ensure_user("root", role, actor="root")
+            registry.people.ensure_user("root", role, actor="root")
         assert "Make another superadmin first" in str(refused.value)
-    assert registry.get_user("root").role is Role.SUPERADMIN
-    assert registry.count_superadmins() == 1
-    saved = [r for r in registry.audit_trail(None) if r.action == AuditAction.USER_SAVED.value]
+    assert registry.people.get_user("root").role is Role.SUPERADMIN
+    assert registry.people.count_superadmins() == 1
+    saved = [
+        r for r in registry.audit.audit_trail(None) if r.action == AuditAction.USER_SAVED.value
+    ]
     assert len(saved) == 1  # only the creation: the refused changes wrote nothing
-    registry.ensure_user("root", Role.SUPERADMIN, name="Root", actor="root")  # not a demotion
-    assert registry.get_user("root").name == "Root"
+    registry.people.ensure_user(
+        "root", Role.SUPERADMIN, name="Root", actor="root"
+    )  # not a demotion
+    assert registry.people.get_user("root").name == "Root"
 
 
 def test_a_superadmin_may_be_demoted_while_another_remains(registry: SqlRegistry) -> None:
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.ensure_user("root2", Role.SUPERADMIN, actor="root")
-    assert registry.ensure_user("root", Role.ENGINEER, actor="root2").role is Role.ENGINEER
-    assert registry.count_superadmins() == 1
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("root2", Role.SUPERADMIN, actor="root")
+    assert registry.people.ensure_user("root", Role.ENGINEER, actor="root2").role is Role.ENGINEER
+    assert registry.people.count_superadmins() == 1
     with pytest.raises(Forbidden, match="last superadmin"):
-        registry.ensure_user("root2", Role.ENGINEER, actor="root2")
+        registry.people.ensure_user("root2", Role.ENGINEER, actor="root2")
 
 
 def test_the_bootstrap_works_once_on_a_registry_that_never_had_a_superadmin(
     registry: SqlRegistry,
 ) -> None:
-    registry.ensure_user("eng", Role.ENGINEER)
-    assert not registry.had_superadmin()
-    registry.ensure_user("root", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
-    assert registry.had_superadmin()
+    registry.people.ensure_user("eng", Role.ENGINEER)
+    assert not registry.people.had_superadmin()
+    registry.people.ensure_user("root", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    assert registry.people.had_superadmin()
     with pytest.raises(Forbidden, match="bootstrap"):
-        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+        registry.people.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
     with pytest.raises(ConfigError, match="first superadmin only"):
-        registry.ensure_user("eng2", Role.ENGINEER, bootstrap=True)
-    assert {u.id for u in registry.list_users()} == {"eng", "root"}
+        registry.people.ensure_user("eng2", Role.ENGINEER, bootstrap=True)
+    assert {u.id for u in registry.people.list_users()} == {"eng", "root"}
 
 
 def test_the_bootstrap_stays_closed_after_the_superadmin_is_removed_behind_its_back(
     registry: SqlRegistry,
 ) -> None:
-    registry.ensure_user("root", Role.SUPERADMIN)
+    registry.people.ensure_user("root", Role.SUPERADMIN)
     with registry.engine.begin() as conn:  # a write that bypasses the registry's checks
         conn.execute(text("UPDATE users SET role = 'engineer' WHERE id = 'root'"))
-    assert registry.count_superadmins() == 0
-    assert registry.had_superadmin()  # the audit log remembers
+    assert registry.people.count_superadmins() == 0
+    assert registry.people.had_superadmin()  # the audit log remembers
     with pytest.raises(Forbidden, match="bootstrap"):
-        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+        registry.people.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
     with registry.engine.begin() as conn:
         conn.execute(text("DELETE FROM users WHERE id = 'root'"))
     with pytest.raises(Forbidden, match="bootstrap"):
-        registry.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
-    assert {u.id for u in registry.list_users()} == set()
+        registry.people.ensure_user("mallory", Role.SUPERADMIN, actor="bootstrap", bootstrap=True)
+    assert {u.id for u in registry.people.list_users()} == set()
 
 
 def _demote(url: str, user_id: str, barrier: Any, results: Any) -> None:
@@ -815,7 +827,7 @@ def _claim(
     try:
         barrier.wait(timeout=120)
         try:
-            registry.ensure_user(user_id, role, **kw)
+            registry.people.ensure_user(user_id, role, **kw)
             results.put((user_id, done))
         except Forbidden:
             results.put((user_id, "refused"))
@@ -844,30 +856,30 @@ def test_two_superadmins_demoting_each_other_at_once_leave_one(
     registry: SqlRegistry, settings: Settings
 ) -> None:
     for _ in range(3):
-        registry.ensure_user("a", Role.SUPERADMIN)
-        registry.ensure_user("b", Role.SUPERADMIN, actor="a")
+        registry.people.ensure_user("a", Role.SUPERADMIN)
+        registry.people.ensure_user("b", Role.SUPERADMIN, actor="a")
         outcomes = _race(_demote, settings.registry_url, ["a", "b"])
         assert sorted(outcomes.values()) == ["demoted", "refused"], outcomes
-        assert registry.count_superadmins() == 1
+        assert registry.people.count_superadmins() == 1
 
 
 @pytest.mark.integration
 def test_racing_bootstraps_make_one_superadmin(registry: SqlRegistry, settings: Settings) -> None:
     outcomes = _race(_bootstrap, settings.registry_url, ["r1", "r2", "r3"])
     assert sorted(outcomes.values()) == ["created", "refused", "refused"], outcomes
-    assert registry.count_superadmins() == 1
+    assert registry.people.count_superadmins() == 1
 
 
 def test_list_documents_by_source_keys_reads_only_those_sources(registry: SqlRegistry) -> None:
-    registry.ensure_org("acme")
-    coll = registry.ensure_collection("acme", "docs")
+    registry.people.ensure_org("acme")
+    coll = registry.catalog.ensure_collection("acme", "docs")
     for key in ("a", "b", "c"):
         for version in (1, 2):
-            registry.create_document(
+            registry.documents.create_document(
                 org_id="acme", collection_id=coll.id, source_key=key, title=key, uri=key,
                 content_hash=f"{key}{version}", version=version, status=DocStatus.APPROVED,
             )  # fmt: skip
-    picked = registry.list_documents("acme", source_keys=["c", "a", "a", "zzz"])
+    picked = registry.documents.list_documents("acme", source_keys=["c", "a", "a", "zzz"])
     assert [(d.source_key, d.version) for d in picked] == [("a", 1), ("a", 2), ("c", 1), ("c", 2)]
-    assert registry.list_documents("acme", source_keys=[]) == []
-    assert len(registry.list_documents("acme")) == 6
+    assert registry.documents.list_documents("acme", source_keys=[]) == []
+    assert len(registry.documents.list_documents("acme")) == 6

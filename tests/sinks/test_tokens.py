@@ -30,10 +30,10 @@ DAY = dt.timedelta(days=1)
 @pytest.fixture
 def people(registry: SqlRegistry) -> SqlRegistry:
     """Org acme with agent bot; users amy (acme) and root (agency-wide)."""
-    registry.ensure_org("acme")
-    registry.ensure_user("amy", Role.ACCOUNT_MANAGER, org_id="acme")
-    registry.ensure_user("root", Role.SUPERADMIN)
-    registry.create_agent("acme", "bot")
+    registry.people.ensure_org("acme")
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER, org_id="acme")
+    registry.people.ensure_user("root", Role.SUPERADMIN)
+    registry.catalog.create_agent("acme", "bot")
     return registry
 
 
@@ -42,14 +42,14 @@ def make(
 ) -> tuple[TokenRecord, str]:
     kw.setdefault("expires_at", T0 + 90 * DAY)
     kw.setdefault("now", T0)
-    return registry.create_token(
+    return registry.tokens.create_token(
         user_id=None if agent else user, agent_id=agent, created_by="root", **kw
     )
 
 
 def refused(registry: SqlRegistry, secret: Any, now: dt.datetime = T0) -> str:
     with pytest.raises(Unauthorized) as err:
-        registry.verify_token(secret, now=now)
+        registry.tokens.verify_token(secret, now=now)
     return str(err.value)
 
 
@@ -65,12 +65,14 @@ def test_a_new_token_verifies_and_says_whom_it_stands_for(people: SqlRegistry) -
     assert token.revoked_at is None and token.last_used_at is None
     assert token.status(T0) == "active" and token.subject == "user amy"
 
-    seen = people.verify_token(secret, now=T0 + DAY)
+    seen = people.tokens.verify_token(secret, now=T0 + DAY)
     assert seen.id == token.id and seen.user_id == "amy"
     assert seen.last_used_at == T0 + DAY
 
     bot, bot_secret = make(people, agent="bot", expires_at=None)
-    assert people.verify_token(bot_secret, now=T0 + 3650 * DAY).agent_id == "bot"  # never expires
+    assert (
+        people.tokens.verify_token(bot_secret, now=T0 + 3650 * DAY).agent_id == "bot"
+    )  # never expires
     assert bot.subject == "agent bot" and bot.id != token.id and bot_secret != secret
 
 
@@ -85,8 +87,8 @@ def test_the_record_holds_no_secret_and_cannot_change(people: SqlRegistry) -> No
 
 def test_no_table_holds_the_secret_only_its_hash(people: SqlRegistry, settings: Settings) -> None:
     token, secret = make(people, name="scan me")
-    people.verify_token(secret, now=T0 + DAY)
-    people.revoke_token(token.id, actor="root", now=T0 + 2 * DAY)
+    people.tokens.verify_token(secret, now=T0 + DAY)
+    people.tokens.revoke_token(token.id, actor="root", now=T0 + 2 * DAY)
     digest = hashlib.sha256(secret.encode()).hexdigest()
     body = secret.removeprefix("kbf_")
     with people.engine.connect() as conn:
@@ -140,12 +142,12 @@ def test_a_wrong_or_look_alike_secret_is_unknown(people: SqlRegistry) -> None:
     for bad in (other, look_alike, case_flipped):
         if bad != secret:
             assert "unknown token" in refused(people, bad), bad
-    assert people.verify_token(secret, now=T0).user_id == "amy"
+    assert people.tokens.verify_token(secret, now=T0).user_id == "amy"
 
 
 def test_an_expired_token_says_when_it_expired(people: SqlRegistry) -> None:
     token, secret = make(people, expires_at=T0 + DAY)
-    assert people.verify_token(secret, now=T0 + DAY - dt.timedelta(seconds=1)).id == token.id
+    assert people.tokens.verify_token(secret, now=T0 + DAY - dt.timedelta(seconds=1)).id == token.id
     message = refused(people, secret, now=T0 + DAY)
     assert "expired" in message and "2030-01-02T12:00:00+00:00" in message
     assert token.status(T0 + 2 * DAY) == "expired"
@@ -153,7 +155,7 @@ def test_an_expired_token_says_when_it_expired(people: SqlRegistry) -> None:
 
 def test_a_revoked_token_says_when_it_was_revoked(people: SqlRegistry) -> None:
     token, secret = make(people)
-    revoked, done = people.revoke_token(token.id, actor="amy", now=T0 + DAY)
+    revoked, done = people.tokens.revoke_token(token.id, actor="amy", now=T0 + DAY)
     assert done and revoked.revoked_at == T0 + DAY and revoked.status() == "revoked"
     message = refused(people, secret, now=T0 + 2 * DAY)
     assert "revoked" in message and "2030-01-02T12:00:00+00:00" in message
@@ -162,14 +164,14 @@ def test_a_revoked_token_says_when_it_was_revoked(people: SqlRegistry) -> None:
 
 def test_revoking_twice_changes_nothing(people: SqlRegistry) -> None:
     token, _ = make(people)
-    first, done = people.revoke_token(token.id, actor="amy", now=T0 + DAY)
-    again, done_again = people.revoke_token(token.id, actor="root", now=T0 + 2 * DAY)
+    first, done = people.tokens.revoke_token(token.id, actor="amy", now=T0 + DAY)
+    again, done_again = people.tokens.revoke_token(token.id, actor="root", now=T0 + 2 * DAY)
     assert done and not done_again
     assert again.revoked_at == first.revoked_at == T0 + DAY
-    revokes = [r for r in people.audit_trail("acme") if r.action == AuditAction.TOKEN_REVOKED]
+    revokes = [r for r in people.audit.audit_trail("acme") if r.action == AuditAction.TOKEN_REVOKED]
     assert [r.actor for r in revokes] == ["amy"]
     with pytest.raises(NotFound, match="tok_000000000000"):
-        people.revoke_token("tok_000000000000", actor="root")
+        people.tokens.revoke_token("tok_000000000000", actor="root")
 
 
 def test_a_token_whose_user_is_gone_no_longer_verifies(
@@ -193,9 +195,9 @@ def test_a_token_whose_user_is_gone_no_longer_verifies(
 
 def test_a_disabled_agent_still_verifies_with_an_empty_scope(people: SqlRegistry) -> None:
     _, secret = make(people, agent="bot")
-    agent = people.set_enabled("bot", False)
-    assert people.verify_token(secret, now=T0).agent_id == "bot"
-    assert people.readable_collections(agent) == []
+    agent = people.catalog.set_enabled("bot", False)
+    assert people.tokens.verify_token(secret, now=T0).agent_id == "bot"
+    assert people.catalog.readable_collections(agent) == []
 
 
 # --- the database keeps the rules itself -------------------------------------------------------
@@ -230,9 +232,11 @@ def test_hashes_are_unique_and_subjects_must_exist_in_sql(people: SqlRegistry) -
 
 def test_create_refuses_bad_subjects_names_and_expiries(people: SqlRegistry) -> None:
     with pytest.raises(ConfigError, match="exactly one"):
-        people.create_token(user_id="amy", agent_id="bot", expires_at=None, created_by="root")
+        people.tokens.create_token(
+            user_id="amy", agent_id="bot", expires_at=None, created_by="root"
+        )
     with pytest.raises(ConfigError, match="exactly one"):
-        people.create_token(expires_at=None, created_by="root")
+        people.tokens.create_token(expires_at=None, created_by="root")
     with pytest.raises(NotFound, match="nobody"):
         make(people, user="nobody")
     with pytest.raises(NotFound, match="ghost"):
@@ -241,7 +245,7 @@ def test_create_refuses_bad_subjects_names_and_expiries(people: SqlRegistry) -> 
         make(people, expires_at=T0)
     with pytest.raises(ConfigError, match="200"):
         make(people, name="x" * 201)
-    assert people.list_tokens(include_revoked=True) == []
+    assert people.tokens.list_tokens(include_revoked=True) == []
 
 
 # --- audit and listing -------------------------------------------------------------------------
@@ -250,8 +254,8 @@ def test_create_refuses_bad_subjects_names_and_expiries(people: SqlRegistry) -> 
 def test_creating_and_revoking_are_audited_in_the_subjects_org(people: SqlRegistry) -> None:
     bot, _ = make(people, agent="bot", name="crm")
     root, _ = make(people, user="root")
-    people.revoke_token(bot.id, actor="amy")
-    acme = [(r.actor, r.action, r.after) for r in people.audit_trail("acme")]
+    people.tokens.revoke_token(bot.id, actor="amy")
+    acme = [(r.actor, r.action, r.after) for r in people.audit.audit_trail("acme")]
     assert ("root", AuditAction.TOKEN_CREATED.value, {
         "token_id": bot.id, "user": None, "agent": "bot", "name": "crm",
         "expires_at": (T0 + 90 * DAY).isoformat(),
@@ -259,7 +263,7 @@ def test_creating_and_revoking_are_audited_in_the_subjects_org(people: SqlRegist
     assert ("amy", AuditAction.TOKEN_REVOKED.value, {
         "token_id": bot.id, "user": None, "agent": "bot", "name": "crm",
     }) in acme  # fmt: skip
-    agency = people.audit_trail(None)  # root has no org: an agency-wide row
+    agency = people.audit.audit_trail(None)  # root has no org: an agency-wide row
     assert any(r.after and r.after.get("token_id") == root.id for r in agency)
 
 
@@ -267,13 +271,19 @@ def test_list_filters_by_subject_and_hides_revoked_unless_asked(people: SqlRegis
     amy, _ = make(people)
     old, _ = make(people, now=T0 - DAY, expires_at=T0)  # expired: still listed
     bot, _ = make(people, agent="bot", now=T0 + DAY)
-    people.revoke_token(bot.id, actor="root")
-    assert [t.id for t in people.list_tokens()] == [old.id, amy.id]
-    assert [t.id for t in people.list_tokens(include_revoked=True)] == [old.id, amy.id, bot.id]
-    assert [t.id for t in people.list_tokens(user_id="amy")] == [old.id, amy.id]
-    assert people.list_tokens(agent_id="bot") == []
-    assert [t.id for t in people.list_tokens(agent_id="bot", include_revoked=True)] == [bot.id]
-    assert people.get_token(old.id).status(T0) == "expired"
+    people.tokens.revoke_token(bot.id, actor="root")
+    assert [t.id for t in people.tokens.list_tokens()] == [old.id, amy.id]
+    assert [t.id for t in people.tokens.list_tokens(include_revoked=True)] == [
+        old.id,
+        amy.id,
+        bot.id,
+    ]
+    assert [t.id for t in people.tokens.list_tokens(user_id="amy")] == [old.id, amy.id]
+    assert people.tokens.list_tokens(agent_id="bot") == []
+    assert [t.id for t in people.tokens.list_tokens(agent_id="bot", include_revoked=True)] == [
+        bot.id
+    ]
+    assert people.tokens.get_token(old.id).status(T0) == "expired"
 
 
 # --- last_used_at ------------------------------------------------------------------------------
@@ -298,21 +308,21 @@ def test_last_used_is_written_at_most_once_a_minute(
 ) -> None:
     token, secret = make(people)
     for seconds in (0, 1, 30, 59):
-        people.verify_token(secret, now=T0 + dt.timedelta(seconds=seconds))
+        people.tokens.verify_token(secret, now=T0 + dt.timedelta(seconds=seconds))
     assert len(token_writes) == 1
-    assert people.get_token(token.id).last_used_at == T0
-    people.verify_token(secret, now=T0 + dt.timedelta(seconds=60))
+    assert people.tokens.get_token(token.id).last_used_at == T0
+    people.tokens.verify_token(secret, now=T0 + dt.timedelta(seconds=60))
     assert len(token_writes) == 2
-    assert people.get_token(token.id).last_used_at == T0 + dt.timedelta(seconds=60)
+    assert people.tokens.get_token(token.id).last_used_at == T0 + dt.timedelta(seconds=60)
     for _ in range(20):
-        people.verify_token(secret, now=T0 + dt.timedelta(seconds=90))
+        people.tokens.verify_token(secret, now=T0 + dt.timedelta(seconds=90))
     assert len(token_writes) == 2
 
 
 def test_verify_reads_a_naive_or_foreign_now_as_utc(people: SqlRegistry) -> None:
     _, secret = make(people, expires_at=T0 + DAY)
     cet = dt.timezone(dt.timedelta(hours=1))
-    assert people.verify_token(secret, now=(T0 + DAY).replace(tzinfo=None) - dt.timedelta(1))
+    assert people.tokens.verify_token(secret, now=(T0 + DAY).replace(tzinfo=None) - dt.timedelta(1))
     refused(people, secret, now=(T0 + DAY).astimezone(cet))
 
 
@@ -334,6 +344,6 @@ def test_migration_0008_goes_down_and_up_again(people: SqlRegistry) -> None:
     with people.engine.connect() as conn:
         assert "api_tokens" not in inspect(conn).get_table_names()
     people.migrate("head")
-    assert people.list_tokens(include_revoked=True) == []
+    assert people.tokens.list_tokens(include_revoked=True) == []
     _, secret = make(people)
-    assert people.verify_token(secret, now=T0).user_id == "amy"
+    assert people.tokens.verify_token(secret, now=T0).user_id == "amy"

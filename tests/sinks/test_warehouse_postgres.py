@@ -328,7 +328,7 @@ def world(
     tmp_path: Path, url: str, registry: SqlRegistry, edge_store: Any, embedder: Any
 ) -> dict[str, Any]:
     index_handbook(registry, edge_store, embedder)
-    registry.create_agent("acme", "helper")
+    registry.catalog.create_agent("acme", "helper")
     settings = Settings(home=tmp_path / "home", warehouse_url=url)
     ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"ctx": ctx, "settings": settings}

@@ -33,7 +33,7 @@ def world(edge_store: Any, registry: Any, embedder: Any) -> dict[str, str]:
     for status in (DocStatus.PENDING_REVIEW, DocStatus.REJECTED):
         ids[status.value] = index_records([_doc(status.value)], status=status, **kw)[0]
     old = index_records([_doc("old-version")], **kw)[0]
-    supersede(registry.get_document(old), edge_store, registry, actor="test")
+    supersede(registry.documents.get_document(old), edge_store, registry, actor="test")
     ids["superseded"] = old
     ids["other_org"] = index_records([_doc("other-org")], org="globex", **kw)[0]
     tomorrow = dt.date.today() + dt.timedelta(days=1)

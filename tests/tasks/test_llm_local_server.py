@@ -73,18 +73,18 @@ def _one(value: str) -> dict[str, Any]:
 @pytest.fixture
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
-    registry.create_agent("acme", "helper")
+    registry.catalog.create_agent("acme", "helper")
     ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"docs": docs, "ctx": ctx, "settings": settings, "registry": registry}
 
 
 def _chunk_ids(registry: SqlRegistry, doc_id: str) -> list[str]:
-    return [c.chunk_id for c in registry.document_chunks([doc_id])[doc_id]]
+    return [c.chunk_id for c in registry.chunks.document_chunks([doc_id])[doc_id]]
 
 
 def _chunk_text(registry: SqlRegistry, chunk_id: str) -> str:
-    chunks = {c.chunk_id: c.text for cs in registry.document_chunks(
-        d.id for d in registry.list_documents("acme")).values() for c in cs}  # fmt: skip
+    chunks = {c.chunk_id: c.text for cs in registry.chunks.document_chunks(
+        d.id for d in registry.documents.list_documents("acme")).values() for c in cs}  # fmt: skip
     return " ".join(chunks[chunk_id].split())
 
 

@@ -48,7 +48,7 @@ def list_documents(
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        return registry.list_documents(
+        return registry.documents.list_documents(
             org,
             statuses=[s.value for s in statuses] if statuses else None,
             collection=collection,
@@ -84,7 +84,7 @@ def create_collection(
         admin = authorize_org_admin(
             registry, actor, f"create collection {name!r} in org {org!r}", org
         )
-        return registry.create_collection(
+        return registry.catalog.create_collection(
             org, name, description, collection_ref(parent), actor=admin
         )
 
@@ -94,7 +94,7 @@ def list_collections(settings: Settings, org: str) -> list[CollectionRecord]:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        return registry.list_collections(org)
+        return registry.catalog.list_collections(org)
 
 
 def describe_collection(
@@ -108,7 +108,9 @@ def describe_collection(
         admin = authorize_org_admin(
             registry, actor, f"describe collection {ref!r} of org {org!r}", org
         )
-        return registry.describe_collection(org, _required_ref(ref), description, actor=admin)
+        return registry.catalog.describe_collection(
+            org, _required_ref(ref), description, actor=admin
+        )
 
 
 def move_collection(
@@ -179,7 +181,7 @@ def create_agent(
             admin = authorize_org_admin(
                 registry, actor, f"create agent {agent_id!r} in org {org!r}", org
             )
-        return registry.create_agent(
+        return registry.catalog.create_agent(
             org, agent_id, name, enabled=enabled, audiences=tuple(audiences), actor=admin
         )
 
@@ -197,7 +199,7 @@ def set_allowed(
         admin, _agent = authorize_agent_admin(
             registry, actor, f"{verb} collections for agent {agent_id!r}", agent_id
         )
-        return registry.set_allowed(
+        return registry.catalog.set_allowed(
             agent_id, [_required_ref(r) for r in refs], allow=allow, actor=admin
         )
 
@@ -213,11 +215,11 @@ def set_audiences(
     from tasks.review.access import authorize_admin
 
     with open_registry(settings) as registry:
-        agent = registry.get_agent(agent_id)
+        agent = registry.catalog.get_agent(agent_id)
         admin = authorize_admin(registry, actor, "give agents audiences", org_id=agent.org_id)
         before = list(agent.audiences)
-        agent = registry.set_audiences(agent_id, tuple(audiences))
-        registry.record_admin(
+        agent = registry.catalog.set_audiences(agent_id, tuple(audiences))
+        registry.people.record_admin(
             admin, AuditAction.AGENT_AUDIENCES, org_id=agent.org_id,
             before={"agent": agent_id, "audiences": before},
             after={"agent": agent_id, "audiences": list(agent.audiences)},
@@ -236,10 +238,10 @@ def show_agent(
 
     with open_registry(settings) as registry:
         if enable is None:
-            agent = registry.get_agent(agent_id)
+            agent = registry.catalog.get_agent(agent_id)
         else:
             switch = f"switch the knowledge base of agent {agent_id!r} {'on' if enable else 'off'}"
             admin, agent = authorize_agent_admin(registry, actor, switch, agent_id)
-            agent = registry.set_enabled(agent_id, enable, actor=admin)
-        readable = registry.readable_collections(agent)
+            agent = registry.catalog.set_enabled(agent_id, enable, actor=admin)
+        readable = registry.catalog.readable_collections(agent)
     return cast("AgentShown", agent.to_dict() | {"readable": [c.to_dict() for c in readable]})

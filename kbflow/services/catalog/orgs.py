@@ -44,18 +44,18 @@ def create_org(
     ids.org_id(org)
     with open_registry(settings) as registry:
         try:
-            registry.get_org(org)
+            registry.people.get_org(org)
             what = f"{'rename' if name else 'change'} org {org!r}"
         except NotFound:
             what = f"create org {org!r}"
         if am:
             what += " and assign its account manager"
         admin = authorize_org_admin(registry, actor, what, org, superadmin_only=True)
-        registry.ensure_org(org, name=name, actor=admin)
-        record = registry.get_org(org)
+        registry.people.ensure_org(org, name=name, actor=admin)
+        record = registry.people.get_org(org)
         if am:
             try:
-                record = registry.assign_am(org, am, actor=admin)
+                record = registry.people.assign_am(org, am, actor=admin)
             except KbflowError as exc:
                 raise type(exc)(
                     f"{exc} Org {org!r} is saved with account manager "
@@ -73,7 +73,7 @@ def assign_am(settings: Settings, org: str, user: str, *, actor: str | None) -> 
 
     with open_registry(settings) as registry:
         admin = authorize_admin(registry, actor, "assign account managers", org_id=org)
-        return registry.assign_am(org, user, actor=admin)
+        return registry.people.assign_am(org, user, actor=admin)
 
 
 def list_orgs(settings: Settings) -> list[OrgRecord]:
@@ -81,7 +81,7 @@ def list_orgs(settings: Settings) -> list[OrgRecord]:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        return registry.list_orgs()
+        return registry.people.list_orgs()
 
 
 def add_user(
@@ -112,13 +112,13 @@ def add_user(
             registry, actor, attempted, org_id=org, bootstrap=role is Role.SUPERADMIN
         )  # fmt: skip
         if org:
-            registry.get_org(org)  # a clear "does not exist" instead of a foreign-key error
+            registry.people.get_org(org)  # a clear "does not exist" instead of a foreign-key error
         try:
-            return registry.ensure_user(
+            return registry.people.ensure_user(
                 user, role, name=name, org_id=org, actor=admin, bootstrap=bootstrap
             )
         except Forbidden as exc:
-            registry.record_denied(actor or "(anonymous)", attempted, org_id=org,
+            registry.people.record_denied(actor or "(anonymous)", attempted, org_id=org,
                                    reason=str(exc))  # fmt: skip
             raise
 
@@ -128,4 +128,4 @@ def list_users(settings: Settings) -> list[UserRecord]:
     from sinks.connect import open_registry
 
     with open_registry(settings) as registry:
-        return registry.list_users()
+        return registry.people.list_users()

@@ -62,7 +62,7 @@ def create_token(
         admin = authorize_token_admin(
             registry, actor, f"create tokens for {subject}", user_id=user, agent_id=agent
         )
-        return registry.create_token(
+        return registry.tokens.create_token(
             user_id=user, agent_id=agent, name=name, expires_at=expires_at,
             created_by=admin.id, now=now,
         )  # fmt: skip
@@ -78,10 +78,12 @@ def list_tokens(
 
     with open_registry(settings) as registry:
         if user is not None:
-            registry.get_user(user)  # a typo is "does not exist", not an empty list
+            registry.people.get_user(user)  # a typo is "does not exist", not an empty list
         if agent is not None:
-            registry.get_agent(agent)
-        return registry.list_tokens(user_id=user, agent_id=agent, include_revoked=include_revoked)
+            registry.catalog.get_agent(agent)
+        return registry.tokens.list_tokens(
+            user_id=user, agent_id=agent, include_revoked=include_revoked
+        )
 
 
 def revoke_token(
@@ -93,9 +95,9 @@ def revoke_token(
     from tasks.review.access import authorize_token_admin
 
     with open_registry(settings) as registry:
-        token = registry.get_token(token_id)
+        token = registry.tokens.get_token(token_id)
         admin = authorize_token_admin(
             registry, actor, f"revoke token {token.id} of {token.subject}",
             user_id=token.user_id, agent_id=token.agent_id,
         )  # fmt: skip
-        return registry.revoke_token(token.id, actor=admin.id)
+        return registry.tokens.revoke_token(token.id, actor=admin.id)

@@ -152,17 +152,17 @@ def start_job(
                     f"KBFLOW_JOBS_MAX_RUNNING_PER_ORG) — try again once some have finished",
                     retry_after_s=QUEUE_FULL_RETRY_S,
                 )
-            job = registry.create_job(
+            job = registry.jobs.create_job(
                 org, kind=kind, inputs=inputs, params=params | {QUEUE_MARK: PROCESS_RUNNER}
             )
             log_path = (settings.jobs_dir / f"{job.id}.log").resolve()
-            registry.update_job_runner(job.id, log_path=str(log_path))
+            registry.jobs.update_job_runner(job.id, log_path=str(log_path))
             uploads.mark_uploads(settings, job)
             try:
                 _dispatch_locked(settings, registry)
             except Exception:  # recorded and queued: the next dispatch starts it
                 log.exception("job %s: recorded, not started yet", job.id)
-        return registry.get_job(job.id)
+        return registry.jobs.get_job(job.id)
 
 
 def _child_env(settings: Settings) -> dict[str, str]:
@@ -197,11 +197,11 @@ def _spawn(settings: Settings, registry: SqlRegistry, job: JobRecord) -> bool:
                 start_new_session=True,  # outlives the command (or service) that started it
             )
     except OSError as exc:
-        registry.finish_job(
+        registry.jobs.finish_job(
             job.id, JobStatus.FAILED, reason=f"could not start the job's process: {exc}"
         )
         return False
-    registry.update_job_runner(job.id, pid=proc.pid, log_path=str(log_path))
+    registry.jobs.update_job_runner(job.id, pid=proc.pid, log_path=str(log_path))
     return True
 
 
@@ -212,22 +212,22 @@ def _start_deployment_run(
     url = prefect_api.api_url()
     deployment = prefect_api.deployment_id(url, settings.jobs.job_deployment)
     with open_registry(settings) as registry:
-        job = registry.create_job(org, kind=kind, inputs=inputs, params=params)
+        job = registry.jobs.create_job(org, kind=kind, inputs=inputs, params=params)
         uploads.mark_uploads(settings, job)
         try:
             run_id = prefect_api.start_run(url, deployment, {"job_id": job.id}, key=job.id)
         except Exception as exc:  # no run will ever finish this row: finish it here
-            registry.finish_job(
+            registry.jobs.finish_job(
                 job.id,
                 JobStatus.FAILED,
                 reason=f"could not start a run of {settings.jobs.job_deployment}: {exc}",
             )
             raise
-        registry.update_job_runner(job.id, flow_run_id=run_id)
-        return registry.get_job(job.id)
+        registry.jobs.update_job_runner(job.id, flow_run_id=run_id)
+        return registry.jobs.get_job(job.id)
 
 
-def refresh(jobs: SqlRegistry, job: JobRecord, settings: Settings | None = None) -> JobRecord:
+def refresh(registry: SqlRegistry, job: JobRecord, settings: Settings | None = None) -> JobRecord:
     """A PROCESSING job whose run is over without finishing it is marked FAILED.
 
     A process job (a pid) whose process is gone is failed naming its log. A deployment-run job
@@ -238,22 +238,22 @@ def refresh(jobs: SqlRegistry, job: JobRecord, settings: Settings | None = None)
     Given ``settings``, queued jobs whose slot is free are started too (`dispatch`), and the
     job is returned as it is after that (started, if it was one of them).
     """
-    job = _refreshed(jobs, job)
+    job = _refreshed(registry, job)
     if settings is None:
         return job
-    if dispatch(settings, jobs):
-        return jobs.get_job(job.id)
+    if dispatch(settings, registry):
+        return registry.jobs.get_job(job.id)
     return job
 
 
-def _refreshed(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
+def _refreshed(registry: SqlRegistry, job: JobRecord) -> JobRecord:
     if job.status is not JobStatus.PROCESSING:
         return job
     if job.pid is None:
-        return _refresh_from_prefect(jobs, job) if job.flow_run_id else job
+        return _refresh_from_prefect(registry, job) if job.flow_run_id else job
     if _alive(job):
         return job
-    jobs.finish_job(
+    registry.jobs.finish_job(
         job.id,
         JobStatus.FAILED,
         reason=(
@@ -261,7 +261,7 @@ def _refreshed(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
             f"{job.log_path or '(none)'}; {_again(job)}"
         ),
     )
-    return jobs.get_job(job.id)
+    return registry.jobs.get_job(job.id)
 
 
 def _again(job: JobRecord) -> str:
@@ -270,7 +270,7 @@ def _again(job: JobRecord) -> str:
     return f"start the {job.kind} again"
 
 
-def _refresh_from_prefect(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
+def _refresh_from_prefect(registry: SqlRegistry, job: JobRecord) -> JobRecord:
     assert job.flow_run_id is not None
     try:
         state = prefect_api.run_state(prefect_api.api_url(), job.flow_run_id)
@@ -279,7 +279,7 @@ def _refresh_from_prefect(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
         return job
     if state is None or state.type not in prefect_api.FAILED_TYPES:
         return job
-    jobs.finish_job(
+    registry.jobs.finish_job(
         job.id,
         JobStatus.FAILED,
         reason=(
@@ -287,7 +287,7 @@ def _refresh_from_prefect(jobs: SqlRegistry, job: JobRecord) -> JobRecord:
             f"{state.message or '(no message)'}; {_again(job)}"
         ),
     )
-    return jobs.get_job(job.id)
+    return registry.jobs.get_job(job.id)
 
 
 def _alive(job: JobRecord) -> bool:
@@ -307,13 +307,13 @@ def list_jobs(
     jobs whose slot is free are started first (`dispatch`)."""
     with open_registry(settings) as registry:
         dispatch(settings, registry)
-        return [refresh(registry, job) for job in registry.list_jobs(org, status, limit)]
+        return [refresh(registry, job) for job in registry.jobs.list_jobs(org, status, limit)]
 
 
 def get_job(settings: Settings, job_id: str) -> JobRecord:
     """One job, refreshed like `list_jobs`; raises NotFound for an unknown id."""
     with open_registry(settings) as registry:
-        job = registry.get_job(job_id)
+        job = registry.jobs.get_job(job_id)
         return refresh(registry, job, settings)
 
 
@@ -332,7 +332,7 @@ def is_queued(job: JobRecord) -> bool:
 
 def _queue(registry: SqlRegistry) -> list[JobRecord]:
     """The queued jobs, oldest first."""
-    processing = registry.list_jobs(None, JobStatus.PROCESSING, _SCAN)
+    processing = registry.jobs.list_jobs(None, JobStatus.PROCESSING, _SCAN)
     return sorted((j for j in processing if is_queued(j)), key=lambda j: (j.created_at, j.id))
 
 
@@ -398,7 +398,7 @@ def dispatch(settings: Settings, registry: SqlRegistry | None = None) -> list[Jo
 
 def _dispatch_locked(settings: Settings, registry: SqlRegistry) -> list[JobRecord]:
     """`dispatch` under the admission lock."""
-    processing = registry.list_jobs(None, JobStatus.PROCESSING, _SCAN)
+    processing = registry.jobs.list_jobs(None, JobStatus.PROCESSING, _SCAN)
     queued = sorted((j for j in processing if is_queued(j)), key=lambda j: (j.created_at, j.id))
     if not queued:
         return []
@@ -413,7 +413,7 @@ def _dispatch_locked(settings: Settings, registry: SqlRegistry) -> list[JobRecor
         if _spawn(settings, registry, job):
             busy[job.id] = job.org_id
             per_org[job.org_id] += 1
-            started.append(registry.get_job(job.id))
+            started.append(registry.jobs.get_job(job.id))
     return started
 
 
@@ -431,7 +431,7 @@ def _occupied(registry: SqlRegistry, processing: list[JobRecord]) -> dict[str, s
         if job_id in busy:
             continue
         try:
-            busy[job_id] = registry.get_job(job_id).org_id
+            busy[job_id] = registry.jobs.get_job(job_id).org_id
         except NotFound:  # another registry's job (another KBFLOW_HOME on this machine)
             continue
     return busy

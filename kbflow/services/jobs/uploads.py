@@ -124,7 +124,7 @@ def prune_uploads(
         job: JobRecord | None = None
         if job_id is not None:
             try:
-                job = registry.get_job(job_id)
+                job = registry.jobs.get_job(job_id)
             except NotFound:
                 job = None
         if job is None:

@@ -100,7 +100,7 @@ def knowledge_model(
 
 
 def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
-    return registry.get_agent(agent_id).org_id
+    return registry.catalog.get_agent(agent_id).org_id
 
 
 def ask(
@@ -225,7 +225,7 @@ def _trace(
     """
     ledger = ledger or Ledger(settings.home, url=settings.stores.warehouse_url)
     rows = ledger.citations(doc_ids=[doc_id] if doc_id else None, org_id=org_id, since=since)
-    known = registry.get_documents([doc_id]) if doc_id else {}
+    known = registry.documents.get_documents([doc_id]) if doc_id else {}
     if org_id is not None:
         known = {k: d for k, d in known.items() if d.org_id == org_id}
     if (
@@ -239,8 +239,8 @@ def _trace(
             "recorded answer cites it — check the id (`kbflow docs list --org ORG` lists an "
             "org's documents)"
         )
-    docs = registry.get_documents({r["doc_id"] for r in rows})
-    owners = registry.chunk_owners([r["chunk_id"] for r in rows])
+    docs = registry.documents.get_documents({r["doc_id"] for r in rows})
+    owners = registry.chunks.chunk_owners([r["chunk_id"] for r in rows])
     out: list[CitingAnswer] = []
     for row in rows:
         doc = docs.get(row["doc_id"])

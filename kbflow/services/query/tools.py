@@ -60,7 +60,7 @@ class ToolError(KbflowError, ValueError):
 def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> CollectionsListed:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
     agent = _agent(ctx.registry, agent_id)
-    readable = ctx.registry.readable_collections(agent)
+    readable = ctx.registry.catalog.readable_collections(agent)
     return {
         "agent": agent.id,
         "knowledge_base_enabled": agent.knowledge_base_enabled,
@@ -97,7 +97,7 @@ def search_knowledge_base(
     if not agent.knowledge_base_enabled:
         out["note"] = f"the knowledge base is switched off for agent {agent.id}"
         return out
-    readable = ctx.registry.readable_collections(agent)
+    readable = ctx.registry.catalog.readable_collections(agent)
     if collection_id is not None:
         chosen = [c for c in readable if c.id == collection_id]
         if not chosen:
@@ -160,7 +160,7 @@ def research_knowledge_search(
 
 def _agent(registry: SqlRegistry, agent_id: str) -> AgentRecord:
     try:
-        return registry.get_agent(agent_id)
+        return registry.catalog.get_agent(agent_id)
     except KbflowError as exc:
         raise ToolError(str(exc)) from exc
 

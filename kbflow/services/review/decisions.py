@@ -106,10 +106,10 @@ def decide(
         )  # fmt: skip
     except Forbidden as exc:
         try:
-            org_id: str | None = registry.get_document(doc_id).org_id
+            org_id: str | None = registry.documents.get_document(doc_id).org_id
         except NotFound:
             org_id = None
-        registry.record_denied(actor or "(anonymous)", attempted, org_id=org_id,
+        registry.people.record_denied(actor or "(anonymous)", attempted, org_id=org_id,
                                reason=str(exc))  # fmt: skip
         raise
     return Decided(done, None, f"{verb.value} applied")
@@ -122,7 +122,7 @@ def _paused_run_for(registry: SqlRegistry, doc: DocRecord) -> tuple[str, str] | 
     url = prefect_api.configured_url()
     if url is None:
         return None
-    recorded = registry.review_runs_holding(doc.org_id, doc.id)
+    recorded = registry.review_runs.review_runs_holding(doc.org_id, doc.id)
     if not recorded:
         return None
     try:
@@ -158,12 +158,12 @@ def _through_run(
         return None
     deadline = time.monotonic() + RUN_APPLY_WAIT_S
     while time.monotonic() < deadline:
-        now = registry.get_document(doc.id)
+        now = registry.documents.get_document(doc.id)
         if now.status != DocStatus.PENDING_REVIEW.value:
             return Decided(now, run_id, f"applied by review run {run_id}")
         state = prefect_api.run_state(url, run_id)
         if state is not None and state.type in {*prefect_api.FAILED_TYPES, "COMPLETED"}:
-            now = registry.get_document(doc.id)
+            now = registry.documents.get_document(doc.id)
             if now.status != DocStatus.PENDING_REVIEW.value:
                 return Decided(now, run_id, f"applied by review run {run_id}")
             log.warning(
@@ -173,7 +173,7 @@ def _through_run(
             return None
         time.sleep(0.5)
     return Decided(
-        registry.get_document(doc.id),
+        registry.documents.get_document(doc.id),
         run_id,
         f"sent to review run {run_id}; it applies the decision in a moment (reload the page)",
     )

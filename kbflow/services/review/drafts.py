@@ -120,8 +120,8 @@ def audit_trail(
 
     with open_registry(settings) as registry:
         if org is not None:
-            registry.get_org(org)
-        return registry.audit_trail(org, doc, last=limit)
+            registry.people.get_org(org)
+        return registry.audit.audit_trail(org, doc, last=limit)
 
 
 def reconcile(settings: Settings, *, org: str | None, dry_run: bool) -> ReconcileReport:
@@ -146,6 +146,6 @@ def review_code(
         try:
             return issue_code(registry, actor, org, flow_run_id=flow_run_id)
         except Forbidden as exc:
-            registry.record_denied(actor or "(anonymous)", "get a review code",
+            registry.people.record_denied(actor or "(anonymous)", "get a review code",
                                    org_id=org, reason=str(exc))  # fmt: skip
             raise

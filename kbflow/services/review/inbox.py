@@ -69,8 +69,8 @@ class LoggedIn:
 def _check(
     registry: SqlRegistry, settings: Settings, user_id: str, password: str
 ) -> tuple[UserRecord, bool]:
-    """The password check with the configured lockout (see `SqlRegistry.check_password`)."""
-    return registry.check_password(
+    """The password check with the configured lockout (see `LoginsRepository.check_password`)."""
+    return registry.logins.check_password(
         user_id,
         password,
         max_failures=settings.inbox.login_max_failures,
@@ -81,13 +81,15 @@ def _check(
 def _start(
     registry: SqlRegistry, settings: Settings, user: UserRecord, must_change: bool
 ) -> LoggedIn:
-    secret, csrf = registry.start_session(user.id, absolute_s=settings.inbox.session_absolute_s)
+    secret, csrf = registry.logins.start_session(
+        user.id, absolute_s=settings.inbox.session_absolute_s
+    )
     return LoggedIn(user, secret, csrf, must_change)
 
 
 def session_of(registry: SqlRegistry, settings: Settings, secret: str | None) -> WebSession:
     """The live session behind a cookie (Unauthorized: none, ended, expired or idle)."""
-    return registry.session_for(secret or "", idle_s=settings.inbox.session_idle_s)
+    return registry.logins.session_for(secret or "", idle_s=settings.inbox.session_idle_s)
 
 
 def change_password(
@@ -96,7 +98,7 @@ def change_password(
     """The user's own new password (the current one checked first); every session of theirs
     ends and a new one starts."""
     _check(registry, settings, user.id, current)
-    registry.set_password(user.id, new, actor=user.id, must_change=False)
+    registry.logins.set_password(user.id, new, actor=user.id, must_change=False)
     return _start(registry, settings, user, False)
 
 
@@ -127,10 +129,10 @@ def inbox(registry: SqlRegistry, user: UserRecord) -> list[OrgInbox]:
     from tasks.research.seed import list_seeds
 
     shown: list[OrgInbox] = []
-    for org in registry.list_orgs():
+    for org in registry.people.list_orgs():
         if not may_inspect(user, org):
             continue
-        docs = registry.list_documents(
+        docs = registry.documents.list_documents(
             org.id, statuses=[DocStatus.PENDING_REVIEW.value, DocStatus.WITHDRAWN.value]
         )
         shown.append(
@@ -196,7 +198,7 @@ def draft_page(
     """
     registry = ctx.registry
     _, doc = authorize_document(registry, user.id, doc_id, inspect=True)
-    org = registry.get_org(doc.org_id)
+    org = registry.people.get_org(doc.org_id)
     overlap = max(64, settings.ingest.chunk_overlap_words)
     with held(ctx.vector_store)() as store:
         text = draft_markdown(doc, store, overlap)
@@ -234,7 +236,11 @@ def _cited_titles(registry: SqlRegistry, doc: DocRecord, text: str) -> dict[str,
     ids = cited_doc_ids(text)[:200]
     if not ids:
         return {}
-    return {d.id: d.title for d in registry.get_documents(ids).values() if d.org_id == doc.org_id}
+    return {
+        d.id: d.title
+        for d in registry.documents.get_documents(ids).values()
+        if d.org_id == doc.org_id
+    }
 
 
 # -- decisions ---------------------------------------------------------------------------------
@@ -300,9 +306,9 @@ def set_password(
                     f"user {who.id!r} may not set {user_id!r}'s password: only a superadmin, "
                     "or the user for themself. Nothing was changed."
                 )
-            registry.get_user(user_id)
+            registry.people.get_user(user_id)
         except (Forbidden, NotFound) as exc:
-            registry.record_denied(actor or "(anonymous)", f"set the password of {user_id}",
+            registry.people.record_denied(actor or "(anonymous)", f"set the password of {user_id}",
                                    org_id=None, reason=str(exc))  # fmt: skip
             raise
         generated = None
@@ -311,7 +317,7 @@ def set_password(
                 raise ConfigError("give a password (prompted, or --password-stdin), or use "
                                   "--temporary to generate one. Nothing was changed.")  # fmt: skip
             generated = password = _temporary_password(user_id)
-        registry.set_password(user_id, password, actor=who.id, must_change=temporary)
+        registry.logins.set_password(user_id, password, actor=who.id, must_change=temporary)
         return generated
 
 

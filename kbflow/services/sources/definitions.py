@@ -180,7 +180,7 @@ def _authorize_config(
     reason = superadmin_reason(kind, config)
     admin = authorize_change(registry, actor, what + (f" ({reason})" if reason else ""), org,
                              local=reason is not None)  # fmt: skip
-    registry.get_org(org)  # a superadmin is told the org does not exist
+    registry.people.get_org(org)  # a superadmin is told the org does not exist
     try:
         if check_envs:
             check_secret_envs(settings, org, config)
@@ -193,7 +193,7 @@ def _authorize_config(
             if local:
                 check_outside_home(settings, local)
     except (Forbidden, ConfigError) as exc:
-        registry.record_denied(admin, what, org_id=org, reason=str(exc))
+        registry.people.record_denied(admin, what, org_id=org, reason=str(exc))
         raise
     return admin
 
@@ -208,8 +208,8 @@ def add_source(
     with open_registry(settings) as registry:
         admin = _authorize_config(settings, registry, actor, f"add source {name!r} to org {org!r}",
                                   org, fields["kind"], fields["config"])  # fmt: skip
-        registry.get_org(org)
-        return registry.create_source(org, name, fields, actor=admin)
+        registry.people.get_org(org)
+        return registry.sources.create_source(org, name, fields, actor=admin)
 
 
 def _check_name(name: str) -> None:
@@ -222,7 +222,7 @@ def _check_name(name: str) -> None:
 
 def resolve(registry: SqlRegistry, ref: str, org: str | None) -> SourceRecord:
     """The source named ``ref`` (in ``org``) or with id ``ref``."""
-    found = registry.find_sources(ref, org)
+    found = registry.sources.find_sources(ref, org)
     if not found:
         where = f" in org {org!r}" if org else ""
         raise NotFound(f"no source {ref!r}{where} — `kbflow sources list` shows them")
@@ -239,7 +239,7 @@ def get_source(settings: Settings, ref: str, org: str | None = None) -> SourceVi
 
     with open_registry(settings) as registry:
         source = resolve(registry, ref, org)
-        counts = registry.item_counts().get(source.id, {})
+        counts = registry.sources.item_counts().get(source.id, {})
     return source_dict(settings, source, counts)
 
 
@@ -248,9 +248,9 @@ def list_sources(settings: Settings, org: str | None = None) -> list[SourceView]
 
     with open_registry(settings) as registry:
         if org is not None:
-            registry.get_org(org)
-        sources = registry.list_sources(org)
-        counts = registry.item_counts()
+            registry.people.get_org(org)
+        sources = registry.sources.list_sources(org)
+        counts = registry.sources.item_counts()
     return [source_dict(settings, s, counts.get(s.id, {})) for s in sources]
 
 
@@ -332,7 +332,7 @@ def update_source(
         admin = _authorize_config(settings, registry, actor, f"change source {source.name!r}",
                                   source.org_id, source.kind, config,
                                   check_envs="config" in checked)  # fmt: skip
-        return registry.update_source(source.id, checked, actor=admin)
+        return registry.sources.update_source(source.id, checked, actor=admin)
 
 
 def remove_source(
@@ -355,7 +355,7 @@ def remove_source(
         withdrawn = 0
         if withdraw:
             withdrawn = _withdraw_all(settings, registry, source, admin)
-        registry.delete_source(source.id, actor=admin)
+        registry.sources.delete_source(source.id, actor=admin)
     return SourceRemoved(
         removed=source.id, name=source.name, org_id=source.org_id, withdrawn=withdrawn
     )
@@ -377,7 +377,7 @@ def _withdraw_all(
             note=note,
             open_store=lambda: open_vector_store(settings),
         )
-        for key in registry.source_items(source.id)
+        for key in registry.sources.source_items(source.id)
     )
 
 

@@ -61,7 +61,7 @@ def sync(
         source = resolve(registry, ref, org)
         admin = authorize_change(registry, actor, f"sync source {source.name!r}", source.org_id)
         if confirm_withdraw:
-            registry.confirm_source_withdrawal(source.id, actor=admin)
+            registry.sources.confirm_source_withdrawal(source.id, actor=admin)
     with prefect_starting():
         pass  # the embedder loads at the first changed item: an unchanged sync never needs it
     with tracked(settings.home, source_sync) as flow:
@@ -97,7 +97,7 @@ def schedule(
             authorize_admin(registry, actor, "schedule every org's sources")
         else:
             authorize_change(registry, actor, f"schedule the sources of org {org!r}", org)
-        sources = registry.list_sources(org)
+        sources = registry.sources.list_sources(org)
     return _apply_schedules(sources, org)
 
 

@@ -43,8 +43,8 @@ def assert_citations_served(registry: SqlRegistry, citations: list[dict[str, Any
     """Every citation names a chunk of its document's current content, and that document is
     approved, in the handbook, for this org (checked on the registry, not on the answer)."""
     for c in citations:
-        doc = registry.get_document(c["doc_id"])
-        chunk_ids = {ch.chunk_id for ch in registry.document_chunks([doc.id])[doc.id]}
+        doc = registry.documents.get_document(c["doc_id"])
+        chunk_ids = {ch.chunk_id for ch in registry.chunks.document_chunks([doc.id])[doc.id]}
         assert c["chunk_id"] in chunk_ids, c
         assert doc.status == DocStatus.APPROVED and doc.org_id == "acme", c
         assert doc.collection_path == "handbook" and c["uri"] == doc.uri, c

@@ -449,8 +449,8 @@ def test_superseded_evidence_is_not_cited(kb: dict[str, Any]) -> None:
     # No value is asked: offline, the passage is handed over as evidence ("maybe").
     assert turn.output["status"] == "maybe"
     assert kb["docs"]["travel"] in {c["doc_id"] for c in turn.output["citations"]}
-    supersede(kb["registry"].get_document(kb["docs"]["travel"]), kb["store"], kb["registry"],
-              actor="test")  # fmt: skip
+    travel = kb["registry"].documents.get_document(kb["docs"]["travel"])
+    supersede(travel, kb["store"], kb["registry"], actor="test")
     again = run_answer(kb, "Which class is standard for short flights?")
     assert kb["docs"]["travel"] not in {c["doc_id"] for c in again.output["citations"]}
 

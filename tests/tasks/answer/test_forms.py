@@ -185,7 +185,7 @@ def test_the_service_records_and_replays_a_search_at_its_forms_threshold(
     from sinks.ledger import Ledger
 
     index_handbook(registry, edge_store, embedder)
-    registry.create_agent("acme", "helper")
+    registry.catalog.create_agent("acme", "helper")
     tuned = settings.replace(
         answer_min_confidence=0.99, answer_min_confidence_keywords=0.3, answer_evidence_floor=None
     )  # below 0.99: refused, not maybe

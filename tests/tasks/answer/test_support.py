@@ -97,7 +97,7 @@ def ask(kb: dict[str, Any], question: str, model: Any = None) -> Turn:
                   embedder=kb["embedder"], model=model or ExtractiveKnowledgeModel(THRESHOLD),
                   config=AnswerConfig(threshold=THRESHOLD))  # fmt: skip
     for c in turn.output["citations"]:  # served: approved, this org, this collection
-        doc = kb["registry"].get_document(c["doc_id"])
+        doc = kb["registry"].documents.get_document(c["doc_id"])
         assert doc.org_id == "acme" and doc.collection_path == "finance", c
     return turn
 
@@ -108,8 +108,8 @@ def quotes_hold(kb: dict[str, Any], out: dict[str, Any]) -> None:
     assert out["citations"]
     for c in out["citations"] + [c for claim in out["claims"] for c in claim["citations"]]:
         assert c["quote"], c
-        doc = registry.get_document(c["doc_id"])
-        text = next(ch.text for ch in registry.document_chunks([doc.id])[doc.id]
+        doc = registry.documents.get_document(c["doc_id"])
+        text = next(ch.text for ch in registry.chunks.document_chunks([doc.id])[doc.id]
                     if ch.chunk_id == c["chunk_id"])  # fmt: skip
         if "quote_spans" in c:  # offsets into the chunk as the model saw it (contacts masked)
             seen = scrub(text)

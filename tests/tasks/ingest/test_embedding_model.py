@@ -41,7 +41,7 @@ def _open(settings: Settings) -> QdrantEdgeStore:
 
 
 def _registry_models(registry: SqlRegistry, org: str = "acme") -> dict[str | None, int]:
-    return registry.embedding_models(org)
+    return registry.chunks.embedding_models(org)
 
 
 def _payloads(store: Any) -> dict[str, dict[str, Any]]:
@@ -80,8 +80,8 @@ def test_ingest_records_the_model_id_in_every_point_and_registry_row(
     with registry.session() as s:
         rows = s.query(ChunkRow).all()
     assert len(rows) == 4 and {r.embedding_model for r in rows} == {PACKAGED_MINILM}
-    assert registry.embedding_model_bounds("acme") == (PACKAGED_MINILM, PACKAGED_MINILM)
-    assert registry.embedding_model_bounds("nobody") == (None, None)
+    assert registry.chunks.embedding_model_bounds("acme") == (PACKAGED_MINILM, PACKAGED_MINILM)
+    assert registry.chunks.embedding_model_bounds("nobody") == (None, None)
 
 
 def test_search_with_another_model_is_refused_naming_both_ids(
@@ -120,7 +120,7 @@ def test_ingest_with_another_model_is_refused_before_writing(
     settings: Settings, registry: SqlRegistry, indexed: dict[str, list[str]]
 ) -> None:
     other = embedder_for(int8_settings(settings))
-    documents = len(registry.current_documents("acme"))
+    documents = len(registry.documents.current_documents("acme"))
     store = _open(settings)
     try:
         with pytest.raises(EmbeddingModelMismatch, match="cannot ingest into org 'acme'"):
@@ -133,7 +133,7 @@ def test_ingest_with_another_model_is_refused_before_writing(
         assert len(_payloads(store)) == 4
     finally:
         store.close()
-    assert len(registry.current_documents("acme")) == documents
+    assert len(registry.documents.current_documents("acme")) == documents
     assert _registry_models(registry) == {PACKAGED_MINILM: 4}
 
 
@@ -240,7 +240,7 @@ def test_store_reembed_cli_json_and_table(
     table = runner.invoke(app, ["store", "reembed", "--org", "acme"])
     assert table.exit_code == 0, table.output
     assert "re-embedded 4 chunks" in table.output
-    assert registry.embedding_models("acme") == {embedder_for(Settings()).model_id: 4}
+    assert registry.chunks.embedding_models("acme") == {embedder_for(Settings()).model_id: 4}
 
 
 def test_promoted_resolves_to_the_promoted_folder_or_says_what_is_missing(
@@ -339,4 +339,4 @@ def test_a_point_written_by_the_old_model_during_a_reembed_gets_another_pass(
         assert {p["embedding_model"] for p in _payloads(store).values()} == {other.model_id}
     finally:
         store.close()
-    assert registry.embedding_models("acme") == {other.model_id: 5}
+    assert registry.chunks.embedding_models("acme") == {other.model_id: 5}

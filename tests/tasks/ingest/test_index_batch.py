@@ -46,10 +46,10 @@ def test_a_batch_writes_the_registry_in_as_many_transactions_whatever_its_size(
     ingest("warm", 1)  # the org and collection rows, made once
     small, large = ingest("small", 3), ingest("large", 12)
     assert small == large, (small, large)
-    docs = registry.current_documents("large")
+    docs = registry.documents.current_documents("large")
     assert len(docs) == 12
     assert {d.parse_status for d in docs.values()} == {"ingested"}
-    chunks = registry.document_chunks([d.id for d in docs.values()])
+    chunks = registry.chunks.document_chunks([d.id for d in docs.values()])
     assert all(len(c) == 1 for c in chunks.values())
 
 

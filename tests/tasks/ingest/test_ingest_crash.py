@@ -64,7 +64,7 @@ def _sources(version: int) -> list[Source]:
 def run_ingest(world: dict[str, Any], version: int) -> None:
     """What the ingest flow does, without Prefect: plan, repair, then batch after batch."""
     registry, store = world["registry"], world["store"]
-    coll = registry.ensure_collection(ORG, "ferries")
+    coll = registry.catalog.ensure_collection(ORG, "ferries")
     target = IngestTarget(
         org_id=ORG, collection_id=coll.id, collection_path=coll.path, status=DocStatus.APPROVED
     )
@@ -83,7 +83,7 @@ def run_ingest(world: dict[str, Any], version: int) -> None:
 
 def servable_versions(registry: SqlRegistry) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
-    for doc in registry.list_documents(ORG):
+    for doc in registry.documents.list_documents(ORG):
         if doc.status in (None, DocStatus.APPROVED.value) and (
             doc.parse_status in SERVABLE_PARSE_STATUSES
         ):
@@ -143,7 +143,7 @@ def v1_template(tmp_path_factory: pytest.TempPathFactory, memo_embedder: MemoEmb
     registry = SqlRegistry.open(f"sqlite:///{home / 'registry.db'}")
     store = QdrantEdgeStore.open(home / "vectors", lock_timeout_s=1)
     try:
-        registry.ensure_org(ORG)
+        registry.people.ensure_org(ORG)
         run_ingest({"registry": registry, "store": store, "embedder": memo_embedder}, 1)
         assert len(servable_versions(registry)) == SOURCES
     finally:
@@ -261,7 +261,7 @@ def test_a_double_approved_registry_from_an_older_release_is_repaired(
     registry = world["registry"]
     run_ingest(world, 2)
     # Put the old code's crash state back: v1 approved again under a servable v2.
-    v1 = [d for d in registry.list_documents(ORG) if d.version == 1][:5]
+    v1 = [d for d in registry.documents.list_documents(ORG) if d.version == 1][:5]
     assert len(v1) == 5
     with registry.session() as s, s.begin():
         from sqlalchemy import update
@@ -283,7 +283,7 @@ def test_a_double_approved_registry_from_an_older_release_is_repaired(
 
     run_ingest(world, 2)  # the plain re-run repairs it (unchanged sources included)
     check_converged(world)
-    assert all(registry.get_document(d.id).status == "superseded" for d in v1)
+    assert all(registry.documents.get_document(d.id).status == "superseded" for d in v1)
 
 
 # --- every instant of a changed re-ingest serves exactly one version ---------------------------
@@ -307,7 +307,7 @@ def served_versions(world: dict[str, Any]) -> dict[str, dict[str, set[int]]]:
     chunk its filter and the registry re-check admit."""
     registry = world["registry"]
     scope = Scope(org_id=ORG)
-    versions = {d.id: (d.source_key, d.version) for d in registry.list_documents(ORG)}
+    versions = {d.id: (d.source_key, d.version) for d in registry.documents.list_documents(ORG)}
     results: dict[str, list[Any]] = {}
     for mode in SearchMode:
         found = retrieve(

@@ -96,8 +96,8 @@ def test_a_hung_file_is_reported_in_the_batch_and_its_neighbours_are_stored(
 ) -> None:
     """The ingest path end to end below Prefect: extract_batch through the pool, then index."""
     hung, fine = _files(tmp_path, "hang.txt", "fine.txt")
-    registry.ensure_org("acme")
-    coll = registry.ensure_collection("acme", "docs")
+    registry.people.ensure_org("acme")
+    coll = registry.catalog.ensure_collection("acme", "docs")
     target = IngestTarget(org_id="acme", collection_id=coll.id, collection_path=coll.path)
     items = [WorkItem(Source(p.as_uri(), p.as_uri(), file_sha256(p), p)) for p in (hung, fine)]
     with ExtractionPool(f"{TARGETS}:hang", limits=Limits(timeout_s=2)) as pool:
@@ -115,7 +115,7 @@ def test_a_hung_file_is_reported_in_the_batch_and_its_neighbours_are_stored(
     assert report.documents == 1
     ((name, reason),) = report.skipped
     assert name == "hang.txt" and "took longer than 2 s and was stopped" in reason
-    stored = registry.list_documents("acme")
+    stored = registry.documents.list_documents("acme")
     assert [Path(d.uri).name for d in stored] == ["fine.txt"]
 
 

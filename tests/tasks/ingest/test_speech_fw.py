@@ -285,8 +285,8 @@ def test_a_noise_recording_enters_pending_review_and_is_not_served(
     (note,) = [n for n in report["notes"] if n["source"] == "hiss.wav"]
     assert "held for review" in note["note"] and "KBFLOW_ASR_MIN_CONFIDENCE" in note["note"]
     with open_registry(settings) as registry:
-        docs = {Path(d.uri).name: d for d in registry.list_documents("media")}
-        chunks = registry.document_chunks([docs["hiss.wav"].id])[docs["hiss.wav"].id]
+        docs = {Path(d.uri).name: d for d in registry.documents.list_documents("media")}
+        chunks = registry.chunks.document_chunks([docs["hiss.wav"].id])[docs["hiss.wav"].id]
     assert docs["hiss.wav"].status == DocStatus.PENDING_REVIEW.value
     assert docs["ferry.md"].status == DocStatus.APPROVED.value
     heard = chunks[0].text if chunks else ""

@@ -50,7 +50,7 @@ def test_registry_recheck_drops_a_hit_the_store_still_shows(
     world: dict[str, str], edge_store: Any, registry: Any, embedder: Any
 ) -> None:
     # Drift: the registry rejects a document but its vector payload still says approved.
-    registry.transition(
+    registry.documents.transition(
         world["approved"],
         expected=DocStatus.APPROVED,
         new=DocStatus.REJECTED,

@@ -118,7 +118,9 @@ def test_the_fallback_follows_registry_changes(
     fallback = KeywordFallback()
     gate = build_gate(Scope("acme"))
     before = {h.doc_id for h in fallback.search(TOPIC, gate, registry=registry, top_k=50)}
-    supersede(registry.get_document(world["approved"]), edge_store, registry, actor="test")
+    supersede(
+        registry.documents.get_document(world["approved"]), edge_store, registry, actor="test"
+    )
     after = {h.doc_id for h in fallback.search(TOPIC, gate, registry=registry, top_k=50)}
     assert before - after == {world["approved"]}
 
@@ -172,7 +174,7 @@ def test_the_search_command_degrades_when_the_store_is_held_elsewhere(
 
     monkeypatch.setenv("KBFLOW_STORE_LOCK_TIMEOUT_S", "0.2")
     registry = SqlRegistry.open(Settings().registry_url)
-    registry.ensure_user("eng", Role.ENGINEER)
+    registry.people.ensure_user("eng", Role.ENGINEER)
     registry.close()
     search = ["search", TOPIC, "--org", "acme", "--as", "eng", "--json"]
     result = CliRunner().invoke(app, [*search, "-k", "50"])

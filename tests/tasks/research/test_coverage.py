@@ -37,7 +37,7 @@ class Seeded:
 
     def __init__(self, bundle: Bundle, registry: SqlRegistry, store: Any, embedder: Any) -> None:
         self.bundle, self.registry, self.store, self.embedder = bundle, registry, store, embedder
-        registry.ensure_org(bundle.name, bundle.client_name)
+        registry.people.ensure_org(bundle.name, bundle.client_name)
         seed_bundle(
             SeedBundle(files=tuple(bundle.seed_files())), bundle.name, registry=registry,
             store=store, embedder=embedder,
@@ -178,7 +178,7 @@ def test_the_claude_path_keeps_every_fact_and_citation_of_a_scripted_reply(
     user = body["messages"][0]["content"]
     for cid in seeded.cites.values():
         assert f"[{cid}]" in user  # every seed offered for citation ...
-    for doc in seeded.registry.get_documents(outcome.doc_ids).values():
+    for doc in seeded.registry.documents.get_documents(outcome.doc_ids).values():
         kept = {c.cite_id: c.uri for c in doc.citations}
         assert kept and all(uri for uri in kept.values())  # ... and kept with its URI
         assert set(kept) <= set(seeded.cites.values())

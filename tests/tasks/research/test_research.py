@@ -52,7 +52,7 @@ def world(edge_store: Any, registry: Any, embedder: Any, tmp_path: Path) -> dict
     brief = tmp_path / "brief.md"
     brief.write_text(BRIEF)
     for org in ("lark", "lark2"):
-        registry.ensure_org(org, "Larkspur Cycles")
+        registry.people.ensure_org(org, "Larkspur Cycles")
         seed_bundle(
             SeedBundle(files=(brief,), urls=("https://larkspur.example/",),
                        prompts=("Focus on commuters.",)),
@@ -77,7 +77,11 @@ def _run(world: dict[str, Any], org: str = "lark", **kw: Any) -> Any:
 
 
 def _drafts(world: dict[str, Any], org: str) -> list[Any]:
-    return [d for d in world["registry"].list_documents(org) if d.source_tag == "agent_synthesis"]
+    return [
+        d
+        for d in world["registry"].documents.list_documents(org)
+        if d.source_tag == "agent_synthesis"
+    ]
 
 
 def test_offline_research_drafts_four_pending_documents(world: dict[str, Any]) -> None:
@@ -171,13 +175,13 @@ def test_offline_drafts_keep_a_seed_table_and_keep_their_footer_as_metadata(
     registry, store = world["registry"], world["store"]
     sheet = tmp_path / "contacts.csv"
     sheet.write_text(CONTACTS_CSV)
-    registry.ensure_org("lark3", "Larkspur Cycles")
+    registry.people.ensure_org("lark3", "Larkspur Cycles")
     seed_bundle(
         SeedBundle(files=(sheet,), urls=("https://larkspur.example/",)), "lark3",
         registry=registry, store=store, embedder=world["embedder"],
         extract_file=lambda s: file_to_document(s.path),
     )  # fmt: skip
-    seeds = {d.source_tag: d for d in registry.list_documents("lark3")}
+    seeds = {d.source_tag: d for d in registry.documents.list_documents("lark3")}
     csv_seed = seeds["am_file"]
 
     outcome = _run(world, "lark3")
@@ -193,7 +197,7 @@ def test_offline_drafts_keep_a_seed_table_and_keep_their_footer_as_metadata(
     # The footer is metadata: no chunk holds it, the registry keeps each entry with its URI.
     by_name = {d.title: d for d in _drafts(world, "lark3")}
     stored = by_name[contacts.title]
-    chunks = registry.document_chunks([stored.id])[stored.id]
+    chunks = registry.chunks.document_chunks([stored.id])[stored.id]
     assert chunks and all("Citations" not in c.heading_path for c in chunks)
     footer = contacts.content.split("\n---\n## Citations\n")[1].strip().splitlines()
     assert footer and not [line for line in footer for c in chunks if line in c.text]

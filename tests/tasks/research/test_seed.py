@@ -30,7 +30,7 @@ def _extract(source: Any) -> Any:
 
 @pytest.fixture
 def ctx(edge_store: Any, registry: Any, embedder: Any) -> dict[str, Any]:
-    registry.ensure_org(ORG, "Fresh Foods")
+    registry.people.ensure_org(ORG, "Fresh Foods")
     return {"store": edge_store, "registry": registry, "embedder": embedder}
 
 
@@ -107,5 +107,5 @@ def test_bad_bundles_store_nothing(
     }
     with pytest.raises((ConfigError, UnsafeUrl), match=message):
         _seed(ctx, bundles[bundle_kind])
-    assert ctx["registry"].list_documents(ORG) == []
+    assert ctx["registry"].documents.list_documents(ORG) == []
     assert ctx["store"].count() == 0

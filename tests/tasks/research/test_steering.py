@@ -328,7 +328,7 @@ def test_pdf_and_xlsx_seeds_both_contribute(
     _workbook(prices)
     notes.write_text(NOTES)
     prompt = "Focus on the handbook's safety rules and the price list. Audience: site buyers."
-    registry.ensure_org("halden", "Halden Fixings")
+    registry.people.ensure_org("halden", "Halden Fixings")
     seed_bundle(
         SeedBundle(files=(handbook, prices, notes), prompts=(prompt,)), "halden",
         registry=registry, store=edge_store, embedder=embedder,

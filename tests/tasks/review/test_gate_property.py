@@ -114,11 +114,11 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             self.registry = SqlRegistry.open(registry_url(self.dir / "registry.db"))
             self.store = QdrantEdgeStore.open(self.dir / "vectors")
             for org in ORGS:
-                self.registry.ensure_org(org, am_user_id=AMS[org])
-                self.registry.ensure_user(AMS[org], Role.ACCOUNT_MANAGER)
+                self.registry.people.ensure_org(org, am_user_id=AMS[org])
+                self.registry.people.ensure_user(AMS[org], Role.ACCOUNT_MANAGER)
             self.keys = 0
             self.ctx = {"store": self.store, "registry": self.registry, "embedder": embedder}
-            self.catalog = self.registry  # collections and agents are registry methods
+            self.catalog = self.registry.catalog
             self.agent_ids: list[str] = []
             self.search_ctx = SearchContext(
                 Settings(home=self.dir), self.registry, self.store, embedder
@@ -155,7 +155,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
 
         def _latest(self, source: tuple[str, str]) -> Any:
             org, key = source
-            return self.registry.current_documents(org)[f"test://{org}/{key}"]
+            return self.registry.documents.current_documents(org)[f"test://{org}/{key}"]
 
         @rule(
             source=docs,
@@ -211,7 +211,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             agent_id = f"agent{len(self.agent_ids)}"
             self.catalog.create_agent(org, agent_id, enabled=enabled)
             for path in allowed:
-                self.registry.ensure_collection(org, path)
+                self.registry.catalog.ensure_collection(org, path)
             if allowed:
                 self.catalog.set_allowed(agent_id, list(allowed), allow=True)
             self.agent_ids.append(agent_id)
@@ -229,9 +229,9 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             if not found:
                 return
             if parent is not None:
-                self.registry.ensure_collection(org, parent)
+                self.registry.catalog.ensure_collection(org, parent)
             with contextlib.suppress(ConfigError):  # the target path is taken: nothing moved
-                _moved, count = move_collection(self.catalog, self.store, org, found[0].id, parent)
+                _moved, count = move_collection(self.registry, self.store, org, found[0].id, parent)
                 CHECKS["moves"] += 1 if count else 0
 
         @invariant()
@@ -241,7 +241,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             query = QUERIES[(CHECKS["steps"] // len(ORGS)) % len(QUERIES)]
             for mode in ENGINE_MODES:
                 hits = search(query, Scope(org_id=org), mode=mode, top_k=50, **self.ctx)
-                truth = self.registry.get_documents(h.doc_id for h in hits)
+                truth = self.registry.documents.get_documents(h.doc_id for h in hits)
                 for hit in hits:
                     assert servable(truth[hit.doc_id], org), (mode, org, truth[hit.doc_id])
             if self.agent_ids:
@@ -264,7 +264,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             cited: list[dict[str, Any]] = []
             if CHECKS["agent_checks"] % 3 == 0:  # answers too: every evidence chunk may be cited
                 cited = self._answer_citations(agent_id, agent.org_id, query)
-            truth = self.registry.get_documents(r["doc_id"] for r in [*found, *cited])
+            truth = self.registry.documents.get_documents(r["doc_id"] for r in [*found, *cited])
             for result in [*found, *cited]:
                 doc = truth[result["doc_id"]]
                 assert servable(doc, agent.org_id), (agent, doc)

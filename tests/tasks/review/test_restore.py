@@ -41,13 +41,13 @@ def _text(key: str) -> str:
 
 @pytest.fixture
 def people(registry: SqlRegistry) -> None:
-    registry.ensure_org(ORG, am_user_id=AM)
-    registry.ensure_org(OTHER, am_user_id=OTHER_AM)
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(OTHER_AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(ADMIN, Role.SUPERADMIN)
-    registry.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
-    registry.ensure_user(ENGINEER, Role.ENGINEER, org_id=ORG)
+    registry.people.ensure_org(ORG, am_user_id=AM)
+    registry.people.ensure_org(OTHER, am_user_id=OTHER_AM)
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(OTHER_AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(ADMIN, Role.SUPERADMIN)
+    registry.people.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
+    registry.people.ensure_user(ENGINEER, Role.ENGINEER, org_id=ORG)
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def _everywhere(*doc_ids: str) -> dict[str, list[str]]:
 
 def _dense(ctx: dict[str, Any], doc_id: str) -> list[list[float]]:
     """A document's stored dense vectors, in chunk order."""
-    chunks = ctx["registry"].document_chunks([doc_id])[doc_id]
+    chunks = ctx["registry"].chunks.document_chunks([doc_id])[doc_id]
     found = {
         p.point_id: p.dense
         for p in ctx["store"].retrieve_points([point_id_for(c.chunk_id) for c in chunks])
@@ -113,11 +113,11 @@ def _state(ctx: dict[str, Any]) -> tuple[Any, ...]:
     """Everything a refused restore must leave as it was: the documents, the audit log and
     every stored payload."""
     registry, store = ctx["registry"], ctx["store"]
-    docs = registry.list_documents(ORG)
+    docs = registry.documents.list_documents(ORG)
     payloads = {d.id: [h.payload for h in store.inspect_document_chunks(d.id)] for d in docs}
     return (
         [(d.id, d.version, d.status, d.updated_at) for d in docs],
-        [(r.action, r.doc_id, r.after) for r in registry.audit_trail(ORG, None, last=1000)],
+        [(r.action, r.doc_id, r.after) for r in registry.audit.audit_trail(ORG, None, last=1000)],
         payloads,
     )
 
@@ -132,9 +132,9 @@ def test_restore_serves_the_text_again_as_a_new_version_and_leaves_the_withdrawn
     control = _index(ctx, "control")
     old_id = _withdrawn(ctx)
     assert _served(ctx) == _everywhere(control)
-    old = registry.get_document(old_id)
-    old_chunks = registry.document_chunks([old_id])[old_id]
-    old_trail = [(r.action, r.after) for r in registry.audit_trail(ORG, old_id)]
+    old = registry.documents.get_document(old_id)
+    old_chunks = registry.chunks.document_chunks([old_id])[old_id]
+    old_trail = [(r.action, r.after) for r in registry.audit.audit_trail(ORG, old_id)]
 
     # No embedder: the withdrawn version's stored vectors are copied, not embedded again.
     new = _restore(ctx, old_id, embedder=None)
@@ -146,26 +146,26 @@ def test_restore_serves_the_text_again_as_a_new_version_and_leaves_the_withdrawn
     assert new.approved_by == AM and new.parse_status == "ingested"
     assert new.chunk_count == len(old_chunks) == old.chunk_count
     new_id = new.id
-    assert registry.get_document(new_id).status == "approved"
+    assert registry.documents.get_document(new_id).status == "approved"
     assert _served(ctx) == _everywhere(control, new_id)
     hit = search(QUERY, Scope(org_id=ORG), mode=SearchMode.KEYWORD, top_k=50, **ctx)
     assert any(h.doc_id == new_id and "Marker w." in h.text for h in hit)
 
     # The copy: the same texts under new chunk ids, the same dense vectors.
-    new_chunks = registry.document_chunks([new_id])[new_id]
+    new_chunks = registry.chunks.document_chunks([new_id])[new_id]
     assert [c.text for c in new_chunks] == [c.text for c in old_chunks]
     assert {c.chunk_id for c in new_chunks}.isdisjoint(c.chunk_id for c in old_chunks)
     assert _dense(ctx, new_id) == _dense(ctx, old_id)
     assert {h.payload["status"] for h in store.inspect_document_chunks(new_id)} == {"approved"}
 
     # The withdrawn version is left exactly as it was.
-    assert registry.get_document(old_id) == old
-    assert registry.document_chunks([old_id])[old_id] == old_chunks
+    assert registry.documents.get_document(old_id) == old
+    assert registry.chunks.document_chunks([old_id])[old_id] == old_chunks
     assert {h.payload["status"] for h in store.inspect_document_chunks(old_id)} == {"withdrawn"}
-    assert [(r.action, r.after) for r in registry.audit_trail(ORG, old_id)] == old_trail
+    assert [(r.action, r.after) for r in registry.audit.audit_trail(ORG, old_id)] == old_trail
 
     # One audit row for the restore, on the new version: who, why, and from what.
-    trail = registry.audit_trail(ORG, new_id)
+    trail = registry.audit.audit_trail(ORG, new_id)
     assert [r.action for r in trail] == [AuditAction.CREATED, AuditAction.RESTORED]
     assert trail[-1].actor == AM and trail[-1].before == {"status": "pending_review"}
     assert trail[-1].after is not None
@@ -186,7 +186,7 @@ def test_a_superadmin_restores_and_the_citations_come_along(ctx: dict[str, Any])
     review.withdraw(
         doc_id, ADMIN, registry=ctx["registry"], open_store=review.held(ctx["store"]), note="x"
     )
-    old = ctx["registry"].get_document(doc_id)
+    old = ctx["registry"].documents.get_document(doc_id)
     assert old.citations
     new = _restore(ctx, doc_id, ADMIN, embedder=ctx["embedder"])
     assert new.citations == old.citations and new.approved_by == ADMIN
@@ -220,7 +220,7 @@ def test_answers_that_cited_the_withdrawn_version_keep_their_provenance(
 
     registry = ctx["registry"]
     docs = index_handbook(registry, ctx["store"], ctx["embedder"])
-    registry.create_agent(ORG, "helper")
+    registry.catalog.create_agent(ORG, "helper")
     search_ctx = SearchContext(
         settings=settings, registry=registry, store=ctx["store"], embedder=ctx["embedder"]
     )
@@ -305,8 +305,8 @@ def test_only_a_withdrawn_document_can_be_restored(
     if status == "rejected":
         review.reject(doc_id, AM, registry=registry, open_store=opener)
     elif status == "superseded":
-        review.supersede(registry.get_document(doc_id), ctx["store"], registry, actor=AM)
-    assert registry.get_document(doc_id).status == status
+        review.supersede(registry.documents.get_document(doc_id), ctx["store"], registry, actor=AM)
+    assert registry.documents.get_document(doc_id).status == status
     before = _state(ctx)
     with pytest.raises(ReviewConflict) as refused:
         _restore(ctx, doc_id, embedder=ctx["embedder"])
@@ -318,9 +318,8 @@ def test_a_newer_approved_or_withdrawn_version_refuses_the_restore(ctx: dict[str
     registry = ctx["registry"]
     v1 = _withdrawn(ctx)
     v2 = _index(ctx, "w", text=_text("w") + " Revised.")  # a newer ingest of the source
-    assert (registry.get_document(v2).version, registry.get_document(v1).status) == (
-        2, "withdrawn",
-    )  # fmt: skip
+    docs = registry.documents
+    assert (docs.get_document(v2).version, docs.get_document(v1).status) == (2, "withdrawn")
     before = _state(ctx)
     with pytest.raises(ReviewConflict, match=rf"newer version of its source, {v2} \(v2\), is "
                        r"approved and in service.*kbflow review edit"):  # fmt: skip
@@ -345,7 +344,7 @@ def test_a_restored_version_is_withdrawn_and_restored_again(ctx: dict[str, Any])
     review.withdraw(v2.id, AM, registry=registry, open_store=opener, note="again")
     assert _served(ctx) == _everywhere()
     v3 = _restore(ctx, v2.id, embedder=None)
-    assert [d.status for d in registry.versions_of(ORG, v3.source_key)] == [
+    assert [d.status for d in registry.documents.versions_of(ORG, v3.source_key)] == [
         "withdrawn", "withdrawn", "approved",
     ]  # fmt: skip
     assert _served(ctx) == _everywhere(v3.id)
@@ -376,7 +375,7 @@ def test_two_racing_restores_one_wins_the_other_is_a_conflict(ctx: dict[str, Any
         _restore(ctx, old_id, AM, embedder=None)
     winner: DocRecord = hook.done[1]
     assert winner.status == "approved" and winner.approved_by == ADMIN
-    versions = registry.versions_of(ORG, winner.source_key)
+    versions = registry.documents.versions_of(ORG, winner.source_key)
     # The loser's copy (v2, a hidden draft when the winner committed) was retired by the
     # winner's commit (superseded), its chunks deleted: never served.
     [loser] = [d for d in versions if d.id not in (old_id, winner.id)]
@@ -384,11 +383,11 @@ def test_two_racing_restores_one_wins_the_other_is_a_conflict(ctx: dict[str, Any
         (old_id, 1, "withdrawn"), (loser.id, 2, "superseded"), (winner.id, 3, "approved"),
     ]  # fmt: skip
     assert ctx["store"].inspect_document_chunks(loser.id) == []
-    assert [r.action for r in registry.audit_trail(ORG, loser.id)] == [
+    assert [r.action for r in registry.audit.audit_trail(ORG, loser.id)] == [
         AuditAction.CREATED, AuditAction.SUPERSEDED,
     ]  # fmt: skip
     restored = [
-        r for d in versions for r in registry.audit_trail(ORG, d.id)
+        r for d in versions for r in registry.audit.audit_trail(ORG, d.id)
         if r.action == AuditAction.RESTORED
     ]  # fmt: skip
     assert [(r.doc_id, r.actor) for r in restored] == [(winner.id, ADMIN)]
@@ -405,7 +404,8 @@ def test_a_restore_loses_to_the_approval_of_a_newer_draft(ctx: dict[str, Any]) -
                                                      open_store=opener))  # fmt: skip
     with faults.armed(hook), pytest.raises(ReviewConflict, match=rf"v2 \({v2}\) of its source"):
         _restore(ctx, v1, AM, embedder=None)
-    assert [d.status for d in registry.versions_of(ORG, registry.get_document(v1).source_key)] == [
+    key = registry.documents.get_document(v1).source_key
+    assert [d.status for d in registry.documents.versions_of(ORG, key)] == [
         "withdrawn", "approved", "rejected",
     ]  # fmt: skip
     assert _served(ctx) == _everywhere(v2)
@@ -419,7 +419,7 @@ def test_a_restore_that_wins_supersedes_a_newer_draft_whose_approval_then_confli
     v2 = _index(ctx, "w", status=DocStatus.PENDING_REVIEW, text=_text("w") + " Draft two.")
     review.withdraw(v1, AM, registry=registry, open_store=opener, note="recalled")
     v3 = _restore(ctx, v1, embedder=None)
-    assert registry.get_document(v2).status == "superseded"
+    assert registry.documents.get_document(v2).status == "superseded"
     with pytest.raises(ReviewConflict, match="superseded"):
         review.approve(v2, ADMIN, registry=registry, open_store=opener)
     assert _served(ctx) == _everywhere(v3.id)
@@ -479,7 +479,9 @@ def test_two_processes_race_to_restore_the_same_documents(
     assert am_lost == admin_won and admin_lost == am_won  # every loser got the conflict
 
     for doc_id in doc_ids:
-        versions = registry.versions_of(ORG, registry.get_document(doc_id).source_key)
+        versions = registry.documents.versions_of(
+            ORG, registry.documents.get_document(doc_id).source_key
+        )
         statuses = sorted(d.status or "" for d in versions)
         assert statuses.count("approved") == 1 and statuses.count("withdrawn") == 1
         [winner] = [d for d in versions if d.status == "approved"]
@@ -490,7 +492,7 @@ def test_two_processes_race_to_restore_the_same_documents(
     store = QdrantEdgeStore.open(settings.vectors_dir)
     try:
         assert review.reconcile(registry, store, dry_run=True).repaired == []
-        approved = {d.id for d in registry.list_documents(ORG, statuses=["approved"])}
+        approved = {d.id for d in registry.documents.list_documents(ORG, statuses=["approved"])}
         hits = search(
             QUERY, Scope(org_id=ORG), mode=SearchMode.KEYWORD, top_k=100, store=store,
             registry=registry, embedder=ctx["embedder"],
@@ -513,8 +515,8 @@ def test_a_crash_between_the_commit_and_the_publish_is_repaired_by_reconcile(
         pytest.raises(faults.InjectedCrash),
     ):
         _restore(ctx, old_id, embedder=None)
-    [new] = [d for d in registry.versions_of(ORG, registry.get_document(old_id).source_key)
-             if d.id != old_id]  # fmt: skip
+    key = registry.documents.get_document(old_id).source_key
+    [new] = [d for d in registry.documents.versions_of(ORG, key) if d.id != old_id]
     assert new.status == "approved"  # the registry committed ...
     assert {h.payload["status"] for h in store.inspect_document_chunks(new.id)} == {
         "pending_review"  # ... the store still hides it: never shown before the commit
@@ -545,6 +547,6 @@ def test_a_crash_before_the_commit_serves_nothing_and_a_second_restore_completes
     assert review.reconcile(registry, store, org_id=ORG, dry_run=True).repaired == []
     new = _restore(ctx, old_id, embedder=None)  # the stray hidden copy is superseded
     assert new.version == 3
-    statuses = [d.status for d in registry.versions_of(ORG, new.source_key)]
+    statuses = [d.status for d in registry.documents.versions_of(ORG, new.source_key)]
     assert statuses == ["withdrawn", "superseded", "approved"]
     assert _served(ctx) == _everywhere(new.id)

@@ -24,13 +24,13 @@ TEXT = "The heron turbine needs maintenance every 400 hours."
 
 @pytest.fixture
 def people(registry: SqlRegistry) -> None:
-    registry.ensure_org(ORG, am_user_id=AM)
-    registry.ensure_org(OTHER, am_user_id=OTHER_AM)
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(OTHER_AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(ADMIN, Role.SUPERADMIN)
-    registry.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
-    registry.ensure_user(ENGINEER, Role.ENGINEER)
+    registry.people.ensure_org(ORG, am_user_id=AM)
+    registry.people.ensure_org(OTHER, am_user_id=OTHER_AM)
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(OTHER_AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(ADMIN, Role.SUPERADMIN)
+    registry.people.ensure_user(EXPERT, Role.EXPERT, org_id=ORG)
+    registry.people.ensure_user(ENGINEER, Role.ENGINEER)
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def _visible(ctx: dict[str, Any], org: str = ORG) -> dict[SearchMode, set[str]]:
 
 
 def _actions(registry: SqlRegistry, doc_id: str, org: str = ORG) -> list[str]:
-    return [r.action for r in registry.audit_trail(org, doc_id)]
+    return [r.action for r in registry.audit.audit_trail(org, doc_id)]
 
 
 @pytest.mark.parametrize("hidden", ["pending_review", "rejected", "superseded", "other_org"])
@@ -73,9 +73,12 @@ def test_each_hidden_case_is_invisible_in_each_mode(
         elif hidden == "superseded":
             review.approve(target, AM, registry=ctx["registry"], open_store=opener)
             review.supersede(
-                ctx["registry"].get_document(target), ctx["store"], ctx["registry"], actor=AM
+                ctx["registry"].documents.get_document(target),
+                ctx["store"],
+                ctx["registry"],
+                actor=AM,
             )
-    assert ctx["registry"].get_document(target).status == (
+    assert ctx["registry"].documents.get_document(target).status == (
         "approved" if hidden == "other_org" else hidden
     )
     found = _visible(ctx)[mode]
@@ -91,7 +94,7 @@ def test_approve_shows_and_stamps_and_audits(ctx: dict[str, Any]) -> None:
     )
     assert (done.status, done.approved_by) == ("approved", AM) and done.approved_at is not None
     assert all(doc_id in ids for ids in _visible(ctx).values())
-    trail = ctx["registry"].audit_trail(ORG, doc_id)
+    trail = ctx["registry"].audit.audit_trail(ORG, doc_id)
     assert [r.action for r in trail] == [AuditAction.CREATED, AuditAction.APPROVED]
     assert trail[-1].actor == AM
     assert trail[-1].before == {"status": "pending_review"}
@@ -107,7 +110,9 @@ def test_lost_race_and_superseded_documents_conflict(ctx: dict[str, Any]) -> Non
     assert _actions(ctx["registry"], doc_id) == [AuditAction.CREATED, AuditAction.REJECTED]
 
     old = _index(ctx, "old", status=DocStatus.APPROVED)
-    review.supersede(ctx["registry"].get_document(old), ctx["store"], ctx["registry"], actor=AM)
+    review.supersede(
+        ctx["registry"].documents.get_document(old), ctx["store"], ctx["registry"], actor=AM
+    )
     with pytest.raises(ReviewConflict, match="superseded document cannot be acted on"):
         review.reject(old, AM, registry=ctx["registry"], open_store=opener)
 
@@ -136,7 +141,7 @@ def test_unauthorised_actors_are_refused_and_nothing_changes(
     ):
         with pytest.raises(Forbidden, match=r"may not review|unknown user"):
             attempt()
-    assert ctx["registry"].get_document(doc_id).status == "pending_review"
+    assert ctx["registry"].documents.get_document(doc_id).status == "pending_review"
     assert _actions(ctx["registry"], doc_id) == before
     assert [h.payload["status"] for h in ctx["store"].inspect_document_chunks(doc_id)] == payloads
 
@@ -177,10 +182,10 @@ def test_approving_a_new_version_supersedes_the_old_one(ctx: dict[str, Any]) -> 
         status=DocStatus.PENDING_REVIEW,
         **ctx,
     )[0]
-    assert registry.get_document(new).version == 2
+    assert registry.documents.get_document(new).version == 2
     assert old in _visible(ctx)[SearchMode.HYBRID]
     review.approve(new, AM, registry=registry, open_store=review.held(ctx["store"]))
-    assert registry.get_document(old).status == "superseded"
+    assert registry.documents.get_document(old).status == "superseded"
     for ids in _visible(ctx).values():
         assert new in ids and old not in ids
     assert _actions(registry, old)[-1] == AuditAction.SUPERSEDED
@@ -206,7 +211,7 @@ def test_crash_before_the_commit_leaves_nothing_unapproved_visible_and_the_old_v
         raise Boom("injected: process died before the registry commit")
 
     # reject: the payload is hidden, then the registry commit "crashes".
-    monkeypatch.setattr(registry, "transition", crash)
+    monkeypatch.setattr(registry.documents, "transition", crash)
     with pytest.raises(Boom):
         review.reject(pending, AM, registry=registry, open_store=review.held(store))
     monkeypatch.undo()
@@ -217,9 +222,9 @@ def test_crash_before_the_commit_leaves_nothing_unapproved_visible_and_the_old_v
     for ids in _visible(ctx).values():
         assert pending not in ids and newer not in ids  # nothing unapproved, nothing early
         assert approved in ids  # v1 is served until the commit retires it: never none
-    assert registry.get_document(pending).status == "pending_review"
-    assert registry.get_document(newer).status == "pending_review"  # the commit never ran
-    assert registry.get_document(approved).status == "approved"
+    assert registry.documents.get_document(pending).status == "pending_review"
+    assert registry.documents.get_document(newer).status == "pending_review"  # the commit never ran
+    assert registry.documents.get_document(approved).status == "approved"
 
     report = review.reconcile(registry, store, org_id=ORG)
     assert {r["doc_id"] for r in report.repaired} == {pending, newer}
@@ -242,8 +247,8 @@ def test_crash_after_the_approval_commit_never_serves_two_versions(ctx: dict[str
     # v1's chunks are hidden in the store (v2's were shown before the commit).
     with faults.armed(faults.crash_at("review.after_commit")), pytest.raises(faults.InjectedCrash):
         review.approve(new, AM, registry=registry, open_store=review.held(store))
-    assert registry.get_document(new).status == "approved"
-    assert registry.get_document(old).status == "superseded"
+    assert registry.documents.get_document(new).status == "approved"
+    assert registry.documents.get_document(old).status == "superseded"
     for ids in _visible(ctx).values():
         assert new in ids and old not in ids  # the registry re-check drops v1's chunks
     report = review.reconcile(registry, store, org_id=ORG)
@@ -313,7 +318,7 @@ def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
         "conflict",
         "forbidden",  # an unknown document is refused as another org's is: nothing said of it
     ]
-    assert [registry.get_document(x).status for x in (a, b, c)] == [
+    assert [registry.documents.get_document(x).status for x in (a, b, c)] == [
         "approved",
         "pending_review",
         "rejected",
@@ -326,7 +331,7 @@ def test_apply_decisions_reports_each_outcome(ctx: dict[str, Any]) -> None:
         embedder=lambda: ctx["embedder"],
     )
     assert forbidden[0].result == "forbidden"
-    assert registry.get_document(b).status == "pending_review"
+    assert registry.documents.get_document(b).status == "pending_review"
 
 
 def test_an_edit_that_loses_its_race_never_serves_its_text(
@@ -334,15 +339,15 @@ def test_an_edit_that_loses_its_race_never_serves_its_text(
 ) -> None:
     registry, store = ctx["registry"], ctx["store"]
     doc_id = _index(ctx, "d", status=DocStatus.PENDING_REVIEW)
-    real_commit = registry.transition_and_retire
+    real_commit = registry.documents.transition_and_retire
 
     def approved_first(*args: Any, **kwargs: Any) -> Any:
         # Another reviewer approves the original draft just before the edit commits.
-        monkeypatch.setattr(registry, "transition_and_retire", real_commit)
+        monkeypatch.setattr(registry.documents, "transition_and_retire", real_commit)
         review.approve(doc_id, ADMIN, registry=registry, open_store=review.held(store))
         return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(registry, "transition_and_retire", approved_first)
+    monkeypatch.setattr(registry.documents, "transition_and_retire", approved_first)
     with pytest.raises(ReviewConflict):
         review.edit_and_approve(
             doc_id,
@@ -398,7 +403,7 @@ def test_draft_markdown_rebuilds_headings_and_joins_overlapping_chunks(
         doc_id, AM, GUIDE, registry=registry, open_store=review.held(store),
         embedder=ctx["embedder"], max_words=180, overlap_words=30,
     )  # fmt: skip
-    doc = registry.get_document(doc_id)
+    doc = registry.documents.get_document(doc_id)
     assert doc.chunk_count > 3  # the long section spans several chunks that overlap
     assert inspection.draft_markdown(doc, store) == GUIDE
 
@@ -419,7 +424,7 @@ def test_the_form_shows_lists_tables_and_the_footer_and_an_edit_keeps_the_source
         status=DocStatus.PENDING_REVIEW, cite_uris={"doc:seed7": "upload:acme/team.xlsx"},
         **ctx,
     )  # fmt: skip
-    doc = registry.get_document(doc_id)
+    doc = registry.documents.get_document(doc_id)
     assert doc.citations == (SourceRef("doc:seed7", "Team sheet.xlsx", "upload:acme/team.xlsx"),)
     shown = inspection.draft_markdown(doc, store)
     assert shown == CITED  # lines, the table and the footer (from the registry) all come back
@@ -429,7 +434,7 @@ def test_the_form_shows_lists_tables_and_the_footer_and_an_edit_keeps_the_source
     edited = shown.replace("Bo Berg, sales", "Bo Berg, head of sales")
     review.edit_and_approve(doc_id, AM, edited, registry=registry, open_store=review.held(store),
                             embedder=ctx["embedder"])  # fmt: skip
-    doc = registry.get_document(doc_id)
+    doc = registry.documents.get_document(doc_id)
     assert doc.citations == (SourceRef("doc:seed7", "Team sheet.xlsx", "upload:acme/team.xlsx"),)
     texts = [h.payload["text"] for h in store.inspect_document_chunks(doc_id)
              if h.payload["content_hash"] == doc.content_hash]  # fmt: skip
@@ -458,7 +463,7 @@ def test_draft_markdown_ignores_chunks_of_other_content(
             doc_id, AM, "Edited: 999 hours.", registry=registry,
             open_store=review.held(store), embedder=ctx["embedder"],
         )  # fmt: skip
-    doc = registry.get_document(doc_id)
+    doc = registry.documents.get_document(doc_id)
     assert len({h.payload["content_hash"] for h in store.inspect_document_chunks(doc_id)}) == 2
     assert inspection.draft_texts([doc], store) == {
         doc_id: f"# Turbine notes d\n\n{TEXT} Note d.\n"

@@ -71,8 +71,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, memo_embedder: MemoEmbedd
     # SQLite by nature: each run copies the data dir (registry file and vectors together).
     with opened(home, memo_embedder) as world:
         registry = world["registry"]
-        registry.ensure_org(ORG, am_user_id=AM)
-        registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
+        registry.people.ensure_org(ORG, am_user_id=AM)
+        registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
         for name in (GUIDE, MANUAL, BEACON, "withdrawn"):
             _index(world, name, 1, DocStatus.APPROVED)
         _index(world, MANUAL, 2, DocStatus.PENDING_REVIEW)
@@ -80,7 +80,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, memo_embedder: MemoEmbedd
         rejected = _index(world, REJECTED, 1, DocStatus.PENDING_REVIEW)
         opener = review.held(world["store"])
         review.reject(rejected, AM, registry=registry, open_store=opener)
-        withdrawn = registry.versions_of(ORG, _key("withdrawn"))[0].id
+        withdrawn = registry.documents.versions_of(ORG, _key("withdrawn"))[0].id
         review.withdraw(withdrawn, AM, registry=registry, open_store=opener, note="outdated")
     return home
 
@@ -97,7 +97,9 @@ def opened(home: Path, embedder: MemoEmbedder) -> Iterator[dict[str, Any]]:
 
 
 def _doc_id(registry: SqlRegistry, name: str, version: int) -> str:
-    return next(d.id for d in registry.versions_of(ORG, _key(name)) if d.version == version)
+    return next(
+        d.id for d in registry.documents.versions_of(ORG, _key(name)) if d.version == version
+    )
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ def served(world: dict[str, Any]) -> dict[str, dict[str, set[int]]]:
     """Per search path (each mode, and the keyword fallback), the versions of each source its
     results hold. ``top_k`` exceeds every chunk stored, so each path returns all it admits."""
     registry = world["registry"]
-    docs = {d.id: d for d in registry.list_documents(ORG)}
+    docs = {d.id: d for d in registry.documents.list_documents(ORG)}
     scope = Scope(org_id=ORG)
     results: dict[str, list[Any]] = {}
     for mode in SearchMode:
@@ -228,7 +230,7 @@ def check(world: dict[str, Any], scenario: Scenario, where: str) -> None:
         if not absent_ok:  # the registry decides which version: every path serves that one
             assert len({tuple(v) for v in per_path.values()}) == 1, f"{where}: {per_path}"
     registry, store = world["registry"], world["store"]
-    for doc in registry.list_documents(ORG):
+    for doc in registry.documents.list_documents(ORG):
         if doc.status in (DocStatus.REJECTED.value, DocStatus.WITHDRAWN.value):
             shown = [
                 h.point_id
@@ -308,7 +310,7 @@ def test_the_next_ingest_plan_hides_what_a_crashed_publish_left_shown(
             with faults.armed(faults.crash_at(point)), pytest.raises(faults.InjectedCrash):
                 scenario.run(world)
         key = _key(scenario.target)
-        newest = registry.versions_of(ORG, key)[-1]
+        newest = registry.documents.versions_of(ORG, key)[-1]
         source = Source(
             source_key=key, uri=key, content_hash=newest.content_hash,
             path=Path(scenario.target), record=("", ""),

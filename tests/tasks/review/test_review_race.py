@@ -55,9 +55,9 @@ def _reviewer(home: str, actor: str, verb: str, doc_ids: list[str], barrier: Any
 def test_two_reviewers_race_on_200_documents(
     settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any
 ) -> None:
-    registry.ensure_org(ORG, am_user_id=AM)
-    registry.ensure_user(AM, Role.ACCOUNT_MANAGER)
-    registry.ensure_user(ADMIN, Role.SUPERADMIN)
+    registry.people.ensure_org(ORG, am_user_id=AM)
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    registry.people.ensure_user(ADMIN, Role.SUPERADMIN)
     records = [
         {"key": f"d{i}", "title": f"Draft {i}", "text": f"Heron turbine note number {i}."}
         for i in range(N_DOCS)
@@ -89,11 +89,13 @@ def test_two_reviewers_race_on_200_documents(
     assert approved | rejected == set(doc_ids)
     assert approve_lost == rejected and reject_lost == approved  # every loser got the conflict
 
-    final = registry.get_documents(doc_ids)
+    final = registry.documents.get_documents(doc_ids)
     for doc_id in doc_ids:
         want = "approved" if doc_id in approved else "rejected"
         assert final[doc_id].status == want
-        rows = [r for r in registry.audit_trail(ORG, doc_id) if r.action != AuditAction.CREATED]
+        rows = [
+            r for r in registry.audit.audit_trail(ORG, doc_id) if r.action != AuditAction.CREATED
+        ]
         assert len(rows) == 1
         assert rows[0].action == (
             AuditAction.APPROVED if want == "approved" else AuditAction.REJECTED

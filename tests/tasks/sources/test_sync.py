@@ -19,10 +19,10 @@ PDF = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n%%EOF\n"
 
 
 def _sync(settings: Settings, registry: SqlRegistry, folder: Path) -> SourceSync:
-    registry.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
-    registry.ensure_org(ORG)
+    registry.people.ensure_user("root", Role.SUPERADMIN, bootstrap=True)
+    registry.people.ensure_org(ORG)
     fields = source_fields("filesystem", {"url": str(folder)}, collection="c", status="approved")
-    source = registry.create_source(ORG, "share", fields, actor="root")
+    source = registry.sources.create_source(ORG, "share", fields, actor="root")
     sync = SourceSync(settings, source, logging.getLogger("test"))
     sync.begin()
     return sync
@@ -49,12 +49,12 @@ def test_a_text_goes_to_ingest_in_memory_and_a_pdf_is_staged(
 
     sync.record(step, BatchReport(skipped=[("scan.pdf", "not a real PDF")]))
     assert not pdf.path.exists()  # a staged file goes once its step is recorded
-    states = registry.source_items(sync.source.id)
+    states = registry.sources.source_items(sync.source.id)
     assert sorted(st.state for st in states.values()) == ["failed", "present"]
     assert (sync.counts["new"], sync.counts["failed"]) == (1, 1)
     report = sync.finish()
     assert report.outcome == "partial" and report.errors[0].error == "not a real PDF"
-    assert registry.get_source(sync.source.id).last_sync == report.to_dict()
+    assert registry.sources.get_source(sync.source.id).last_sync == report.to_dict()
 
 
 def test_an_items_state_has_one_shape() -> None:

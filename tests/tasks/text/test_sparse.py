@@ -204,7 +204,7 @@ def test_the_stored_vectors_and_the_fallback_index_hold_the_same_terms(
     kw = {"store": edge_store, "registry": registry, "embedder": embedder}
     records = [{"key": f"r{i}", "title": "Record", "text": t} for i, t in enumerate(TRICKY)]
     doc_ids = dict(zip(TRICKY, index_records(records, **kw), strict=True))
-    chunks = {c.chunk_id: c.embed_text for _, c in registry.current_chunks("acme")}
+    chunks = {c.chunk_id: c.embed_text for _, c in registry.chunks.current_chunks("acme")}
     stored = {p.payload["chunk_id"]: set(p.sparse.indices) for p in edge_store.export_points()}
     assert stored == {cid: ids(analyze(t)) for cid, t in chunks.items()}  # Qdrant's terms
     fallback = KeywordFallback()
