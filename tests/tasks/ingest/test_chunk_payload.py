@@ -154,7 +154,7 @@ def test_a_point_with_every_optional_key_has_the_chunk_payload_shape(
     draft's run id, a chunk's location), built by `chunk_to_point` as ingest builds them."""
     (doc_id,) = index_records([PLAIN], store=edge_store, registry=registry, embedder=embedder)
     doc = dataclasses.replace(
-        registry.get_document(doc_id),
+        registry.documents.get_document(doc_id),
         synthesis_run_id="run-1",
         audience="staff",
         source_tag="agent_synthesis",
