@@ -117,7 +117,7 @@ def build_home(settings: Any, corpus: Path, docs: int, turns: int) -> None:
     reads them, and ``turns`` answers to dev questions recorded in the ledger."""
     from core.models import DocStatus
     from kbflow.services.query import answers
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.discover import Source
     from tasks.ingest.index import IngestTarget, WorkItem, index_batch
@@ -160,7 +160,7 @@ def build_home(settings: Any, corpus: Path, docs: int, turns: int) -> None:
         registry.catalog.create_agent(ORG, AGENT, "SciFact questions")
     dev = DATASETS / "scifact" / "dev" / "queries.jsonl"
     questions = [json.loads(line)["text"] for line in dev.read_text().splitlines()[:turns]]
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for question in questions:
             answers.answer(ctx, AGENT, question)
 

@@ -146,14 +146,14 @@ def gather_questions(home: Path) -> list[dict[str, Any]]:
     from core.settings import Settings
     from evals.questions import load_questions
     from kbflow.services.query.answers import answer_config
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from tasks.answer.confidence import TermStats, support_parts, support_scores_v1
     from tasks.text.embed import CachedEmbedder
 
     settings = Settings(home=home)
     config = answer_config(settings)
     rows: list[dict[str, Any]] = []
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         embedder = CachedEmbedder(ctx.embedder, home / "cache" / "embeddings.sqlite")
         for corpus in ("demo", "real-docs"):
             org = f"q-{corpus}"

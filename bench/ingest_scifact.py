@@ -62,7 +62,7 @@ def main() -> int:
     from core.contracts import IngestRequest
     from core.models import Scope, SearchMode
     from kbflow.services.ingest import run_ingest
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.gate import build_gate
     from tasks.text.sparse import query_sparse_vector
 
@@ -106,7 +106,7 @@ def main() -> int:
     scope = Scope(org_id="sci")
     gate = build_gate(scope)
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         dense = [ctx.embedder.embed_query(t) for t in texts]  # warm the model too
         sparse = [query_sparse_vector(t) for t in texts]
 

@@ -187,14 +187,14 @@ def question_rows(home: Path) -> list[dict[str, Any]]:
     from core.settings import Settings
     from evals.questions import datasets_folder, load_questions
     from kbflow.services.query.answers import answer_config
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from tasks.answer.confidence import TermStats, query_form, support_scores
 
     settings = Settings(home=home)
     config = answer_config(settings)
     corpora = ["demo"] + (["real-docs"] if (datasets_folder() / "real-docs").is_dir() else [])
     rows: list[dict[str, Any]] = []
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for corpus in corpora:
             scope = Scope(org_id=f"q-{corpus}")
             stats = TermStats.of_org(f"q-{corpus}", ctx.registry)

@@ -129,7 +129,7 @@ def main() -> int:
     from core.models import Scope
     from evals.questions import datasets_folder, load_questions, sources_for
     from kbflow.services.query.answers import answer_config, knowledge_model
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from tasks.answer.cited_answer import answer
     from tasks.answer.confidence import (
         TermStats,
@@ -159,7 +159,7 @@ def main() -> int:
     model, why = knowledge_model(settings.replace(answer_model="extractive"))
     rows: list[dict[str, Any]] = []
     timings: dict[str, list[float]] = {"v1": [], "v2_cold": [], "v2_warm": []}
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for corpus in corpora:
             org = f"q-{corpus}"
             scope = Scope(org_id=org)

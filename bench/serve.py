@@ -118,10 +118,10 @@ def _in_process(home: Path, texts: list[str]) -> dict[str, Any]:
     from core.models import Scope, SearchMode
     from core.settings import Settings
     from kbflow.services.query import tools
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
     scope = Scope(org_id=ORG)
-    with search_context(Settings(home=home)) as ctx:
+    with open_home(Settings(home=home)) as ctx:
         for t in texts[:10]:
             ctx.search(t, scope, mode=SearchMode.HYBRID, top_k=10)  # warm
 

@@ -45,7 +45,7 @@ def run_demo(
     settings: Settings, *, show_progress: bool = True, console: Console | None = None
 ) -> dict[str, Any]:
     """Run the demo; returns a JSON-ready report (``ok`` is False if a check failed)."""
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.connect import open_registry
 
     corpus = write_demo_corpus(settings.home / "demo" / "corpus")
@@ -69,7 +69,7 @@ def run_demo(
     scope = Scope(org_id=DEMO_ORG)
     pending_name = corpus.pending_file.name
     queries: list[dict[str, Any]] = []
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         documents = ctx.registry.documents.list_documents(DEMO_ORG)
         draft = next(d for d in documents if d.uri.endswith(pending_name))
         draft_chunks = len(ctx.vector_store.inspect_document_chunks(draft.id))
@@ -120,10 +120,10 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
     in the ledger; the first answer is replayed from the ledger and must be byte-identical."""
     from core.errors import NotFound
     from kbflow.services.query.answers import answer, replay
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
     turns: list[dict[str, Any]] = []
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         catalog = ctx.registry.catalog
         try:
             catalog.get_agent(DEMO_AGENT)
@@ -157,7 +157,7 @@ def _answer_step(settings: Settings, questions: list[Any], pending_name: str) ->
 def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
     """Seed the AM bundle, draft the four KB documents offline (once), show that the drafts are
     hidden, approve one as the org's AM and show that it becomes searchable."""
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.connect import open_registry, open_vector_store
     from tasks.ingest.extract import file_to_document
     from tasks.research.seed import SeedBundle, seed_bundle
@@ -191,7 +191,7 @@ def _research_step(settings: Settings, files: list[Path]) -> dict[str, Any]:
         with open_registry(settings) as registry:
             drafts = _latest_run(registry)
     question = "What bikes does Larkspur sell and at what price?"
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         seen = {
             h.doc_id for m in ENGINE_MODES for h in ctx.search(question, Scope(DEMO_ORG), mode=m)
         }

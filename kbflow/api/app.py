@@ -51,7 +51,7 @@ from kbflow.api.mcp import MCP_PATH, McpEndpoint
 from kbflow.api.metrics import Measured, Metrics
 from kbflow.api.steward import StoreSteward
 from kbflow.api.uploads import UPLOAD_PATHS, upload_body_cap
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_vector_store
 from sinks.vectors import VectorStore
 from tasks.text.embed import MiniLMEmbedder
@@ -73,7 +73,7 @@ def create_app(settings: Settings, *, worker: bool = False) -> FastAPI:
         drop_query_strings()  # after uvicorn has configured its loggers
         with ExitStack() as stack:
             ctx = stack.enter_context(
-                search_context(settings, degrade=True, share=False, own=not worker)
+                open_home(settings, degrade=True, share=False, own=not worker)
             )
             steward = StoreSteward(settings, ctx, owner=not worker)
             steward.start()

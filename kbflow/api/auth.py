@@ -24,7 +24,7 @@ from kbflow.api.limits import DeadlineExceeded, TokenBuckets
 from kbflow.api.logs import RequestFacts, current_request, request_facts
 from kbflow.api.metrics import Metrics
 from kbflow.api.steward import StoreSteward
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ class Service:
     """
 
     settings: Settings
-    ctx: SearchContext
+    ctx: OpenHome
     lock: threading.Lock
     buckets: TokenBuckets
     metrics: Metrics
@@ -62,7 +62,7 @@ class Service:
     _in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
-    def use(self) -> Iterator[SearchContext]:
+    def use(self) -> Iterator[OpenHome]:
         """The context, for a route that changes documents or seeds (one such route at a time)."""
         with self.lock:
             yield self.ctx
@@ -136,7 +136,7 @@ class Service:
         self._known_orgs.add(org_id)
         return True
 
-    def read(self) -> SearchContext:
+    def read(self) -> OpenHome:
         """The context, for a route that reads or answers (they run side by side)."""
         return self.ctx
 

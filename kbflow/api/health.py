@@ -17,7 +17,7 @@ from kbflow.api.auth import ServiceDep
 from kbflow.api.metrics import Metrics
 from kbflow.api.schemas import Health, Readiness
 from kbflow.services.backup.backups import BACKUPS_DIR, latest_backup
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 
 router = APIRouter(tags=["health"])
 
@@ -64,7 +64,7 @@ def prometheus(request: Request) -> PlainTextResponse:
     return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def watch_knowledge(metrics: Metrics, ctx: SearchContext, settings: Settings) -> None:
+def watch_knowledge(metrics: Metrics, ctx: OpenHome, settings: Settings) -> None:
     """Export the review backlog (from the registry), each org's points in the vector store
     (its exact count, with the org's filter), the embedded store's bytes on disk and the age of
     the newest backup in ``<home>/backups``."""

@@ -43,7 +43,7 @@ from kbflow.api.auth import Service, agent_of, caller_of, service_of
 from kbflow.api.logs import RequestFacts, request_facts
 from kbflow.api.schemas import AnswerBody
 from kbflow.services.query import answers, tools
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.tool_models import tool_schema
 from kbflow.services.query.types import AnswerTurn, ToolResult
 from tasks.llm import ChatModel
@@ -90,7 +90,7 @@ class McpTool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     read_only: bool
-    run: Callable[[SearchContext, str, dict[str, Any], ChatModel | None], ToolResult | AnswerTurn]
+    run: Callable[[OpenHome, str, dict[str, Any], ChatModel | None], ToolResult | AnswerTurn]
     reads: bool = False
     """A model reads for it (answer, research_knowledge_search): the agent's own may."""
 
@@ -110,7 +110,7 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
     tool = tools.TOOLS[name]
 
     def run(
-        ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
+        ctx: OpenHome, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
     ) -> ToolResult:
         extra = {"chat": chat} if chat is not None else {}
         return tools.call_tool(ctx, name, agent_id, arguments, **extra)
@@ -120,7 +120,7 @@ def _kbflow_tool(name: str, *, read_only: bool) -> McpTool:
 
 
 def _answer(
-    ctx: SearchContext, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
+    ctx: OpenHome, agent_id: str, arguments: dict[str, Any], chat: ChatModel | None
 ) -> AnswerTurn:
     tools.check_arguments("answer", ANSWER_TOOL.input_schema, arguments)
     return answers.answer(ctx, agent_id, arguments["question"], chat=chat)

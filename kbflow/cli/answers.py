@@ -22,7 +22,7 @@ from kbflow.cli.common import (
 )
 from kbflow.render import console, err_console
 from kbflow.services.query import answers as service
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from tasks.text.citations import with_titles
 
 commands = typer.Typer()
@@ -43,7 +43,7 @@ def ask(
     (the miss says why). Offline, the synthesis quotes the knowledge's own sentences. The turn
     is recorded in the ledger (`kbflow replay TURN_ID`).
     """
-    with search_context(settings, degrade=True) as ctx:
+    with open_home(settings, degrade=True) as ctx:
         out = service.ask(ctx, agent, queries)
     if as_json:
         print_json(out)
@@ -80,7 +80,7 @@ def answer(
     cell with its header, a superlative computed over the rows); otherwise "maybe", with the
     closest evidence and what it lacks. The turn is recorded in the ledger.
     """
-    with search_context(settings, degrade=True) as ctx:
+    with open_home(settings, degrade=True) as ctx:
         out = service.answer(ctx, agent, question)
     if as_json:
         print_json(out)

@@ -167,9 +167,9 @@ def eval_answers(
 def _answerer(settings: Settings) -> Iterator[Callable[[str, str], dict[str, Any]]]:
     """`kbflow answer`'s path on ``settings``' home, for `evals.answers.run_answers`."""
     from kbflow.services.query.answers import answer
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         yield lambda agent, question: dict(answer(ctx, agent, question))
 
 

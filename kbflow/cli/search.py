@@ -61,9 +61,9 @@ def search(
     cross-encoder from KBFLOW_RERANK_MODEL). When the vector store is unavailable the answer
     comes from the keyword fallback over the registry and is marked degraded.
     """
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
-    with search_context(settings, degrade=True) as ctx:
+    with open_home(settings, degrade=True) as ctx:
         found = service.search(
             ctx,
             query,

@@ -44,8 +44,8 @@ def tools_call(
         arguments = json.loads(args)
     except json.JSONDecodeError as exc:
         raise KbflowError(f"--args is not JSON: {exc.msg} at {exc.pos}") from exc
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from kbflow.services.query.tools import call_tool
 
-    with search_context(settings, degrade=True) as ctx:
+    with open_home(settings, degrade=True) as ctx:
         print_json(call_tool(ctx, name, agent, arguments))

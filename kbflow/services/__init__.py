@@ -1,7 +1,7 @@
 """App services: the one layer every surface calls — the CLI, the demo, the bench, the HTTP
 routes and the MCP tools — so none of them holds business logic.
 
-A query service (search, answers, tools) takes an open `context.SearchContext` (settings,
+A query service (search, answers, tools) takes an open `context.OpenHome` (settings,
 registry, vector store, embedder) and typed inputs, and returns a typed result or the JSON its
 surfaces answer: the CLI opens a context per command, ``kbflow serve`` holds one. The other
 services take `core.settings.Settings` and open what one call needs. A service prints nothing;
@@ -14,7 +14,7 @@ only through the names that domain's package lists (its ``_PUBLIC``, each import
 use by `core.lazy.public_names`, typed by its ``__init__.pyi``; `tests/test_house.py`).
 
 - `query` (`context`, `search`, `answers`, `tools`, `tool_models`, `types`): what a query
-  needs, opened once (`SearchContext`); gated search, the one function every search reaches;
+  needs, opened once (`OpenHome`); gated search, the one function every search reaches;
   cited answers, the knowledge search, replay, turns, provenance; the agent's tools and their
   schemas; the JSON they return.
 - `catalog` (`documents`, `orgs`, `tokens`, `stores`, `models`, `types`): documents,

@@ -14,7 +14,7 @@ from core.errors import IngestFailed
 from core.models import DocStatus, Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import write_demo_corpus
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry
 from tests.conftest import make_org
 
@@ -62,7 +62,7 @@ def test_ingest_is_idempotent_and_versions_changes(
         (1, DocStatus.SUPERSEDED.value),
         (2, DocStatus.APPROVED.value),
     ]
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for mode in SearchMode:
             hits = ctx.search("days of paid annual leave", Scope(org_id="larkspur"), mode=mode)
             handbook_hits = [h for h in hits if h.uri.endswith("handbook.md")]
@@ -88,7 +88,7 @@ def test_pending_ingest_is_hidden_and_jsonl_corpus(prefect_harness: None, tmp_pa
     (drafts / "secret.md").write_text("# Kiln firing\n\nThe new kiln fires at 1,300 degrees.\n")
     assert _ingest([str(drafts)], org="pottery", status=DocStatus.PENDING_REVIEW)["documents"] == 1
 
-    with search_context(Settings()) as ctx:
+    with open_home(Settings()) as ctx:
         for mode in SearchMode:
             hits = ctx.search("kiln firing degrees", Scope(org_id="pottery"), mode=mode)
             assert hits and all("1,300" not in h.text for h in hits), mode

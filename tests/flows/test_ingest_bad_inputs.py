@@ -10,7 +10,7 @@ import pytest
 
 from core.models import Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry
 from tests.bad_inputs import (
     OVERSIZE_CAP_MB,
@@ -39,7 +39,7 @@ def _snapshot(settings: Settings, doc_ids: set[str] | None = None) -> tuple[Any,
             if doc_ids is None or d.id in doc_ids
         )
     wanted = {d[0] for d in docs}
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         hits = ctx.search("escalation policy refunds", Scope(org_id="acme"), top_k=50)
     return docs, {h.chunk_id: h.text for h in hits if h.doc_id in wanted}
 
@@ -82,7 +82,7 @@ def test_bad_inputs_fail_alone_and_change_nothing_stored(
 
     assert _snapshot(settings, {d[0] for d in before[0]}) == before
     assert_no_leftover_workers()
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         hits = ctx.search("renewals grew in autumn", Scope(org_id="acme"), mode=SearchMode.HYBRID)
     assert hits and hits[0].uri.endswith("quarterly-review.docx")
     assert hits[0].location is not None and hits[0].location.page == 1

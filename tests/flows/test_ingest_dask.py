@@ -13,7 +13,7 @@ import pytest
 from core.models import Scope, SearchMode
 from core.settings import Settings
 from evals.demo_corpus import write_demo_corpus
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry
 from tests.conftest import make_org
 
@@ -73,7 +73,7 @@ def _stored(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dic
             for d in docs
         )
     results: dict[str, Any] = {}
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for query in QUERIES:
             for mode in SearchMode:
                 hits = ctx.search(query, Scope(org_id="larkspur"), mode=mode)

@@ -17,7 +17,7 @@ import pytest
 from core.errors import ConfigError, IngestFailed
 from core.models import Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry
 from tasks.ingest import discover as discover_module
 from tasks.ingest.discover import discover
@@ -42,7 +42,7 @@ def _ingest(paths: list[str]) -> dict[str, Any]:
 
 
 def _search(query: str) -> list[Any]:
-    with search_context(Settings()) as ctx:
+    with open_home(Settings()) as ctx:
         return [
             h for m in SearchMode for h in ctx.search(query, Scope(org_id=ORG), mode=m, top_k=20)
         ]

@@ -20,7 +20,7 @@ import pytest
 
 from core.models import SERVABLE_PARSE_STATUSES, Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry
 from tests.conftest import running
 
@@ -66,7 +66,7 @@ def _state(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         if d.status in (None, "approved") and d.parse_status in SERVABLE_PARSE_STATUSES:
             servable.setdefault(d.source_key, []).append(d.version)
     served: dict[str, set[int]] = {}
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for mode in SearchMode:
             for hit in ctx.search(
                 "ferry route boarding edition departure", Scope(org_id="acme"), mode=mode,

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from core.models import JobStatus, Scope, SearchMode
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.connect import open_registry, open_vector_store
 from tests.conftest import datasets_dir, make_org, require_binaries
 
@@ -66,7 +66,7 @@ def test_every_real_document_ingests_with_its_provenance(
     pages = {p["page"] for p in _chunk_payloads(settings, docs["normal_4pages.pdf"].id)}
     assert pages == {1, 2, 3, 4}
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         hits = ctx.search(
             "DocLayNet human-annotated dataset for document layout analysis",
             Scope(org_id="docs"),

@@ -996,13 +996,13 @@ class _OpenedLate:
 @contextmanager
 def _inbox(settings: Settings, registry: SqlRegistry, embedder: Any, api_url: str) -> Any:
     """What ``kbflow serve``'s inbox decides with: its context, and the Prefect server known."""
-    from kbflow.services.query.context import SearchContext
+    from kbflow.services.query.context import OpenHome
 
     store = _OpenedLate(settings)
     before = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = api_url
     try:
-        yield SearchContext(settings=settings, registry=registry, store=store, embedder=embedder)
+        yield OpenHome(settings=settings, registry=registry, store=store, embedder=embedder)
     finally:
         store.close()
         if before is None:

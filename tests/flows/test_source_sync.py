@@ -86,10 +86,10 @@ def _live(registry: SqlRegistry) -> dict[str, tuple[str, int, str | None]]:
 
 
 def _found(settings: Settings, query: str) -> set[str]:
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from kbflow.services.query.search import search
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         outcome = search(ctx, query, org=ORG, actor=ROOT, top_k=10)
     docs = {d.id: d for d in _registry_docs(settings)}
     return {_tail(docs[h.doc_id].source_key) for h in outcome.result.hits if h.doc_id in docs}
@@ -163,10 +163,10 @@ def test_a_source_syncs_changes_deletions_additions_and_returns(
     # An answer that cites the parking policy, to be flagged stale once it is gone.
     from kbflow.services.query import answers
     from kbflow.services.query.answers import _trace
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
     registry.catalog.create_agent(ORG, "helper")
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         said = answers.answer(ctx, "helper", "Where do visitors park?")
     # Offline, "where" asks for no value a structure proves: the passage is handed over.
     assert said["status"] in ("answered", "maybe"), said

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from kbflow.cli import app
 from kbflow.services.query import answers
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from tests.tasks.answer.handbook import checked_output
 
 # --- the CLI, in-process -------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def in_session(
 QUESTION = "How many days do employees have to submit expense reports?"
 
 
-def answer_question(ctx: SearchContext, agent: str, question: str, **kw: Any) -> dict[str, Any]:
+def answer_question(ctx: OpenHome, agent: str, question: str, **kw: Any) -> dict[str, Any]:
     return checked_output(ctx.registry, answers.answer(ctx, agent, question, **kw))
 
 

@@ -18,7 +18,7 @@ from kbflow.cli import app
 from kbflow.services.query import answers
 from kbflow.services.query.answers import parse_since
 from kbflow.services.query.answers import replay as replay_turn
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tasks.review.machine import supersede
@@ -32,7 +32,7 @@ from tests.tasks.answer.handbook import (
 )
 
 
-def ask(ctx: SearchContext, agent: str, queries: list[str], **kw: Any) -> dict[str, Any]:
+def ask(ctx: OpenHome, agent: str, queries: list[str], **kw: Any) -> dict[str, Any]:
     return checked_output(ctx.registry, answers.ask(ctx, agent, queries, **kw))
 
 
@@ -42,7 +42,7 @@ def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: 
     catalog = registry.catalog
     catalog.create_agent("acme", "helper")
     catalog.create_agent("acme", "off", enabled=False)
-    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"docs": docs, "ctx": ctx, "settings": settings, "registry": registry,
             "store": edge_store}  # fmt: skip
 
@@ -104,8 +104,8 @@ def test_the_org_s_own_agent_gets_the_contact_data_its_approved_documents_hold(
 
 
 def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> None:
-    ctx: SearchContext = world["ctx"]
-    scrubbed = SearchContext(
+    ctx: OpenHome = world["ctx"]
+    scrubbed = OpenHome(
         settings=ctx.settings.replace(agent_contact_data="scrub"),
         registry=ctx.registry, store=ctx.store, embedder=ctx.embedder,
     )  # fmt: skip
@@ -116,7 +116,7 @@ def test_with_contact_data_scrubbed_the_agent_gets_placeholders(world: Any) -> N
     assert ADDRESS not in json.dumps(asked)
 
 
-def _claude_answer(ctx: SearchContext, question: str, claim: str) -> tuple[Any, Recorder, Any]:
+def _claude_answer(ctx: OpenHome, question: str, claim: str) -> tuple[Any, Recorder, Any]:
     """Answer ``question`` with Claude on a scripted transport that states ``claim``, citing
     the chunk the offline answer cites first; returns the output, the recorder and the reply."""
     probe = answer_question(ctx, "helper", question)
@@ -132,7 +132,7 @@ def _claude_answer(ctx: SearchContext, question: str, claim: str) -> tuple[Any, 
 
 
 def test_claude_sees_a_placeholder_and_the_agent_gets_the_address(world: Any) -> None:
-    ctx: SearchContext = world["ctx"]
+    ctx: OpenHome = world["ctx"]
     out, recorder, _ = _claude_answer(ctx, CONTACT_QUESTION, "Write to [EMAIL_1].")
     sent = json.dumps(recorder.bodies[0])
     assert ADDRESS not in sent and "[EMAIL_1]" in sent  # nothing personal left the org
@@ -176,7 +176,7 @@ def test_claude_is_used_when_configured_and_replay_sends_the_recorded_chunks(wor
 
 
 def test_anthropic_without_a_key_is_no_model(world: Any) -> None:
-    ctx: SearchContext = world["ctx"]
+    ctx: OpenHome = world["ctx"]
     ctx.settings = world["settings"].replace(answer_model="anthropic")
     out = ask(ctx, "helper", ["days to submit expense reports"])
     assert out["miss"]["reason"] == "no_model" and "ANTHROPIC_API_KEY" in out["miss"]["detail"]

@@ -318,14 +318,14 @@ def test_the_newest_backups_age_is_exported_once_there_is_one(tmp_path: Path) ->
     the newest one in <home>/backups (what an alert on a missed daily backup watches)."""
     from kbflow.api import health
     from kbflow.services.backup.backups import backup
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
 
     settings = Settings(home=tmp_path / "home")
     SqlRegistry.open(settings.registry_url).close()
 
     def age() -> float | None:
         metrics = Metrics()
-        with search_context(settings) as ctx:
+        with open_home(settings) as ctx:
             health.watch_knowledge(metrics, ctx, settings)
             text = generate_latest(metrics.registry).decode()
         found = re.search(r"^kbflow_backup_age_seconds (\S+)$", text, re.M)

@@ -75,7 +75,7 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
     rows, ledger turns, an upload and a key under ``settings.home``; returns the agent's
     token."""
     from kbflow.services.query import answers
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.qdrant_edge import QdrantEdgeStore
     from sinks.registry import SqlRegistry
 
@@ -108,7 +108,7 @@ def build_home(settings: Settings, embedder: Any, *, docs: int = 30) -> str:
         store.close()
         registry.close()
     _reject(settings, drafts[0])  # an audited transition
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         for question in QUESTIONS:
             answers.answer(ctx, "hr-bot", question)
     upload = settings.home / "uploads" / ("ab" * 16)
@@ -133,11 +133,11 @@ def _reject(settings: Settings, doc_id: str) -> None:
 def snapshot_of(settings: Settings, queries: list[str]) -> dict[str, Any]:
     """What a home serves and holds: hits per query, documents, audit rows, replays."""
     from kbflow.services.query import answers
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from kbflow.services.query.search import search
     from sinks.ledger import Ledger
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         hits = {
             q: [(h.chunk_id, round(h.score, 5)) for h in search(ctx, q, agent="hr-bot").result.hits]
             for q in queries

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.models import Scope
 from core.settings import Settings
-from kbflow.services.query.context import search_context
+from kbflow.services.query.context import open_home
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
 
@@ -17,7 +17,7 @@ def test_a_held_store_degrades_with_its_reason_told_once(
     holder = QdrantEdgeStore.open(settings.vectors_dir, lock_timeout_s=1)
     try:
         quick = settings.replace(store_lock_timeout_s=0.2)
-        with search_context(quick, degrade=True) as ctx:
+        with open_home(quick, degrade=True) as ctx:
             result = ctx.retrieve("leave policy", Scope("acme"), top_k=3)
     finally:
         holder.close()

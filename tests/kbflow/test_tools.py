@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from core.errors import ConfigError
 from core.settings import Settings
 from kbflow.cli import app
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.tools import TOOLS, ToolError, call_tool, export_schemas
 from sinks.registry import SqlRegistry
 from tasks.review.collections import delete_collection, move_collection
@@ -50,7 +50,7 @@ def world(settings: Settings, registry: Any, edge_store: Any, embedder: Any) -> 
         docs[path] = index_records([record], collection=path, **kw)[0]
     docs["globex"] = index_records([{"key": "g", "title": TOPIC, "text": TOPIC}], org="globex",
                                    **kw)[0]  # fmt: skip
-    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"registry": registry, "ids": ids, "docs": docs, "ctx": ctx}
 
 
@@ -157,8 +157,8 @@ def test_listing_makes_no_embedding_call(world: dict[str, Any]) -> None:
 
         embed_query = embed_documents
 
-    ctx: SearchContext = world["ctx"]
-    quiet = SearchContext(ctx.settings, ctx.registry, ctx.store, NoEmbedding())  # type: ignore[arg-type]
+    ctx: OpenHome = world["ctx"]
+    quiet = OpenHome(ctx.settings, ctx.registry, ctx.store, NoEmbedding())  # type: ignore[arg-type]
     _agent(world, "hr-bot", ["policies/hr"])
     assert call_tool(quiet, "list_knowledge_collections", "hr-bot", {})["collections"]
 

@@ -22,7 +22,7 @@ from core.models import Turn
 from core.settings import Settings
 from kbflow.cli import app
 from kbflow.services.query import answers
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.sinks.ledger_support import (
@@ -148,7 +148,7 @@ def test_a_turn_dlt_left_half_written_stays_hidden_until_recorded_again(tmp_path
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
     registry.catalog.create_agent("acme", "helper")
-    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"docs": docs, "ctx": ctx, "settings": settings, "store": edge_store}
 
 

@@ -24,7 +24,7 @@ from core.errors import ConfigError, LedgerError, NotFound
 from core.settings import Settings
 from evals.warehouse import WarehouseError, latest, read_history, warehouse_path, write_eval
 from kbflow.services.query.answers import replay as replay_turn
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from sinks.ledger import Ledger, ledger_path
 from sinks.registry import SqlRegistry
 from tests.conftest import free_port, warehouse_database_url
@@ -330,7 +330,7 @@ def world(
     index_handbook(registry, edge_store, embedder)
     registry.catalog.create_agent("acme", "helper")
     settings = Settings(home=tmp_path / "home", warehouse_url=url)
-    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"ctx": ctx, "settings": settings}
 
 

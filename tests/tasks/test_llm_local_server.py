@@ -26,7 +26,7 @@ from core.models import CorpusEntry, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from evals import local_llm
 from kbflow.services.query import answers
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
 from tasks.llm import parse_json_object
@@ -74,7 +74,7 @@ def _one(value: str) -> dict[str, Any]:
 def world(settings: Settings, registry: SqlRegistry, edge_store: Any, embedder: Any) -> Any:
     docs = index_handbook(registry, edge_store, embedder)
     registry.catalog.create_agent("acme", "helper")
-    ctx = SearchContext(settings=settings, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=settings, registry=registry, store=edge_store, embedder=embedder)
     return {"docs": docs, "ctx": ctx, "settings": settings, "registry": registry}
 
 

@@ -1,6 +1,6 @@
 """Query: what an agent or a person asks of an org's approved knowledge.
 
-Owns the open `context.SearchContext` every query takes (settings, registry, vector store,
+Owns the open `context.OpenHome` every query takes (settings, registry, vector store,
 embedder), gated `search` (the one function every search reaches), cited `answers`, the
 knowledge search, replay and provenance, and the agent's `tools` (their schemas in
 `tool_models`); the JSON they return, as typed dicts (`types`). Nothing here starts Prefect.
@@ -9,7 +9,7 @@ knowledge search, replay and provenance, and the agent's `tools` (their schemas 
 from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
-    "SearchContext": "context",
+    "OpenHome": "context",
     "store_opener": "context",
 }
 __all__ = sorted(_PUBLIC)

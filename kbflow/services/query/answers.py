@@ -1,7 +1,7 @@
 """Agent answers and the ledger: the tri-state knowledge search (`ask`), cited answers
 (`answer`), `replay`, `turns` and `provenance`.
 
-`ask` and `answer` take an open `SearchContext` (the CLI opens one per command, ``kbflow
+`ask` and `answer` take an open `OpenHome` (the CLI opens one per command, ``kbflow
 serve`` holds one): they turn an agent id into its scope (`tasks.query.scopes`), pick the
 knowledge model from the settings, run `tasks.answer.knowledge_search` or
 `tasks.answer.cited_answer`, and record every turn in the ledger before the result is returned:
@@ -18,7 +18,7 @@ from core import faults
 from core.errors import ConfigError, KbflowError, NotFound
 from core.models import DocStatus, Turn
 from core.settings import Settings
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.types import AnswerTurn, AskTurn, CitingAnswer, TurnSummary
 from sinks.ledger import Ledger
 from sinks.registry import SqlRegistry
@@ -104,7 +104,7 @@ def _agent_org(registry: SqlRegistry, agent_id: str) -> str:
 
 
 def ask(
-    ctx: SearchContext,
+    ctx: OpenHome,
     agent_id: str,
     queries: Sequence[str],
     *,
@@ -120,7 +120,7 @@ def ask(
 
 
 def answer(
-    ctx: SearchContext,
+    ctx: OpenHome,
     agent_id: str,
     question: str,
     *,
@@ -136,7 +136,7 @@ def answer(
 
 
 def _agent_turn(
-    ctx: SearchContext,
+    ctx: OpenHome,
     agent_id: str,
     run: Callable[..., Turn],
     asked: Any,

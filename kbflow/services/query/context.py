@@ -26,9 +26,12 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class SearchContext:
-    """What a query needs. ``store`` is None when the vector store could not be opened; then
-    `retrieve` serves the keyword fallback and `search` raises."""
+class OpenHome:
+    """A home opened for one command or one server: its settings, registry, vector store and
+    embedder. Searches, asks and answers read through it, and inbox decisions write through
+    it (it was called ``SearchContext``, which said less than it holds). ``store`` is None
+    when the vector store could not be opened; then `retrieve` serves the keyword fallback and
+    `search` raises."""
 
     settings: Settings
     registry: SqlRegistry
@@ -104,13 +107,13 @@ def store_opener(settings: Settings) -> Callable[[], AbstractContextManager[Vect
 
 
 @contextmanager
-def search_context(
+def open_home(
     settings: Settings, *, degrade: bool = False, share: bool = True, own: bool = True
-) -> Iterator[SearchContext]:
-    """Registry, vector store and embedder for the duration of one command.
+) -> Iterator[OpenHome]:
+    """The home opened (registry, vector store and embedder) for the duration of one command.
 
     With ``degrade``, a vector store that cannot be opened (busy, down, corrupt) does not fail
-    the command: the context has no store, and `SearchContext.retrieve` falls back.
+    the command: the context has no store, and `OpenHome.retrieve` falls back.
     ``share=False`` opens the embedded store only as its owner (``kbflow serve``), never
     through another process that owns it, and ``own=False`` only through its owner
     (`sinks.connect.open_vector_store`).
@@ -125,7 +128,7 @@ def search_context(
                 raise
             error = f"{type(exc).__name__}: {exc}"
             log.warning("vector store unavailable, retrieval will degrade: %s", error)
-        yield SearchContext(
+        yield OpenHome(
             settings=settings,
             registry=registry,
             store=store,

@@ -1,6 +1,6 @@
 """Gated search and the agent's tools, for one call each (`kbflow search`, `kbflow tools`).
 
-A long-lived server keeps one `kbflow.services.query.context.SearchContext` open and calls
+A long-lived server keeps one `kbflow.services.query.context.OpenHome` open and calls
 `tasks.query.scopes`
 and `kbflow.services.query.tools` on it; these functions open one per call. No Prefect here: this
 is the query path.
@@ -14,7 +14,7 @@ from typing import cast
 
 from core.errors import KbflowError
 from core.models import RetrievalResult, SearchMode
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.types import SearchJson
 from sinks.registry import AgentRecord, CollectionRecord
 from tasks.query.bounds import CheckedQuery, check_query
@@ -34,7 +34,7 @@ class SearchOutcome:
 
 
 def search(
-    ctx: SearchContext,
+    ctx: OpenHome,
     query: str | CheckedQuery,
     *,
     agent: str | None = None,

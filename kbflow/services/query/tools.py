@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from core.errors import KbflowError
 from kbflow.services.query import search as searching
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.tool_models import (
     DEFAULT_TOP_K,
     ListInput,
@@ -57,7 +57,7 @@ class ToolError(KbflowError, ValueError):
     """A tool call was refused: bad arguments, unknown agent, or a collection not allowed."""
 
 
-def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> CollectionsListed:
+def list_knowledge_collections(ctx: OpenHome, agent_id: str) -> CollectionsListed:
     """The collections the agent may read: id, name, description, parent. No embedding call."""
     agent = _agent(ctx.registry, agent_id)
     readable = ctx.registry.catalog.readable_collections(agent)
@@ -72,7 +72,7 @@ def list_knowledge_collections(ctx: SearchContext, agent_id: str) -> Collections
 
 
 def search_knowledge_base(
-    ctx: SearchContext,
+    ctx: OpenHome,
     agent_id: str,
     query: str,
     collection_id: int | None = None,
@@ -148,7 +148,7 @@ def search_knowledge_base(
 
 
 def research_knowledge_search(
-    ctx: SearchContext, agent_id: str, queries: list[str], *, chat: ChatModel | None = None
+    ctx: OpenHome, agent_id: str, queries: list[str], *, chat: ChatModel | None = None
 ) -> AskTurn:
     """The tri-state knowledge search (recorded in the ledger): see
     `kbflow.services.query.answers.ask`. ``chat``: the model that reads (MCP sampling: the calling
@@ -310,9 +310,7 @@ def check_arguments(name: str, schema: JsonSchema, arguments: Any) -> None:
         )
 
 
-def call_tool(
-    ctx: SearchContext, name: str, agent_id: str, arguments: Any, **extra: Any
-) -> ToolResult:
+def call_tool(ctx: OpenHome, name: str, agent_id: str, arguments: Any, **extra: Any) -> ToolResult:
     """Validate raw JSON arguments against the tool's input schema, call it, validate the
     result against its output schema (``kbflow tools call``, the MCP server). ``extra``: the
     caller's own keywords for the tool (never the client's: e.g. the MCP server's ``chat``)."""
@@ -324,7 +322,7 @@ def call_tool(
     return result
 
 
-def run_tool(ctx: SearchContext, name: str, agent_id: str, arguments: BaseModel) -> ToolResult:
+def run_tool(ctx: OpenHome, name: str, agent_id: str, arguments: BaseModel) -> ToolResult:
     """Call tool ``name`` with arguments its input model has already checked (an HTTP body that
     FastAPI validated: pydantic refuses a lone surrogate too, so nothing is left to check). The
     result is returned unchecked: the caller checks it with the tool's output model (the

@@ -39,7 +39,7 @@ from tasks.review.markup import (
 from tasks.text.citations import render_footer
 
 if TYPE_CHECKING:
-    from kbflow.services.query import SearchContext
+    from kbflow.services.query import OpenHome
     from sinks.registry import DocRecord, OrgRecord, SqlRegistry, UserRecord, WebSession
 
 Action = Literal["approve", "edit", "reject", "withdraw", "restore"]
@@ -187,7 +187,7 @@ def _body(doc: DocRecord, text: str) -> str:
 
 
 def draft_page(
-    ctx: SearchContext, settings: Settings, user: UserRecord, doc_id: str, edited: str | None
+    ctx: OpenHome, settings: Settings, user: UserRecord, doc_id: str, edited: str | None
 ) -> DraftPage:
     """The document ``doc_id`` for someone allowed to read it: its Markdown, rendered and
     sanitised, its sources, and a diff against the approved version it would replace (or,
@@ -247,7 +247,7 @@ def _cited_titles(registry: SqlRegistry, doc: DocRecord, text: str) -> dict[str,
 
 
 def decide(
-    ctx: SearchContext,
+    ctx: OpenHome,
     settings: Settings,
     user: UserRecord,
     doc_id: str,

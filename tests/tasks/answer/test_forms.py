@@ -181,7 +181,7 @@ def test_the_service_records_and_replays_a_search_at_its_forms_threshold(
     """Through `kbflow.services.query.answers`: the offline model triages at the threshold the turn
     records (the keyword form's here), so the ledger's turn replays identically."""
     from kbflow.services.query import answers
-    from kbflow.services.query.context import SearchContext
+    from kbflow.services.query.context import OpenHome
     from sinks.ledger import Ledger
 
     index_handbook(registry, edge_store, embedder)
@@ -189,7 +189,7 @@ def test_the_service_records_and_replays_a_search_at_its_forms_threshold(
     tuned = settings.replace(
         answer_min_confidence=0.99, answer_min_confidence_keywords=0.3, answer_evidence_floor=None
     )  # below 0.99: refused, not maybe
-    ctx = SearchContext(settings=tuned, registry=registry, store=edge_store, embedder=embedder)
+    ctx = OpenHome(settings=tuned, registry=registry, store=edge_store, embedder=embedder)
     out = answers.ask(ctx, "helper", ["days to submit expense reports"])
     assert (out["answer_status"], out["query_form"]) == ("yes", "keywords")
     turn = Ledger(tuned.home).get_turn(out["turn_id"])

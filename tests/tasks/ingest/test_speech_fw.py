@@ -266,7 +266,7 @@ def test_a_noise_recording_enters_pending_review_and_is_not_served(
 ) -> None:
     from core.settings import Settings
     from flows.ingest import ingest
-    from kbflow.services.query.context import search_context
+    from kbflow.services.query.context import open_home
     from sinks.connect import open_registry
 
     require_binaries("ffmpeg", "ffprobe")
@@ -292,7 +292,7 @@ def test_a_noise_recording_enters_pending_review_and_is_not_served(
     heard = chunks[0].text if chunks else ""
     assert heard.strip(), "the noise was transcribed into something (Whisper invents words)"
 
-    with search_context(settings) as ctx:
+    with open_home(settings) as ctx:
         served = {h.uri for q in (heard, "harbour ferry") for h in ctx.search(
             q, Scope(org_id="media"), mode=SearchMode.HYBRID
         )}  # fmt: skip

@@ -91,7 +91,7 @@ def test_a_failed_vector_engine_degrades_to_the_gated_keyword_fallback(
 def test_an_unopened_store_is_described_once_in_the_reason(
     world: dict[str, str], registry: Any, embedder: Any
 ) -> None:
-    # search_context passes the failure as "<type>: <message>"; the reason quotes it once.
+    # open_home passes the failure as "<type>: <message>"; the reason quotes it once.
     result = retrieve(
         TOPIC, Scope("acme"), store=None, registry=registry, embedder=embedder, top_k=5,
         fallback=KeywordFallback(), store_error="StoreBusy: the vector store at /v is busy",

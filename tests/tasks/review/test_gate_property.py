@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 from core.errors import ConfigError, ReviewConflict
 from core.models import DocStatus, Role, Scope, SearchMode
 from core.settings import Settings
-from kbflow.services.query.context import SearchContext
+from kbflow.services.query.context import OpenHome
 from kbflow.services.query.tools import call_tool
 from sinks.qdrant_edge import QdrantEdgeStore
 from sinks.registry import SqlRegistry
@@ -120,9 +120,7 @@ def make_machine(embedder: Any) -> type[RuleBasedStateMachine]:
             self.ctx = {"store": self.store, "registry": self.registry, "embedder": embedder}
             self.catalog = self.registry.catalog
             self.agent_ids: list[str] = []
-            self.search_ctx = SearchContext(
-                Settings(home=self.dir), self.registry, self.store, embedder
-            )
+            self.search_ctx = OpenHome(Settings(home=self.dir), self.registry, self.store, embedder)
 
         def teardown(self) -> None:
             self.store.close()

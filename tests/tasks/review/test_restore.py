@@ -215,13 +215,13 @@ def test_answers_that_cited_the_withdrawn_version_keep_their_provenance(
 ) -> None:
     from kbflow.services.query import answers
     from kbflow.services.query.answers import _trace
-    from kbflow.services.query.context import SearchContext
+    from kbflow.services.query.context import OpenHome
     from tests.tasks.answer.handbook import index_handbook
 
     registry = ctx["registry"]
     docs = index_handbook(registry, ctx["store"], ctx["embedder"])
     registry.catalog.create_agent(ORG, "helper")
-    search_ctx = SearchContext(
+    search_ctx = OpenHome(
         settings=settings, registry=registry, store=ctx["store"], embedder=ctx["embedder"]
     )
     question = "How many days do employees have to submit expense reports?"
