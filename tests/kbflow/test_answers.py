@@ -12,6 +12,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from core.errors import KbflowError
 from core.models import DocStatus
 from core.settings import Settings
 from kbflow.cli import app
@@ -310,3 +311,74 @@ def test_research_knowledge_search_is_an_agent_tool(world: Any) -> None:
     assert_citations_served(world["registry"], out["citations"])
     with pytest.raises(ToolError, match="queries"):
         call_tool(world["ctx"], "research_knowledge_search", "helper", {"queries": []})
+
+
+def not_unicode(what: str) -> str:
+    return f"{what} is not valid Unicode text (a lone surrogate"
+
+
+@pytest.mark.parametrize(
+    ("agent", "question", "error"),
+    [
+        ("helper", "x" * 2001, "question is 2,001 characters; the limit is 2,000"),
+        ("nobody", "x" * 2001, "question is 2,001 characters"),  # the bound before the agent
+        ("nobody", "   ", "agent 'nobody' does not exist"),  # the agent before the emptiness
+        ("helper", " \n ", "The question is empty. Ask something."),
+        ("off", "   ", "The question is empty. Ask something."),  # before the switch
+        ("helper", " a\udcffb?", f"{not_unicode('The question')} at position 2"),
+    ],
+)
+def test_a_question_is_refused_for_the_same_reasons_in_the_same_order(
+    world: Any, agent: str, question: str, error: str
+) -> None:
+    """The service checks the question once and the turn takes the `CheckedQuery`: what is
+    refused, with which message and in which order, is what the turn's own checks said."""
+    with pytest.raises(KbflowError) as refused:
+        answers.answer(world["ctx"], agent, question)
+    assert str(refused.value).startswith(error), refused.value
+
+
+@pytest.mark.parametrize(
+    ("agent", "queries", "error"),
+    [
+        ("helper", ["expenses", "x" * 2001], "queries[1] is 2,001 characters"),
+        ("nobody", ["  "], "agent 'nobody' does not exist"),
+        ("helper", ["expenses", " \t"], "give 1 to 5 non-empty queries. Currently 2 (1 empty)."),
+        ("helper", ["expenses"] * 6, "give 1 to 5 non-empty queries. Currently 6 (0 empty)."),
+        ("helper", [], "give 1 to 5 non-empty queries. Currently 0 (0 empty)."),
+        # each query's text is checked, in order, before their number and emptiness
+        ("helper", ["  ", "b\udcff"], f"{not_unicode('Query 2')} at position 1"),
+        ("off", ["  "], "give 1 to 5 non-empty queries. Currently 1 (1 empty)."),
+    ],
+)
+def test_ask_refuses_its_queries_for_the_same_reasons_in_the_same_order(
+    world: Any, agent: str, queries: list[str], error: str
+) -> None:
+    with pytest.raises(KbflowError) as refused:
+        answers.ask(world["ctx"], agent, queries)
+    assert str(refused.value).startswith(error), refused.value
+
+
+def test_a_turn_records_and_replays_its_question_stripped(world: Any) -> None:
+    """The service checks the question as it was sent; the turn asks, retrieves and records it
+    stripped of the whitespace around it, and its replay reproduces it."""
+    settings: Settings = world["settings"]
+    ledger = Ledger(settings.home)
+    said = answer_question(world["ctx"], "helper", f"  {QUESTION}\n")
+    assert said["status"] == "answered" and said["question"] == QUESTION
+    turn = ledger.get_turn(said["turn_id"])
+    assert turn.question == QUESTION and [r.query for r in turn.retrievals] == [QUESTION]
+    assert replay_turn(settings, said["turn_id"])[0].identical
+    plain = answer_question(world["ctx"], "helper", QUESTION)
+    assert [h.chunk_id for h in ledger.get_turn(plain["turn_id"]).retrievals[0].hits] == [
+        h.chunk_id for h in turn.retrievals[0].hits
+    ]
+
+    queries = [" days to submit expense reports ", "\treceipts for expenses"]
+    asked = ask(world["ctx"], "helper", queries)
+    assert asked["answer_status"] == "yes" and asked["queries"] == [q.strip() for q in queries]
+    turn = ledger.get_turn(asked["turn_id"])
+    assert turn.question == "\n".join(q.strip() for q in queries)
+    assert [r.query for r in turn.retrievals] == [q.strip() for q in queries]
+    assert replay_turn(settings, asked["turn_id"])[0].identical
+    assert ask(world["ctx"], "off", queries)["miss"]["reason"] == "disabled"
