@@ -16,6 +16,11 @@ HTTP route, MCP and ``kbflow tools call``; `kbflow.services.query.search.search`
 search``), by `check_query`. What that one check learns travels with the text as a
 `CheckedQuery`: its BM25 terms (analysed once: the bound counts them and the keyword legs use
 them) and whether retrieval must refuse it. The layers below take the `CheckedQuery` as it is.
+
+An ``ask``'s queries and an ``answer``'s question are checked once too, by the service every
+surface calls (`kbflow.services.query.answers`: ``kbflow ask`` / ``answer``, their HTTP routes
+and MCP tools); the turn (`tasks.answer`) strips it (`turn_query`: the same terms) and hands the
+`CheckedQuery` to retrieval, which checks and analyses nothing again.
 """
 
 from __future__ import annotations
@@ -68,6 +73,18 @@ class CheckedQuery:
             raise ConfigError(self.refusal)
         return self
 
+    def stripped(self) -> CheckedQuery:
+        """This query with the whitespace around it stripped (an answer's turn asks, records and
+        retrieves its question stripped), with the same terms and refusal, not checked again.
+
+        Stripping changes no term: the analyser's words are runs of letters and digits, which
+        no whitespace character is part of, so whitespace only ever separates them; and it
+        changes whether it is refused (a blank text stays blank, and stripping removes no lone
+        surrogate); the refusal is kept as the check worded it (a surrogate's position is the
+        unstripped text's).
+        """
+        return CheckedQuery(self.text.strip(), self.terms, self.refusal, _MADE_HERE)
+
 
 def check_query(text: str, what: str = "query") -> CheckedQuery:
     """The one check of an agent's query: refuse ``text`` over `MAX_QUERY_CHARS` characters or
@@ -97,6 +114,29 @@ def check_query(text: str, what: str = "query") -> CheckedQuery:
 def check_queries(texts: Sequence[str], what: str = "queries") -> list[CheckedQuery]:
     """`check_query` on each of several queries (``research_knowledge_search``'s)."""
     return [check_query(text, f"{what}[{i}]") for i, text in enumerate(texts)]
+
+
+def turn_query(query: str | CheckedQuery, what: str) -> str | CheckedQuery:
+    """A question or query as an answer's turn takes it: stripped of the whitespace around it.
+
+    A `CheckedQuery` the check found nothing against comes from the service's edge
+    (`kbflow.services.query.answers`): it is stripped (`CheckedQuery.stripped`) and not checked
+    again. Anything else (a plain string from an eval, a replay, a test; or a query the check
+    will refuse) is checked as the turn always checked it: UTF-8 text (`require_text`, naming
+    ``what``), then stripped; blank comes back as "" for the turn to refuse in its own words.
+
+    Raises:
+        ConfigError: not text, or not UTF-8 (naming ``what``).
+    """
+    if isinstance(query, CheckedQuery) and query.refusal is None:
+        return query.stripped()
+    text = query.text if isinstance(query, CheckedQuery) else query
+    return require_text(text, what).strip()
+
+
+def query_text(query: str | CheckedQuery) -> str:
+    """The text of a query, plain or checked."""
+    return query.text if isinstance(query, CheckedQuery) else query
 
 
 def unbounded_query(text: object) -> CheckedQuery:
