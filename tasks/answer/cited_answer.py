@@ -38,7 +38,7 @@ from tasks.answer.turns import (
     served_citation,
     verify_citations,
 )
-from tasks.query.bounds import require_text
+from tasks.query.bounds import CheckedQuery, query_text, turn_query
 from tasks.text.embed import Embedder
 from tasks.text.pii import scrub
 
@@ -62,16 +62,20 @@ MODEL_FAILED = Policy(
 
 
 def answer(
-    question: str, scope: Scope | None, *, org_id: str, agent_id: str, retrieve_fn: RetrieveFn,
-    registry: SqlRegistry, embedder: Embedder, model: KnowledgeModel | None,
-    config: AnswerConfig, no_model_reason: str | None = None,
+    question: str | CheckedQuery, scope: Scope | None, *, org_id: str, agent_id: str,
+    retrieve_fn: RetrieveFn, registry: SqlRegistry, embedder: Embedder,
+    model: KnowledgeModel | None, config: AnswerConfig, no_model_reason: str | None = None,
 ) -> Turn:  # fmt: skip
     """Answer ``question`` with a citation on every claim, or refuse ("no chunk, no answer").
 
+    ``question``: a `CheckedQuery` from the service that checked it, stripped and retrieved as it
+    is; or plain text (an eval, a bench, a test), checked here as before (`turn_query`).
+
     Raises:
-        ConfigError: the question is empty.
+        ConfigError: the question is not UTF-8 text, or empty.
     """
-    question = require_text(question, "The question").strip()
+    asked_for = turn_query(question, "The question")
+    question = query_text(asked_for)  # stripped: what the turn asks, scores and records
     if not question:
         raise ConfigError("The question is empty. Ask something.")
     config = config.for_query(question)  # the threshold of the question's form (query_form)
@@ -80,7 +84,7 @@ def answer(
     turn = _Answering(rec)
     if scope is None:
         return turn.refuse(NO_KNOWLEDGE, f"the knowledge base is switched off for {agent_id}")
-    got = rec.retrieve(question, scope)
+    got = rec.retrieve(asked_for, scope)
     turn.degraded = got.result.degraded
     if got.result.paused:
         return turn.refuse(NO_KNOWLEDGE, got.result.reason or "retrieval is paused")

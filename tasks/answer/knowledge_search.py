@@ -30,7 +30,7 @@ from tasks.answer.turns import (
     served_citation,
     verify_citations,
 )
-from tasks.query.bounds import require_text
+from tasks.query.bounds import CheckedQuery, query_text, turn_query
 from tasks.text.embed import Embedder
 from tasks.text.pii import scrub
 
@@ -54,31 +54,34 @@ class DocMatch:
 
 
 def knowledge_search(
-    queries: Sequence[str], scope: Scope | None, *, org_id: str, agent_id: str,
+    queries: Sequence[str | CheckedQuery], scope: Scope | None, *, org_id: str, agent_id: str,
     retrieve_fn: RetrieveFn, registry: SqlRegistry, embedder: Embedder,
     model: KnowledgeModel | None, config: AnswerConfig, no_model_reason: str | None = None,
 ) -> Turn:  # fmt: skip
     """``research_knowledge_search``: a yes / maybe / no verdict over the agent's knowledge.
 
     Args:
-        queries: 1 to `MAX_QUERIES` non-empty queries.
+        queries: 1 to `MAX_QUERIES` non-empty queries: `CheckedQuery`s from the service that
+            checked them, stripped and retrieved as they are; or plain text (an eval, a bench,
+            a test), checked here as before (`turn_query`).
         scope: the agent's scope; None when its knowledge base is switched off.
         model: the knowledge model; None when none can be used (``no_model_reason`` says why).
 
     Raises:
-        ConfigError: no query, too many, or an empty one.
+        ConfigError: no query, too many, an empty one, or one that is not UTF-8 text.
     """
-    queries = [require_text(q, f"Query {i + 1}").strip() for i, q in enumerate(queries)]
-    if not 1 <= len(queries) <= MAX_QUERIES or not all(queries):
+    asked = [turn_query(q, f"Query {i + 1}") for i, q in enumerate(queries)]
+    stripped = [query_text(q) for q in asked]  # stripped: what the turn asks, scores and records
+    if not 1 <= len(stripped) <= MAX_QUERIES or not all(stripped):
         raise ConfigError(
-            f"give 1 to {MAX_QUERIES} non-empty queries. Currently {len(queries)} "
-            f"({sum(not q for q in queries)} empty)."
+            f"give 1 to {MAX_QUERIES} non-empty queries. Currently {len(stripped)} "
+            f"({sum(not q for q in stripped)} empty)."
         )
-    model_queries = [scrub(q) for q in queries]  # models and the ledger only ever see these
-    config = config.for_query(*queries)  # its queries' forms' threshold (AnswerConfig.for_query)
-    rec = TurnRecorder("ask", "\n".join(queries), org_id, agent_id, model, retrieve_fn, registry,
+    model_queries = [scrub(q) for q in stripped]  # models and the ledger only ever see these
+    config = config.for_query(*stripped)  # its queries' forms' threshold (AnswerConfig.for_query)
+    rec = TurnRecorder("ask", "\n".join(stripped), org_id, agent_id, model, retrieve_fn, registry,
                        embedder, config)  # fmt: skip
-    turn = _Searching(rec, queries)
+    turn = _Searching(rec, stripped)
     if scope is None:
         return turn.miss(MissReason.DISABLED, f"the knowledge base is switched off for {agent_id}")
     if model is None:
@@ -86,7 +89,7 @@ def knowledge_search(
 
     # 1. Retrieve every query; remember each document's best chunk and support per query.
     found: dict[str, DocMatch] = {}
-    for query, said in zip(queries, model_queries, strict=True):
+    for query, said in zip(asked, model_queries, strict=True):
         got = rec.retrieve(query, scope)
         if got.result.paused:
             return turn.miss(MissReason.PAUSED, got.result.reason or "retrieval is paused")

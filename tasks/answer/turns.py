@@ -48,6 +48,7 @@ from tasks.answer.confidence import (
     support_scores,
 )
 from tasks.answer.contract import KnowledgeModel
+from tasks.query.bounds import CheckedQuery, query_text
 from tasks.text.citations import cited_sources
 from tasks.text.embed import Embedder
 from tasks.text.pii import Pseudonyms, map_strings, scrub, scrub_payload
@@ -64,7 +65,9 @@ class Policy:
     explains: str
 
 
-RetrieveFn = Callable[[str, Scope, int], RetrievalResult]
+RetrieveFn = Callable[[str | CheckedQuery, Scope, int], RetrievalResult]
+"""Retrieval for a turn: the query (a `CheckedQuery` when the turn was handed one by the
+service that checked it, to be taken as it is; else the plain text), the scope, top_k."""
 
 
 @dataclass(frozen=True)
@@ -157,21 +160,25 @@ def chunk_hash(text: str) -> str:
 
 
 def retrieve_and_score(
-    query: str,
+    query: str | CheckedQuery,
     scope: Scope,
     retrieve_fn: RetrieveFn,
     registry: SqlRegistry,
     embedder: Embedder,
     config: AnswerConfig,
 ) -> Retrieved:
-    """Retrieve ``query`` for ``scope`` and score each hit's support (`support_scores`)."""
+    """Retrieve ``query`` for ``scope`` and score each hit's support (`support_scores`).
+
+    ``retrieve_fn`` gets ``query`` as it came (a `CheckedQuery` goes to retrieval as it is);
+    the support scores and the ledger's record take its text."""
     started = time.perf_counter()
     result = retrieve_fn(query, scope, config.top_k)
-    query_vector = embedder.embed_query(query)
+    text = query_text(query)
+    query_vector = embedder.embed_query(text)
     stats = TermStats.of_org(scope.org_id, registry)
-    confidence = support_scores(query, query_vector, result.hits, embedder, stats)
+    confidence = support_scores(text, query_vector, result.hits, embedder, stats)
     call = RetrievalCall(
-        query=query,
+        query=text,
         mode=result.mode.value,
         top_k=config.top_k,
         gate_filter=build_gate(scope).describe(),
@@ -288,7 +295,7 @@ class TurnRecorder:
     def __post_init__(self) -> None:
         self.clean, self.pseudonyms = model_text(self.config)
 
-    def retrieve(self, query: str, scope: Scope) -> Retrieved:
+    def retrieve(self, query: str | CheckedQuery, scope: Scope) -> Retrieved:
         """Retrieve and score ``query`` (`retrieve_and_score`), recording the retrieval."""
         got = retrieve_and_score(
             query, scope, self.retrieve_fn, self.registry, self.embedder, self.config

@@ -139,15 +139,20 @@ def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
     assert calls[0]["hits"][0][0] == calls[1]["hits"][0][0] == calls[2]["hits"][0][0]
 
 
-@pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+def _count_checks_and_analyses(
+    monkeypatch: pytest.MonkeyPatch, *, for_retrieval: bool
+) -> dict[str, int]:
     """How many times the query was checked, and analysed into BM25 terms, since the last reset.
 
     A check is a call, with the query, of any function that checks a query's text: the one
     check (`tasks.query.bounds.check_query`) and the defensive ones a plain string meets
     (`require_text`, `unbounded_query`, and before issue 43 `tasks.query.retrieve._check_query`).
     Each is replaced in every module that imported it, so a call through any name is counted.
-    An analysis is a call of `tasks.text.sparse.words` (where `analyze` starts) on the query.
+    An analysis is a call of `tasks.text.sparse.words` (where `analyze` starts) on the query
+    (its text, stripped or not). ``for_retrieval``: only the analyses made to check or retrieve
+    it, the ones whose caller (the first frame outside `tasks.text.sparse`) is in
+    `tasks.query` or `kbflow`; an answer's own reading of its question (support scoring, the
+    query form, the offline model: `tasks.answer`, `tasks.text.values`) is another job.
     """
     import sys
 
@@ -157,11 +162,20 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     count = {"checks": 0, "analyses": 0}
 
     def query_text(value: Any) -> Any:
-        return getattr(value, "text", value)
+        text = getattr(value, "text", value)
+        return text.strip() if isinstance(text, str) else text
+
+    def retrieval_side() -> bool:
+        frame = sys._getframe(2)  # the wrapper's caller
+        while frame is not None and frame.f_globals.get("__name__") == sparse.__name__:
+            frame = frame.f_back  # type: ignore[assignment]
+        caller = frame.f_globals.get("__name__", "") if frame is not None else ""
+        return str(caller).startswith(("tasks.query", "kbflow"))
 
     def counting(func: Any, key: str) -> Any:
         def wrapper(*args: Any, **kw: Any) -> Any:
-            if args and query_text(args[0]) == QUERY:
+            ours = args and query_text(args[0]) == QUERY
+            if ours and (key == "checks" or not for_retrieval or retrieval_side()):
                 count[key] += 1
             return func(*args, **kw)
 
@@ -190,6 +204,18 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return count
 
 
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every check and every BM25 analysis of the query (`_count_checks_and_analyses`)."""
+    return _count_checks_and_analyses(monkeypatch, for_retrieval=False)
+
+
+@pytest.fixture
+def counted_for_retrieval(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every check of the query, and each BM25 analysis of it made to check or retrieve it."""
+    return _count_checks_and_analyses(monkeypatch, for_retrieval=True)
+
+
 def test_a_search_checks_and_analyses_its_query_once_on_every_surface(
     settings: Settings, home: dict[str, Any], counted: dict[str, int], request: Any
 ) -> None:
@@ -214,3 +240,63 @@ def test_a_search_checks_and_analyses_its_query_once_on_every_surface(
     counted.update(checks=0, analyses=0)
     assert _mcp_search(base, home["token"])["results"]
     assert counted == {"checks": 1, "analyses": 1}, "MCP search_knowledge_base"
+
+
+def _mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=auth, timeout=120) as http,
+            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool(tool, arguments)
+            assert not result.is_error, result
+            return dict(json.loads(result.content[0].text))
+
+    return anyio.run(main)
+
+
+ASKED = f"  {QUERY}\n"  # as an agent may send it: the turn strips it, the check takes it as sent
+
+
+def test_an_ask_and_an_answer_check_their_question_once_and_analyse_it_once_for_retrieval(
+    settings: Settings,
+    home: dict[str, Any],
+    counted_for_retrieval: dict[str, int],
+    request: Any,
+) -> None:
+    """``kbflow ask`` / ``answer``, ``POST /v1/agent/ask`` / ``answer`` and the MCP tools
+    ``research_knowledge_search`` / ``answer`` check the question once, at the service
+    (`check_query`), and retrieval takes the `CheckedQuery` (stripped, with the same terms) as
+    it is. Before, each was checked four times (the service, the turn's `require_text`, then
+    retrieval's `unbounded_query` and its `require_text`) and analysed twice for retrieval.
+    Support scoring reads the question on its own, and is not counted."""
+    from kbflow.cli import app
+
+    counted = counted_for_retrieval
+    once = {"checks": 1, "analyses": 1}
+    runner = CliRunner()
+    for command in ("ask", "answer"):
+        counted.update(checks=0, analyses=0)
+        done = runner.invoke(app, [command, ASKED, "--agent", "hr-bot", "--json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["citations"], f"kbflow {command}: the proof needs hits"
+        assert counted == once, f"kbflow {command}"
+
+    base = request.getfixturevalue("app_server")
+    auth = {"Authorization": f"Bearer {home['token']}"}
+    bodies = {"ask": {"queries": [ASKED]}, "answer": {"question": ASKED}}
+    for route, body in bodies.items():
+        counted.update(checks=0, analyses=0)
+        got = web.post(f"{base}/v1/agent/{route}", json=body, headers=auth, timeout=120)
+        assert got.status_code == 200, got.text
+        assert got.json()["citations"], f"POST /v1/agent/{route}: the proof needs hits"
+        assert counted == once, f"POST /v1/agent/{route}"
+
+    tools = {"research_knowledge_search": bodies["ask"], "answer": bodies["answer"]}
+    for tool, arguments in tools.items():
+        counted.update(checks=0, analyses=0)
+        assert _mcp_call(base, home["token"], tool, arguments)["citations"], tool
+        assert counted == once, f"MCP {tool}"

@@ -32,7 +32,7 @@ from tasks.answer.replay import replay as replay_synthesis
 from tasks.answer.turns import AnswerConfig
 from tasks.llm import ChatModel
 from tasks.llm_choice import chat_model, client_provider, provider_of
-from tasks.query.bounds import check_queries, check_query
+from tasks.query.bounds import CheckedQuery, check_queries, check_query
 from tasks.query.public_uri import publish_uris
 from tasks.query.scopes import agent_scope
 
@@ -113,9 +113,13 @@ def ask(
     chat: ChatModel | None = None,
 ) -> AskTurn:
     """``research_knowledge_search`` for an agent; the turn is recorded, then returned.
-    ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
-    check_queries(queries)
-    turn = _agent_turn(ctx, agent_id, knowledge_search, queries, client, ledger, chat)
+    ``chat``: the model that reads, instead of the configured one (`knowledge_model`).
+
+    The queries' one check (`check_queries`): every surface (``kbflow ask``, ``POST
+    /v1/agent/ask``, MCP and ``kbflow tools call``) comes here, and the turn and its retrieval
+    take the `CheckedQuery`s as they are."""
+    checked = check_queries(queries)
+    turn = _agent_turn(ctx, agent_id, knowledge_search, checked, client, ledger, chat)
     return cast("AskTurn", turn)
 
 
@@ -129,9 +133,13 @@ def answer(
     chat: ChatModel | None = None,
 ) -> AnswerTurn:
     """Answer for an agent with a citation on every claim, or refuse; recorded, then returned.
-    ``chat``: the model that reads, instead of the configured one (`knowledge_model`)."""
-    check_query(question, "question")
-    turn = _agent_turn(ctx, agent_id, cited_answer, question, client, ledger, chat)
+    ``chat``: the model that reads, instead of the configured one (`knowledge_model`).
+
+    The question's one check (`check_query`): every surface (``kbflow answer``, ``POST
+    /v1/agent/answer``, MCP) comes here, and the turn and its retrieval take the `CheckedQuery`
+    as it is."""
+    checked = check_query(question, "question")
+    turn = _agent_turn(ctx, agent_id, cited_answer, checked, client, ledger, chat)
     return cast("AnswerTurn", turn)
 
 
@@ -139,7 +147,7 @@ def _agent_turn(
     ctx: OpenHome,
     agent_id: str,
     run: Callable[..., Turn],
-    asked: Any,
+    asked: CheckedQuery | list[CheckedQuery],
     client: Any | None,
     ledger: Ledger | None,
     chat: ChatModel | None = None,
@@ -151,7 +159,7 @@ def _agent_turn(
             (nothing is recorded; the MCP tool asks the agent and runs the turn again)."""
     config = answer_config(ctx.settings)
     # The offline model triages at the threshold the turn records (its queries' form's).
-    queries = [asked] if isinstance(asked, str) else list(asked)
+    queries = [asked.text] if isinstance(asked, CheckedQuery) else [q.text for q in asked]
     threshold = config.for_query(*queries).threshold if queries else None  # none: the turn says
     model, why = knowledge_model(ctx.settings, client=client, threshold=threshold, chat=chat)
     org_id = _agent_org(ctx.registry, agent_id)
