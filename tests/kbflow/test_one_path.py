@@ -15,15 +15,13 @@ import json
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
 from core.settings import Settings
 from tests import web
 from tests.conftest import index_records
+from tests.kbflow.support import mcp_session
 
 pytestmark = pytest.mark.integration
 
@@ -98,20 +96,20 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return seen
 
 
-def _mcp_search(base: str, token: str) -> dict[str, Any]:
+def _mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Call one MCP tool on the service; its JSON output (a tool error fails the test)."""
+
     async def main() -> dict[str, Any]:
-        auth = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx2.AsyncClient(headers=auth, timeout=120) as http,
-            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            result = await session.call_tool("search_knowledge_base", {"query": QUERY})
+        async with mcp_session(base, token) as session:
+            result = await session.call_tool(tool, arguments)
             assert not result.is_error, result
             return dict(json.loads(result.content[0].text))
 
     return anyio.run(main)
+
+
+def _mcp_search(base: str, token: str) -> dict[str, Any]:
+    return _mcp_call(base, token, "search_knowledge_base", {"query": QUERY})
 
 
 def test_cli_http_and_mcp_search_take_one_path_to_the_same_hits(
@@ -240,22 +238,6 @@ def test_a_search_checks_and_analyses_its_query_once_on_every_surface(
     counted.update(checks=0, analyses=0)
     assert _mcp_search(base, home["token"])["results"]
     assert counted == {"checks": 1, "analyses": 1}, "MCP search_knowledge_base"
-
-
-def _mcp_call(base: str, token: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
-        auth = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx2.AsyncClient(headers=auth, timeout=120) as http,
-            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            result = await session.call_tool(tool, arguments)
-            assert not result.is_error, result
-            return dict(json.loads(result.content[0].text))
-
-    return anyio.run(main)
 
 
 ASKED = f"  {QUERY}\n"  # as an agent may send it: the turn strips it, the check takes it as sent
