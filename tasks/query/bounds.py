@@ -78,8 +78,8 @@ class CheckedQuery:
         retrieves its question stripped), with the same terms and refusal, not checked again.
 
         Stripping changes no term: the analyser's words are runs of letters and digits, which
-        no whitespace character is part of, so whitespace only ever separates them; and it
-        changes whether it is refused (a blank text stays blank, and stripping removes no lone
+        no whitespace character is part of, so whitespace only ever separates them; nor does it
+        change whether it is refused (a blank text stays blank, and stripping removes no lone
         surrogate); the refusal is kept as the check worded it (a surrogate's position is the
         unstripped text's).
         """
