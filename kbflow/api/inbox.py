@@ -1,3 +1,4 @@
+# Over 500 lines: every inbox page shares one login, session, CSRF and refusal path kept here.
 """The review inbox: server-rendered pages under ``/review`` for the people at the gate.
 
 People log in with a password (`kbflow.services.review.inbox`); the session is a cookie that is
@@ -35,7 +36,7 @@ from kbflow.api.login_guard import LOGIN_REASONS, LoginRefused, client_of, guard
 from kbflow.services.review import inbox as service
 
 if TYPE_CHECKING:
-    from sinks.registry import WebSession
+    from sinks.registry import DocRecord, WebSession
 
 router = APIRouter(prefix="/review", include_in_schema=False)
 
@@ -348,6 +349,39 @@ def inbox_page(request: Request, changed: str | None = None) -> Response:
     return _logged_in_page(request, render)
 
 
+@router.get("/library")
+def library_page(
+    request: Request,
+    org: str | None = None,
+    status: str | None = None,
+    collection: str | None = None,
+    source: str | None = None,
+    q: str = "",
+    page: int = 1,
+) -> Response:
+    """Every document an org serves or has withdrawn, filterable (a GET form: no script)."""
+
+    def render(service_: Service, session: WebSession) -> Response:
+        try:
+            view = service.library(
+                service_.ctx.registry, session.user, org or None, status=status or None,
+                collection=collection or None, source=source or None, title=q[:200],
+                page=page,
+            )  # fmt: skip
+        except ConfigError as exc:
+            return _message("Not a filter", str(exc), 400, user=session.user, csrf=session.csrf,
+                            back="/review/library")  # fmt: skip
+        return _page("library.html", title=f"Library · {view.org.name}", user=session.user,
+                     csrf=session.csrf, view=view, label=service.source_label)  # fmt: skip
+
+    return _logged_in_page(request, render)
+
+
+@router.get("/static/favicon.svg")
+def favicon() -> Response:
+    return _guarded(FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml"))
+
+
 def _draft_response(
     service_: Service,
     session: WebSession,
@@ -357,6 +391,8 @@ def _draft_response(
     flash: str | None = None,
     flash_kind: str = "ok",
     status: int = 200,
+    note: str = "",
+    current: DocRecord | None = None,
 ) -> Response:
     page = service.draft_page(service_.ctx, service_.settings, session.user, doc_id, edited)
     org = service_.ctx.registry.people.get_org(page.doc.org_id)
@@ -364,7 +400,7 @@ def _draft_response(
     rows = min(60, max(16, text.count("\n") + 4))
     return _page("draft.html", status, title=page.doc.title, user=session.user,
                  csrf=session.csrf, page=page, org=org, edited=edited, rows=rows, flash=flash,
-                 flash_kind=flash_kind)  # fmt: skip
+                 flash_kind=flash_kind, note=note, current=current)  # fmt: skip
 
 
 def _doc_id(doc_id: str) -> str:
@@ -390,13 +426,14 @@ def preview(
     doc_id: str,
     csrf: Annotated[str, Form(max_length=200)] = "",
     content: Annotated[str, Form(max_length=MAX_CONTENT)] = "",
+    note: Annotated[str, Form(max_length=MAX_NOTE)] = "",
 ) -> Response:
     checked = _checked_post(request, csrf)
     if isinstance(checked, Response):
         return checked
     service_, session = checked
-    try:
-        return _draft_response(service_, session, _doc_id(doc_id), edited=content)
+    try:  # the note typed before "Show my changes" is kept in the form
+        return _draft_response(service_, session, _doc_id(doc_id), edited=content, note=note)
     except Forbidden as exc:
         return _message("Not yours to see", str(exc), 403, user=session.user, csrf=session.csrf)
 
@@ -426,6 +463,13 @@ def decide(
                 content=content if action == "edit" else None, note=note, seen=seen or None,
             )  # fmt: skip
     except ReviewConflict as exc:
+        mine = service.own_conflict(service_.ctx.registry, user, doc_id)
+        if mine is not None:  # the decision that came first was this user's own
+            flash = (f"You decided this document already: version {mine.version} is "
+                     f"{(mine.status or 'served').replace('_', ' ')} now. Nothing more was "
+                     "changed.")  # fmt: skip
+            return _draft_response(service_, session, doc_id, status=409, flash_kind="error",
+                                   flash=flash, current=mine)  # fmt: skip
         return _draft_response(service_, session, doc_id, status=409, flash_kind="error",
                                flash=f"Someone decided first: {exc}")  # fmt: skip
     except Forbidden as exc:
@@ -435,6 +479,7 @@ def decide(
     except KbflowError as exc:
         return _draft_response(service_, session, doc_id, status=400, flash_kind="error",
                                edited=content if action == "edit" else None,
+                               note=note if action == "edit" else "",
                                flash=f"Nothing was changed: {exc}")  # fmt: skip
     applied = decided.via_run is None or decided.doc.status != "pending_review"
     where = f"/review/drafts/{decided.doc.id}?done={action if applied else 'sent'}"

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, aliased
 
 from core.errors import NotFound, ReviewConflict
 from core.models import (
+    NEVER_SERVED_SOURCE_TAGS,
     RETIRABLE_STATUSES,
     SERVABLE_PARSE_STATUSES,
     AuditAction,
@@ -489,6 +490,84 @@ class DocumentsRepository(Repository):
             if limit:
                 stmt = stmt.limit(limit)
             return [record_of(row, path) for row, path in s.execute(stmt)]
+
+    def library(
+        self,
+        org_id: str,
+        *,
+        status: str | None = None,
+        collection: str | None = None,
+        source_tag: str | None = None,
+        title: str | None = None,
+        limit: int | None = 50,
+        offset: int = 0,
+    ) -> tuple[list[DocRecord], int]:
+        """The documents an org serves or has withdrawn, one row per source: its newest
+        approved, status-less or withdrawn version (a withdrawn version that a restore, or a
+        newer decision, left behind is not listed). Seed inputs are never listed. Filters:
+        ``status`` ``served`` (approved or status-less) or ``withdrawn``; ``collection``, its
+        subtree; ``source_tag`` exactly (``""``: none); ``title``, a case-insensitive part of
+        it. Sorted by collection path and title; returns one page and the total."""
+        newer = aliased(DocumentRow)
+        shown = DocumentRow.status.in_(RESTORE_BLOCKERS) | DocumentRow.status.is_(None)
+        stmt = (
+            select(DocumentRow, CollectionRow.path)
+            .join(CollectionRow, CollectionRow.id == DocumentRow.collection_id)
+            .where(
+                DocumentRow.org_id == org_id,
+                shown,
+                DocumentRow.source_tag.not_in(NEVER_SERVED_SOURCE_TAGS)
+                | DocumentRow.source_tag.is_(None),
+                ~select(newer.id)
+                .where(
+                    newer.org_id == DocumentRow.org_id,
+                    newer.source_key == DocumentRow.source_key,
+                    newer.version > DocumentRow.version,
+                    newer.status.in_(RESTORE_BLOCKERS) | newer.status.is_(None),
+                )
+                .exists(),
+            )
+        )
+        if status == "served":
+            stmt = stmt.where(
+                (DocumentRow.status == DocStatus.APPROVED.value) | DocumentRow.status.is_(None)
+            )
+        elif status is not None:
+            stmt = stmt.where(DocumentRow.status == status)
+        if collection:
+            path = normalize_collection_path(collection)
+            prefix = path + "/"
+            stmt = stmt.where(
+                (CollectionRow.path == path)
+                | (func.substr(CollectionRow.path, 1, len(prefix)) == prefix)
+            )
+        if source_tag == "":
+            stmt = stmt.where(DocumentRow.source_tag.is_(None))
+        elif source_tag is not None:
+            stmt = stmt.where(DocumentRow.source_tag == source_tag)
+        if title and title.strip():
+            wanted = " ".join(title.split()).lower()
+            stmt = stmt.where(func.lower(DocumentRow.title).contains(wanted, autoescape=True))
+        with self.session() as s:
+            total = int(s.scalar(select(func.count()).select_from(stmt.subquery())) or 0)
+            page = stmt.order_by(CollectionRow.path, DocumentRow.title, DocumentRow.id)
+            if limit is not None:
+                page = page.limit(limit).offset(max(0, offset))
+            return [record_of(row, path) for row, path in s.execute(page)], total
+
+    def source_tags(self, org_id: str) -> list[str | None]:
+        """The source tags an org's non-seed documents carry (None: no tag), for a filter."""
+        with self.session() as s:
+            stmt = (
+                select(DocumentRow.source_tag)
+                .where(
+                    DocumentRow.org_id == org_id,
+                    DocumentRow.source_tag.not_in(NEVER_SERVED_SOURCE_TAGS)
+                    | DocumentRow.source_tag.is_(None),
+                )
+                .distinct()
+            )
+            return sorted(s.scalars(stmt), key=lambda tag: tag or "")
 
     def review_backlog(self) -> dict[str, tuple[int, dt.datetime]]:
         """Each org's documents waiting for review: how many, and when the oldest was made

@@ -224,6 +224,22 @@ def test_the_am_decides_in_the_inbox(
     served = _served(kb)
     assert set(served) == {ids[EDITED], restored}, served
 
+    # The restored version leaves the withdrawn list; the library lists what the org serves,
+    # and neither page scrolls sideways on a phone (issue 44).
+    page.goto(f"{base}/review")
+    expect(page.locator("summary", has_text="Withdrawn documents")).to_have_count(0)
+    page.set_viewport_size({"width": 390, "height": 844})
+    for where in ("/review", f"/review/library?org={ORG}", f"/review/documents/{restored}"):
+        page.goto(f"{base}{where}")
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= 390, f"{where} is {wide} px wide at 390 px"
+    page.goto(f"{base}/review")
+    page.get_by_role("link", name="Library").click()
+    rows = page.locator("table.library tbody tr", has_text=APPROVED)
+    expect(rows).to_have_count(1)
+    expect(rows.locator("a")).to_have_attribute("href", f"/review/documents/{restored}")
+    shoot(page, tmp_path, "library-phone")
+
     # The audit names who decided what (the restore's row names the new version).
     assert sorted(_decisions(kb)) == sorted(
         [

@@ -96,6 +96,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
             [{"key": "g", "title": "Globex draft", "text": "Globex sells widgets."}],
             org="globex", status=DocStatus.PENDING_REVIEW, **kw,
         )  # fmt: skip
+        library = _library_documents(registry, store, embedder)
         agent_token = registry.tokens.create_token(
             agent_id=registry.catalog.create_agent("larkspur", "bot").id, expires_at=None,
             created_by="root",
@@ -118,9 +119,43 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
             "seed": seed,
             "drafts": drafts,
             "other": other,
+            "library": library,
             "agent_token": agent_token,
             "user_token": user_token,
         }
+
+
+BULK = 55  # more than one library page (`LIBRARY_PAGE`, 50)
+
+
+def _library_documents(registry: SqlRegistry, store: Any, embedder: Any) -> dict[str, Any]:
+    """What larkspur serves under ``lib/``: policies, a synced price list, a page of bulk notes,
+    a seed input (never listed) and a draft (listed in the inbox, not the library)."""
+    kw = {"store": store, "registry": registry, "embedder": embedder, "org": "larkspur"}
+    travel, leave = index_records(
+        [{"key": "travel", "title": "Travel policy", "text": "Claims within 30 days."},
+         {"key": "leave", "title": "Leave policy", "text": "Twenty-five days of leave."}],
+        collection="lib/handbook", **kw,
+    )  # fmt: skip
+    (prices,) = index_records(
+        [{"key": "prices", "title": "Price list 2027", "text": "| Wren | 899 EUR |"}],
+        collection="lib/pricing", source_tag="source:crm", **kw,
+    )  # fmt: skip
+    bulk = index_records(
+        [{"key": f"note-{i:02d}", "title": f"Shop note {i:02d}", "text": f"Note {i}."}
+         for i in range(BULK)],
+        collection="lib/notes", **kw,
+    )  # fmt: skip
+    (seed,) = index_records(
+        [{"key": "lib-seed", "title": "Seeded brief", "text": "A seed input."}],
+        collection="lib/handbook", source_tag="am_file", **kw,
+    )  # fmt: skip
+    (draft,) = index_records(
+        [{"key": "lib-draft", "title": "Draft policy", "text": "Not decided yet."}],
+        collection="lib/handbook", status=DocStatus.PENDING_REVIEW, **kw,
+    )  # fmt: skip
+    return {"travel": travel, "leave": leave, "prices": prices, "bulk": bulk, "seed": seed,
+            "draft": draft}  # fmt: skip
 
 
 def _csrf(html: str) -> str:
@@ -418,3 +453,102 @@ def test_a_stale_edit_after_someone_approved_is_a_conflict(inbox: dict[str, Any]
     finally:
         registry.close()
     assert [(d.version, d.status) for d in versions] == [(1, "approved")]
+
+
+def _titles(html: str) -> list[str]:
+    return re.findall(r'<a href="/review/documents/[0-9a-f-]+">([^<]+)</a>', html)
+
+
+def test_the_library_lists_what_an_org_serves_with_filters_and_pages(
+    inbox: dict[str, Any],
+) -> None:
+    """Issue 44: approved documents no longer vanish once decided. The library lists what an
+    org serves or has withdrawn (never a seed input, never a draft), filtered by collection,
+    status, source and title, 50 to a page; another org's AM and an engineer are refused."""
+    amy = login(inbox, "amy")
+    page = amy.get("/review/library", params={"org": "larkspur", "collection": "lib/handbook"})
+    assert page.status_code == 200, page.text[:2000]
+    assert _titles(page.text) == ["Leave policy", "Travel policy"]  # by title; no seed, no draft
+    assert "2 documents" in page.text
+    synced = amy.get("/review/library", params={"org": "larkspur", "source": "source:crm"})
+    assert _titles(synced.text) == ["Price list 2027"] and "sync: crm" in synced.text
+    found = amy.get("/review/library", params={"org": "larkspur", "q": "  PRICE  list "})
+    assert _titles(found.text) == ["Price list 2027"]
+    none = amy.get("/review/library", params={"org": "larkspur", "q": "100%_"})
+    assert "No document matches." in none.text  # % and _ are letters, not wildcards
+    first = amy.get("/review/library", params={"org": "larkspur", "collection": "lib/notes"})
+    assert f"{BULK} documents" in first.text and "page 1 of 2" in first.text
+    assert _titles(first.text) == [f"Shop note {i:02d}" for i in range(50)]
+    second = amy.get("/review/library", params={"org": "larkspur", "collection": "lib/notes",
+                                                 "page": 2})  # fmt: skip
+    assert _titles(second.text) == [f"Shop note {i:02d}" for i in range(50, BULK)]
+    assert (
+        'href="/review/library?org=larkspur&amp;collection=lib%2Fnotes&amp;page=1">Previous'
+        in second.text
+    )
+    bad = amy.get("/review/library", params={"org": "larkspur", "status": "gone"})
+    assert bad.status_code == 400 and "served, withdrawn" in bad.text
+    gus = login(inbox, "gus").get("/review/library", params={"org": "larkspur"})
+    assert gus.status_code == 403 and "Leave policy" not in gus.text
+    assert login(inbox, "ed").get("/review/library").status_code == 403
+    assert browser(inbox).get("/review/library").status_code == 303  # to the login page
+
+
+def test_a_restored_document_leaves_the_withdrawn_list_and_a_second_restore_says_so(
+    inbox: dict[str, Any],
+) -> None:
+    """Issue 44: after a restore the old version sat under "Withdrawn documents" and pressing
+    Restore again said "Someone decided first" (it was her) with no way to the new version."""
+    leave = inbox["library"]["leave"]
+    amy = login(inbox, "amy")
+    page = amy.get(f"/review/documents/{leave}")
+    csrf = _csrf(page.text)
+    out = amy.post(f"/review/drafts/{leave}/withdraw",
+                   data={"csrf": csrf, "note": "outdated", "seen": _seen(page.text)})  # fmt: skip
+    assert out.status_code == 303 and status(inbox, leave) == "withdrawn"
+    assert f"/review/drafts/{leave}" in amy.get("/review").text.split("Withdrawn documents")[1]
+    shown = amy.get("/review/library", params={"org": "larkspur", "status": "withdrawn",
+                                               "collection": "lib"})  # fmt: skip
+    assert _titles(shown.text) == ["Leave policy"]
+    old = amy.get(f"/review/documents/{leave}")
+    restore = {"csrf": csrf, "note": "still right", "seen": _seen(old.text)}
+    back = amy.post(f"/review/drafts/{leave}/restore", data=restore)
+    assert back.status_code == 303
+    new = back.headers["location"].split("/review/drafts/")[1].split("?")[0]
+    assert new != leave and status(inbox, new) == "approved"
+    assert leave not in amy.get("/review").text  # not offered for a second restore
+    listed = amy.get("/review/library", params={"org": "larkspur", "collection": "lib/handbook"})
+    assert _titles(listed.text) == ["Leave policy", "Travel policy"]
+    assert f"/review/documents/{new}" in listed.text and f"/review/documents/{leave}" not in (
+        listed.text
+    )
+    again = amy.post(f"/review/drafts/{leave}/restore",
+                     data={"csrf": csrf, "note": "twice", "seen": _seen(old.text)})  # fmt: skip
+    assert again.status_code == 409
+    assert "You decided this document already" in again.text
+    assert "Someone decided first" not in again.text
+    assert f'<a href="/review/documents/{new}">Open the current version 2</a>' in again.text
+
+
+def test_the_note_typed_before_show_my_changes_is_kept(inbox: dict[str, Any]) -> None:
+    draft = inbox["library"]["draft"]
+    amy = login(inbox, "amy")
+    page = amy.get(f"/review/drafts/{draft}")
+    form = {"csrf": _csrf(page.text), "content": "Decided now.\n", "note": "checked with <Dana>"}
+    preview = amy.post(f"/review/drafts/{draft}/preview", data=form)
+    assert preview.status_code == 200
+    assert 'id="edit-note" name="note" maxlength="2000" value="checked with &lt;Dana&gt;"' in (
+        preview.text
+    )
+    assert status(inbox, draft) == "pending_review"  # a preview decides nothing
+
+
+def test_every_page_has_a_skip_link_and_an_icon(inbox: dict[str, Any]) -> None:
+    amy = login(inbox, "amy")
+    home = amy.get("/review").text
+    assert '<a class="skip" href="#main">Skip to content</a>' in home and 'id="main"' in home
+    draft = amy.get(f"/review/drafts/{inbox['library']['draft']}").text
+    assert 'href="#decide">Skip to your decision</a>' in draft and 'id="decide"' in draft
+    icon = browser(inbox).get("/review/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert 'rel="icon" href="/review/static/favicon.svg"' in home

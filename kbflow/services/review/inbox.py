@@ -132,19 +132,134 @@ def inbox(registry: SqlRegistry, user: UserRecord) -> list[OrgInbox]:
     for org in registry.people.list_orgs():
         if not may_inspect(user, org):
             continue
-        docs = registry.documents.list_documents(
-            org.id, statuses=[DocStatus.PENDING_REVIEW.value, DocStatus.WITHDRAWN.value]
+        pending = registry.documents.list_documents(
+            org.id, statuses=[DocStatus.PENDING_REVIEW.value]
+        )
+        # A withdrawn version a restore (or a newer decision) left behind is not offered.
+        withdrawn, _ = registry.documents.library(
+            org.id, status=DocStatus.WITHDRAWN.value, limit=None
         )
         shown.append(
-            OrgInbox(
-                org,
-                may_decide(user, org),
-                [d for d in docs if d.status == DocStatus.PENDING_REVIEW.value],
-                [d for d in docs if d.status == DocStatus.WITHDRAWN.value],
-                list_seeds(registry, org.id),
-            )
+            OrgInbox(org, may_decide(user, org), pending, withdrawn, list_seeds(registry, org.id))
         )
     return shown
+
+
+# -- the library -------------------------------------------------------------------------------
+
+LIBRARY_PAGE = 50
+LIBRARY_STATUSES = ("served", "withdrawn")
+
+
+@dataclass(frozen=True)
+class LibraryView:
+    """One page of an org's library: the documents it serves or has withdrawn (newest version
+    per source), with what the filters may choose from."""
+
+    org: OrgRecord
+    orgs: list[OrgRecord]
+    docs: list[DocRecord]
+    total: int
+    page: int
+    pages: int
+    collections: list[str]
+    sources: list[tuple[str, str]]
+    status: str | None
+    collection: str | None
+    source: str | None
+    title: str
+    may_decide: bool
+
+    def link(self, page: int) -> str:
+        """The library's address for ``page`` with these filters."""
+        from urllib.parse import urlencode
+
+        wanted = {"org": self.org.id, "q": self.title, "collection": self.collection,
+                  "status": self.status, "source": self.source, "page": page}  # fmt: skip
+        return "/review/library?" + urlencode({k: v for k, v in wanted.items() if v})
+
+
+def source_label(tag: str | None) -> str:
+    """A source tag as the library shows it."""
+    if tag is None:
+        return "files"
+    if tag == "agent_synthesis":
+        return "research"
+    if tag.startswith("source:"):
+        return f"sync: {tag.removeprefix('source:')}"
+    return tag.replace("_", " ")
+
+
+def library(
+    registry: SqlRegistry,
+    user: UserRecord,
+    org_id: str | None = None,
+    *,
+    status: str | None = None,
+    collection: str | None = None,
+    source: str | None = None,
+    title: str = "",
+    page: int = 1,
+) -> LibraryView:
+    """The library of ``org_id`` (else the first org the user may read) as ``user`` sees it:
+    every document the org serves or has withdrawn, filtered and one page of `LIBRARY_PAGE`.
+    ``source`` is a source tag, ``"files"`` for none.
+
+    Raises:
+        Forbidden: the user may read no org, or not ``org_id`` (refused as if it did not
+            exist).
+        ConfigError: an unknown status.
+    """
+    orgs = [org for org in registry.people.list_orgs() if may_inspect(user, org)]
+    if not orgs:
+        raise Forbidden(
+            f"user {user.id!r} may read no organisation's documents yet: a superadmin assigns "
+            "account managers to organisations."
+        )
+    org = next((o for o in orgs if o.id == org_id), None) if org_id else orgs[0]
+    if org is None:
+        raise Forbidden("no such organisation, or not one you may read.")
+    if status is not None and status not in LIBRARY_STATUSES:
+        raise ConfigError(f"status must be one of {', '.join(LIBRARY_STATUSES)}, not {status!r}.")
+    tags = registry.documents.source_tags(org.id)
+    known = {source_label(tag): tag for tag in tags}
+    tag: str | None = None
+    if source:
+        tag = "" if source == "files" else source
+    page = max(1, page)
+    docs, total = registry.documents.library(
+        org.id, status=status, collection=collection or None, source_tag=tag,
+        title=title, limit=LIBRARY_PAGE, offset=(page - 1) * LIBRARY_PAGE,
+    )  # fmt: skip
+    return LibraryView(
+        org=org,
+        orgs=orgs,
+        docs=docs,
+        total=total,
+        page=page,
+        pages=max(1, -(-total // LIBRARY_PAGE)),
+        collections=[c.path for c in registry.catalog.list_collections(org.id)],
+        sources=[(tag or "files", label) for label, tag in sorted(known.items())],
+        status=status,
+        collection=collection or None,
+        source=source or None,
+        title=title,
+        may_decide=may_decide(user, org),
+    )
+
+
+def own_conflict(registry: SqlRegistry, user: UserRecord, doc_id: str) -> DocRecord | None:
+    """After a decision on ``doc_id`` lost to another: the current version of its source when
+    the decision that came first was ``user``'s own (a second press of Restore, a page left
+    open in two tabs), else None (someone else decided)."""
+    doc = registry.documents.get_document(doc_id)
+    versions = registry.documents.versions_of(doc.org_id, doc.source_key)
+    rows = [row for v in versions for row in registry.audit.audit_trail(doc.org_id, v.id, last=1)]
+    last = max(rows, key=lambda row: row.id, default=None)
+    if last is None or last.actor != user.id:
+        return None
+    live = [v for v in versions if v.status != DocStatus.SUPERSEDED.value]
+    return live[-1] if live else versions[-1]
 
 
 def age(at: dt.datetime, now: dt.datetime | None = None) -> str:
