@@ -1085,6 +1085,13 @@ def prefect_auth_string(settings: Settings) -> str | None:
     return text or None
 
 
+def export_prefect_credential(settings: Settings) -> None:
+    """Export this home's Prefect credential for this process's clients now (as
+    `configure_environment` does at start): for a long-running process that finds a
+    `kbflow server` started after it, with a credential generated after it started."""
+    _secure_prefect_environment(settings)
+
+
 def _secure_prefect_environment(settings: Settings) -> None:
     """Prefect's CORS for the temporary servers this process may start: no web page but the
     listed ones (Prefect's default answers any); and PREFECT_API_AUTH_STRING for its clients

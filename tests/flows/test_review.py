@@ -1158,3 +1158,40 @@ def test_a_cli_decision_on_a_draft_a_paused_run_holds_goes_through_that_run(
     assert docs[drafts["glaze"]].status == DocStatus.PENDING_REVIEW.value
     issued = [r for r in registry.audit.audit_trail(ORG) if r.action == "kb.review_code.issued"]
     assert [r.actor for r in issued] == [AM]  # the proof was signed for amy, for this run
+
+
+def test_an_inbox_decision_finds_a_kbflow_server_started_after_the_service(
+    prefect_server: Server,
+    start_review: Any,
+    drafts: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 44: ``kbflow serve`` started before ``kbflow server`` has no PREFECT_API_URL; an
+    inbox decision on a draft that a paused run holds must still go through that run, found at
+    decision time through the home's record of its running server (before, it was applied
+    directly and the run stayed paused until it timed out)."""
+    from kbflow.services.orchestration.server import _record_server
+    from kbflow.services.query.context import OpenHome
+    from kbflow.services.review.inbox import decide
+
+    child = start_review()
+    run_id = child.wait_until_waiting_for_input(prefect_server)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)  # the service started with none
+    store = _OpenedLate(settings)
+    ctx = OpenHome(settings=settings, registry=registry, store=store, embedder=embedder)
+    try:
+        _record_server(settings.home, prefect_server.api_url)  # `kbflow server` starts now
+        decided = decide(ctx, settings, registry.people.get_user(AM), drafts["kiln"], "approve")
+    finally:
+        store.close()
+    assert decided.via_run == str(run_id), decided
+    rc, report = child.finish()
+    assert rc == 0, child.output()
+    assert report is not None
+    assert [(o["doc_id"], o["result"]) for o in report["outcomes"]] == [(drafts["kiln"], "applied")]
+    assert _final_state(prefect_server, run_id).is_completed()
+    doc = registry.documents.get_document(drafts["kiln"])
+    assert (doc.status, doc.approved_by) == ("approved", AM)

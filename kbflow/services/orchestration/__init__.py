@@ -14,6 +14,7 @@ _PUBLIC = {  # what other domains may import from here, and the module that hold
     "prefect_api_url": "server",
     "prefect_starting": "server",
     "require_prefect_server": "server",
+    "running_server_url": "server",
     "tracked": "flow_runs",
 }
 __all__ = sorted(_PUBLIC)

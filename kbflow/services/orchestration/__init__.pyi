@@ -8,3 +8,4 @@ from kbflow.services.orchestration.processes import guard_process as guard_proce
 from kbflow.services.orchestration.server import prefect_api_url as prefect_api_url
 from kbflow.services.orchestration.server import prefect_starting as prefect_starting
 from kbflow.services.orchestration.server import require_prefect_server as require_prefect_server
+from kbflow.services.orchestration.server import running_server_url as running_server_url

@@ -320,15 +320,10 @@ def _record_server(home: Path, api_url: str) -> Path:
     return path
 
 
-def adopt_running_server(settings: Settings) -> str | None:
-    """Point this process (and what it starts) at this home's running `kbflow server` when no
-    PREFECT_API_URL is set: its runs then show in that server's UI, and no temporary server is
-    started (seconds to a minute of a one-file command on a loaded machine). Returns the URL
-    adopted, or None: a URL is already set, no server is recorded, its process is gone (a pid
-    reused by another process included), or it does not answer within ``ADOPT_TIMEOUT_S``.
-    Call before Prefect is imported (it reads PREFECT_API_URL once)."""
-    if os.environ.get("PREFECT_API_URL", "").strip():
-        return None
+def running_server_url(settings: Settings) -> str | None:
+    """The API address of this home's `kbflow server` while it runs (its record, its process
+    alive: a pid reused by another process does not count), else None. Read at the moment of
+    asking, so a long-running process (``kbflow serve``) finds a server started after it."""
     from kbflow.services.orchestration.processes import is_running
 
     path = Path(settings.home) / SERVER_RECORD
@@ -338,6 +333,21 @@ def adopt_running_server(settings: Settings) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none recorded, or not a record
     if not url.startswith("http://") or not is_running(pid, created):
+        return None
+    return url
+
+
+def adopt_running_server(settings: Settings) -> str | None:
+    """Point this process (and what it starts) at this home's running `kbflow server` when no
+    PREFECT_API_URL is set: its runs then show in that server's UI, and no temporary server is
+    started (seconds to a minute of a one-file command on a loaded machine). Returns the URL
+    adopted, or None: a URL is already set, no server is recorded, its process is gone (a pid
+    reused by another process included), or it does not answer within ``ADOPT_TIMEOUT_S``.
+    Call before Prefect is imported (it reads PREFECT_API_URL once)."""
+    if os.environ.get("PREFECT_API_URL", "").strip():
+        return None
+    url = running_server_url(settings)
+    if url is None:
         return None
     import httpx
 

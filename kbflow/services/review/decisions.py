@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Literal
 
 from core.errors import Forbidden, JobRunnerUnavailable, NotFound, ReviewConflict
 from core.models import DocStatus
-from core.settings import Settings
-from kbflow.services.orchestration import prefect_api
+from core.settings import Settings, export_prefect_credential
+from kbflow.services.orchestration import prefect_api, running_server_url
 from tasks.review.access import authorize_document
 from tasks.review.codes import issue_code, sign_decisions
 from tasks.review.decisions import FORM_VERBS, Verb, apply_decision, checked_note
@@ -93,7 +93,7 @@ def decide(
                 "it again and decide on what it is now."
             )
         if verb in FORM_VERBS and doc.status == DocStatus.PENDING_REVIEW.value:
-            run = _paused_run_for(registry, doc)
+            run = _paused_run_for(settings, registry, doc)
             if run is not None:
                 through = _through_run(registry, user, doc, *run, verb, content, note)
                 if through is not None:
@@ -115,16 +115,23 @@ def decide(
     return Decided(done, None, f"{verb.value} applied")
 
 
-def _paused_run_for(registry: SqlRegistry, doc: DocRecord) -> tuple[str, str] | None:
+def _paused_run_for(
+    settings: Settings, registry: SqlRegistry, doc: DocRecord
+) -> tuple[str, str] | None:
     """The Prefect server and the paused review run whose form holds ``doc``: only a run that
     kbflow's review flow recorded (`review_runs`), never one planted through the Prefect API
-    (None without a server, or when no recorded run waits for it)."""
-    url = prefect_api.configured_url()
-    if url is None:
-        return None
+    (None without a server, or when no recorded run waits for it). The server is this
+    process's PREFECT_API_URL, else this home's running `kbflow server`, looked up now: a
+    `kbflow serve` started before `kbflow server` finds it too."""
     recorded = registry.review_runs.review_runs_holding(doc.org_id, doc.id)
     if not recorded:
         return None
+    url = prefect_api.configured_url()
+    if url is None:
+        url = running_server_url(settings)
+        if url is None:
+            return None
+        export_prefect_credential(settings)  # one `kbflow server --auth` made after this began
     try:
         run = prefect_api.paused_review_run(url, recorded, doc.org_id, f"doc_{doc.id}")
     except JobRunnerUnavailable:  # an unreachable server: decide directly instead
