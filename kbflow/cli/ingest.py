@@ -17,6 +17,7 @@ from core.settings import Settings
 from kbflow.cli.common import JsonOpt, OrgOpt, command, print_json
 from kbflow.render import console, ingest_progress
 from kbflow.services import ingest as service
+from kbflow.services.catalog import documents as catalog
 
 commands = typer.Typer()
 """The top-level commands of this module (merged into ``kbflow``)."""
@@ -74,7 +75,7 @@ def ingest(
     # Checked before anything is read or stored: a bad --audience is exit 1 with the rule.
     request = _request(
         org=org,
-        collection=collection,
+        collection=catalog.collection_path(settings, org, collection),  # a name: its path
         status=status,
         audience=audience,
         effective_date=eff,

@@ -29,6 +29,7 @@ from kbflow.cli.common import (
     print_table,
 )
 from kbflow.render import console, err_console, progress_bar
+from kbflow.services.catalog import documents as catalog
 from kbflow.services.sources import definitions as service
 from kbflow.services.sources import sync as source_runs
 from tasks.sources import KINDS
@@ -151,7 +152,8 @@ def sources_add(
     schedule). Needs --as the org's account manager or a superadmin (a local folder: a
     superadmin)."""
     fields = service.source_fields(
-        kind, _config(kind, url, config, config_json), collection=collection, status=status,
+        kind, _config(kind, url, config, config_json),
+        collection=catalog.collection_path(settings, org, collection), status=status,
         audience=audience, include=include, exclude=exclude, max_items=max_items,
         max_item_bytes=max_item_bytes, schedule=schedule, timezone=timezone,
     )  # fmt: skip
@@ -277,6 +279,8 @@ def sources_update(
     ):  # fmt: skip
         if value is not None:
             changes[key] = value
+    if collection:  # a collection's name: its path
+        changes["collection"] = catalog.collection_path(settings, found["org_id"], collection)
     done = service.update_source(settings, found["id"], None, changes, actor=actor)
     if as_json:
         print_json(done.to_dict())

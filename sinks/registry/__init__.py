@@ -38,7 +38,12 @@ from sqlalchemy import Engine
 
 from sinks.registry.audit import AuditRepository
 from sinks.registry.base import RegistryBase
-from sinks.registry.catalog import AgentRecord, CatalogRepository, CollectionRecord
+from sinks.registry.catalog import (
+    AgentRecord,
+    CatalogRepository,
+    CollectionRecord,
+    named_collection,
+)
 from sinks.registry.chunks import ChunksRepository
 from sinks.registry.documents import DocumentsRepository, citations_column
 from sinks.registry.jobs import JobRecord, JobsRepository
@@ -87,6 +92,7 @@ __all__ = [
     "WebSession",
     "citations_column",
     "collection_ancestry",
+    "named_collection",
     "normalize_collection_path",
 ]
 

@@ -1,3 +1,4 @@
+# Over 500 lines: one repository, the collection tree (and how text names a collection) and agents.
 """The registry's catalog: an org's named, described, nested collections and its agents.
 
 Collections form a tree per org (a path like ``policies/hr`` names a collection and its
@@ -11,7 +12,9 @@ is checked before (`tasks.review.access.authorize_org_admin`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -102,6 +105,45 @@ def _refuse_taken(s: Session, org_id: str, path: str) -> None:
         raise ConfigError(f"collection {path!r} already exists in org {org_id!r}")
 
 
+_Named = TypeVar("_Named", CollectionRow, CollectionRecord)
+
+
+def named_collection(collections: Sequence[_Named], text: str, where: str) -> _Named | None:
+    """The one of ``collections`` whose path, or else display name, is ``text`` in any case
+    (``Default`` names ``default``); None when none is. ConfigError naming their paths when
+    several have that name (``where``: whose collections they are, for the message)."""
+    wanted = text.strip().strip("/").strip().casefold()
+    found = [c for c in collections if c.path.casefold() == wanted]  # paths are unique
+    found = found or [c for c in collections if c.name.casefold() == wanted]
+    if len(found) > 1:
+        paths = ", ".join(sorted(c.path for c in found))
+        raise ConfigError(
+            f"collection {text!r} is ambiguous in {where}: it names {paths} — give the path"
+        )
+    return found[0] if found else None
+
+
+SHOWN_PATHS = 30
+"""How many of an org's collection paths an unknown-collection error lists."""
+
+
+def _shown(paths: list[str]) -> str:
+    """An org's collection paths for a message: the first `SHOWN_PATHS` of them."""
+    shown = ", ".join(paths[:SHOWN_PATHS]) or "none"
+    if len(paths) > SHOWN_PATHS:
+        shown += f", … ({len(paths) - SHOWN_PATHS} more)"
+    return shown
+
+
+def _unknown(org_id: str, ref: object, paths: list[str]) -> str:
+    """The message for a collection reference that names none of the org's collections: the
+    valid paths and where to see them all."""
+    return (
+        f"collection {ref!r} does not exist in org {org_id!r}; its collection paths: "
+        f"{_shown(paths)} — `kbflow collections list --org {org_id}` shows them"
+    )
+
+
 class CatalogRepository(Repository):
     """An org's collections (a tree per org, a Default one always) and its agents."""
 
@@ -151,6 +193,8 @@ class CatalogRepository(Repository):
             return _collection(row)
 
     def _find(self, s: Session, org_id: str, ref: int | str) -> CollectionRow:
+        """A collection by id (digits) or path; a text that is neither is tried as a
+        collection's display name (or path) in any case (`_named`)."""
         if isinstance(ref, int) or str(ref).isdigit():
             row = s.get(CollectionRow, int(ref))
             if row is not None and row.org_id != org_id:
@@ -161,12 +205,44 @@ class CatalogRepository(Repository):
                     CollectionRow.org_id == org_id, CollectionRow.path == str(ref).strip("/")
                 )
             )
+            if row is None:
+                row = self._named(s, org_id, str(ref))
         if row is None:
-            raise NotFound(
-                f"collection {ref!r} does not exist in org {org_id!r} — `kbflow collections "
-                f"list --org {org_id}` shows them"
-            )
+            raise NotFound(_unknown(org_id, ref, self._paths(s, org_id)))
         return row
+
+    def _paths(self, s: Session, org_id: str) -> list[str]:
+        return list(
+            s.scalars(
+                select(CollectionRow.path)
+                .where(CollectionRow.org_id == org_id)
+                .order_by(CollectionRow.path)
+            )
+        )
+
+    def _named(self, s: Session, org_id: str, text: str) -> CollectionRow | None:
+        rows = s.scalars(select(CollectionRow).where(CollectionRow.org_id == org_id)).all()
+        return named_collection(rows, text, f"org {org_id!r}")
+
+    def collection_path(self, org_id: str, ref: str) -> str:
+        """The collection path a person's ``--collection`` text names, for commands that take
+        a path whether or not it exists yet (ingest makes it, a filter matches nothing).
+
+        A valid path is returned as it is, without reading the registry (as it always was);
+        any other text must be the display name or path, in any case, of exactly one of the
+        org's collections (``Default`` is ``default``). Unknown or ambiguous text raises an
+        error naming the org's collection paths."""
+        try:
+            return normalize_collection_path(ref)
+        except ConfigError as invalid:
+            with self.session() as s:
+                row = self._named(s, org_id, ref)
+                if row is None:
+                    raise NotFound(
+                        f"collection {ref!r} is no collection of org {org_id!r} (its paths: "
+                        f"{_shown(self._paths(s, org_id))}) nor a valid new path: {invalid}"
+                    ) from None
+                return str(row.path)
 
     def create_collection(
         self,

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from core.errors import Forbidden
 from core.models import Scope
-from sinks.registry import AgentRecord, CollectionRecord, SqlRegistry
+from sinks.registry import AgentRecord, CollectionRecord, SqlRegistry, named_collection
 from tasks.review.access import authorize_org_wide_search, person_audiences
 
 
@@ -32,6 +32,7 @@ def agent_scope(
     readable_records = read[1] if read is not None else registry.catalog.readable_collections(agent)
     readable = [c.path for c in readable_records]
     if collections:
+        collections = tuple(_readable_named(c, readable, readable_records) for c in collections)
         outside = [
             c for c in collections if not any(c == r or c.startswith(r + "/") for r in readable)
         ]
@@ -44,13 +45,26 @@ def agent_scope(
     return Scope(agent.org_id, collections=tuple(readable), audiences=agent.audiences)
 
 
+def _readable_named(text: str, readable: Sequence[str], records: Sequence[CollectionRecord]) -> str:
+    """``text`` as it is when it is (under) a readable path, as it always was; else the path of
+    the readable collection whose path or display name it is in any case (``Default``), if
+    one is. Only readable collections are looked at: an agent learns no other path."""
+    if any(text == r or text.startswith(r + "/") for r in readable):
+        return text
+    found = named_collection(records, text, "the collections this agent may read")
+    return found.path if found is not None else text
+
+
 def person_scope(
     registry: SqlRegistry, actor_id: str | None, org_id: str, collections: tuple[str, ...] = ()
 ) -> Scope:
     """The scope of an org-wide search by a person (engineers and superadmins only): every
-    collection of the org (or ``collections``), the audiences their role reads as."""
+    collection of the org (or ``collections``: paths, or names as `CatalogRepository.
+    collection_path` reads them), the audiences their role reads as."""
     user = authorize_org_wide_search(registry, actor_id, org_id)
     audiences = person_audiences(user)
+    # After the check: the error for an unknown name lists the org's collection paths.
+    collections = tuple(registry.catalog.collection_path(org_id, c) for c in collections)
     return Scope(
         org_id,
         collections=collections or None,

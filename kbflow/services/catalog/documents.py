@@ -2,8 +2,9 @@
 vector store's maintenance (`kbflow docs`, `kbflow collections`, `kbflow agents`,
 `kbflow store`).
 
-Collections are named by id or path as text ("3", "policies/hr"); :func:`collection_ref` reads
-one. Moves and deletes rewrite vector payloads, so they hold the store while they run.
+Collections are named by id or path as text ("3", "policies/hr"), or by a display name that
+one collection of the org has ("Default"); :func:`collection_ref` reads one. Moves and deletes
+rewrite vector payloads, so they hold the store while they run.
 
 Every change needs ``actor``: a superadmin or the org's assigned account manager (giving an
 agent audiences: a superadmin), checked by `tasks.review.access` before anything is changed or
@@ -35,6 +36,22 @@ def _required_ref(value: str) -> int | str:
     return collection_ref(value) or value
 
 
+def collection_path(settings: Settings, org: str, value: str) -> str:
+    """The collection path a ``--collection`` value names, where a path that does not exist
+    yet is welcome (ingest and sources make it, a filter matches nothing): a valid path as it
+    is, without opening the registry; else the path of the one collection of ``org`` whose
+    display name (or path) it is in any case (``Default``: ``default``). Unknown or ambiguous
+    text raises an error naming the org's collection paths."""
+    try:
+        return ids.collection_path(value)
+    except KbflowError:
+        pass
+    from sinks.connect import open_registry
+
+    with open_registry(settings) as registry:
+        return registry.catalog.collection_path(org, value)
+
+
 def list_documents(
     settings: Settings,
     org: str,
@@ -51,7 +68,7 @@ def list_documents(
         return registry.documents.list_documents(
             org,
             statuses=[s.value for s in statuses] if statuses else None,
-            collection=collection,
+            collection=registry.catalog.collection_path(org, collection) if collection else None,
             limit=limit,
         )
 
