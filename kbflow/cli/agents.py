@@ -63,9 +63,9 @@ def agents_create(
 def _allow(
     settings: Settings, agent_id: str, refs: list[str], *, allow: bool, actor: str | None
 ) -> None:
-    agent = service.set_allowed(settings, agent_id, refs, allow=allow, actor=actor)
-    allowed = agent.allowed_collection_ids
-    console.print(f"{agent.id} may read: {', '.join(map(str, allowed)) or 'every collection'}")
+    agent, allowed = service.set_allowed(settings, agent_id, refs, allow=allow, actor=actor)
+    shown = ", ".join(f"{escape(c.path)} (id {c.id})" for c in allowed) or "every collection"
+    console.print(f"{escape(agent.id)} may read: {shown}")
 
 
 @group.command("allow")

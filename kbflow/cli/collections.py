@@ -49,7 +49,7 @@ def collections_create(
     if as_json:
         print_json(made.to_dict())
         return
-    console.print(f"created collection {made.id} {escape(made.path)}")
+    console.print(f"created collection {escape(made.path)} (id {made.id})")
 
 
 @group.command("list")

@@ -205,8 +205,9 @@ def create_agent(
 
 def set_allowed(
     settings: Settings, agent_id: str, refs: Sequence[str], *, allow: bool, actor: str | None
-) -> AgentRecord:
-    """Add collections to an agent's allow-list (``allow``) or take them off it. ``actor``: a
+) -> tuple[AgentRecord, list[CollectionRecord]]:
+    """Add collections to an agent's allow-list (``allow``) or take them off it; returns the
+    agent and the collections now on its list (none: it reads every collection). ``actor``: a
     superadmin or the assigned account manager of the agent's org."""
     from sinks.connect import open_registry
     from tasks.review.access import authorize_agent_admin
@@ -216,9 +217,11 @@ def set_allowed(
         admin, _agent = authorize_agent_admin(
             registry, actor, f"{verb} collections for agent {agent_id!r}", agent_id
         )
-        return registry.catalog.set_allowed(
+        agent = registry.catalog.set_allowed(
             agent_id, [_required_ref(r) for r in refs], allow=allow, actor=admin
         )
+        listed = registry.catalog.list_collections(agent.org_id)
+    return agent, [c for c in listed if c.id in agent.allowed_collection_ids]
 
 
 def set_audiences(
