@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, MaybeOrgOpt, command, print_json, print_table
+from kbflow.cli.common import JsonOpt, MaybeOrgOpt, command, counted, print_json, print_table
 from kbflow.render import console
 from kbflow.services.backup import backups
 from kbflow.services.backup import restore as restores
@@ -101,7 +101,7 @@ def backup_verify(
         print_json(report)
         return
     console.print(
-        f"[green]ok[/green]: {escape(report.path)} ({report.files} files, "
+        f"[green]ok[/green]: {escape(report.path)} ({counted(report.files, 'file')}, "
         f"{_size(report.bytes)}, made {report.created_at} by kbflow {report.kbflow_version}, "
         f"schema {report.schema_version}) matches its manifest"
     )

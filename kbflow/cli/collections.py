@@ -16,6 +16,7 @@ from kbflow.cli.common import (
     OrgOpt,
     command,
     command_group,
+    counted,
     print_json,
 )
 from kbflow.render import console
@@ -91,7 +92,7 @@ def collections_move(
     """Move a collection (with its sub-collections and documents) under another parent (--as a
     superadmin or the org's account manager)."""
     moved, docs = service.move_collection(settings, org, ref, parent, actor=actor)
-    console.print(f"moved to {escape(moved.path)}; {docs} document(s) re-filed")
+    console.print(f"moved to {escape(moved.path)}; {counted(docs, 'document')} re-filed")
 
 
 @group.command("delete")
@@ -112,4 +113,6 @@ def collections_delete(
     counts = service.delete_collection(
         settings, org, ref, move_to=move_to, delete_contents=delete_contents, actor=actor
     )
-    console.print(f"deleted; {counts['moved']} document(s) moved, {counts['deleted']} deleted")
+    console.print(
+        f"deleted; {counted(counts['moved'], 'document')} moved, {counts['deleted']} deleted"
+    )

@@ -193,6 +193,14 @@ def print_listing(
     print_table(f"{title} ({len(items)})", columns, (row(item) for item in items))
 
 
+def counted(n: int, noun: str, plural: str | None = None, *, grouped: bool = False) -> str:
+    """``n`` and ``noun``, the noun agreeing with the number: ``1 draft``, ``0 drafts``,
+    ``2 drafts``. ``plural``: when it is not ``noun`` + "s" (``counted(n, "query",
+    "queries")``); ``grouped``: thousands separated (``10,000 items``)."""
+    word = noun if n == 1 else (plural or noun + "s")
+    return f"{n:,} {word}" if grouped else f"{n} {word}"
+
+
 def checked(rule: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A typer callback applying one of `core.ids`' rules (None passes: the option is optional)."""
 

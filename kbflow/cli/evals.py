@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from core.settings import Settings
 from evals.schedule import NIGHTLY_CRON, NIGHTLY_DEPLOYMENT, NIGHTLY_TIMEZONE
-from kbflow.cli.common import JsonOpt, command, command_group, print_json, print_table
+from kbflow.cli.common import JsonOpt, command, command_group, counted, print_json, print_table
 from kbflow.render import console, err_console, stage_progress
 from kbflow.services import evals as service
 
@@ -62,7 +62,7 @@ def eval_run(
         print_json(summary)
         return
     print_table(
-        f"{escape(summary['dataset'])} — {summary['queries']} queries",
+        f"{escape(summary['dataset'])} — {counted(summary['queries'], 'query', 'queries')}",
         ("mode", *METRICS),
         (
             (mode, *(f"{metrics[m]:.4f}" for m in METRICS))
@@ -80,8 +80,9 @@ def eval_run(
         )
     index = summary["index"]
     console.print(
-        f"run {summary['run_id']} in {summary['seconds']:.0f}s; index: {index['documents']} "
-        f"documents ({index['indexed']} indexed now), embeddings computed "
+        f"run {summary['run_id']} in {summary['seconds']:.0f}s; index: "
+        f"{counted(index['documents'], 'document')} ({index['indexed']} indexed now), "
+        "embeddings computed "
         f"{index.get('embeddings_computed', 0)}, cached {index.get('embeddings_cached', 0)}"
         + ("" if record else "; not recorded")
     )
@@ -206,7 +207,7 @@ def _print_answers(report: dict[str, Any]) -> None:
             f"cited {escape(', '.join(wrong['cited']) or 'nothing')}\n"
             f"  quote: {escape(wrong['quote'])}"
         )
-    console.print(f"{report['all']['questions']} questions in {report['seconds']:.0f}s")
+    console.print(f"{counted(report['all']['questions'], 'question')} in {report['seconds']:.0f}s")
 
 
 # The column heads of `evals.answers.ANSWER_METRICS`, in its order.

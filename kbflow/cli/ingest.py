@@ -14,7 +14,7 @@ from core.contracts import IngestReport, IngestRequest
 from core.errors import ConfigError, KbflowError
 from core.models import DocStatus
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, command, print_json
+from kbflow.cli.common import JsonOpt, OrgOpt, command, counted, print_json
 from kbflow.render import console, ingest_progress
 from kbflow.services import ingest as service
 from kbflow.services.catalog import documents as catalog
@@ -117,7 +117,8 @@ def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
     console.print(
         f"[bold]{escape(r['org'])}/{escape(r['collection'])}[/bold]: {r['discovered']} found, "
         f"{r['new']} new, {r['changed']} changed, {r['unchanged']} unchanged{resumed} → "
-        f"{r['documents']} indexed ({r['chunks']} chunks), {r['superseded']} superseded, "
+        f"{r['documents']} indexed ({counted(r['chunks'], 'chunk')}), "
+        f"{r['superseded']} superseded, "
         f"{len(r['skipped'])} skipped{empty} in {r['seconds']:.1f}s"
     )
     for item in r.get("notes", []):
@@ -130,7 +131,7 @@ def print_ingest_report(r: IngestReport | dict[str, Any]) -> None:
         )
     for job in r.get("jobs", []):
         console.print(
-            f"  [bold]job {job['id']}[/bold] {job['status']}: {job['files']} long file(s) "
+            f"  [bold]job {job['id']}[/bold] {job['status']}: {counted(job['files'], 'long file')} "
             f"(audio, video or large) ingesting in the background — `kbflow jobs status "
             f"{job['id']}`"
         )

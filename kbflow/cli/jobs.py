@@ -9,7 +9,7 @@ import typer
 from core import ids
 from core.models import JobStatus
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, checked, command, command_group, print_json
+from kbflow.cli.common import JsonOpt, checked, command, command_group, counted, print_json
 from kbflow.cli.ingest import print_ingest_report
 from kbflow.render import console
 from kbflow.services import ingest as service
@@ -19,7 +19,8 @@ group = command_group("jobs", "Background ingest jobs (audio, video, large files
 
 def _job_line(job: Any) -> str:
     when = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
-    line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {len(job.inputs)} file(s)  {when}"
+    files = counted(len(job.inputs), "file")
+    line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {files}  {when}"
     return line + (f"\n    {job.reason}" if job.reason else "")
 
 

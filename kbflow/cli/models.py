@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, command, command_group, print_json
+from kbflow.cli.common import JsonOpt, command, command_group, counted, print_json
 from kbflow.render import console
 from kbflow.services.catalog import models as service
 
@@ -61,7 +61,7 @@ def models_finetune(
     if as_json:
         print_json(report)
         return
-    table = Table(title=f"{report['model_id']} — {report['pairs']} pairs")
+    table = Table(title=f"{report['model_id']} — {counted(report['pairs'], 'pair')}")
     table.add_column("queries")
     table.add_column("model")
     for metric in ("ndcg@10", "mrr@10", "recall@100"):

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, command, print_json, reported
+from kbflow.cli.common import JsonOpt, OrgOpt, command, counted, print_json, reported
 from kbflow.render import console, err_console
 from kbflow.services.research import runs as service
 
@@ -86,12 +86,12 @@ def research(
     reviewed = report.review
     decided = {o.doc_id: o for o in reviewed.outcomes if o.result == "applied"} if reviewed else {}
     waiting = len(report.documents) - len(decided)
-    summary = f"{len(report.documents)} drafts, {waiting} pending review"
+    summary = f"{counted(len(report.documents), 'draft')}, {waiting} pending review"
     if reviewed is not None:
         summary += f"; {reviewed.reviewer or 'nobody'} decided {len(decided)}"
     console.print(
         f"research run [bold]{report.synthesis_run_id}[/bold] ({report.synthesizer}, "
-        f"{report.consumed_tokens} tokens): {summary}"
+        f"{counted(report.consumed_tokens, 'token')}): {summary}"
     )
     for doc_id, doc in zip(report.doc_ids, report.documents, strict=False):
         outcome = decided.get(doc_id)

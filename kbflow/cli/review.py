@@ -29,6 +29,7 @@ from kbflow.cli.common import (
     OrgOpt,
     command,
     command_group,
+    counted,
     print_json,
     print_table,
     source_lines,
@@ -124,7 +125,7 @@ def review_show(
         ("uri", d.uri),
         ("version", str(d.version)),
         ("status", d.status or "—"),
-        ("parse status", f"{d.parse_status}, {d.chunk_count} chunks"),
+        ("parse status", f"{d.parse_status}, {counted(d.chunk_count, 'chunk')}"),
         ("synthesis run", d.synthesis_run_id or "—"),
         ("source tag", d.source_tag or "—"),
         ("audience", d.audience or "all"),
@@ -434,7 +435,7 @@ def audit(
         return
     title = f"audit log of {escape(org)}" if org else "agency-wide audit log"
     print_table(
-        f"{title} ({len(rows)} rows)",
+        f"{title} ({counted(len(rows), 'row')})",
         ("time", "actor", "action", "doc", "run", "tag", "before → after"),
         (
             (_when(r.at), escape(r.actor), escape(r.action.removeprefix("kb.document.")),
@@ -470,12 +471,18 @@ def reconcile(
     repaired, removed = len(report.repaired), len(report.orphans_removed)
     if dry_run:
         summary = (
-            f"{repaired} documents need repair, {removed} unknown documents' chunks would be "
-            "removed (dry run: nothing changed)"
+            f"{counted(repaired, 'document')} to repair, {counted(removed, 'chunk')} of "
+            "unknown documents to remove (dry run: nothing changed)"
         )
     else:
-        summary = f"{repaired} documents repaired, {removed} unknown documents' chunks removed"
-    checked = f"checked {report.points} chunks of {report.documents} documents{where}"
+        summary = (
+            f"{counted(repaired, 'document')} repaired, {counted(removed, 'chunk')} of unknown "
+            "documents removed"
+        )
+    checked = (
+        f"checked {counted(report.points, 'chunk')} of "
+        f"{counted(report.documents, 'document')}{where}"
+    )
     console.print(f"{checked}: {summary}")
     verb = ("would repair", "would remove") if dry_run else ("repaired", "removed")
     for item in report.repaired:

@@ -18,6 +18,7 @@ from kbflow.cli.common import (
     OrgOpt,
     checked,
     command,
+    counted,
     load_settings,
     print_json,
     print_table,
@@ -78,7 +79,7 @@ def seed(
     if as_json:
         print_json(result)
         return
-    console.print(f"seeded {result['stored']} new input(s) for {escape(org)}")
+    console.print(f"seeded {counted(result['stored'], 'new input')} for {escape(org)}")
     for skipped in result["skipped"]:
         console.print(
             f"  [yellow]skipped[/yellow] {escape(skipped['source'])}: {escape(skipped['reason'])}"

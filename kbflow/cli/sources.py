@@ -25,6 +25,7 @@ from kbflow.cli.common import (
     OrgOpt,
     command,
     command_group,
+    counted,
     print_json,
     print_table,
 )
@@ -223,7 +224,8 @@ def sources_show(
         f"  enters      {escape(found['collection'])} as {found['status']}"
         + (f", audience {escape(found['audience'])}" if found["audience"] else ""),
         f"  patterns    include {found['include'] or 'all'}, exclude {found['exclude'] or 'none'}",
-        f"  caps        {found['max_items']:,} items, {found['max_item_bytes']:,} bytes an item",
+        f"  caps        {counted(found['max_items'], 'item', grouped=True)}, "
+        f"{counted(found['max_item_bytes'], 'byte', grouped=True)} an item",
         f"  schedule    {escape(found['schedule'] or 'none')}"
         + (f" ({found['timezone'] or 'UTC'}), next {found['next_run']}" if found["schedule"]
            else ""),
@@ -308,7 +310,11 @@ def sources_remove(
         return
     console.print(
         f"removed source {escape(done['name'])} (org {done['org_id']}); "
-        + (f"{done['withdrawn']} documents withdrawn" if withdraw else "its documents stay")
+        + (
+            f"{counted(done['withdrawn'], 'document')} withdrawn"
+            if withdraw
+            else "its documents stay"
+        )
     )
 
 

@@ -9,7 +9,15 @@ import typer
 from rich.markup import escape
 
 from core.settings import Settings
-from kbflow.cli.common import JsonOpt, OrgOpt, command, command_group, print_json, print_table
+from kbflow.cli.common import (
+    JsonOpt,
+    OrgOpt,
+    command,
+    command_group,
+    counted,
+    print_json,
+    print_table,
+)
 from kbflow.render import console, err_console, stage_progress
 from kbflow.services.catalog import documents as catalog
 from kbflow.services.catalog import stores
@@ -22,7 +30,7 @@ group = command_group("store", "Vector store maintenance.")
 def store_optimize(settings: Settings) -> None:
     """Build the vector indexes (slow at scale: run it as maintenance, not during queries)."""
     count = catalog.optimize_store(settings)
-    console.print(f"optimized: {count} points")
+    console.print(f"optimized: {counted(count, 'point')}")
 
 
 @group.command("migrate")
@@ -92,7 +100,7 @@ def store_migrate(
         print_json(report)
     else:
         console.print(
-            f"copied {report.copied} points of org [bold]{escape(org)}[/bold] from "
+            f"copied {counted(report.copied, 'point')} of org [bold]{escape(org)}[/bold] from "
             f"{escape(report.source)} to {escape(report.destination)}"
             + (f" (replaced {report.replaced})" if report.replaced else "")
             + f" in {report.seconds:.1f}s"
@@ -140,7 +148,7 @@ def store_reembed(
         return
     verb = "would re-embed" if dry_run else "re-embedded"
     console.print(
-        f"{verb} {report.reembedded} chunks with [bold]{escape(report.model)}[/bold] in "
+        f"{verb} {counted(report.reembedded, 'chunk')} with [bold]{escape(report.model)}[/bold] in "
         f"{report.seconds:.1f}s" + (" (dry run: nothing changed)" if dry_run else "")
     )
     print_table(
@@ -155,8 +163,8 @@ def store_reembed(
     for item in report.orgs:
         if item.skipped:
             err_console.print(
-                f"[red]error:[/red] org {escape(item.org)}: {len(item.skipped)} chunks have no "
-                "text in the vector store and were not re-embedded; re-ingest their documents",
+                f"[red]error:[/red] org {escape(item.org)}: {counted(len(item.skipped), 'chunk')} "
+                "without text in the vector store, not re-embedded; re-ingest the documents",
                 soft_wrap=True,
             )
     if any(item.skipped for item in report.orgs):
