@@ -83,10 +83,8 @@ def research(
             report = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
                                      drafted.stopped)  # fmt: skip
         else:
-            run_id, doc_ids, superseded = persist_task(
-                drafted.drafts, gathered.corpus, org, settings
-            )
-            report = persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
+            run_id, persisted = persist_task(drafted.drafts, gathered.corpus, org, settings)
+            report = persisted_outcome(gathered, drafted, run_id, persisted)
     if settings.research.metrics_pushgateway:
         push_metrics(settings.research.metrics_pushgateway, org)
     for note in report.notes:

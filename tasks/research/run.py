@@ -19,7 +19,7 @@ from typing import Any
 from core.contracts import BudgetSpent, DraftOut, ResearchReport
 from core.errors import BudgetExceeded
 from core.models import DocStatus, DraftDocument, ResearchCorpus, ResearchRequest, SourceTag
-from sinks.registry import SqlRegistry
+from sinks.registry import DocRecord, SqlRegistry
 from sinks.vectors import VectorStore
 from tasks.ingest.discover import Source
 from tasks.ingest.index import IngestTarget, WorkItem, index_batch
@@ -31,6 +31,7 @@ from tasks.research.public_context import Fetcher, SearchProvider, gather_public
 from tasks.research.seed import list_seeds
 from tasks.research.synthesize import Synthesizer, estimate_tokens, validate_drafts
 from tasks.review.machine import supersede
+from tasks.text.citations import footer_entries
 from tasks.text.embed import Embedder
 
 log = logging.getLogger(__name__)
@@ -161,20 +162,23 @@ def stopped_outcome(notes: list[str], budget: ResearchBudget, model_id: str,
 
 
 def persisted_outcome(
-    gathered: Gathered, drafted: Drafted, run_id: str, doc_ids: list[str], superseded: int
+    gathered: Gathered, drafted: Drafted, run_id: str, persisted: Persisted
 ) -> ResearchReport:
-    """The report of a finished run: its drafts persisted as pending_review under ``run_id``."""
+    """The report of a finished run: its drafts persisted as pending_review under ``run_id``
+    (a draft held back as a rejected one is not among its documents; the notes say why)."""
     return ResearchReport(
         synthesis_run_id=run_id,
         budget_exceeded=False,
         documents=[
-            DraftOut(filename=d.filename, title=d.title, content=d.content) for d in drafted.drafts
+            DraftOut(filename=d.filename, title=d.title, content=d.content)
+            for d in drafted.drafts
+            if d.filename not in persisted.held_back
         ],
         consumed_tokens=drafted.budget.tokens,
-        doc_ids=doc_ids,
-        notes=gathered.notes,
+        doc_ids=persisted.doc_ids,
+        notes=[*gathered.notes, *persisted.notes],
         synthesizer=drafted.model_id,
-        superseded_drafts=superseded,
+        superseded_drafts=persisted.superseded,
         budget=_spent(drafted.budget),
         budget_stop=None,
     )
@@ -210,11 +214,80 @@ def run_research(
     if drafted.stopped:
         return stopped_outcome(gathered.notes, drafted.budget, drafted.model_id, drafted.stopped)
     run_id = uuid.uuid4().hex
-    doc_ids, superseded = persist_drafts(
+    persisted = persist_drafts(
         drafted.drafts, gathered.corpus, request.org_id, run_id, registry=registry, store=store,
         embedder=embedder(),
     )  # fmt: skip
-    return persisted_outcome(gathered, drafted, run_id, doc_ids, superseded)
+    return persisted_outcome(gathered, drafted, run_id, persisted)
+
+
+@dataclass(frozen=True)
+class Persisted:
+    """What `persist_drafts` stored: the new drafts' ids, how many drafts of an earlier run
+    they superseded, the files held back (their content was rejected and its sources have not
+    changed), and a note for the account manager per draft that a decision shaped."""
+
+    doc_ids: list[str]
+    superseded: int
+    held_back: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+
+
+def _footer_ids(content: str) -> frozenset[str]:
+    """The ids a draft's Citations footer lists (what its text cites)."""
+    _, found, footer = content.rpartition("\n## Citations\n")
+    return frozenset(cite for cite, _ in (footer_entries(footer) if found else None) or ())
+
+
+def _decided(versions: list[DocRecord]) -> DocRecord | None:
+    """The newest version of a source that a person decided on (not a waiting draft)."""
+    waiting = (DocStatus.PENDING_REVIEW.value, DocStatus.SUPERSEDED.value)
+    return next((v for v in reversed(versions) if v.status not in waiting), None)
+
+
+def rerun_rule(draft: DraftDocument, versions: list[DocRecord]) -> tuple[bool, str | None]:
+    """Whether a re-run proposes ``draft`` given the earlier ``versions`` of its document
+    (oldest first), and the note that says why, when a decision shaped it:
+
+    - its last decision was a rejection and the draft cites the same sources: held back (the
+      same content would be proposed again); with other sources it is proposed, saying which;
+    - its last decision approved a person's edit: proposed as a change to that text (the
+      inbox shows the difference against it), saying so.
+    """
+    last = _decided(versions)
+    if last is None:
+        return True, None
+    when = f"{(last.rejected_at or last.updated_at):%Y-%m-%d}"
+    if last.status == DocStatus.REJECTED.value:
+        before = frozenset(c.cite_id for c in last.citations)
+        now = _footer_ids(draft.content)
+        if now == before:
+            return False, (
+                f"{draft.filename}: not proposed again: {last.rejected_by or 'a reviewer'} "
+                f"rejected it on {when} and its sources have not changed (seed new or changed "
+                "material to have it drafted again)"
+            )
+        added, removed = sorted(now - before), sorted(before - now)
+        changed = "; ".join(
+            part
+            for part in (
+                f"new sources {', '.join(added)}" if added else "",
+                f"no longer cited {', '.join(removed)}" if removed else "",
+            )
+            if part
+        )
+        return True, (
+            f"{draft.filename}: proposed again although {last.rejected_by or 'a reviewer'} "
+            f"rejected it on {when}: its sources changed ({changed})"
+        )
+    if last.status == DocStatus.APPROVED.value and last.edited_by:
+        edited = f"{(last.edited_at or last.updated_at):%Y-%m-%d}"
+        return True, (
+            f"{draft.filename}: proposed as a change to the version {last.edited_by} edited "
+            f"and approved on {edited} (v{last.version}): the inbox shows what it would change "
+            "in that text; nothing replaces it unless approved"
+        )
+    return True, None
 
 
 def persist_drafts(
@@ -226,17 +299,25 @@ def persist_drafts(
     registry: SqlRegistry,
     store: VectorStore,
     embedder: Embedder,
-) -> tuple[list[str], int]:
+) -> Persisted:
     """Ingest the drafts as pending_review (one synthesis run), then supersede the previous
-    run's still-pending drafts of the same documents. Returns the new ids and how many old
-    drafts were superseded."""
+    run's still-pending drafts of the same documents. A draft whose document was rejected
+    with the same sources is held back (`rerun_rule`)."""
     collection = registry.catalog.ensure_collection(
         org, DRAFTS_COLLECTION, "Knowledge-base documents"
     )
     current = registry.documents.current_documents(org)
     items = []
+    held: set[str] = set()
+    notes: list[str] = []
     for draft in drafts:
         key = f"synthesis:{org}:{draft.filename}"
+        proposed, note = rerun_rule(draft, registry.documents.versions_of(org, key))
+        if note:
+            notes.append(note)
+        if not proposed:
+            held.add(draft.filename)
+            continue
         items.append(
             WorkItem(
                 Source(
@@ -272,7 +353,7 @@ def persist_drafts(
             if old.status == DocStatus.PENDING_REVIEW.value and old.synthesis_run_id != run_id:
                 superseded += supersede(old, store, registry, actor="research")
     log.info("research run %s persisted %d drafts for %s", run_id, report.documents, org)
-    return report.doc_ids, superseded
+    return Persisted(report.doc_ids, superseded, frozenset(held), tuple(notes))
 
 
 def _sha(text: str) -> str:

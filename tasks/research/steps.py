@@ -28,6 +28,7 @@ from tasks.research.fetch import FetchResult, safe_get
 from tasks.research.run import (
     Drafted,
     Gathered,
+    Persisted,
     gather_corpus,
     persist_drafts,
     synthesize_drafts,
@@ -68,13 +69,13 @@ def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
 @task(name="persist-drafts", cache_policy=NO_CACHE, **TASK_RETRIES)
 def persist_task(
     drafts: tuple[DraftDocument, ...], corpus: ResearchCorpus, org: str, settings: Settings
-) -> tuple[str, list[str], int]:
-    """The drafts as pending_review documents of one new synthesis run: its id, the drafts'
-    ids, and how many drafts of the last run it superseded."""
+) -> tuple[str, Persisted]:
+    """The drafts as pending_review documents of one new synthesis run: its id, and what was
+    stored (the drafts' ids, the drafts of the last run superseded, those held back)."""
     run_id = uuid.uuid4().hex
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        doc_ids, superseded = persist_drafts(
+        persisted = persist_drafts(
             drafts, corpus, org, run_id, registry=registry, store=store,
             embedder=embedder_for(settings),
         )  # fmt: skip
-    return run_id, doc_ids, superseded
+    return run_id, persisted

@@ -206,3 +206,75 @@ def test_offline_drafts_keep_a_seed_table_and_keep_their_footer_as_metadata(
     assert refs[f"doc:{csv_seed.id}"].title == csv_seed.title
     assert refs[f"doc:{csv_seed.id}"].uri == csv_seed.uri
     assert {r.cite_id for r in stored.citations} <= {f"doc:{d.id}" for d in seeds.values()}
+
+
+def test_a_rerun_holds_back_what_was_rejected_and_offers_a_change_to_an_edit(
+    world: dict[str, Any],
+) -> None:
+    """Issue 44: re-running research brought back a draft the AM had rejected, and offered a
+    new version of one she had edited and approved with no word that it would replace her
+    text. Now the rejected one is held back while its sources are the same (the run's notes
+    say so), and the edited one is proposed with a note that it is a change to her version."""
+    from core.models import DocStatus, DraftDocument, Role
+    from tasks.research.run import rerun_rule
+    from tasks.review.decisions import Verb, apply_decision
+    from tasks.review.machine import held
+
+    registry, store = world["registry"], world["store"]
+    registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
+    registry.people.assign_am("lark", "amy")
+    first = _run(world)
+    by_file = dict(zip([d.filename for d in first.documents], first.doc_ids, strict=True))
+    rejected_file, edited_file = KB_FILENAMES[0], KB_FILENAMES[1]
+    decide = {
+        "registry": registry,
+        "open_store": held(store),
+        "embedder": lambda: world["embedder"],
+    }
+    apply_decision(Verb.REJECT, by_file[rejected_file], "amy", note="off brand", **decide)
+    draft = next(d for d in first.documents if d.filename == edited_file)
+    mine = draft.content.replace("\n## ", "\n- Our own line, added by amy.\n\n## ", 1)
+    apply_decision(Verb.EDIT, by_file[edited_file], "amy", content=mine, **decide)
+
+    second = _run(world)
+    files = [d.filename for d in second.documents]
+    assert rejected_file not in files and len(files) == 3 == len(second.doc_ids)
+    held_note = next(n for n in second.notes if n.startswith(f"{rejected_file}: not proposed"))
+    assert "amy rejected it on" in held_note and "sources have not changed" in held_note
+    versions = registry.documents.versions_of("lark", f"synthesis:lark:{rejected_file}")
+    assert [v.status for v in versions] == [DocStatus.REJECTED.value]  # nothing new waits
+    assert any(
+        n.startswith(f"{edited_file}: proposed as a change to the version amy edited")
+        for n in second.notes
+    ), second.notes
+    edited = registry.documents.versions_of("lark", f"synthesis:lark:{edited_file}")
+    assert [v.status for v in edited] == ["approved", "pending_review"]  # hers still served
+
+    # The same document drafted from other sources is proposed again, saying what changed.
+    (rejected,) = versions
+    other = DraftDocument(
+        filename=rejected_file, title=rejected.title,
+        content="# T\n\nNew fact [doc:fresh].\n\n---\n## Citations\n- [doc:fresh] New brief\n",
+    )  # fmt: skip
+    proposed, note = rerun_rule(other, versions)
+    assert proposed and note is not None
+    assert "its sources changed (new sources doc:fresh; no longer cited" in note
+
+    # Her edited version is what the new draft's page compares against, and it says so.
+    from core.settings import Settings
+    from kbflow.api.inbox import _templates
+    from kbflow.services.query.context import OpenHome
+    from kbflow.services.review.inbox import age, draft_page
+
+    settings = Settings()
+    ctx = OpenHome(settings=settings, registry=registry, store=store, embedder=world["embedder"])
+    amy = registry.people.get_user("amy")
+    page = draft_page(ctx, settings, amy, edited[-1].id, None)
+    assert page.current is not None and page.current.id == edited[0].id
+    assert any(d.kind == "del" and "Our own line, added by amy." in d.text for d in page.diff)
+    html = _templates.get_template("draft.html").render(
+        age=age, page=page, org=registry.people.get_org("lark"), user=amy, csrf="x",
+        edited=None, rows=20, note="", current=None,
+    )  # fmt: skip
+    assert "Version 1 is the text amy edited and approved on" in html
+    assert "Approving this draft replaces it" in html
