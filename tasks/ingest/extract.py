@@ -28,6 +28,7 @@ from tasks.ingest.extract_options import ExtractOptions
 from tasks.ingest.media import AUDIO_FORMATS, VIDEO_FORMATS
 from tasks.ingest.pages import sha12
 from tasks.ingest.pdf import pdf_to_sections
+from tasks.ingest.titles import document_title, metadata_title
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,9 @@ def file_to_document(
         overrides: Individual `ExtractOptions` fields, e.g. ``max_bytes=100``.
 
     Returns:
-        The document: title (first title or heading, else the file stem), `file://` URI,
-        sections (heading path, text, location; tables as Markdown, list items as "- item"),
+        The document: title (`document_title`: the file's metadata title, else its first title
+        or heading, else the file stem), `file://` URI, sections (heading path, text, location;
+        tables as Markdown, list items as "- item"),
         source format (what the bytes are) and meta (e.g. ``{"pages": 4}`` for a PDF). Audio
         or video without speech gives a document with no sections and ``meta["empty_reason"]``.
 
@@ -121,11 +123,11 @@ def file_to_document(
         meta["declared_format"] = detected.declared
 
     started = time.perf_counter()
-    title: str | None = None
+    heading: str | None = None  # the first title or heading, where the format has them
     if fmt == "txt":
         sections = _txt_to_sections(path, data)
     elif fmt == "pdf":
-        title, sections, found = pdf_to_sections(path, opts)
+        heading, sections, found = pdf_to_sections(path, opts)
         meta.update(found)
     elif fmt in IMAGE_FORMATS:
         sections, found = _image_to_sections(path, opts)
@@ -148,7 +150,7 @@ def file_to_document(
         else:
             with named_as(path, fmt) as readable:
                 doc = convert(readable, office_converter(), shown=path)
-        title, sections = docling_to_sections(doc, unit="slide" if fmt == "pptx" else None)
+        heading, sections = docling_to_sections(doc, unit="slide" if fmt == "pptx" else None)
         if doc.pages and fmt == "pptx":
             meta["slides"] = len(doc.pages)
         elif doc.pages and fmt == "xlsx":
@@ -173,7 +175,7 @@ def file_to_document(
         time.perf_counter() - started,
     )
     return ExtractedDocument(
-        title=title or path.stem,
+        title=document_title(path, metadata=metadata_title(path, fmt, data), heading=heading),
         uri=path.resolve().as_uri() if data is None else path.name,
         sections=tuple(s for s in sections if s.text.strip()),
         source_format=fmt,
