@@ -1,12 +1,13 @@
 """A Docling document as sections: walked in reading order, cut at every title or heading, with
-lists as "- item" lines, tables as Markdown, charts as their data, and the page, slide or sheet
-each passage came from."""
+lists as "- item" lines (a bullet glyph left in an item's text dropped: `tasks.ingest.bullets`),
+tables as Markdown, charts as their data, and the page, slide or sheet each passage came from."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from core.models import Location, Section
+from tasks.ingest.bullets import strip_bullet
 
 if TYPE_CHECKING:
     from docling_core.types.doc import DoclingDocument, NodeItem, PictureItem
@@ -184,7 +185,7 @@ def _list_lines(doc: DoclingDocument, node: NodeItem, depth: int, number: int = 
     from docling_core.types.doc import GroupLabel, ListItem
 
     if isinstance(node, ListItem):
-        own = node.text.strip()
+        own = strip_bullet(node.text.strip())  # the item's marker says it already
         nested: list[str] = []
         for ref in node.children:
             child = ref.resolve(doc)

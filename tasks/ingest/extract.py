@@ -22,6 +22,7 @@ from typing import Any
 
 from core.errors import ExtractionError, KbflowError, UnsupportedFormat
 from core.models import ExtractedDocument, Section
+from tasks.ingest.bullets import sections_bullets_to_markdown
 from tasks.ingest.docling_convert import convert, convert_data, named_as, office_converter
 from tasks.ingest.docling_sections import docling_to_sections
 from tasks.ingest.extract_options import ExtractOptions
@@ -80,7 +81,8 @@ def file_to_document(
     Returns:
         The document: title (`document_title`: the file's metadata title, else its first title
         or heading, else the file stem), `file://` URI, sections (heading path, text, location;
-        tables as Markdown, list items as "- item"),
+        tables as Markdown, list items as "- item", a bullet glyph opening a line as "- ":
+        `tasks.ingest.bullets`),
         source format (what the bytes are) and meta (e.g. ``{"pages": 4}`` for a PDF). Audio
         or video without speech gives a document with no sections and ``meta["empty_reason"]``.
 
@@ -177,7 +179,7 @@ def file_to_document(
     return ExtractedDocument(
         title=document_title(path, metadata=metadata_title(path, fmt, data), heading=heading),
         uri=path.resolve().as_uri() if data is None else path.name,
-        sections=tuple(s for s in sections if s.text.strip()),
+        sections=tuple(s for s in sections_bullets_to_markdown(sections) if s.text.strip()),
         source_format=fmt,
         meta=meta,
     )

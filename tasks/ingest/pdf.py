@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError, ExtractionError
 from core.models import Location, Section
+from tasks.ingest.bullets import BULLET_GLYPHS
 from tasks.ingest.docling_convert import convert, named_as, pdf_converter
 from tasks.ingest.docling_sections import docling_to_sections
 from tasks.ingest.extract_options import ExtractOptions
@@ -31,7 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 # Line starts that open a new list item in PDF text (bullet glyphs, "1.", "(a)", "iv)").
-_BULLET_RE = re.compile(r"^\s*(?:[•◦▪▫●○■□‣⁃∞∙·\-–—*]\s|\(?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)]\s)")
+_BULLET_RE = re.compile(
+    rf"^\s*(?:[{BULLET_GLYPHS}□\-–—*]\s|\(?(?:\d{{1,3}}|[a-z]|[ivx]{{1,4}})[.)]\s)"
+)
 
 
 def _pdf_page_count(path: Path) -> int:
