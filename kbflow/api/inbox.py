@@ -377,6 +377,159 @@ def library_page(
     return _logged_in_page(request, render)
 
 
+def _seeds_page(
+    service_: Service, session: WebSession, org: str, *, status: int = 200,
+    flash: str | None = None, flash_kind: str = "ok",
+) -> Response:  # fmt: skip
+    from kbflow.services.research import seeds
+
+    found = seeds.list_seeds(service_.settings, org, session.user.id)
+    org_record = service_.ctx.registry.people.get_org(org)
+    return _page("seeds.html", status, title=f"Seed inputs · {org_record.name}",
+                 user=session.user, csrf=session.csrf, org=org_record, seeds=found,
+                 may_decide=service.may_decide_org(session.user, org_record), flash=flash,
+                 flash_kind=flash_kind, kind=service.seed_kind)  # fmt: skip
+
+
+@router.get("/seeds")
+def seeds_page(request: Request, org: str = "") -> Response:
+    """An org's seed inputs for its research, with their full addresses, and the forms that
+    add files, URLs and a steering prompt or remove one."""
+
+    def render(service_: Service, session: WebSession) -> Response:
+        chosen = org or next(
+            (box.org.id for box in service.inbox(service_.ctx.registry, session.user)), ""
+        )
+        try:
+            return _seeds_page(service_, session, _org_id(chosen))
+        except (Forbidden, NotFound):
+            raise Forbidden("no such organisation, or not one you may read.") from None
+
+    return _logged_in_page(request, render)
+
+
+def _org_id(org: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", org):
+        raise Forbidden("no such organisation, or not one you may read.")
+    return org
+
+
+@router.post("/seeds/{org}")
+async def add_seeds(request: Request, org: str) -> Response:
+    """Files, URLs (one per line) and a steering prompt added to an org's seed bundle, with
+    the same caps and checks as ``POST /v1/admin/orgs/{org}/seed``. Who and where are checked
+    before the body is read; the form's CSRF token once it is."""
+    from fastapi import HTTPException
+    from fastapi.exceptions import RequestValidationError
+
+    from kbflow.api.seeds import SeedForm, seed_limits
+    from kbflow.api.uploads import checked_form, private_folder, receive_upload
+    from kbflow.services.research import seeds
+
+    if (refused := _refuse_tokens(request)) is not None:
+        return refused
+    service_, session, why = _current(request)
+    if session is None or not _same_origin(request):
+        return _message("Request refused", f"Log in again and send the form from your seed "
+                        f"page ({why or 'another site'}); nothing was stored.", 403,
+                        back="/review/login")  # fmt: skip
+    user, settings = session.user, service_.settings
+    try:
+        await run_in_threadpool(seeds.authorize_research, settings, _org_id(org), user.id)
+    except (Forbidden, NotFound) as exc:
+        return _message("Not yours to seed", str(exc), 403, user=user, csrf=session.csrf)
+
+    def again(problem: str, status: int) -> Response:
+        return _seeds_page(service_, session, org, status=status, flash_kind="error",
+                           flash=f"Nothing was stored: {problem}")  # fmt: skip
+
+    with private_folder(settings) as folder:
+        try:
+            received = await receive_upload(request, folder, file_fields=frozenset({"files"}),
+                                            limits=seed_limits(settings))  # fmt: skip
+        except RequestValidationError as exc:
+            return again("; ".join(str(e.get("msg")) for e in exc.errors()), 400)
+        except KbflowError as exc:
+            return again(str(exc), 413 if "larger" in str(exc) or "at most" in str(exc) else 415)
+        csrf = (received.fields.pop("csrf", None) or [""])[0]
+        if not hmac.compare_digest(csrf, session.csrf):
+            return _message("Request refused", "This form was not sent from your seed page "
+                            "(its security token is missing or wrong). Reload the page and try "
+                            "again; nothing was stored.", 403, user=user,
+                            csrf=session.csrf)  # fmt: skip
+        urls = [u.strip() for text in received.fields.pop("urls", []) for u in text.splitlines()]
+        prompts = [p for p in received.fields.pop("prompts", []) if p.strip()]
+        try:
+            form = checked_form(SeedForm, {"urls": [u for u in urls if u], "prompts": prompts,
+                                           **received.fields})  # fmt: skip
+        except (RequestValidationError, HTTPException) as exc:
+            errors = exc.errors() if isinstance(exc, RequestValidationError) else [exc.detail]
+            return again("; ".join(str(e.get("msg") if isinstance(e, dict) else e)
+                                   for e in errors), 400)  # fmt: skip
+        if not (received.files or form.urls or form.prompts):
+            return again("choose a file, or give a URL or a prompt", 400)
+        try:
+            result = await run_in_threadpool(
+                _seed_from_form, service_, org, user.id, received.files, form
+            )
+        except KbflowError as exc:
+            return again(str(exc), 400)
+    skipped = "; ".join(f"{s['source'].rsplit('/', 1)[-1]}: {s['reason']}"
+                        for s in result["skipped"])  # fmt: skip
+    said = f"Seeded {result['stored']} new input{'s' if result['stored'] != 1 else ''}."
+    if skipped:
+        said += f" Not seeded: {skipped}"
+    return _seeds_page(service_, session, org, flash=said,
+                       flash_kind="error" if skipped else "ok")  # fmt: skip
+
+
+def _seed_from_form(
+    service_: Service, org: str, user: str, files: list[Any], form: Any
+) -> dict[str, Any]:
+    from kbflow.services.research import seeds
+    from tasks.review.machine import held
+
+    with service_.use() as ctx:
+        result = seeds.seed(
+            service_.settings, org, actor=user, files=[f.path for f in files],
+            urls=form.urls, prompts=form.prompts,
+            file_uris=[f"upload:{org}/{f.name}" for f in files],
+            open_store=held(ctx.vector_store),
+        )  # fmt: skip
+    return dict(result)
+
+
+@router.post("/seeds/{org}/{doc_id}/remove")
+def remove_seed(
+    request: Request, org: str, doc_id: str, csrf: Annotated[str, Form(max_length=200)] = ""
+) -> Response:
+    """One seed input out of the org's bundle (withdrawn, audited)."""
+    from kbflow.services.research import seeds
+    from tasks.review.machine import held
+
+    checked = _checked_post(request, csrf)
+    if isinstance(checked, Response):
+        return checked
+    service_, session = checked
+    try:
+        with service_.use() as ctx:
+            gone = seeds.remove_seed(service_.settings, _org_id(org), _doc_id(doc_id),
+                                     actor=session.user.id,
+                                     open_store=held(ctx.vector_store))  # fmt: skip
+    except Forbidden as exc:
+        return _message("Not yours to decide", str(exc), 403, user=session.user,
+                        csrf=session.csrf)  # fmt: skip
+    except NotFound as exc:
+        return _seeds_page(service_, session, org, status=404, flash_kind="error",
+                           flash=f"Nothing was removed: {exc}")  # fmt: skip
+    return _seeds_page(
+        service_,
+        session,
+        org,
+        flash=f"Removed {gone.title!r}: the next research run does not read it.",
+    )
+
+
 @router.get("/static/favicon.svg")
 def favicon() -> Response:
     return _guarded(FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml"))

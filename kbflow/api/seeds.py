@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field, field_validator
 
+from core.settings import Settings
 from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, may_decide, scrubbed
 from kbflow.api.schemas import DocumentOut, SeedResult
@@ -96,18 +97,22 @@ async def seed_inputs(
     read; a bundle that would pass the org's cap stores nothing (422)."""
     settings = service.settings
     await run_in_threadpool(may_decide, service, user, org, "seed", "seed research inputs")
-    limits = UploadLimits(
-        max_files=MAX_SEED_FILES,
-        max_file_bytes=min(file_cap_bytes(settings), MAX_SEED_FILE_BYTES),
-    )
     with private_folder(settings) as folder:
         received = await receive_upload(
-            request, folder, file_fields=frozenset({"files"}), limits=limits
+            request, folder, file_fields=frozenset({"files"}), limits=seed_limits(settings)
         )
         form = checked_form(SeedForm, received.fields)
         if not (received.files or form.urls or form.prompts):
             raise invalid("files", "give at least one of files, urls or prompts")
         return await run_in_threadpool(_seed, service, org, user, received, form, folder)
+
+
+def seed_limits(settings: Settings) -> UploadLimits:
+    """The caps of one seed bundle's upload (HTTP or the inbox's seed page)."""
+    return UploadLimits(
+        max_files=MAX_SEED_FILES,
+        max_file_bytes=min(file_cap_bytes(settings), MAX_SEED_FILE_BYTES),
+    )
 
 
 def _seed(

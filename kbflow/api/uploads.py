@@ -186,6 +186,7 @@ class _Receiver:
         self._size = 0
         self._text = bytearray()
         self._fields = 0
+        self._unchosen = False
 
     def callbacks(self) -> MultipartCallbacks:
         return {
@@ -212,6 +213,7 @@ class _Receiver:
         self._headers = {}
         self._size = 0
         self._text = bytearray()
+        self._unchosen = False
 
     def header_field(self, data: bytes, start: int, end: int) -> None:
         self._header_name += data[start:end]
@@ -239,6 +241,9 @@ class _Receiver:
             return
         if self._field not in self.file_fields:
             raise invalid(self._field, "this field takes no file")
+        if raw_filename == b"":  # a browser's file input with nothing chosen: no file
+            self._unchosen = True
+            return
         if len(self.received.files) >= self.limits.max_files:
             raise TooLarge(
                 f"at most {self.limits.max_files} file(s) per upload: send the rest separately"
@@ -256,6 +261,10 @@ class _Receiver:
     def part_data(self, data: bytes, start: int, end: int) -> None:
         size = end - start
         self._size += size
+        if self._unchosen:
+            if size:
+                raise invalid(self._field, "a file part without a file name has content")
+            return
         if self._file is None:
             if self._size > self.limits.max_field_bytes:
                 raise invalid(self._field, f"longer than {self.limits.max_field_bytes} bytes")
@@ -273,6 +282,8 @@ class _Receiver:
 
     def part_end(self) -> None:
         self.open_part = False
+        if self._unchosen:
+            return
         if self._file is None:
             try:
                 value = self._text.decode("utf-8")

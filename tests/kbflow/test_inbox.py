@@ -552,3 +552,78 @@ def test_every_page_has_a_skip_link_and_an_icon(inbox: dict[str, Any]) -> None:
     icon = browser(inbox).get("/review/static/favicon.svg")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert 'rel="icon" href="/review/static/favicon.svg"' in home
+
+
+def _form_body(
+    fields: dict[str, str], files: list[tuple[str, bytes, str]]
+) -> tuple[bytes, dict[str, str]]:
+    """A multipart body as a browser sends it: a file input with nothing chosen is a part
+    whose file name is empty (httpx leaves the name out, so it cannot send one)."""
+    boundary = "----kbflowtestboundary7MA4YWxk"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    for name, data, kind in files:
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
+                f'filename="{name}"\r\nContent-Type: {kind}\r\n\r\n')  # fmt: skip
+        parts.append(head.encode() + data + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, {"content-type": f"multipart/form-data; boundary={boundary}"}
+
+
+def test_the_am_seeds_from_the_inbox_and_removes_an_input(inbox: dict[str, Any]) -> None:
+    """Issue 44: seeding had no page. The seed page takes files, URLs (one per line) and a
+    steering prompt in one form (a file input left empty included), lists every input with its
+    full address, and removes one; the form's token and the org are checked like a decision."""
+    long_url = "https://larkspur.example/" + "/".join(["a-rather-long-path-segment"] * 5)
+    amy = login(inbox, "amy")
+    page = amy.get("/review/seeds", params={"org": "larkspur"})
+    assert page.status_code == 200 and 'enctype="multipart/form-data"' in page.text
+    csrf = _csrf(page.text)
+    note = b"# Larkspur service notes\n\n- Repairs within 48 hours.\n- Free first service.\n"
+    data = {"csrf": csrf, "urls": f"{long_url}\n\nhttps://larkspur.example/press\n",
+            "prompts": "Focus on commuters."}  # fmt: skip
+    body, head = _form_body(data, [("service-notes.md", note, "text/markdown"),
+                                   ("", b"", "application/octet-stream")])  # fmt: skip
+    sent = amy.post("/review/seeds/larkspur", content=body,
+                    headers={**head, "origin": inbox["base"]})  # fmt: skip
+    assert sent.status_code == 200, sent.text[-3000:]
+    assert "Seeded 4 new inputs." in sent.text
+    assert f'<code class="uri">{long_url}</code>' in sent.text  # the whole address
+    assert "upload:larkspur/service-notes.md" in sent.text
+    assert "Focus on commuters." in sent.text
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        seeds = {d.uri: d for d in registry.documents.list_documents("larkspur")
+                 if d.source_tag in ("am_file", "am_url", "am_prompt")}  # fmt: skip
+    finally:
+        registry.close()
+    assert {long_url, "https://larkspur.example/press", "upload:larkspur/service-notes.md"} <= set(
+        seeds
+    )
+    press = seeds["https://larkspur.example/press"]
+
+    unchosen = [("", b"", "application/octet-stream")]
+    body, head = _form_body({"csrf": "wrong", "prompts": "Forged."}, unchosen)
+    forged = amy.post("/review/seeds/larkspur", content=body,
+                      headers={**head, "origin": inbox["base"]})  # fmt: skip
+    assert forged.status_code == 403 and "nothing was stored" in forged.text
+    body, head = _form_body({"csrf": csrf, "urls": "\n"}, unchosen)
+    empty = amy.post("/review/seeds/larkspur", content=body,
+                     headers={**head, "origin": inbox["base"]})  # fmt: skip
+    assert empty.status_code == 400 and "choose a file, or give a URL or a prompt" in empty.text
+    gus = login(inbox, "gus")
+    theirs = gus.post("/review/seeds/larkspur", data={"csrf": _csrf(gus.get("/review").text),
+                      "prompts": "Not my org."}, headers={"origin": inbox["base"]})  # fmt: skip
+    assert theirs.status_code == 403
+    assert gus.get("/review/seeds", params={"org": "larkspur"}).status_code == 403
+
+    gone = amy.post(f"/review/seeds/larkspur/{press.id}/remove", data={"csrf": csrf})
+    assert gone.status_code == 200 and "the next research run does not read it" in gone.text
+    assert "https://larkspur.example/press" not in gone.text.split("In the bundle")[1]
+    assert status(inbox, press.id) == "withdrawn"
+    again = amy.post(f"/review/seeds/larkspur/{press.id}/remove", data={"csrf": csrf})
+    assert again.status_code == 404 and "Nothing was removed" in again.text
+    removed = [r for r in audit(inbox, "larkspur") if r.doc_id == press.id]
+    assert [r.actor for r in removed][-1] == "amy"

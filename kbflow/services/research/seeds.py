@@ -95,3 +95,37 @@ def authorize_research(settings: Settings, org: str, actor: str | None) -> None:
 
     with open_registry(settings) as registry:
         authorize_decision(registry, actor, org, what="run research")
+
+
+def remove_seed(
+    settings: Settings,
+    org: str,
+    doc_id: str,
+    *,
+    actor: str | None,
+    open_store: StoreOpener | None = None,
+) -> DocRecord:
+    """Take one seed input out of an org's bundle (the next research run does not read it):
+    withdrawn, with a note saying so, audited as the actor's decision. For the org's account
+    manager or a superadmin.
+
+    Raises:
+        Forbidden: the actor may not decide for the org (audited).
+        NotFound: ``doc_id`` is not one of the org's current seed inputs.
+    """
+    from core.errors import NotFound
+    from sinks.connect import open_registry, open_vector_store
+    from tasks.research.seed import list_seeds as current_seeds
+    from tasks.review.access import authorize_decision
+    from tasks.review.machine import held, withdraw
+
+    with open_registry(settings) as registry:
+        user = authorize_decision(registry, actor, org, what="remove a seed input")
+        if doc_id not in {d.id for d in current_seeds(registry, org)}:
+            raise NotFound(f"{doc_id!r} is not a seed input of org {org!r} (removed already?).")
+        if open_store is not None:
+            return withdraw(doc_id, user.id, registry=registry, open_store=open_store,
+                            note="removed from the seed bundle")  # fmt: skip
+        with open_vector_store(settings) as store:
+            return withdraw(doc_id, user.id, registry=registry, open_store=held(store),
+                            note="removed from the seed bundle")  # fmt: skip

@@ -262,6 +262,16 @@ def own_conflict(registry: SqlRegistry, user: UserRecord, doc_id: str) -> DocRec
     return live[-1] if live else versions[-1]
 
 
+def may_decide_org(user: UserRecord, org: OrgRecord) -> bool:
+    """Whether ``user`` decides (and seeds, and runs research) for ``org``."""
+    return may_decide(user, org)
+
+
+def seed_kind(tag: str | None) -> str:
+    """A seed input's kind as its page shows it: file, URL or prompt."""
+    return {"am_file": "file", "am_url": "URL", "am_prompt": "prompt"}.get(tag or "", tag or "")
+
+
 def age(at: dt.datetime, now: dt.datetime | None = None) -> str:
     """How long ago ``at`` was, as a person says it (``5 min``, ``3 h``, ``2 days``)."""
     now = now or dt.datetime.now(dt.UTC)
