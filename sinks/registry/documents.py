@@ -113,6 +113,7 @@ class DocumentsRepository(Repository):
                         parse_status=ParseStatus.PENDING.value,
                         chunk_count=0,
                         citations=citations_column(new.citations),
+                        review_note=new.review_note,
                     )
                 )
                 s.add(

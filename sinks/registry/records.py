@@ -45,6 +45,10 @@ class DocRecord:
     edited_at: dt.datetime | None = None
     citations: tuple[SourceRef, ...] = ()
     """The sources its text cites, from its Citations footer (never served as chunks)."""
+    review_note: str | None = None
+    """A note for its reviewer only (an offline draft's banner): kept beside the text, never
+    chunked nor served; the inbox shows it on a draft. Not part of `to_dict` (the record's
+    JSON shape is a contract)."""
 
     def gate_record(self) -> dict[str, Any]:
         """The fields the gate checks, shaped like a vector payload."""
@@ -59,7 +63,7 @@ class DocRecord:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "review_note"}
         for key, value in out.items():
             if isinstance(value, dt.date):
                 out[key] = value.isoformat()
@@ -85,6 +89,7 @@ class NewDocument:
     effective_date: dt.date | None = None
     actor: str = SYSTEM_ACTOR
     citations: Sequence[SourceRef] = ()
+    review_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,4 +155,5 @@ def record_of(row: DocumentRow, collection_path: str) -> DocRecord:
         edited_by=row.edited_by,
         edited_at=row.edited_at,
         citations=tuple(SourceRef.from_dict(c) for c in row.citations or ()),
+        review_note=row.review_note,
     )

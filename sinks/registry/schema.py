@@ -93,6 +93,9 @@ class DocumentRow(Base):
     # The sources the text cites ([doc:…], [url:…], [search:…] tags), from its Citations footer:
     # ``[{"tag", "title", "uri"}]``, or NULL when it has none (migration 0009).
     citations: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    # A note for the reviewer only (an offline draft's banner), kept beside the text and never
+    # chunked, so search never serves it; NULL without one (migration 0015).
+    review_note: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow

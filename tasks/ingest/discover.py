@@ -40,6 +40,7 @@ class Source:
     record: tuple[str, str] | None = None  # (title, text) for corpus records
     markdown: bool = False  # the record's text is Markdown: split it at its headings
     data: bytes | None = field(default=None, repr=False)  # the file's bytes, held in memory
+    review_note: str | None = None  # said to the reviewer only, never chunked (a draft's banner)
 
     @property
     def name(self) -> str:

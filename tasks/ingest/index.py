@@ -486,6 +486,7 @@ def _register(
             effective_date=target.effective_date,
             actor=target.actor,
             citations=citations,
+            review_note=item.source.review_note,
         )
         for item, extracted, citations in read
         if not _resumed(item)

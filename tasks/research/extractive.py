@@ -23,6 +23,7 @@ from tasks.research.synthesize import (
     validate_drafts,
 )
 from tasks.text.embed import Embedder
+from tasks.text.review_note import review_note_banner
 
 log = logging.getLogger(__name__)
 
@@ -305,10 +306,9 @@ class _Plan:
         self, filename: str, intro: str, sections: list[tuple[str, list[str]]]
     ) -> DraftDocument:
         title = f"{DOC_TITLES[filename]} — {self.corpus.client_name}"
-        note = (
-            f"> Evidence pack, assembled without a model: {intro} Each line is quoted from "
-            "the research corpus as written and cites its source; nothing is paraphrased. "
-            "Edit before approving."
+        note = review_note_banner(  # for the reviewer only: never chunked nor served
+            f"{intro} Each line is quoted from the research corpus as written and cites its "
+            "source; nothing is paraphrased. Edit before approving."
         )
         content = render_document(title, [("", [note]), *self._fit(sections)], self.titles)
         return DraftDocument(filename=filename, title=title, content=content)

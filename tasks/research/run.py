@@ -33,6 +33,7 @@ from tasks.research.synthesize import Synthesizer, estimate_tokens, validate_dra
 from tasks.review.machine import supersede
 from tasks.text.citations import footer_entries
 from tasks.text.embed import Embedder
+from tasks.text.review_note import split_review_note
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +319,8 @@ def persist_drafts(
         if not proposed:
             held.add(draft.filename)
             continue
+        # A note for the reviewer (the offline banner) is kept beside the text, never chunked.
+        body, review_note = split_review_note(draft.content)
         items.append(
             WorkItem(
                 Source(
@@ -325,8 +328,9 @@ def persist_drafts(
                     uri=f"kb://{org}/{draft.filename}",
                     content_hash=_sha(draft.content),
                     path=Path(draft.filename),
-                    record=(draft.title, draft.content),
+                    record=(draft.title, body),
                     markdown=True,
+                    review_note=review_note,
                 ),
                 previous=current.get(key),
             )

@@ -72,6 +72,7 @@ from tasks.text.citations import split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
 from tasks.text.points import EMBEDDING_MODEL, chunk_to_point
+from tasks.text.review_note import split_review_note
 
 log = logging.getLogger(__name__)
 
@@ -707,8 +708,11 @@ def edit_and_approve(
     chunks are shown around it as `_publish_decision` says). An approved document gets a NEW
     version with the edited content, approved in the same commit that supersedes the old one
     (`edit_approved`). Returns the approved document (for an approved one: its new version).
+    A reviewer's note the edit left in (the offline draft's banner) is dropped: it is said to
+    the reviewer, never served (`tasks.text.review_note`).
     """
-    if not content or not content.strip():
+    content, _ = split_review_note(content or "")
+    if not content.strip():
         raise ConfigError(
             f"the edited content for document {doc_id} is empty; send the full corrected text "
             "(or reject the draft instead)."
