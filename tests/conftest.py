@@ -342,7 +342,8 @@ def index_records(
     """Index ``{"key", "title", "text"}`` records as documents; returns their doc ids. A record
     may name its ``"uri"`` (default ``test://<org>/<key>``); one with ``"markdown": True`` is
     read as Markdown (sections at headings, a Citations footer
-    kept as metadata with ``cite_uris``), as drafts are."""
+    kept as metadata with ``cite_uris``), as drafts are; ``"review_note"`` is kept beside it
+    for its reviewer, as an offline draft's banner is."""
     registry.people.ensure_org(org)
     coll = registry.catalog.ensure_collection(org, collection)
     target = IngestTarget(
@@ -364,6 +365,7 @@ def index_records(
                 path=Path(r["key"]),
                 record=(r["title"], r["text"]),
                 markdown=bool(r.get("markdown")),
+                review_note=r.get("review_note"),
             ),
             previous=current.get(uri),
         )

@@ -67,8 +67,9 @@ from tasks.review.access import (  # noqa: F401  (re-exported: the review comman
     may_decide,
     may_inspect,
 )
-from tasks.text.chunk import document_to_chunks, markdown_to_sections
-from tasks.text.citations import split_citation_footer
+from tasks.review.attribution import attribute_added_lines
+from tasks.text.chunk import chunks_to_markdown, document_to_chunks, markdown_to_sections
+from tasks.text.citations import render_footer, split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
 from tasks.text.points import EMBEDDING_MODEL, chunk_to_point
@@ -640,12 +641,14 @@ def _write_hidden_edit(
     max_words: int,
     overlap_words: int,
     cited: Sequence[SourceRef] = (),
+    added: SourceRef | None = None,
 ) -> tuple[str, list[ChunkPoint], tuple[SourceRef, ...]]:
     """Chunk, embed and store the edited Markdown as chunks of ``doc``, hidden (its payload
     says pending_review) until its publish shows them (`_publish_decision`). The chunk ids are
     keyed by the new content, so they sit beside any other content's chunks. Returns the
     content hash, the stored points and the edit's citations: its Citations footer is not
-    chunked, and a source it still cites keeps the URI the version before knew (``cited``)."""
+    chunked, and a source it still cites keeps the URI the version before knew (``cited``);
+    ``added`` (the editor, for the lines she added without a citation) is cited too."""
     extracted, citations = split_citation_footer(
         ExtractedDocument(
             title=doc.title,
@@ -655,6 +658,8 @@ def _write_hidden_edit(
         ),
         {c.cite_id: c.uri for c in cited if c.uri},
     )
+    if added is not None and added.cite_id not in {c.cite_id for c in citations}:
+        citations = (*citations, added)
     content_hash = hashlib.sha256(content.encode("utf-8")).hexdigest()
     chunks: list[Chunk] = [
         replace(c, chunk_id=f"{doc.id}@{content_hash[:12]}:{c.chunk_index}")
@@ -674,6 +679,17 @@ def _write_hidden_edit(
     with open_store() as store:
         store.upsert(points)
     return content_hash, points, citations
+
+
+def _attributed(
+    registry: SqlRegistry, doc: DocRecord, user: UserRecord, content: str
+) -> tuple[str, SourceRef | None]:
+    """``content`` with the lines the edit adds to ``doc`` without a citation tagged as the
+    editor's, and the citation they name (`tasks.review.attribution`)."""
+    chunks = registry.chunks.document_chunks([doc.id]).get(doc.id, [])
+    before = chunks_to_markdown([(c.heading_path, c.text) for c in chunks])
+    before += render_footer(doc.citations)
+    return attribute_added_lines(before, content, user_id=user.id, on=_now().date())
 
 
 def _edit_stamps(user: UserRecord, chunk_count: int) -> dict[str, Any]:
@@ -724,16 +740,17 @@ def edit_and_approve(
         "edit",
         states=(DocStatus.PENDING_REVIEW.value, DocStatus.APPROVED.value, None),
     )
+    content, added = _attributed(registry, doc, user, content)
     if doc.status != DocStatus.PENDING_REVIEW.value:
         return edit_approved(
             doc, user, content, registry=registry, open_store=open_store, embedder=embedder,
-            max_words=max_words, overlap_words=overlap_words, note=note,
+            max_words=max_words, overlap_words=overlap_words, note=note, added=added,
         )  # fmt: skip
     # The edited chunks are written hidden beside the draft's; which set survives is decided
     # by the registry commit.
     content_hash, points, citations = _write_hidden_edit(
         doc, content, registry=registry, open_store=open_store, embedder=embedder,
-        max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
+        max_words=max_words, overlap_words=overlap_words, cited=doc.citations, added=added,
     )  # fmt: skip
     try:
         return _publish_decision(
@@ -768,8 +785,10 @@ def edit_approved(
     max_words: int = 180,
     overlap_words: int = 30,
     note: str | None = None,
+    added: SourceRef | None = None,
 ) -> DocRecord:
-    """A new approved version of an approved document, with the edited content.
+    """A new approved version of an approved document, with the edited content (``added``:
+    what its lines the editor added without a citation cite, `_attributed`).
 
     The new version is registered as a hidden draft, its chunks written hidden; one registry
     transaction then approves it and supersedes the old version (which must still be approved:
@@ -782,7 +801,7 @@ def edit_approved(
     )
     _, points, citations = _write_hidden_edit(
         created, content, registry=registry, open_store=open_store, embedder=embedder,
-        max_words=max_words, overlap_words=overlap_words, cited=doc.citations,
+        max_words=max_words, overlap_words=overlap_words, cited=doc.citations, added=added,
     )  # fmt: skip
     try:
         return _publish_decision(

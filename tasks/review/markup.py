@@ -24,8 +24,9 @@ import nh3
 from markdown_it import MarkdownIt
 
 from core.models import SourceRef
+from tasks.text.citations import AM_KIND, added_by_title
 
-_TAG = re.compile(r"\[((?:doc|url|search):[^\]\s]+)\]")
+_TAG = re.compile(r"\[((?:doc|url|search|am):[^\]\s]+)\]")
 _ALLOWED_TAGS = {
     "h1", "h2", "h3", "h4", "h5", "h6", "p", "br", "hr", "blockquote", "pre", "code",
     "em", "strong", "del", "s", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td",
@@ -117,7 +118,8 @@ def citations_of(
 ) -> list[Citation]:
     """The sources ``text`` cites, in order of first mention: each titled (its footer's
     title, else ``titles`` for kbflow documents, else the tag) and linked to its public URL or,
-    for an account manager's input, to ``local_href(doc_id)``."""
+    for an account manager's input, to ``local_href(doc_id)``. A line an editor added without
+    a source cites her (``[am:amy/2026-12-07]``): "added by amy on 2026-12-07", unlinked."""
     known = {ref.cite_id: ref for ref in refs}
     seen: dict[str, Citation] = {}
     for match in _TAG.finditer(text):
@@ -135,6 +137,9 @@ def citations_of(
             href = local_href(value)
         elif kind == "search":
             title = title or f"web search: {value}"
+        elif kind == AM_KIND:  # a line the editor added without a source: hers, no link
+            href = None
+            title = added_by_title(tag) or title
         seen[tag] = Citation(tag, title or tag, href)
     return list(seen.values())
 

@@ -14,17 +14,22 @@ as `SourceRef`s, which the registry keeps with the document. `cited_sources` res
 in a served text from the citing document's own entries, and nothing else: a tag never leads
 to a lookup of the id it names, so it cannot reveal another document (of any status, or of
 another org) beyond what the citing document itself says.
+
+A line an account manager added in an edit without citing anything is tagged as hers
+(``[am:<user>/<date>]``, see `added_by`): it has no source, and says so, wherever its
+document's sources are shown.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from core.models import ExtractedDocument, SourceRef
 
-CITE_OPEN = re.compile(r"\[(?:doc|url|search):")
+CITE_OPEN = re.compile(r"\[(?:doc|url|search|am):")
 """The opening of a citation tag; its id runs to the closing bracket (see `cite_ids_in`)."""
 
 FOOTER = "---\n## Citations\n"
@@ -34,7 +39,10 @@ FOOTER_HEADING = "Citations"
 
 MAX_TITLE_CHARS = 200
 
-_FOOTER_LINE = re.compile(r"^\s*[-*+]\s+\[((?:doc|url|search):.+?)\](?:\s+(.*?))?\s*$")
+AM_KIND = "am"
+"""The citation kind of a line an account manager added without a source (`added_by`)."""
+
+_FOOTER_LINE = re.compile(r"^\s*[-*+]\s+\[((?:doc|url|search|am):.+?)\](?:\s+(.*?))?\s*$")
 _RULE = re.compile(r"^\s*(?:-{3,}|\*{3,}|_{3,})\s*$")
 _WEB = re.compile(r"^https?://[^\s<>\"']+$")
 
@@ -122,7 +130,8 @@ def source_refs(
 def cited_sources(text: str, refs: Sequence[SourceRef]) -> list[SourceRef]:
     """The sources the tags in ``text`` cite, in order of first citation, from ``refs`` (the
     citing document's own entries). A ``url:`` or ``search:`` tag the entries lack is read
-    from the tag itself; a ``doc:`` tag they lack is left out: ids are never looked up."""
+    from the tag itself; a ``doc:`` tag they lack is left out: ids are never looked up (and
+    so is an ``am:`` one: only an edit records who added a line)."""
     known = {r.cite_id: r for r in refs}
     found: dict[str, SourceRef] = {}
     for cite_id in cite_ids_in(text, known):
@@ -149,8 +158,27 @@ def render_footer(refs: Sequence[SourceRef]) -> str:
     return FOOTER + "".join(f"- {r.tag} {r.title}\n" for r in refs)
 
 
+def added_by(user_id: str, on: dt.date) -> SourceRef:
+    """What a line ``user_id`` added in an edit of ``on`` without a citation cites: her, not a
+    source (``[am:amy/2026-12-07]``, titled "added by amy on 2026-12-07")."""
+    return SourceRef(f"{AM_KIND}:{user_id}/{on.isoformat()}", _added_title(user_id, on.isoformat()))
+
+
+def added_by_title(cite_id: str) -> str | None:
+    """The title of an ``am:`` citation ("added by amy on 2026-12-07"), None for another."""
+    kind, _, value = cite_id.partition(":")
+    user, _, day = value.rpartition("/")
+    return _added_title(user, day) if kind == AM_KIND and user and day else None
+
+
+def _added_title(user_id: str, day: str) -> str:
+    return f"added by {user_id} on {day}"
+
+
 def _plain_title(cite_id: str) -> str:
     kind, _, value = cite_id.partition(":")
+    if kind == AM_KIND:
+        return added_by_title(cite_id) or value
     return f"Web search: {value}" if kind == "search" else value
 
 

@@ -8,6 +8,7 @@ several list items, a table, citations, and a hostile one.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,13 @@ Larkspur Cycles builds city bikes in Leeds [doc:{seed}].
 
 See the [press page](https://larkspur.example/press) [url:https://larkspur.example/about].
 """
+FOOTER = """
+---
+## Citations
+- [doc:{seed}] Larkspur brief
+- [url:https://larkspur.example/about] About Larkspur
+"""
+NOTED = DRAFT + FOOTER
 HOSTILE = (
     "Hostile <script>alert(1)</script> text <img src=x onerror=alert(2)>.\n\n"
     "[click](javascript:alert(3)) ![pic](http://evil.example/x.png)\n"
@@ -92,6 +100,12 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
             + [{"key": "hostile", "title": "Hostile page", "text": HOSTILE}],
             org="larkspur", status=DocStatus.PENDING_REVIEW, **kw,
         )  # fmt: skip
+        (noted,) = index_records(
+            [{"key": "noted", "title": "Brand voice noted", "markdown": True,
+              "text": f"# Brand voice noted\n\n{NOTED.format(seed=seed)}",
+              "review_note": "Evidence pack, assembled without a model: Edit before approving."}],
+            org="larkspur", status=DocStatus.PENDING_REVIEW, **kw,
+        )  # fmt: skip
         (other,) = index_records(
             [{"key": "g", "title": "Globex draft", "text": "Globex sells widgets."}],
             org="globex", status=DocStatus.PENDING_REVIEW, **kw,
@@ -118,6 +132,7 @@ def inbox(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
             "settings": settings,
             "seed": seed,
             "drafts": drafts,
+            "noted": noted,
             "other": other,
             "library": library,
             "agent_token": agent_token,
@@ -627,3 +642,46 @@ def test_the_am_seeds_from_the_inbox_and_removes_an_input(inbox: dict[str, Any])
     assert again.status_code == 404 and "Nothing was removed" in again.text
     removed = [r for r in audit(inbox, "larkspur") if r.doc_id == press.id]
     assert [r.actor for r in removed][-1] == "amy"
+
+
+def test_the_reviewer_sees_the_banner_and_an_added_uncited_line_is_hers(
+    inbox: dict[str, Any],
+) -> None:
+    """Issue 44: the offline banner is on the draft's page, never in what agents get; a line
+    the account manager adds without a citation is listed among the sources as hers."""
+    client = login(inbox, "amy")
+    doc_id = inbox["noted"]
+    page = client.get(f"/review/drafts/{doc_id}").text
+    assert "assembled without a model: Edit before approving." in page.split('class="draft"')[0]
+    textarea = page.split("<textarea", 1)[1].split("</textarea>", 1)[0]
+    assert "assembled without a model" not in textarea  # an edit starts from the served text
+    assert "- [doc:" in textarea and "## Citations" in textarea
+    new = textarea.split(">", 1)[1].replace("&#34;", '"').replace("&#39;", "'")
+    new = new.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    new = new.replace("- Prefer short sentences.\n", "- Prefer short sentences.\n- Say hello.\n")
+    edited = client.post(
+        f"/review/drafts/{doc_id}/edit", data={"csrf": _csrf(page), "content": new}
+    )
+    assert edited.status_code == 303 and status(inbox, doc_id) == "approved"
+    day = dt.datetime.now(dt.UTC).date().isoformat()
+    shown = client.get(f"/review/documents/{doc_id}").text
+    assert "assembled without a model" not in shown  # approved: the note has done its job
+    sources = shown.split('<section class="sources">', 1)[1].split("</section>", 1)[0]
+    assert sources.count(f"added by amy on {day}") == 1
+    assert "Larkspur brief" in sources and "About Larkspur" in sources
+    body = shown.split('<div class="draft">', 1)[1].split("</div>", 1)[0]
+    assert re.search(rf"<li>Say hello\. \[added by amy on {day}\]</li>", body), body
+    for cited in ("Write plainly and warmly.", "Prefer short sentences.", "Kestrel"):
+        line = next(part for part in body.split("\n") if cited in part)
+        assert "added by" not in line, line
+    hits = httpx.post(
+        f"{inbox['base']}/v1/agent/search", json={"query": "say hello write plainly", "top_k": 20},
+        headers={"Authorization": f"Bearer {inbox['agent_token']}"}, timeout=60,
+    ).json()["results"]  # fmt: skip
+    mine = [h for h in hits if h["doc_id"] == doc_id]
+    assert mine and not [h for h in hits if "assembled without a model" in h["text"]]
+    said = next(h for h in mine if "Say hello." in h["text"])
+    assert f"- Say hello. [am:amy/{day}]" in said["text"]
+    assert {"tag": f"[am:amy/{day}]", "title": f"added by amy on {day}", "uri": None} in said[
+        "sources"
+    ]

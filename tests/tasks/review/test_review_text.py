@@ -1,5 +1,6 @@
 """What a review decision serves to agents, as text: the offline draft's banner is said to the
-reviewer only, approved as it is or edited with it left in (issue 44)."""
+reviewer only (approved as it is or edited with it left in), and a line an account manager added
+without a citation is served as hers, not as if it had a source (issue 44)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,23 @@ from typing import Any
 
 import pytest
 
-from core.models import KB_FILENAMES, CorpusEntry, ResearchCorpus, Role, Scope, SearchMode
+from core.models import (
+    KB_FILENAMES,
+    CorpusEntry,
+    DocStatus,
+    ResearchCorpus,
+    Role,
+    Scope,
+    SearchMode,
+    SourceRef,
+)
 from sinks.registry import SqlRegistry
 from tasks.query.retrieve import search
 from tasks.research.extractive import ExtractiveSynthesizer
 from tasks.research.run import persist_drafts
 from tasks.review import machine as review
 from tasks.review.inspection import draft_markdown
+from tasks.review.markup import citations_of, render_draft
 from tasks.text.review_note import NOTE_OPENING, split_review_note
 
 ORG, AM = "greenleaf", "amy"
@@ -130,3 +141,84 @@ def test_split_review_note_takes_the_quoted_paragraph_wherever_it_stands() -> No
     assert body == "# T\n\n## S\n\n> a quote stays\n"
     assert note == f"Evidence pack, {BANNER}: a b."
     assert split_review_note("# T\n\nplain\n") == ("# T\n\nplain\n", None)
+
+
+CITED = """# Voice
+
+## How we write
+
+- Write plainly and warmly [doc:hb01].
+- Prefer short sentences [doc:hb01].
+- Never promise delivery dates [url:https://greenleaf.example/legal].
+
+## Prices
+
+| Model | Price |
+|---|---|
+| Leaf | $149 [doc:pr02] |
+| Solar Kit | $2,900 [doc:pr02] |
+
+---
+## Citations
+- [doc:hb01] Brand handbook
+- [doc:pr02] Product one-pager
+- [url:https://greenleaf.example/legal] Privacy
+"""
+
+
+def _draft(ctx: dict[str, Any], key: str, text: str) -> str:
+    from tests.conftest import index_records
+
+    record = {"key": key, "title": "Voice", "text": text, "markdown": True}
+    return index_records([record], org=ORG, status=DocStatus.PENDING_REVIEW, **ctx)[0]
+
+
+@pytest.mark.parametrize("added", ["- Say hello first.", "| Wren | $99 |"])
+def test_a_line_added_without_a_citation_is_listed_as_the_editors(
+    ctx: dict[str, Any], added: str
+) -> None:
+    doc_id = _draft(ctx, "voice", CITED)
+    anchor = "- Prefer short sentences" if added.startswith("-") else "| Leaf |"
+    lines = CITED.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith(anchor)) + 1
+    edited = "".join([*lines[:at], added + "\n", *lines[at:]])
+    done = review.edit_and_approve(
+        doc_id, AM, edited, registry=ctx["registry"], open_store=review.held(ctx["store"]),
+        embedder=ctx["embedder"],
+    )  # fmt: skip
+    day = done.edited_at.date().isoformat() if done.edited_at else ""
+    mine = f"added by {AM} on {day}"
+    assert SourceRef(f"am:{AM}/{day}", mine, None) in done.citations
+    text = draft_markdown(done, ctx["store"])
+    listed = [c.title for c in citations_of(text, done.citations, lambda _: None)]
+    assert sorted(listed) == sorted(["Brand handbook", "Privacy", "Product one-pager", mine])
+    body = text.split("## Citations")[0]
+    tagged = [line for line in body.splitlines() if f"[am:{AM}/{day}]" in line]
+    assert len(tagged) == 1 and added.rstrip("|").strip() in tagged[0]
+    html = render_draft(body, citations_of(text, done.citations, lambda _: None))
+    assert html.count(mine) == 1
+    for cited in ("Write plainly", "Prefer short", "Never promise", "Solar Kit", "Leaf"):
+        line = next(part for part in html.split("\n") if cited in part)
+        assert mine not in line, line
+    hits = [
+        h for h in search("say hello wren price", Scope(org_id=ORG), top_k=20, **ctx)
+        if f"[am:{AM}/{day}]" in h.text
+    ]  # fmt: skip
+    assert hits and all(SourceRef(f"am:{AM}/{day}", mine, None) in h.sources for h in hits)
+
+
+def test_an_uncited_document_and_unchanged_lines_get_no_attribution(ctx: dict[str, Any]) -> None:
+    plain = "# Hours\n\nWe open at nine.\n"
+    doc_id = _draft(ctx, "plain", plain)
+    done = review.edit_and_approve(
+        doc_id, AM, plain + "\nWe close at five.\n", registry=ctx["registry"],
+        open_store=review.held(ctx["store"]), embedder=ctx["embedder"],
+    )  # fmt: skip
+    assert done.citations == () and "[am:" not in draft_markdown(done, ctx["store"])
+    cited = _draft(ctx, "cited", CITED)
+    same = review.edit_and_approve(
+        cited, AM, CITED.replace("Voice", "Our voice", 1), registry=ctx["registry"],
+        open_store=review.held(ctx["store"]), embedder=ctx["embedder"],
+    )  # fmt: skip
+    assert "[am:" not in draft_markdown(same, ctx["store"])
+    assert all(not c.cite_id.startswith("am:") for c in same.citations)
