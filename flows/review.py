@@ -113,6 +113,14 @@ class DraftDecision(BaseModel):
     note: str = Field("", description="Why (optional): kept with the decision in the audit log.")
 
 
+def _code_required(schema: dict[str, Any]) -> None:
+    """List the form's ``code`` as required in its JSON schema: the Prefect UI labels every
+    property the schema does not require "(Optional)", and a decision proof is not optional."""
+    required = schema.setdefault("required", [])
+    if "code" in schema.get("properties", {}) and "code" not in required:
+        required.insert(0, "code")
+
+
 class ReviewDecision(RunInput):
     """The form a reviewer submits to resume a paused review run.
 
@@ -124,12 +132,15 @@ class ReviewDecision(RunInput):
     """
 
     # Unknown keys are ignored rather than refused: the stored schema leaves out `decisions`
-    # (see above), and the server checks submissions against that schema.
-    model_config = ConfigDict(extra="ignore")
+    # (see above), and the server checks submissions against that schema. The schema lists
+    # `code` as required (`_code_required`), so the Prefect UI does not label it "(Optional)";
+    # the model keeps a default, so an empty or missing code still reaches the run, which then
+    # fails with nothing applied.
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_code_required)
 
     code: str = Field(
         "",
-        title="Your decision proof (required)",
+        title="Your decision proof",
         description="Proof that you made exactly these decisions: the review inbox sends it for "
         "you when you decide there (the simplest way). Programs sign their decisions with a "
         "one-time review code (`kbflow review code --org ORG --as YOU`): "
@@ -400,13 +411,23 @@ def _cell(text: str) -> str:
 
 
 def _draft_section(doc: DocRecord, review_url: str | None) -> str:
-    """One draft's field description: its id, collection and version, and where to read it."""
+    """One draft's field description: its id, collection and version, and where to read it:
+    its page in the review inbox (on ``review_url``, else the page's path on `kbflow serve`)."""
     head = f"`{doc.id}` · {_cell(doc.collection_path)} · version {doc.version}"
     show = f"`kbflow review show {doc.id} --as YOU`"
+    path = draft_page_path(doc.id)
     if review_url:
-        page = f"{review_url.rstrip('/')}/review/drafts/{doc.id}"
-        return f"{head}\n\nRead it (after logging in): {page} — or {show}."
-    return f"{head}\n\nRead it in the review inbox or with {show}."
+        page = f"{review_url.rstrip('/')}{path}"
+        return f"{head}\n\nRead it (after logging in): [{page}]({page}) — or {show}."
+    return (
+        f"{head}\n\nRead it in the review inbox, at `{path}` on the address of `kbflow "
+        f"serve` (after logging in), or with {show}."
+    )
+
+
+def draft_page_path(doc_id: str) -> str:
+    """Where the review inbox shows a draft (`kbflow serve`'s /review/drafts/<id>)."""
+    return f"/review/drafts/{doc_id}"
 
 
 def _sort_decisions(

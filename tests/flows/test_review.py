@@ -589,6 +589,7 @@ def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
     )
     props = form["properties"]
     assert props["code"]["description"] == ReviewDecision.model_fields["code"].description
+    assert form["required"] == ["code"]  # so the Prefect UI does not label it "(Optional)"
     assert "reviewer" not in props and "decisions" not in props
     definition = form["definitions"]["DraftDecision"]["properties"]
     assert definition["content"]["description"] == DraftDecision.model_fields["content"].description
@@ -597,6 +598,7 @@ def test_the_form_holds_no_draft_text_and_an_unchanged_edit_approves(
         field = props[f"doc_{drafts[draft['key']]}"]
         assert field["title"] == f"Draft {number} of {len(DRAFTS)}: {draft['title']}"
         assert drafts[draft["key"]] in field["description"]
+        assert f"/review/drafts/{drafts[draft['key']]}" in field["description"]  # its inbox page
         assert "kbflow review show" in field["description"]
         assert field["default"] == {"action": "skip", "content": "", "note": ""}
 
@@ -650,20 +652,27 @@ def test_a_typed_name_without_a_code_applies_nothing_and_the_run_fails(
     embedder: Any,
 ) -> None:
     """The hostile review's replay: an anonymous resume naming the org's AM (or a superadmin)
-    and replacing a draft with the attacker's text applies nothing; the run ends Failed."""
+    and replacing a draft with the attacker's text applies nothing; the run ends Failed.
+
+    The form's schema requires ``code`` (so the Prefect UI does not call it optional): Prefect
+    itself rejects a resume without one and the run stays paused; with an empty one the run
+    gets it and refuses it."""
     registry.people.ensure_user("root", Role.SUPERADMIN)
     child = start_review()
     run_id = child.wait_until_waiting_for_input(prefect_server)
+    forged: dict[str, Any] = {
+        "reviewer": typed,
+        f"doc_{drafts['kiln']}": {"action": "edit", "content": "ATTACKER TEXT", "note": ""},
+        f"doc_{drafts['glaze']}": {"action": "approve", "content": "", "note": ""},
+    }
     with web.client(base_url=prefect_server.api_url) as anonymous:
+        without = anonymous.post(f"/flow_runs/{run_id}/resume", json={"run_input": forged})
+        assert without.status_code < 300 and without.json()["status"] == "REJECT", without.text
+        assert "code" in without.json()["details"]["reason"]
+        assert _final_state(prefect_server, run_id).is_paused()
         answer = anonymous.post(
-            f"/flow_runs/{run_id}/resume",
-            json={"run_input": {
-                "reviewer": typed,
-                f"doc_{drafts['kiln']}": {"action": "edit", "content": "ATTACKER TEXT",
-                                          "note": ""},
-                f"doc_{drafts['glaze']}": {"action": "approve", "content": "", "note": ""},
-            }},
-        )  # fmt: skip
+            f"/flow_runs/{run_id}/resume", json={"run_input": {**forged, "code": ""}}
+        )
     assert answer.status_code < 300, answer.text  # Prefect accepts it; the flow refuses it
     rc, report = child.finish()
     assert rc == 0, child.output()
