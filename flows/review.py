@@ -57,7 +57,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from core import progress
 from core.contracts import Report, ReviewReport
-from core.errors import ConfigError, Forbidden, ReviewTimeout, RunFailed, StoreBusy, Unauthorized
+from core.errors import ConfigError, ReviewTimeout, RunFailed, StoreBusy
 from core.settings import Settings
 from sinks.registry import DocRecord
 from tasks.review.codes import DRAFT_FIELD_PREFIX
@@ -266,12 +266,14 @@ def review(
         ) from exc
 
     rows, bad = answer.rows()
-    try:
-        received = answer.model_dump(mode="json")  # exactly what the proof must cover
-        proven = prove_reviewer_task(answer.code, org, run_id, received, settings)
-    except (Unauthorized, Forbidden) as exc:
-        why = f"nothing was applied: {exc}"
-        logger.error("review refused: %s", why)
+    received = answer.model_dump(mode="json")  # exactly what the proof must cover
+    proof = prove_reviewer_task(answer.code, org, run_id, received, settings)
+    if proof.reviewer is None:
+        why = f"nothing was applied: {proof.refused}"
+        logger.error(
+            "review refused, %s Then decide again in the review inbox, or start a new review "
+            "run (`kbflow review flow --org %s`): this run has ended.", why, org,
+        )  # fmt: skip
         refused = [
             Outcome(r.doc_id, r.action, "forbidden", why) for r in rows if r.action != "skip"
         ]
@@ -279,6 +281,7 @@ def review(
                          skipped=[d.id for d in pending])  # fmt: skip
         _summarize(org, None, report, why)
         return failed_run(f"review of org {org!r} refused: {why}", report)
+    proven = proof.reviewer
     edited = [d for d in pending if any(r.doc_id == d.id and r.action == "edit" for r in rows)]
     texts = _read_drafts(settings, edited, logger) if edited else {}
     slots, decisions, skipped, unchanged = _sort_decisions(rows, pending, texts)

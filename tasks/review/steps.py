@@ -5,11 +5,13 @@ decisions is never retried or cached (each is a compare-and-set with one audit r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from core.errors import Forbidden, Unauthorized
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from sinks.registry import DocRecord
@@ -59,15 +61,32 @@ def apply_decisions_task(
         )
 
 
+@dataclass(frozen=True)
+class Proven:
+    """Who the proof proves (``reviewer``), or why it proves nobody (``refused``: a message
+    that says what was wrong and what to do)."""
+
+    reviewer: str | None = None
+    refused: str | None = None
+
+
 @task(name="prove-reviewer", cache_policy=NO_CACHE, persist_result=False)
 def prove_reviewer_task(
     proof: str, org: str, flow_run_id: str, run_input: dict[str, Any], settings: Settings
-) -> str:
+) -> Proven:
     """Who made exactly the decisions in ``run_input`` for this run, proven by the proof their
-    one-time review code signed (the code used up here): their user id. Raises Unauthorized
-    or Forbidden (nothing is applied then)."""
+    one-time review code signed (the code used up here): their user id, or why not (a used,
+    expired, wrong or missing code, or a user who may no longer decide; audited, and nothing
+    is applied then).
+
+    A refusal is an answer, not a crash: it is returned, so Prefect does not log this task as
+    failed with a traceback; the flow logs the one line that says what to do.
+    """
     with open_registry(settings) as registry:
-        return prove_decisions(registry, proof, org, flow_run_id, run_input).id
+        try:
+            return Proven(reviewer=prove_decisions(registry, proof, org, flow_run_id, run_input).id)
+        except (Unauthorized, Forbidden) as exc:
+            return Proven(refused=str(exc))
 
 
 @task(name="record-review-run", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)

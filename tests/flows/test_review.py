@@ -703,6 +703,12 @@ def test_a_used_code_is_refused_and_nothing_is_applied(
     state = _final_state(prefect_server, run_id)
     assert state.is_failed() and "already used" in state.message, state
     assert registry.documents.get_document(drafts["kiln"]).status == DocStatus.PENDING_REVIEW.value
+    # The run's log says it in one line, with what to do, and holds no Python traceback.
+    logged = child.out.read_text(errors="replace") + child.err.read_text(errors="replace")
+    assert "Traceback" not in logged, logged
+    (line,) = [ln for ln in logged.splitlines() if "review refused" in ln]
+    assert "already used" in line and "nothing was applied" in line, line
+    assert "kbflow review code" in line and "review inbox" in line, line
 
 
 def test_a_lost_race_is_reported_and_the_run_still_completes(

@@ -1,15 +1,20 @@
-"""The paused review run's form as Prefect stores and renders it, without a Prefect server
-(issue 44; the server-backed checks are in test_review.py)."""
+"""The paused review run's form as Prefect stores and renders it, and its refusal of a code,
+without a Prefect server (issue 44; the server-backed checks are in test_review.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import pytest
 from prefect._internal.pydantic.v2_schema import create_v2_schema
 
+from core.models import Role
+from core.settings import Settings
 from flows.review import ReviewDecision, _form_for
-from sinks.registry import DocRecord
+from sinks.registry import DocRecord, SqlRegistry
+from tasks.review.codes import sign_decisions
+from tasks.review.steps import Proven, prove_reviewer_task
 
 ORG, AM = "acme", "amy"
 
@@ -42,3 +47,21 @@ def test_the_form_requires_the_code_and_links_each_draft_to_its_inbox_page(
     # A missing code still reaches the run (which then fails with nothing applied).
     assert form.model_validate({}).code == ""
     assert ReviewDecision.model_validate({"decisions": []}).code == ""
+
+
+def test_a_used_code_is_refused_in_one_line_that_says_what_to_do(
+    settings: Settings, registry: SqlRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry.people.ensure_org(ORG, am_user_id=AM)
+    registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
+    code = registry.logins.issue_review_code(AM, ORG).code
+    registry.logins.redeem_review_code(code, org_id=ORG, flow_run_id="an-earlier-run")
+    run_input = {"code": "", "decisions": [{"doc_id": "x", "action": "approve"}]}
+    proof = sign_decisions(code, "this-run", run_input)
+    with caplog.at_level(logging.DEBUG):
+        proven = prove_reviewer_task.fn(proof, ORG, "this-run", run_input, settings)
+    assert proven.reviewer is None and proven.refused is not None
+    assert "already used" in proven.refused
+    assert "kbflow review code" in proven.refused and "review inbox" in proven.refused
+    assert "Traceback" not in caplog.text
+    assert isinstance(proven, Proven)
