@@ -675,7 +675,8 @@ class InboxSettings(_Group):
     review_url: str | None = Field(
         None,
         description="Address reviewers open the inbox at (e.g. https://kb.example.com); a paused "
-        "review run's form links each draft's page there. Unset: it names `kbflow review show`.",
+        "review run's form links each draft's page there. Unset: it names the page's path "
+        "(/review/drafts/<id>) and `kbflow review show`.",
     )
     review_poll_s: float = Field(
         2.0,
