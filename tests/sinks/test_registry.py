@@ -708,17 +708,28 @@ def test_chunks_gain_an_embedding_model_column_that_goes_down_and_up_again(
     registry = SqlRegistry(engine)
     try:
         registry.migrate("0009")
-        doc = add_doc(registry)
-        with engine.begin() as conn:
+        registry.people.ensure_org(ORG)
+        coll = registry.catalog.ensure_collection(ORG, "policies")
+        with engine.begin() as conn:  # as 0009 knew documents (later columns are not there)
+            conn.execute(
+                text(
+                    "INSERT INTO documents (id, org_id, collection_id, source_key, title, uri, "
+                    "content_hash, version, status, parse_status, chunk_count, created_at, "
+                    "updated_at) VALUES ('d0009', :o, :c, 'test://a', 'a v1', 'test://a', "
+                    "'a-1', 1, 'approved', 'ingested', 1, :t, :t)"
+                ),
+                {"o": ORG, "c": coll.id, "t": dt.datetime.now(dt.UTC)},
+            )
             conn.execute(
                 text(
                     "INSERT INTO chunks (chunk_id, doc_id, org_id, content_hash, chunk_index, "
                     "text, heading_path) VALUES (:c, :d, :o, :h, 0, 'old text', '[]')"
                 ),
-                {"c": f"{doc.id}:0", "d": doc.id, "o": doc.org_id, "h": doc.content_hash},
+                {"c": "d0009:0", "d": "d0009", "o": ORG, "h": "a-1"},
             )
 
         registry.migrate("head")
+        doc = registry.documents.get_document("d0009")
         assert registry.chunks.embedding_models(doc.org_id) == {None: 1}
         assert registry.chunks.embedding_model_bounds(doc.org_id) == (None, None)
         new = add_doc(registry, key="new")

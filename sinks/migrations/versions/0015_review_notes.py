@@ -15,11 +15,13 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ALTER TABLE, not a batch copy: SQLite adds and (since 3.35) drops a plain column in
+# place, where a batch would drop and recreate `documents`, which chunks reference.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("documents") as batch:
-        batch.add_column(sa.Column("review_note", sa.Text(), nullable=True))
+    op.add_column("documents", sa.Column("review_note", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("documents") as batch:
-        batch.drop_column("review_note")
+    op.drop_column("documents", "review_note")
