@@ -1,3 +1,4 @@
+# Over 500 lines: the review flow and the form it pauses on are reviewed together.
 """The ``review`` flow: list an org's drafts -> pause for a reviewer's form -> apply decisions.
 
 The flow pauses with :func:`prefect.flow_runs.pause_flow_run`, so the Prefect UI renders a form
