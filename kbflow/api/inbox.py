@@ -422,8 +422,13 @@ async def add_seeds(request: Request, org: str) -> Response:
     from fastapi import HTTPException
     from fastapi.exceptions import RequestValidationError
 
-    from kbflow.api.seeds import SeedForm, seed_limits
-    from kbflow.api.uploads import checked_form, private_folder, receive_upload
+    from kbflow.api.uploads import (
+        SeedForm,
+        checked_form,
+        private_folder,
+        receive_upload,
+        seed_limits,
+    )
     from kbflow.services.research import seeds
 
     if (refused := _refuse_tokens(request)) is not None:
@@ -528,6 +533,66 @@ def remove_seed(
         org,
         flash=f"Removed {gone.title!r}: the next research run does not read it.",
     )
+
+
+def _research_page(
+    service_: Service, session: WebSession, org: str, *, status: int = 200,
+    flash: str | None = None, flash_kind: str = "ok",
+) -> Response:  # fmt: skip
+    from kbflow.services.research.page import research_page
+
+    registry = service_.ctx.registry
+    view = research_page(service_.settings, registry, session.user, registry.people.get_org(org))
+    return _page("research.html", status, title=f"Research · {view.org.name}", user=session.user,
+                 csrf=session.csrf, view=view, flash=flash, flash_kind=flash_kind,
+                 refresh_s=5 if view.refresh else None)  # fmt: skip
+
+
+@router.get("/research")
+def research_runs(request: Request, org: str = "", started: str = "") -> Response:
+    """An org's research runs as they progress (the page reloads itself while one runs), and
+    the button that starts one."""
+    said = (
+        f"Research started (job {started}): it runs in the background and this page follows it."
+        if re.fullmatch(r"[0-9a-f]{12}", started)
+        else None
+    )
+
+    def render(service_: Service, session: WebSession) -> Response:
+        chosen = org or next(
+            (box.org.id for box in service.inbox(service_.ctx.registry, session.user)), ""
+        )
+        try:
+            return _research_page(service_, session, _org_id(chosen), flash=said)
+        except (Forbidden, NotFound):
+            raise Forbidden("no such organisation, or not one you may read.") from None
+
+    return _logged_in_page(request, render)
+
+
+@router.post("/research/{org}")
+def start_research(
+    request: Request, org: str, csrf: Annotated[str, Form(max_length=200)] = ""
+) -> Response:
+    """Start a research run for the org as the logged-in AM (a job: this returns at once)."""
+    from kbflow.services.research.page import start_research as start
+
+    checked = _checked_post(request, csrf)
+    if isinstance(checked, Response):
+        return checked
+    service_, session = checked
+    registry = service_.ctx.registry
+    try:
+        job = start(service_.settings, registry, session.user,
+                    registry.people.get_org(_org_id(org)))  # fmt: skip
+    except (Forbidden, NotFound) as exc:
+        return _message("Not yours to research", str(exc), 403, user=session.user,
+                        csrf=session.csrf)  # fmt: skip
+    except KbflowError as exc:
+        return _research_page(service_, session, org, status=503, flash_kind="error",
+                              flash=f"The run did not start: {exc}")  # fmt: skip
+    return _guarded(RedirectResponse(f"/review/research?org={org}&started={job.id}",
+                                     status_code=303))  # fmt: skip
 
 
 @router.get("/static/favicon.svg")

@@ -10,14 +10,10 @@ holds open, like a decision.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import Field, field_validator
 
-from core.settings import Settings
 from kbflow.api.auth import Service, ServiceDep, UserId
 from kbflow.api.deps import ADMIN_PREFIX, OrgId, may_decide, scrubbed
 from kbflow.api.schemas import DocumentOut, SeedResult
@@ -25,52 +21,18 @@ from kbflow.api.uploads import (
     FILE_PART,
     TEXT_PART,
     Received,
-    UploadForm,
-    UploadLimits,
+    SeedForm,
     checked_form,
-    file_cap_bytes,
     invalid,
     multipart_body,
     private_folder,
     receive_upload,
+    seed_limits,
 )
 from kbflow.services.research import seeds
-from tasks.research.seed import MAX_SEED_FILE_BYTES, MAX_SEED_FILES
+from tasks.research.seed import MAX_SEED_FILES
 
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["seeds"])
-
-MAX_URL_CHARS = 2000
-MAX_PROMPT_CHARS = 20_000
-MAX_SEED_ITEMS = 50
-
-
-class SeedForm(UploadForm):
-    """Besides the ``files``: URLs to research and free-text guidance, each field repeatable."""
-
-    repeated = frozenset({"urls", "prompts"})
-
-    urls: list[Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]] = Field(
-        default_factory=list, max_length=MAX_SEED_ITEMS
-    )
-    prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
-        default_factory=list, max_length=MAX_SEED_ITEMS
-    )
-
-    @field_validator("urls")
-    @classmethod
-    def _http_urls(cls, urls: list[str]) -> list[str]:
-        for url in urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"{url[:100]!r} is not an http(s) URL with a host")
-        return urls
-
-    @field_validator("prompts")
-    @classmethod
-    def _not_blank(cls, prompts: list[str]) -> list[str]:
-        if any(not p.strip() for p in prompts):
-            raise ValueError("a prompt is blank")
-        return prompts
 
 
 @router.post(
@@ -105,14 +67,6 @@ async def seed_inputs(
         if not (received.files or form.urls or form.prompts):
             raise invalid("files", "give at least one of files, urls or prompts")
         return await run_in_threadpool(_seed, service, org, user, received, form, folder)
-
-
-def seed_limits(settings: Settings) -> UploadLimits:
-    """The caps of one seed bundle's upload (HTTP or the inbox's seed page)."""
-    return UploadLimits(
-        max_files=MAX_SEED_FILES,
-        max_file_bytes=min(file_cap_bytes(settings), MAX_SEED_FILE_BYTES),
-    )
 
 
 def _seed(

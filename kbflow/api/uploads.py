@@ -26,17 +26,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import KbflowError, TooLarge, UnsupportedMediaType
 from core.settings import Settings
 from tasks.ingest.upload_types import check_upload_bytes, stored_name, upload_kind
-from tasks.research.seed import MAX_SEED_FILES
+from tasks.research.seed import MAX_SEED_FILE_BYTES, MAX_SEED_FILES
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks  # a TypedDict for type checkers
@@ -357,3 +358,47 @@ def private_folder(settings: Settings) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- a seed bundle's form (the HTTP seeding route and the inbox's seed page) ----------------
+
+MAX_URL_CHARS = 2000
+MAX_PROMPT_CHARS = 20_000
+MAX_SEED_ITEMS = 50
+
+
+class SeedForm(UploadForm):
+    """Besides the ``files``: URLs to research and free-text guidance, each field repeatable."""
+
+    repeated = frozenset({"urls", "prompts"})
+
+    urls: list[Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SEED_ITEMS
+    )
+    prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SEED_ITEMS
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url[:100]!r} is not an http(s) URL with a host")
+        return urls
+
+    @field_validator("prompts")
+    @classmethod
+    def _not_blank(cls, prompts: list[str]) -> list[str]:
+        if any(not p.strip() for p in prompts):
+            raise ValueError("a prompt is blank")
+        return prompts
+
+
+def seed_limits(settings: Settings) -> UploadLimits:
+    """The caps of one seed bundle's upload (HTTP or the inbox's seed page)."""
+    return UploadLimits(
+        max_files=MAX_SEED_FILES,
+        max_file_bytes=min(file_cap_bytes(settings), MAX_SEED_FILE_BYTES),
+    )

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from core.models import AuditAction, DocStatus, Role
+from core.models import AuditAction, DocStatus, JobStatus, Role
 from core.settings import Settings
 from kbflow.api.launch import launched
 from sinks.registry import SqlRegistry
@@ -685,3 +685,54 @@ def test_the_reviewer_sees_the_banner_and_an_added_uncited_line_is_hers(
     assert {"tag": f"[am:amy/{day}]", "title": f"added by amy on {day}", "uri": None} in said[
         "sources"
     ]
+
+
+def test_the_research_page_follows_each_run_and_only_the_am_starts_one(
+    inbox: dict[str, Any],
+) -> None:
+    """Issue 44: research had no page. It lists the org's runs (jobs) with their stage, what
+    they spent of their budget and why one failed, reloads itself while one runs, and offers
+    Start research to the org's AM only (another org's AM is refused and nothing starts)."""
+    from kbflow.services.jobs import RESEARCH_KIND
+
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        params = {"client_name": "Larkspur", "model": None, "budget_tokens": 200000,
+                  "reviewer": "amy"}  # fmt: skip
+        failed = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[],
+                                          params=params)  # fmt: skip
+        registry.jobs.finish_job(failed.id, JobStatus.FAILED,
+                                 reason="research budget exceeded: the fetch cap (30)")  # fmt: skip
+        done = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[], params=params)
+        report = {"documents": [{"filename": f"d{i}.md"} for i in range(4)],
+                  "budget": {"tokens": 12345, "max_tokens": 200000},
+                  "notes": ["brand_voice.md: not proposed again"]}  # fmt: skip
+        registry.jobs.finish_job(done.id, JobStatus.COMPLETE, report=report)
+        running = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[],
+                                           params=params)  # fmt: skip
+    finally:
+        registry.close()
+    amy = login(inbox, "amy")
+    page = amy.get("/review/research", params={"org": "larkspur"})
+    assert page.status_code == 200, page.text[-2000:]
+    text = " ".join(page.text.split())
+    assert '<meta http-equiv="refresh" content="5">' in page.text  # a run goes on
+    assert "Start research" in text
+    assert "research budget exceeded: the fetch cap (30)" in text
+    assert "4 drafts made (brand_voice.md: not proposed again)" in text
+    assert "12,345 of 200,000 tokens" in text
+    assert "reading the seed inputs and public pages, then drafting" in text
+    assert text.index(running.id) < text.index(done.id) < text.index(failed.id)  # newest first
+    gus = login(inbox, "gus")
+    assert gus.get("/review/research", params={"org": "larkspur"}).status_code == 403
+    csrf = _csrf(gus.get("/review").text)
+    refused = gus.post("/review/research/larkspur", data={"csrf": csrf})
+    assert refused.status_code == 403
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        assert len(registry.jobs.list_jobs("larkspur")) == 3  # nothing started
+        registry.jobs.finish_job(running.id, JobStatus.FAILED, reason="test over")
+    finally:
+        registry.close()
+    still = amy.get("/review/research", params={"org": "larkspur"})
+    assert 'http-equiv="refresh"' not in still.text  # nothing runs: no reloading

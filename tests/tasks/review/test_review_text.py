@@ -74,7 +74,7 @@ def drafts(ctx: dict[str, Any]) -> dict[str, tuple[str, str]]:
     )
     result = ExtractiveSynthesizer(ctx["embedder"]).synthesize(corpus, max_output_tokens=4000)
     assert all(NOTE_OPENING in d.content for d in result.documents)
-    ids, _ = persist_drafts(result.documents, corpus, ORG, "run-1", **ctx)
+    ids = persist_drafts(result.documents, corpus, ORG, "run-1", **ctx).doc_ids
     return {
         d.filename: (doc_id, d.content) for d, doc_id in zip(result.documents, ids, strict=True)
     }
