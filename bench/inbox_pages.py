@@ -1,4 +1,5 @@
-"""Benchmark: the review inbox's pages (``kbflow serve``, /review) with 200 pending drafts.
+"""Benchmark: the review inbox's pages (``kbflow serve``, /review) with 200 pending drafts, and
+the library and seed pages of an org that serves 2,000 documents.
 
 A fresh home in a temp dir: 10 orgs, each with its account manager and an approved seed
 document, and 20 pending drafts per org (200) shaped like research drafts (~30 lines: headings,
@@ -7,6 +8,11 @@ superadmin. ``kbflow serve`` runs on it; users log in through the login form (on
 each, requests in sequence); each page is warmed up 10 times, then timed ``--requests`` times:
 ``inbox_superadmin`` (GET /review: 10 orgs, 200 drafts), ``inbox_am`` (GET /review as one org's
 AM: 20 drafts), ``draft_superadmin`` (GET /review/drafts/<id>, cycling over the 200 drafts).
+Org ``org00`` also serves ``--library-docs`` documents (2,000: short approved documents in 20
+collections, every 50th withdrawn, a tenth from a synced source) and has 12 seed inputs:
+``library_am`` (GET /review/library?org=org00: the first page of 50 and the total),
+``library_filtered_am`` (cycling over a title search, a collection, a status, a source and a
+page in the middle), ``seeds_am`` (GET /review/seeds?org=org00).
 
 Target: p95 <= 100 ms per page, warm. Prints a table, saves bench/results/inbox_pages.json
 (with the load average and CPU count: the machine is shared); exits 1 when a page misses it.
@@ -75,7 +81,7 @@ Its brand voice is plain, warm and practical [doc:{seed}].
 """
 
 
-def build_home(home: Path) -> dict[str, Any]:
+def build_home(home: Path, library_docs: int) -> dict[str, Any]:
     """The orgs, users, seeds and drafts; returns who logs in and the draft ids."""
     from core.models import DocStatus, Role
     from core.settings import Settings
@@ -111,12 +117,41 @@ def build_home(home: Path) -> dict[str, Any]:
                 cite_uris={f"doc:{seed}": f"upload:{org}/brief.pdf"}, **kw,
             )  # fmt: skip
             print(f"  {org}: seed + {DRAFTS_PER_ORG} drafts indexed", flush=True)
+        _library(registry, kw, library_docs)
         for user in ["root"] + [f"am{i:02d}" for i in range(ORGS)]:
             registry.logins.set_password(user, PASSWORD, actor="root")
     finally:
         store.close()
         registry.close()
     return {"drafts": drafts}
+
+
+def _library(registry: Any, kw: dict[str, Any], count: int) -> None:
+    """``count`` approved documents for org00 in 20 collections (a tenth synced), every 50th
+    withdrawn afterwards, and 12 seed inputs."""
+    from tasks.research.seed import SEED_COLLECTION
+    from tasks.review.machine import held, withdraw
+    from tests.conftest import index_records
+
+    made: list[str] = []
+    for shelf in range(20):
+        records = [
+            {"key": f"lib-{shelf:02d}-{k:03d}", "title": f"Shop policy {shelf:02d}.{k:03d}",
+             "text": f"Policy {shelf}.{k}: opening hours, returns and repairs for shop {k}."}
+            for k in range(count // 20)
+        ]  # fmt: skip
+        made += index_records(
+            records, org="org00", collection=f"policies/shelf-{shelf:02d}",
+            source_tag="source:crm" if shelf % 10 == 0 else None, **kw,
+        )  # fmt: skip
+    for doc_id in made[::50]:
+        withdraw(doc_id, "root", registry=registry, open_store=held(kw["store"]), note="bench")
+    index_records(
+        [{"key": f"seed-{k}", "title": f"Seed brief {k}", "text": f"Seed input {k}.",
+          "uri": f"upload:org00/brief-{k}.pdf"} for k in range(12)],
+        org="org00", collection=SEED_COLLECTION, source_tag="am_file", **kw,
+    )  # fmt: skip
+    print(f"  org00: {len(made)} library documents, {len(made[::50])} withdrawn", flush=True)
 
 
 def login(base: str, user: str) -> httpx.Client:
@@ -170,6 +205,8 @@ def main() -> int:
     )
     parser.add_argument("--requests", type=int, default=200, help="timed GETs per page (200)")
     parser.add_argument("--keep", action="store_true", help="keep the temp home and its log")
+    parser.add_argument("--library-docs", type=int, default=2000,
+                        help="documents org00 serves, for the library (2000)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "inbox_pages.json")
     args = parser.parse_args()
 
@@ -179,7 +216,7 @@ def main() -> int:
     try:
         print(f"building {home}: {ORGS} orgs x {DRAFTS_PER_ORG} pending drafts ...", flush=True)
         start = time.perf_counter()
-        drafts = build_home(home)["drafts"]
+        drafts = build_home(home, args.library_docs)["drafts"]
         built_s = round(time.perf_counter() - start, 1)
         with launched(home, log, require_ready=False) as service:
             root, am = login(service.base, "root"), login(service.base, "am00")
@@ -189,6 +226,25 @@ def main() -> int:
                 "draft_superadmin": timed(
                     root, [f"/review/drafts/{d}" for d in drafts], args.requests, "Sources"
                 ),
+                "library_am": timed(  # the library documents and the org's brand brief
+                    am,
+                    ["/review/library?org=org00"],
+                    args.requests,
+                    f"{args.library_docs + 1} documents",
+                ),
+                "library_filtered_am": timed(
+                    am,
+                    [
+                        "/review/library?org=org00&q=policy+07.01",
+                        "/review/library?org=org00&collection=policies%2Fshelf-03",
+                        "/review/library?org=org00&status=withdrawn",
+                        "/review/library?org=org00&source=source%3Acrm",
+                        "/review/library?org=org00&page=20",
+                    ],
+                    args.requests,
+                    "Library",
+                ),
+                "seeds_am": timed(am, ["/review/seeds?org=org00"], args.requests, "Seed brief 11"),
             }
         load_end = [round(x, 2) for x in os.getloadavg()]
     finally:
@@ -209,7 +265,13 @@ def main() -> int:
         "commit": git("rev-parse", "--short", "HEAD"),
         "dirty_tree": bool(git("status", "--porcelain")),
         "machine": dict(cpus=os.cpu_count(), loadavg_start=load_start, loadavg_end=load_end),
-        "setup": dict(orgs=ORGS, drafts_per_org=DRAFTS_PER_ORG, warmup=WARMUP, build_s=built_s),
+        "setup": dict(
+            orgs=ORGS,
+            drafts_per_org=DRAFTS_PER_ORG,
+            warmup=WARMUP,
+            build_s=built_s,
+            library_docs=args.library_docs,
+        ),
         "target_p95_ms": TARGET_MS,
         "pages": pages,
     }
