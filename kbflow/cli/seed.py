@@ -80,6 +80,11 @@ def seed(
         print_json(result)
         return
     console.print(f"seeded {counted(result['stored'], 'new input')} for {escape(org)}")
+    stored = set(result["doc_ids"])
+    for doc in service.list_seeds(settings, org, actor) if stored else []:
+        if doc.id in stored:  # what each input is, whole: the file, URL or prompt stored
+            kind = (doc.source_tag or "").removeprefix("am_")
+            console.print(f"  {doc.id}  {kind:<6} {escape(doc.uri)}", soft_wrap=True)
     for skipped in result["skipped"]:
         console.print(
             f"  [yellow]skipped[/yellow] {escape(skipped['source'])}: {escape(skipped['reason'])}"
@@ -98,5 +103,6 @@ def seed_list(settings: Settings, org: OrgOpt, actor: ActorOpt, as_json: JsonOpt
     print_table(
         f"seed inputs of {org} ({len(seeds)})",
         ("id", "tag", "title", "uri"),
-        ((d.id, d.source_tag or "", escape(d.title[:60]), escape(d.uri[:60])) for d in seeds),
+        ((d.id, d.source_tag or "", escape(d.title[:60]), escape(d.uri)) for d in seeds),
+        whole=("id", "uri"),  # a URI cut short cannot be opened or copied
     )

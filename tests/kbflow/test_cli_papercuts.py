@@ -162,3 +162,23 @@ def test_a_name_is_resolved_only_when_unambiguous() -> None:
             catalog.collection_path("acme", "HR")
         with pytest.raises(NotFound, match=r"default, policies, policies/hr, teams, teams/hr"):
             catalog.get_collection("acme", "nope")
+
+
+# --- 5. seeding says what it stored, and lists URIs whole ---------------------------------------
+
+
+def test_seed_names_each_input_it_stored_and_seed_list_shows_whole_uris() -> None:
+    """Issue 44: `kbflow seed` of several inputs printed only "seeded 9 new input(s)", and
+    `seed list` cut URIs at 60 characters."""
+    _org()
+    ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
+    ok("orgs", "assign-am", "acme", "amy", "--as", "root")
+    long_url = "https://acme.example/" + "/".join(["a-rather-long-path-segment"] * 4)
+    press = "https://acme.example/press"
+    said = flat(ok("seed", "--org", "acme", "--as", "amy", "--url", long_url, "--url", press,
+                   "--prompt", "Focus on commuters."))  # fmt: skip
+    assert "seeded 3 new inputs for acme" in said
+    assert f"url {long_url}" in said and "url https://acme.example/press" in said
+    assert "prompt " in said
+    listed = flat(ok("seed", "list", "--org", "acme", "--as", "amy"))
+    assert long_url in listed
