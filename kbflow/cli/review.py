@@ -326,8 +326,10 @@ def review_code(
     bound = f" in run {escape(run)}" if run else ""
     err_console.print(
         f"one-time review code for {escape(issued.user_id)} on org {escape(org)}{bound}: "
-        f"valid once, until {issued.expires_at:%H:%M:%S} UTC. Type it into the review form's "
-        '"Your review code" field.'
+        f"valid once, until {issued.expires_at:%H:%M:%S} UTC. The review form takes a proof "
+        "signed with it, never the code itself (tasks.review.codes.sign_decisions, sent in its "
+        '"Your decision proof" field); to decide yourself, use the review inbox '
+        "(kbflow serve, /review), which resumes the run for you."
     )
 
 

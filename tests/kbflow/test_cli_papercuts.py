@@ -182,3 +182,14 @@ def test_seed_names_each_input_it_stored_and_seed_list_shows_whole_uris() -> Non
     assert "prompt " in said
     listed = flat(ok("seed", "list", "--org", "acme", "--as", "amy"))
     assert long_url in listed
+
+
+def test_review_code_says_the_form_takes_a_signed_proof_not_the_code() -> None:
+    """The form's field is "Your decision proof" and a bare code typed there is refused; the
+    command told people to type the code into a "Your review code" field that no longer is."""
+    _org()
+    ok("users", "add", "amy", "--role", "account_manager", "--as", "root")
+    ok("orgs", "assign-am", "acme", "amy", "--as", "root")
+    said = flat(ok("review", "code", "--org", "acme", "--as", "amy"))
+    assert '"Your decision proof"' in said and "sign_decisions" in said
+    assert "Type it into" not in said and "review inbox" in said
