@@ -26,10 +26,20 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from core.errors import ConfigError, Forbidden, KbflowError, NotFound, ReviewConflict, Unauthorized
+from core.errors import (
+    ConfigError,
+    Forbidden,
+    KbflowError,
+    NotFound,
+    ReviewConflict,
+    TooLarge,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 from kbflow.api.auth import Service, service_of
 from kbflow.api.deps import ID_PATTERN
 from kbflow.api.login_guard import LOGIN_REASONS, LoginRefused, client_of, guard_of, reason_code
@@ -378,34 +388,22 @@ def library_page(
 
 
 def _seeds_page(
-    service_: Service, session: WebSession, org: str, *, status: int = 200,
+    service_: Service, session: WebSession, org: str | None, *, status: int = 200,
     flash: str | None = None, flash_kind: str = "ok",
 ) -> Response:  # fmt: skip
-    from kbflow.services.research import seeds
-
-    found = seeds.list_seeds(service_.settings, org, session.user.id)
-    org_record = service_.ctx.registry.people.get_org(org)
-    return _page("seeds.html", status, title=f"Seed inputs · {org_record.name}",
-                 user=session.user, csrf=session.csrf, org=org_record, seeds=found,
-                 may_decide=service.may_decide_org(session.user, org_record), flash=flash,
-                 flash_kind=flash_kind, kind=service.seed_kind)  # fmt: skip
+    view = service.seeds_view(service_.ctx.registry, session.user, org)
+    return _page("seeds.html", status, title=f"Seed inputs · {view.org.name}",
+                 user=session.user, csrf=session.csrf, org=view.org, seeds=view.seeds,
+                 may_decide=view.may_decide, flash=flash, flash_kind=flash_kind,
+                 kind=service.seed_kind)  # fmt: skip
 
 
 @router.get("/seeds")
 def seeds_page(request: Request, org: str = "") -> Response:
     """An org's seed inputs for its research, with their full addresses, and the forms that
     add files, URLs and a steering prompt or remove one."""
-
-    def render(service_: Service, session: WebSession) -> Response:
-        chosen = org or next(
-            (box.org.id for box in service.inbox(service_.ctx.registry, session.user)), ""
-        )
-        try:
-            return _seeds_page(service_, session, _org_id(chosen))
-        except (Forbidden, NotFound):
-            raise Forbidden("no such organisation, or not one you may read.") from None
-
-    return _logged_in_page(request, render)
+    return _logged_in_page(request, lambda service_, session: _seeds_page(
+        service_, session, org or None))  # fmt: skip
 
 
 def _org_id(org: str) -> str:
@@ -419,8 +417,6 @@ async def add_seeds(request: Request, org: str) -> Response:
     """Files, URLs (one per line) and a steering prompt added to an org's seed bundle, with
     the same caps and checks as ``POST /v1/admin/orgs/{org}/seed``. Who and where are checked
     before the body is read; the form's CSRF token once it is."""
-    from fastapi import HTTPException
-    from fastapi.exceptions import RequestValidationError
 
     from kbflow.api.uploads import (
         SeedForm,
@@ -453,9 +449,11 @@ async def add_seeds(request: Request, org: str) -> Response:
             received = await receive_upload(request, folder, file_fields=frozenset({"files"}),
                                             limits=seed_limits(settings))  # fmt: skip
         except RequestValidationError as exc:
-            return again("; ".join(str(e.get("msg")) for e in exc.errors()), 400)
-        except KbflowError as exc:
-            return again(str(exc), 413 if "larger" in str(exc) or "at most" in str(exc) else 415)
+            return again(_problems(exc), 400)
+        except TooLarge as exc:
+            return again(str(exc), 413)
+        except UnsupportedMediaType as exc:
+            return again(str(exc), 415)
         csrf = (received.fields.pop("csrf", None) or [""])[0]
         if not hmac.compare_digest(csrf, session.csrf):
             return _message("Request refused", "This form was not sent from your seed page "
@@ -467,10 +465,8 @@ async def add_seeds(request: Request, org: str) -> Response:
         try:
             form = checked_form(SeedForm, {"urls": [u for u in urls if u], "prompts": prompts,
                                            **received.fields})  # fmt: skip
-        except (RequestValidationError, HTTPException) as exc:
-            errors = exc.errors() if isinstance(exc, RequestValidationError) else [exc.detail]
-            return again("; ".join(str(e.get("msg") if isinstance(e, dict) else e)
-                                   for e in errors), 400)  # fmt: skip
+        except RequestValidationError as exc:
+            return again(_problems(exc), 400)
         if not (received.files or form.urls or form.prompts):
             return again("choose a file, or give a URL or a prompt", 400)
         try:
@@ -486,6 +482,11 @@ async def add_seeds(request: Request, org: str) -> Response:
         said += f" Not seeded: {skipped}"
     return _seeds_page(service_, session, org, flash=said,
                        flash_kind="error" if skipped else "ok")  # fmt: skip
+
+
+def _problems(exc: RequestValidationError) -> str:
+    """A form's refused fields, as one line (a RequestValidationError's messages)."""
+    return "; ".join(str(error.get("msg")) for error in exc.errors())
 
 
 def _seed_from_form(
@@ -536,13 +537,14 @@ def remove_seed(
 
 
 def _research_page(
-    service_: Service, session: WebSession, org: str, *, status: int = 200,
+    service_: Service, session: WebSession, org: str | None, *, status: int = 200,
     flash: str | None = None, flash_kind: str = "ok",
 ) -> Response:  # fmt: skip
     from kbflow.services.research.page import research_page
 
     registry = service_.ctx.registry
-    view = research_page(service_.settings, registry, session.user, registry.people.get_org(org))
+    chosen = service.readable_org(registry, session.user, org)
+    view = research_page(service_.settings, registry, session.user, chosen)
     return _page("research.html", status, title=f"Research · {view.org.name}", user=session.user,
                  csrf=session.csrf, view=view, flash=flash, flash_kind=flash_kind,
                  refresh_s=5 if view.refresh else None)  # fmt: skip
@@ -558,16 +560,8 @@ def research_runs(request: Request, org: str = "", started: str = "") -> Respons
         else None
     )
 
-    def render(service_: Service, session: WebSession) -> Response:
-        chosen = org or next(
-            (box.org.id for box in service.inbox(service_.ctx.registry, session.user)), ""
-        )
-        try:
-            return _research_page(service_, session, _org_id(chosen), flash=said)
-        except (Forbidden, NotFound):
-            raise Forbidden("no such organisation, or not one you may read.") from None
-
-    return _logged_in_page(request, render)
+    return _logged_in_page(request, lambda service_, session: _research_page(
+        service_, session, org or None, flash=said))  # fmt: skip
 
 
 @router.post("/research/{org}")

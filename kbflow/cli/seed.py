@@ -81,7 +81,7 @@ def seed(
         return
     console.print(f"seeded {counted(result['stored'], 'new input')} for {escape(org)}")
     stored = set(result["doc_ids"])
-    for doc in service.list_seeds(settings, org, actor) if stored else []:
+    for doc in service.list_seeds(settings, org, actor) if stored and actor else []:
         if doc.id in stored:  # what each input is, whole: the file, URL or prompt stored
             kind = (doc.source_tag or "").removeprefix("am_")
             console.print(f"  {doc.id}  {kind:<6} {escape(doc.uri)}", soft_wrap=True)

@@ -210,15 +210,8 @@ def library(
             exist).
         ConfigError: an unknown status.
     """
-    orgs = [org for org in registry.people.list_orgs() if may_inspect(user, org)]
-    if not orgs:
-        raise Forbidden(
-            f"user {user.id!r} may read no organisation's documents yet: a superadmin assigns "
-            "account managers to organisations."
-        )
-    org = next((o for o in orgs if o.id == org_id), None) if org_id else orgs[0]
-    if org is None:
-        raise Forbidden("no such organisation, or not one you may read.")
+    orgs = readable_orgs(registry, user)
+    org = readable_org(registry, user, org_id, orgs)
     if status is not None and status not in LIBRARY_STATUSES:
         raise ConfigError(f"status must be one of {', '.join(LIBRARY_STATUSES)}, not {status!r}.")
     tags = registry.documents.source_tags(org.id)
@@ -248,6 +241,58 @@ def library(
     )
 
 
+def readable_orgs(registry: SqlRegistry, user: UserRecord) -> list[OrgRecord]:
+    """The orgs whose drafts, library, seed inputs and research runs ``user`` may read."""
+    return [org for org in registry.people.list_orgs() if may_inspect(user, org)]
+
+
+def readable_org(
+    registry: SqlRegistry,
+    user: UserRecord,
+    org_id: str | None,
+    orgs: list[OrgRecord] | None = None,
+) -> OrgRecord:
+    """``org_id`` when ``user`` may read it; with none, the first org they may read (a page
+    opened without ``?org=``). ``orgs``: `readable_orgs`, when the caller has them already.
+
+    Raises:
+        Forbidden: the user may read no org, or not ``org_id`` (refused as if it did not
+            exist).
+    """
+    orgs = readable_orgs(registry, user) if orgs is None else orgs
+    if not orgs:
+        raise Forbidden(
+            f"user {user.id!r} may read no organisation's documents yet: a superadmin assigns "
+            "account managers to organisations."
+        )
+    org = next((o for o in orgs if o.id == org_id), None) if org_id else orgs[0]
+    if org is None:
+        raise Forbidden("no such organisation, or not one you may read.")
+    return org
+
+
+@dataclass(frozen=True)
+class SeedsView:
+    """An org's seed inputs as its seed page shows them."""
+
+    org: OrgRecord
+    seeds: list[DocRecord]
+    may_decide: bool
+
+
+def seeds_view(registry: SqlRegistry, user: UserRecord, org_id: str | None) -> SeedsView:
+    """The seed inputs of ``org_id`` (else the first org ``user`` may read), read through the
+    service's own registry.
+
+    Raises:
+        Forbidden: the user may not read the org's drafts.
+    """
+    from tasks.research.seed import list_seeds
+
+    org = readable_org(registry, user, org_id)
+    return SeedsView(org, list_seeds(registry, org.id), may_decide(user, org))
+
+
 def own_conflict(registry: SqlRegistry, user: UserRecord, doc_id: str) -> DocRecord | None:
     """After a decision on ``doc_id`` lost to another: the current version of its source when
     the decision that came first was ``user``'s own (a second press of Restore, a page left
@@ -260,11 +305,6 @@ def own_conflict(registry: SqlRegistry, user: UserRecord, doc_id: str) -> DocRec
         return None
     live = [v for v in versions if v.status != DocStatus.SUPERSEDED.value]
     return live[-1] if live else versions[-1]
-
-
-def may_decide_org(user: UserRecord, org: OrgRecord) -> bool:
-    """Whether ``user`` decides (and seeds, and runs research) for ``org``."""
-    return may_decide(user, org)
 
 
 def seed_kind(tag: str | None) -> str:
