@@ -20,6 +20,7 @@ from flows.review import failed_run, review
 from sinks.connect import open_registry
 from tasks.research.budget import push_metrics
 from tasks.research.extractive import ExtractiveSynthesizer
+from tasks.research.progress import job_progress
 from tasks.research.run import persisted_outcome, stopped_outcome
 from tasks.research.steps import gather_task, persist_task, synthesize_task
 from tasks.research.synthesize import resolve_model
@@ -73,16 +74,18 @@ def research(
                 org,
             )
     public = not (settings.research.research_offline if offline is None else offline)
-    gathered = gather_task(request, settings, public)
+    gathered = gather_task(request, settings, public, job_id)
     if gathered.stopped:
         report = stopped_outcome(gathered.notes, gathered.budget, _model_id(request, settings),
                                  gathered.stopped)  # fmt: skip
     else:
+        _progress(settings, job_id, "synthesising")
         drafted = synthesize_task(gathered, settings)
         if drafted.stopped:
             report = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
                                      drafted.stopped)  # fmt: skip
         else:
+            _progress(settings, job_id, "saving")
             run_id, persisted = persist_task(drafted.drafts, gathered.corpus, org, settings)
             report = persisted_outcome(gathered, drafted, run_id, persisted)
     if settings.research.metrics_pushgateway:
@@ -122,6 +125,17 @@ def research(
             )
             return failed_run(why, report)
     return report
+
+
+def _progress(settings: Settings, job_id: str | None, stage: str) -> None:
+    """Record on the job (if any) that the run has entered ``stage``."""
+    if job_id is None:
+        return
+    try:
+        with open_registry(settings) as registry:
+            job_progress(registry, job_id)(stage)
+    except Exception:  # progress is a courtesy: never the run's failure
+        get_run_logger().warning("could not record progress %s on job %s", stage, job_id)
 
 
 def _model_id(request: ResearchRequest, settings: Settings) -> str:

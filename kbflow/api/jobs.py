@@ -65,4 +65,5 @@ def _job_json(job: JobRecord, settings: Settings) -> dict[str, Any]:
     }
     if job.kind == jobs.RESEARCH_KIND:
         out["synthesis_run_id"] = (job.report or {}).get("synthesis_run_id")
+        out["progress"] = job.progress  # the stage a running run reported (None once it ends)
     return scrubbed(out, settings.home.resolve())

@@ -277,6 +277,12 @@ class JobOut(ApiModel):
     result: dict[str, Any] | None = Field(description="The ingest or research report.")
     # Research jobs only: the route leaves it out of the others (response_model_exclude_unset).
     synthesis_run_id: str | None = Field(None, description="Research jobs only.")
+    progress: dict[str, Any] | None = Field(
+        None,
+        description="Research jobs only: the stage a running run is in ({stage: reading, "
+        "fetching, synthesising or saving; done and total where it counts steps}); null once "
+        "it has ended.",
+    )
     queued: bool
     queue_position: int | None
 

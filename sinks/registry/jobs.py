@@ -34,6 +34,7 @@ class JobRecord:
     log_path: str | None
     created_at: dt.datetime
     updated_at: dt.datetime
+    progress: dict[str, Any] | None = None  # how far a PROCESSING job has got (`note_progress`)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -44,6 +45,9 @@ class JobRecord:
 
 
 def _record(row: JobRow) -> JobRecord:
+    report, progress = row.report, None
+    if row.status == JobStatus.PROCESSING.value and row.report and set(row.report) == {"progress"}:
+        report, progress = None, row.report["progress"]  # no report until the job finishes
     return JobRecord(
         id=row.id,
         org_id=row.org_id,
@@ -52,12 +56,13 @@ def _record(row: JobRow) -> JobRecord:
         inputs=list(row.inputs),
         params=dict(row.params),
         reason=row.reason,
-        report=row.report,
+        report=report,
         flow_run_id=row.flow_run_id,
         pid=row.pid,
         log_path=row.log_path,
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
+        progress=progress,
     )
 
 
@@ -106,6 +111,17 @@ class JobsRepository(Repository):
             values["flow_run_id"] = flow_run_id
         with self.session() as s, s.begin():
             s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
+
+    def note_progress(self, job_id: str, progress: dict[str, Any]) -> bool:
+        """Record how far a PROCESSING job has got (its report holds ``{"progress": ...}``
+        until the job finishes and its final report replaces it); False if it had finished."""
+        with self.session() as s, s.begin():
+            done = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == JobStatus.PROCESSING.value)
+                .values(report={"progress": progress}, updated_at=utcnow())
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def finish_job(
         self,

@@ -103,8 +103,12 @@ def gather_public_context(
     budget: ResearchBudget,
     search_provider: SearchProvider | None = None,
     fetch: Fetcher | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PublicContext:
     """Fetch the homepage, the X profile and two searches, within the budget.
+
+    ``progress(done, total)`` is told as each of these steps starts (1-based ``done`` of the
+    ``total`` planned here; the budget may stop the run before the last).
 
     Raises:
         BudgetExceeded: a fetch or a block would cross the run's budget (the run must stop).
@@ -112,8 +116,22 @@ def gather_public_context(
     fetch = fetch or (lambda url: safe_get(url))
     provider = search_provider or DuckDuckGoHtml()
     ctx = PublicContext()
+    handle = x_handle(client_name)
+    queries = (
+        f'"{client_name}" tone OR voice OR brand',
+        f'"{client_name}" compliance OR regulatory',
+    )
+    total = int(bool(homepage)) + int(bool(handle)) + len(queries)
+    started = 0
+
+    def step() -> None:
+        nonlocal started
+        started += 1
+        if progress is not None:
+            progress(started, total)
 
     def page(url: str, title: str, source: str) -> None:
+        step()
         budget.charge_fetch(url)
         try:
             result = fetch(url)
@@ -129,13 +147,10 @@ def gather_public_context(
 
     if homepage:
         page(homepage, f"{client_name} homepage", "public_homepage")
-    handle = x_handle(client_name)
     if handle:
         page(f"https://x.com/{handle}", f"{client_name} on X (@{handle})", "public_x")
-    for query in (
-        f'"{client_name}" tone OR voice OR brand',
-        f'"{client_name}" compliance OR regulatory',
-    ):
+    for query in queries:
+        step()
 
         def counted(url: str) -> FetchResult:
             budget.charge_fetch(url)

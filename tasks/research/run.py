@@ -27,6 +27,7 @@ from tasks.research.budget import ResearchBudget
 from tasks.research.cite_check import check_drafts
 from tasks.research.claude import SYSTEM_PROMPT
 from tasks.research.corpus import build_corpus, homepage_of, seed_entries
+from tasks.research.progress import Progress, silent
 from tasks.research.public_context import Fetcher, SearchProvider, gather_public_context
 from tasks.research.seed import list_seeds
 from tasks.research.synthesize import Synthesizer, estimate_tokens, validate_drafts
@@ -81,14 +82,17 @@ def gather_corpus(
     fetch: Fetcher | None = None,
     search_provider: SearchProvider | None = None,
     public_context: bool = True,
+    progress: Progress = silent,
 ) -> Gathered:
     """The AM's seed inputs and (unless ``public_context`` is off) SSRF-guarded public context,
-    as one citable corpus, each charged to the run's budget."""
+    as one citable corpus, each charged to the run's budget; ``progress`` is told of the
+    ``reading`` and ``fetching`` stages (`tasks.research.progress`)."""
     org = request.org_id
     registry.people.get_org(org)
     budget = ResearchBudget(org, max_fetches=max_fetches, max_tokens=request.budget_cap_tokens)
     notes: list[str] = []
     seeds = list_seeds(registry, org)
+    progress("reading", 0, len(seeds))
     am_entries = seed_entries(seeds, store)
     if not am_entries:
         notes.append("no seed inputs: research uses public context only")
@@ -104,6 +108,7 @@ def gather_corpus(
                 budget=budget,
                 fetch=fetch,
                 search_provider=search_provider,
+                progress=lambda done, total: progress("fetching", done, total),
             )
             notes.extend(found.notes)
             public = found.entries

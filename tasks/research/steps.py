@@ -25,6 +25,7 @@ from core.models import DraftDocument, ResearchCorpus, ResearchRequest
 from core.settings import Settings
 from sinks.connect import open_registry, open_vector_store
 from tasks.research.fetch import FetchResult, safe_get
+from tasks.research.progress import job_progress
 from tasks.research.run import (
     Drafted,
     Gathered,
@@ -39,23 +40,29 @@ from tasks.text.embed import embedder_for
 
 
 @task(name="fetch-page", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
-def fetch_page_task(url: str, timeout_s: float) -> FetchResult:
-    """One public page, SSRF-guarded (:func:`tasks.research.fetch.safe_get`)."""
-    return safe_get(url, timeout_s=timeout_s)
+def fetch_page_task(url: str, timeout_s: float, allow_loopback: bool = False) -> FetchResult:
+    """One public page, SSRF-guarded (:func:`tasks.research.fetch.safe_get`; ``allow_loopback``
+    is the guard's test-only switch, ``KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK``)."""
+    return safe_get(url, timeout_s=timeout_s, allow_loopback=allow_loopback)
 
 
 @task(name="gather-corpus", cache_policy=NO_CACHE, persist_result=False)
-def gather_task(request: ResearchRequest, settings: Settings, public_context: bool) -> Gathered:
-    """The seed bundle and public context as one corpus (its text is never persisted)."""
+def gather_task(
+    request: ResearchRequest, settings: Settings, public_context: bool, job_id: str | None = None
+) -> Gathered:
+    """The seed bundle and public context as one corpus (its text is never persisted); how far
+    it has got is recorded on the job ``job_id`` (`tasks.research.progress`)."""
     timeout_s = settings.research.research_fetch_timeout_s
+    loopback = settings.sources.sources_test_allow_loopback
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         return gather_corpus(
             request,
             registry=registry,
             store=store,
             max_fetches=settings.research.research_max_fetches,
-            fetch=lambda url: fetch_page_task(url, timeout_s),
+            fetch=lambda url: fetch_page_task(url, timeout_s, loopback),
             public_context=public_context,
+            progress=job_progress(registry, job_id),
         )
 
 

@@ -719,7 +719,8 @@ def test_the_research_page_follows_each_run_and_only_the_am_starts_one(
     assert '<meta http-equiv="refresh" content="5">' in page.text  # a run goes on
     assert "Start research" in text
     assert "research budget exceeded: the fetch cap (30)" in text
-    assert "4 drafts made (brand_voice.md: not proposed again)" in text
+    assert "4 drafts made" in text  # and its notes, folded away under the run
+    assert "<summary>1 note</summary><ul><li>brand_voice.md: not proposed again</li>" in text
     assert "12,345 of 200,000 tokens" in text
     assert "reading the seed inputs and public pages, then drafting" in text
     assert text.index(running.id) < text.index(done.id) < text.index(failed.id)  # newest first
@@ -736,3 +737,38 @@ def test_the_research_page_follows_each_run_and_only_the_am_starts_one(
         registry.close()
     still = amy.get("/review/research", params={"org": "larkspur"})
     assert 'http-equiv="refresh"' not in still.text  # nothing runs: no reloading
+
+
+def test_the_research_page_shows_how_far_a_run_has_got(inbox: dict[str, Any]) -> None:
+    """Issue 44: the research page said only "researching". A running run records its stage on
+    its job (`tasks.research.progress`) and the page says it: which public page of how many it
+    fetches, that it writes the drafts. The stage is no report: the job has none until it ends,
+    and a finished job takes no more progress."""
+    from kbflow.services.jobs import RESEARCH_KIND
+    from tasks.research.progress import job_progress
+
+    registry = SqlRegistry.open(inbox["settings"].registry_url)
+    try:
+        params = {"client_name": "Larkspur", "model": None, "budget_tokens": 200000,
+                  "reviewer": "amy"}  # fmt: skip
+        job = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[], params=params)
+        progress = job_progress(registry, job.id)
+        progress("fetching", 2, 4)
+        running = registry.jobs.get_job(job.id)
+        assert (running.report, running.progress) == (None, {"stage": "fetching", "done": 2,
+                                                              "total": 4})  # fmt: skip
+        amy = login(inbox, "amy")
+        text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
+        assert "fetching public pages: 2 of 4" in text
+        assert 'class="status s-fetching">fetching<' in text
+        progress("synthesising")
+        text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
+        assert "writing the four drafts from what was gathered" in text
+        with pytest.raises(ValueError, match="unknown research stage"):
+            progress("dawdling")
+        registry.jobs.finish_job(job.id, JobStatus.FAILED, reason="test over")
+        assert not registry.jobs.note_progress(job.id, {"stage": "saving"})  # it has ended
+        ended = registry.jobs.get_job(job.id)
+        assert (ended.report, ended.progress, ended.reason) == (None, None, "test over")
+    finally:
+        registry.close()

@@ -39,6 +39,7 @@ class RunView:
     spent_tokens: int | None
     max_tokens: int
     run_url: str | None
+    notes: tuple[str, ...] = ()  # what the run noted (a source it could not fetch, a held draft)
 
     @property
     def active(self) -> bool:
@@ -114,14 +115,14 @@ def _view(job: JobRecord, pending: Sequence[DocRecord], ui: str | None) -> RunVi
     spent = budget.get("tokens", report.get("consumed_tokens"))
     url = f"{ui}/runs/flow-run/{job.flow_run_id}" if ui and job.flow_run_id else None
     since = job.created_at
-    waiting = [d for d in pending if d.created_at >= since]
+    waiting = [d for d in pending if _utc(d.created_at) >= since]
     if job.status is JobStatus.FAILED:
         return RunView(job, "failed", job.reason or "the run failed", 0, spent, max_tokens, url)
     if job.status is JobStatus.COMPLETE:
         made = len(report.get("documents") or [])
-        notes = "; ".join(str(n) for n in report.get("notes") or [])
-        detail = f"{made} draft{'s' if made != 1 else ''} made" + (f" ({notes})" if notes else "")
-        return RunView(job, "done", detail, made, spent, max_tokens, url)
+        notes = tuple(str(n) for n in report.get("notes") or [])
+        detail = f"{made} draft{'s' if made != 1 else ''} made"
+        return RunView(job, "done", detail, made, spent, max_tokens, url, notes)
     if queue.is_queued(job):
         return RunView(job, "queued", "waiting for a free slot: other jobs run first", 0, None,
                        max_tokens, url)  # fmt: skip
@@ -131,9 +132,29 @@ def _view(job: JobRecord, pending: Sequence[DocRecord], ui: str | None) -> RunVi
                        f"{count} draft{'s' if count != 1 else ''} waiting for your review in the "
                        "inbox", count, spent, max_tokens, url)  # fmt: skip
     started = int((dt.datetime.now(dt.UTC) - since).total_seconds())
-    return RunView(job, "researching",
-                   f"reading the seed inputs and public pages, then drafting ({started} s so far)",
-                   0, None, max_tokens, url)  # fmt: skip
+    stage, detail = _progress(job.progress or {})
+    return RunView(job, stage, f"{detail} ({started} s so far)", 0, None, max_tokens,
+                   url)  # fmt: skip
+
+
+def _progress(progress: dict[str, object]) -> tuple[str, str]:
+    """The stage a running research job reported (`tasks.research.progress`), in words."""
+    stage, done, total = progress.get("stage"), progress.get("done"), progress.get("total")
+    if stage == "reading":
+        count = f"{total} " if isinstance(total, int) else ""
+        return "reading", f"reading the {count}seed input{'s' if total != 1 else ''}"
+    if stage == "fetching" and isinstance(done, int) and isinstance(total, int):
+        return "fetching", f"fetching public pages: {done} of {total}"
+    if stage == "synthesising":
+        return "synthesising", "writing the four drafts from what was gathered"
+    if stage == "saving":
+        return "saving", "saving the drafts for your review"
+    return "researching", "starting: reading the seed inputs and public pages, then drafting"
+
+
+def _utc(when: dt.datetime) -> dt.datetime:
+    """``when`` as an aware UTC time (SQLite hands the registry's times back naive)."""
+    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when
 
 
 def _prefect_ui(settings: Settings) -> str | None:

@@ -70,3 +70,21 @@ def test_x_handle_and_search_parsing() -> None:
     assert x_handle("The Very Long Client Name, Inc.") == "theverylongclie"  # X allows 15
     results = DuckDuckGoHtml().search("q", fake_web)
     assert [r.url for r in results] == ["https://news.example/larkspur", "https://reg.example/a"]
+
+
+def test_each_planned_step_is_reported_as_it_starts() -> None:
+    """Issue 44: the research page says "fetching public pages: N of M"; the steps planned are
+    the homepage, the X profile and the two searches, told 1-based as each starts."""
+    told: list[tuple[int, int]] = []
+
+    def tell(done: int, total: int) -> None:
+        told.append((done, total))
+
+    budget = ResearchBudget("larkspur", max_fetches=30, max_tokens=10_000)
+    gather_public_context("Larkspur Cycles", "https://larkspur.example/", budget=budget,
+                          fetch=fake_web, progress=tell)  # fmt: skip
+    assert told == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    told.clear()
+    budget = ResearchBudget("larkspur", max_fetches=30, max_tokens=10_000)
+    gather_public_context("Larkspur Cycles", None, budget=budget, fetch=fake_web, progress=tell)
+    assert told == [(1, 3), (2, 3), (3, 3)]  # no homepage known: three steps
