@@ -188,9 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m kbflow.services.job_runner JOB_ID\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from kbflow.services.orchestration import guard_process
+    from kbflow.services.orchestration import adopt_running_server, guard_process
 
     settings = Settings()
+    configure_environment(settings)
+    # A job started by a process that had no server (`kbflow serve` started before `kbflow
+    # server`) runs on this home's server if one runs now: its review pauses where the inbox
+    # and the Prefect UI reach it, instead of on a temporary server of its own.
+    adopt_running_server(settings)
     guard_process(settings.home)  # its temporary Prefect server must not outlive it either
     try:
         job = run_job(args[0], settings)

@@ -41,6 +41,7 @@ class SeedBundle:
     urls: tuple[str, ...] = ()
     prompts: tuple[str, ...] = ()
     file_uris: tuple[str, ...] = ()
+    allow_loopback: bool = False  # the SSRF guard's test-only switch (`check_url_shape`)
 
     def check(self) -> None:
         """Refuse a bundle that breaks a limit, before anything is stored."""
@@ -86,7 +87,7 @@ class SeedBundle:
                     f"seed URL {url!r} is not an http(s) URL with a host. Nothing was stored."
                 )
             try:
-                check_url_shape(url)  # the fetch's own rules, before the URL is kept
+                check_url_shape(url, allow_loopback=self.allow_loopback)  # the fetch's rules
             except UnsafeUrl as exc:
                 raise UnsafeUrl(f"{exc} Nothing was stored.") from exc
         for prompt in self.prompts:

@@ -9,6 +9,7 @@ no other domain.
 from core.lazy import public_names
 
 _PUBLIC = {  # what other domains may import from here, and the module that holds it
+    "adopt_running_server": "server",
     "guard_process": "processes",
     "prefect_api": "prefect_api",
     "prefect_api_url": "server",

@@ -5,6 +5,7 @@
 from kbflow.services.orchestration import prefect_api as prefect_api
 from kbflow.services.orchestration.flow_runs import tracked as tracked
 from kbflow.services.orchestration.processes import guard_process as guard_process
+from kbflow.services.orchestration.server import adopt_running_server as adopt_running_server
 from kbflow.services.orchestration.server import prefect_api_url as prefect_api_url
 from kbflow.services.orchestration.server import prefect_starting as prefect_starting
 from kbflow.services.orchestration.server import require_prefect_server as require_prefect_server

@@ -53,7 +53,10 @@ def seed(
     from tasks.review.access import authorize_decision
     from tasks.text.embed import embedder_for
 
-    bundle = SeedBundle(tuple(files), tuple(urls), tuple(prompts), tuple(file_uris))
+    bundle = SeedBundle(
+        tuple(files), tuple(urls), tuple(prompts), tuple(file_uris),
+        allow_loopback=settings.sources.sources_test_allow_loopback,
+    )  # fmt: skip
     with open_registry(settings) as registry:
         user = authorize_decision(registry, actor, org, what="seed research inputs")
         bundle.check()
