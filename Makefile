@@ -133,6 +133,7 @@ browser-deps:
 screenshots: install browser-deps
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_review_browser.py
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_inbox_browser.py
+	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/flows/test_am_day_browser.py
 	KBFLOW_UI_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q -m browser tests/kbflow/test_api_docs_offline.py
 
 lint: install

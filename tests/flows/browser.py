@@ -91,6 +91,16 @@ class Ui:
         pytest.fail(f"{name} did not pause within {timeout_s}s:\n{err.read_text()}")
 
 
+def shoot(tab: Any, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot, also into $KBFLOW_UI_SCREENSHOTS when it is set."""
+    path = tmp_path / f"{name}.png"
+    tab.screenshot(path=str(path), full_page=True)
+    if wanted := os.environ.get("KBFLOW_UI_SCREENSHOTS"):
+        Path(wanted).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(wanted) / path.name)
+    return path
+
+
 def _healthy(api: str) -> bool:
     try:
         with urllib.request.urlopen(f"{api}/health", timeout=2) as resp:

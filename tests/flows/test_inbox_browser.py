@@ -19,9 +19,7 @@ Screenshots of the inbox and of a draft page are saved under the test's tmp dir,
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -34,7 +32,7 @@ from typing import Any
 import pytest
 
 from kbflow.api.launch import launched
-from tests.flows.browser import AM, ORG, Ui, playwright
+from tests.flows.browser import AM, ORG, Ui, playwright, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -83,16 +81,6 @@ def inbox(ui: Ui) -> Iterator[Inbox]:
     log = ui.home.parent / "serve.log"
     with launched(ui.home, log, env=ui.env, require_ready=False) as served:
         yield Inbox(ui, served.base)
-
-
-def shoot(tab: Any, tmp_path: Path, name: str) -> Path:
-    """A full-page screenshot, also into $KBFLOW_UI_SCREENSHOTS when it is set."""
-    path = tmp_path / f"{name}.png"
-    tab.screenshot(path=str(path), full_page=True)
-    if wanted := os.environ.get("KBFLOW_UI_SCREENSHOTS"):
-        Path(wanted).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(wanted) / path.name)
-    return path
 
 
 def log_in(tab: Any, base: str, user: str) -> None:
