@@ -12,7 +12,9 @@ Org ``org00`` also serves ``--library-docs`` documents (2,000: short approved do
 collections, every 50th withdrawn, a tenth from a synced source) and has 12 seed inputs:
 ``library_am`` (GET /review/library?org=org00: the first page of 50 and the total),
 ``library_filtered_am`` (cycling over a title search, a collection, a status, a source and a
-page in the middle), ``seeds_am`` (GET /review/seeds?org=org00).
+page in the middle), ``seeds_am`` (GET /review/seeds?org=org00), and 30 research runs (jobs:
+26 done with their reports, 2 failed, 2 running, one of them fetching): ``research_am`` (GET
+/review/research?org=org00: the newest 10 runs, the running ones refreshed on each load).
 
 Target: p95 <= 100 ms per page, warm. Prints a table, saves bench/results/inbox_pages.json
 (with the load average and CPU count: the machine is shared); exits 1 when a page misses it.
@@ -118,12 +120,41 @@ def build_home(home: Path, library_docs: int) -> dict[str, Any]:
             )  # fmt: skip
             print(f"  {org}: seed + {DRAFTS_PER_ORG} drafts indexed", flush=True)
         _library(registry, kw, library_docs)
+        _research_runs(registry)
         for user in ["root"] + [f"am{i:02d}" for i in range(ORGS)]:
             registry.logins.set_password(user, PASSWORD, actor="root")
     finally:
         store.close()
         registry.close()
     return {"drafts": drafts}
+
+
+RESEARCH_RUNS = 30
+
+
+def _research_runs(registry: Any) -> None:
+    """org00's research history: `RESEARCH_RUNS` jobs, the newest two still running (no process
+    of theirs to check: they stay running), two failed, the rest done with a report."""
+    from core.models import JobStatus
+    from kbflow.services.jobs import RESEARCH_KIND
+
+    params = {"client_name": "Cycles 00", "model": None, "budget_tokens": 200_000,
+              "reviewer": "am00"}  # fmt: skip
+    report = {
+        "documents": [{"filename": f"doc{k}.md"} for k in range(4)],
+        "budget": {"tokens": 12_345, "max_tokens": 200_000},
+        "notes": [f"public_x https://x.com/cycles00: unreachable ({k})" for k in range(3)],
+    }
+    for k in range(RESEARCH_RUNS):
+        job = registry.jobs.create_job("org00", kind=RESEARCH_KIND, inputs=[], params=params)
+        if k == RESEARCH_RUNS - 1:
+            registry.jobs.note_progress(job.id, {"stage": "fetching", "done": 2, "total": 4})
+        elif k == RESEARCH_RUNS - 2:
+            pass  # started, nothing reported yet
+        elif k in (3, 11):
+            registry.jobs.finish_job(job.id, JobStatus.FAILED, reason="research budget exceeded")
+        else:
+            registry.jobs.finish_job(job.id, JobStatus.COMPLETE, report=report)
 
 
 def _library(registry: Any, kw: dict[str, Any], count: int) -> None:
@@ -245,6 +276,9 @@ def main() -> int:
                     "Library",
                 ),
                 "seeds_am": timed(am, ["/review/seeds?org=org00"], args.requests, "Seed brief 11"),
+                "research_am": timed(
+                    am, ["/review/research?org=org00"], args.requests, "public pages: 2 of 4"
+                ),
             }
         load_end = [round(x, 2) for x in os.getloadavg()]
     finally:
@@ -271,6 +305,7 @@ def main() -> int:
             warmup=WARMUP,
             build_s=built_s,
             library_docs=args.library_docs,
+            research_runs=RESEARCH_RUNS,
         ),
         "target_p95_ms": TARGET_MS,
         "pages": pages,
