@@ -258,12 +258,27 @@ def rerun_rule(draft: DraftDocument, versions: list[DocRecord]) -> tuple[bool, s
     - its last decision was a rejection and the draft cites the same sources: held back (the
       same content would be proposed again); with other sources it is proposed, saying which;
     - its last decision approved a person's edit: proposed as a change to that text (the
-      inbox shows the difference against it), saying so.
+      inbox shows the difference against it), saying so;
+    - it is word for word the version last approved (or restored) or withdrawn: held back, as
+      there is nothing to decide (a withdrawn text comes back by a restore, not a re-run).
     """
     last = _decided(versions)
     if last is None:
         return True, None
     when = f"{(last.rejected_at or last.updated_at):%Y-%m-%d}"
+    unchanged = last.content_hash == _sha(draft.content)
+    if unchanged and last.status == DocStatus.APPROVED.value:
+        who = last.approved_by or "a reviewer"
+        return False, (
+            f"{draft.filename}: not proposed again: it is unchanged since {who} approved it "
+            f"(v{last.version})"
+        )
+    if unchanged and last.status == DocStatus.WITHDRAWN.value:
+        return False, (
+            f"{draft.filename}: not proposed again: it is unchanged since it was withdrawn on "
+            f"{last.updated_at:%Y-%m-%d} (v{last.version}; restore it in the library to serve "
+            "it again)"
+        )
     if last.status == DocStatus.REJECTED.value:
         before = frozenset(c.cite_id for c in last.citations)
         now = _footer_ids(draft.content)

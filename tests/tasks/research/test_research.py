@@ -6,6 +6,7 @@ exactly at the caps succeeds; a second run supersedes the first run's still-pend
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -235,10 +236,22 @@ def test_a_rerun_holds_back_what_was_rejected_and_offers_a_change_to_an_edit(
     draft = next(d for d in first.documents if d.filename == edited_file)
     mine = draft.content.replace("\n## ", "\n- Our own line, added by amy.\n\n## ", 1)
     apply_decision(Verb.EDIT, by_file[edited_file], "amy", content=mine, **decide)
+    approved_file = KB_FILENAMES[2]  # approved as it is: the same text again is no news
+    apply_decision(Verb.APPROVE, by_file[approved_file], "amy", **decide)
 
     second = _run(world)
     files = [d.filename for d in second.documents]
-    assert rejected_file not in files and len(files) == 3 == len(second.doc_ids)
+    assert sorted(files) == sorted([edited_file, KB_FILENAMES[3]]), files
+    assert len(second.doc_ids) == 2
+    assert f"{approved_file}: not proposed again: it is unchanged since amy approved it (v1)" in (
+        second.notes
+    )
+    approved = registry.documents.versions_of("lark", f"synthesis:lark:{approved_file}")
+    assert [v.status for v in approved] == ["approved"]  # no empty change waits in the inbox
+    same = next(d for d in first.documents if d.filename == approved_file)
+    gone = dataclasses.replace(approved[0], status=DocStatus.WITHDRAWN.value)
+    proposed, note = rerun_rule(same, [gone])  # withdrawn: a restore brings it back, not this
+    assert not proposed and note and "unchanged since it was withdrawn on" in note
     held_note = next(n for n in second.notes if n.startswith(f"{rejected_file}: not proposed"))
     assert "amy rejected it on" in held_note and "sources have not changed" in held_note
     versions = registry.documents.versions_of("lark", f"synthesis:lark:{rejected_file}")
