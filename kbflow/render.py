@@ -53,7 +53,8 @@ def ingest_progress(enabled: bool = True) -> Iterator[Listener | None]:
         if bar is None:
             bar = progress_bar()
             bar.start()
-            task_id = bar.add_task(f"{stage} {total} documents", total=total)
+            what = counted(total, "document") if total is not None else "documents"
+            task_id = bar.add_task(f"{stage} {what}", total=total)
         elif total is not None:
             bar.update(task_id, total=total)
         bar.advance(task_id, by)
@@ -81,3 +82,11 @@ def stage_progress(enabled: bool) -> Iterator[Any]:
             bar.update(tasks[stage], completed=done, total=total)
 
         yield update
+
+
+def counted(n: int, noun: str, plural: str | None = None, *, grouped: bool = False) -> str:
+    """``n`` and ``noun``, the noun agreeing with the number: ``1 draft``, ``0 drafts``,
+    ``2 drafts``. ``plural``: when it is not ``noun`` + "s" (``counted(n, "query",
+    "queries")``); ``grouped``: thousands separated (``10,000 items``)."""
+    word = noun if n == 1 else (plural or noun + "s")
+    return f"{n:,} {word}" if grouped else f"{n} {word}"

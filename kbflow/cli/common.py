@@ -36,6 +36,7 @@ from core.errors import Forbidden, KbflowError, ReviewConflict, StoreBusy
 from core.models import SourceRef
 from core.settings import Settings, configure_environment
 from kbflow.render import console, err_console
+from kbflow.render import counted as counted  # the commands' one way to count nouns
 
 EXIT_CONFLICT = 3
 """Exit code of a review decision that lost a race (the document was no longer pending)."""
@@ -191,14 +192,6 @@ def print_listing(
         print_json([to_json(item) for item in items])
         return
     print_table(f"{title} ({len(items)})", columns, (row(item) for item in items))
-
-
-def counted(n: int, noun: str, plural: str | None = None, *, grouped: bool = False) -> str:
-    """``n`` and ``noun``, the noun agreeing with the number: ``1 draft``, ``0 drafts``,
-    ``2 drafts``. ``plural``: when it is not ``noun`` + "s" (``counted(n, "query",
-    "queries")``); ``grouped``: thousands separated (``10,000 items``)."""
-    word = noun if n == 1 else (plural or noun + "s")
-    return f"{n:,} {word}" if grouped else f"{n} {word}"
 
 
 def checked(rule: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -31,6 +31,23 @@ def test_counted_agrees_with_the_number() -> None:
     assert counted(10_000, "item", grouped=True) == "10,000 items"
 
 
+def test_the_ingest_bar_of_one_file_says_one_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress bar said "ingest 1 documents"."""
+    import io
+
+    from rich.console import Console
+
+    from kbflow import render
+
+    screen = Console(file=io.StringIO(), force_terminal=True, width=100)
+    monkeypatch.setattr(render, "err_console", screen)
+    with render.ingest_progress() as listener:
+        assert listener is not None
+        listener("ingest", 1, 1)
+    drawn = screen.file.getvalue()  # type: ignore[attr-defined]
+    assert "ingest 1 document " in drawn and "1 documents" not in drawn, drawn
+
+
 def test_research_with_one_draft_says_one_draft(monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.research
     from core.contracts import DraftOut, ResearchReport
