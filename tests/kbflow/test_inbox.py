@@ -761,6 +761,12 @@ def test_the_research_page_shows_how_far_a_run_has_got(inbox: dict[str, Any]) ->
         text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
         assert "fetching public pages: 2 of 4" in text
         assert 'class="status s-fetching">fetching<' in text
+        progress("reading", 0, 1)
+        text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
+        assert "reading the 1 seed input (" in text
+        progress("reading", 0, 0)
+        text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
+        assert "no seed inputs to read: public pages only" in text
         progress("synthesising")
         text = " ".join(amy.get("/review/research", params={"org": "larkspur"}).text.split())
         assert "writing the four drafts from what was gathered" in text

@@ -141,6 +141,8 @@ def _progress(progress: dict[str, object]) -> tuple[str, str]:
     """The stage a running research job reported (`tasks.research.progress`), in words."""
     stage, done, total = progress.get("stage"), progress.get("done"), progress.get("total")
     if stage == "reading":
+        if total == 0:
+            return "reading", "no seed inputs to read: public pages only"
         count = f"{total} " if isinstance(total, int) else ""
         return "reading", f"reading the {count}seed input{'s' if total != 1 else ''}"
     if stage == "fetching" and isinstance(done, int) and isinstance(total, int):
