@@ -40,3 +40,20 @@ def test_a_run_whose_drafts_wait_says_so_with_the_registrys_own_times(tmp_path: 
     assert (run.job.id, run.stage, run.drafts) == (job.id, "drafts ready", 2)
     assert run.detail == "2 drafts waiting for your review in the inbox"
     assert page.refresh  # the run waits for its review: the page keeps following it
+
+
+def test_kbflow_jobs_shows_the_stage_a_running_research_job_reported(tmp_path: Path) -> None:
+    """`kbflow jobs list` and `jobs status` name the stage beside a running research job."""
+    from kbflow.cli.jobs import _job_line
+
+    registry = SqlRegistry.open(Settings(home=tmp_path / "home").registry_url)
+    try:
+        registry.people.ensure_org("larkspur")
+        job = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[], params=PARAMS)
+        assert "(" not in _job_line(registry.jobs.get_job(job.id))  # nothing reported yet
+        registry.jobs.note_progress(job.id, {"stage": "fetching", "done": 3, "total": 4})
+        assert _job_line(registry.jobs.get_job(job.id)).endswith("(fetching 3 of 4)")
+        registry.jobs.note_progress(job.id, {"stage": "synthesising"})
+        assert _job_line(registry.jobs.get_job(job.id)).endswith("(synthesising)")
+    finally:
+        registry.close()
