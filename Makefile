@@ -89,9 +89,16 @@ system-deps:
 # llama-cpp-python wheel: it is built from source once (about 20 min on 2 cores) into
 # LOCAL_LLM_WHEELS and installed from there on every later install, clean clones included.
 # Without a compiler the build fails with a note, and those tests skip.
-LOCAL_LLM_WHEELS ?= $(HOME)/.cache/kbflow/wheels
+# The build is tuned to this CPU (llama.cpp's default), so the wheel is kept per CPU (its flags'
+# checksum) and never taken from pip's cache, which may hold a build from another machine.
+# Intel AMX is left out: a VM may list the amx flags without enabling their state for guests.
+# On such a VM (Firecracker, Xeon with amx_tile/int8/bf16) a fresh build with AMX died of a
+# segfault on its first token, and the same build without AMX answered.
+LLAMA_CPU := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cksum | cut -d' ' -f1)
+LOCAL_LLM_WHEELS ?= $(HOME)/.cache/kbflow/wheels/llama-cpu$(LLAMA_CPU)-noamx
+LLAMA_CFLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_CPP_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' requirements-local-llm.lock)
-LOCAL_LLM_STAMP := $(VENV)/.local-llm-$(shell cat requirements-local-llm.lock 2>/dev/null | cksum | cut -d' ' -f1)
+LOCAL_LLM_STAMP := $(VENV)/.local-llm-$(shell cat requirements-local-llm.lock 2>/dev/null | cksum | cut -d' ' -f1)-cpu$(LLAMA_CPU)-noamx
 
 local-llm: install $(LOCAL_LLM_STAMP)
 
@@ -99,11 +106,13 @@ $(LOCAL_LLM_STAMP): requirements-local-llm.lock
 	@mkdir -p $(LOCAL_LLM_WHEELS)
 	@if ! ls $(LOCAL_LLM_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
 		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) from source once (about 20 min on 2 cores; cached in $(LOCAL_LLM_WHEELS))"; \
-		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel -q --no-deps "llama-cpp-python==$(LLAMA_CPP_VERSION)" -w $(LOCAL_LLM_WHEELS) \
+		CMAKE_ARGS="-DCMAKE_C_FLAGS='$(LLAMA_CFLAGS)' -DCMAKE_CXX_FLAGS='$(LLAMA_CFLAGS)'" \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PIP) wheel -q --no-cache-dir --no-deps "llama-cpp-python==$(LLAMA_CPP_VERSION)" -w $(LOCAL_LLM_WHEELS) \
 			|| echo "note: llama-cpp-python did not build (a C++ compiler and cmake are needed): the local model server tests skip."; \
 	fi
 	@if ls $(LOCAL_LLM_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
 		$(PIP) install -q --no-deps --find-links $(LOCAL_LLM_WHEELS) -r requirements-local-llm.lock && \
+		$(PIP) install -q --no-deps --force-reinstall $(LOCAL_LLM_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl && \
 		rm -f $(VENV)/.local-llm-* && touch $@; \
 	fi
 

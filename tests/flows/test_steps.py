@@ -178,7 +178,7 @@ def test_an_ssrf_block_is_not_retried(
     internal = "http://169.254.169.254/latest/"
     settings = Settings()
     # A URL stored before seeds were checked when stored (they are now): the fetch refuses it.
-    monkeypatch.setattr("tasks.research.seed.check_url_shape", lambda url: None)
+    monkeypatch.setattr("tasks.research.seed.check_url_shape", lambda url, **_: None)
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         registry.people.ensure_user(AM, Role.ACCOUNT_MANAGER)
         registry.people.ensure_org(ORG, "Larch Cycles", am_user_id=AM)
