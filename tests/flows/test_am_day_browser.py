@@ -170,6 +170,17 @@ def _stop_jobs(home: Path, env: dict[str, str]) -> None:
                 os.killpg(job["pid"], signal.SIGTERM)
 
 
+@contextlib.contextmanager
+def _without_prefect_url() -> Iterator[None]:
+    """This process's PREFECT_API_URL unset for the block (a test before may have set one)."""
+    saved = os.environ.pop("PREFECT_API_URL", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PREFECT_API_URL"] = saved
+
+
 @pytest.fixture(scope="module")
 def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
     """A brand-new org with its AM (a password, nothing seeded), `kbflow serve` started, then
@@ -184,7 +195,6 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
         "KBFLOW_SOURCES_TEST_ALLOW_LOOPBACK": "true",  # honoured only while a test runs
         "KBFLOW_RESEARCH_FETCH_TIMEOUT_S": "5",
     }
-    assert "PREFECT_API_URL" not in os.environ, "serve must start with no Prefect server set"
     admin = Ui(home, "", env)
     admin.kbflow("users", "add", ROOT, "--role", "superadmin")
     admin.kbflow("orgs", "create", ORG, "--name", "Larch Cycles", "--as", ROOT)
@@ -200,8 +210,10 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     files = _seed_files(base)
+    # serve starts knowing of no Prefect server (`launched` passes this process's environment)
     with (
         _website(base / "site") as site,
+        _without_prefect_url(),
         launched(home, base / "serve.log", env=env, require_ready=False) as served,
     ):
         port = free_port()
