@@ -4,14 +4,17 @@ brand-new org (the ``ui`` fixture of tests/flows/conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,43 @@ def shoot(tab: Any, tmp_path: Path, name: str) -> Path:
         Path(wanted).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(wanted) / path.name)
     return path
+
+
+@contextlib.contextmanager
+def chromium_tab(width: int, height: int) -> Iterator[Any]:
+    """A page in Debian's Chromium, ``width`` x ``height``, until the block ends."""
+    with playwright().sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": width, "height": height})
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def kbflow_server(port: int, env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """`kbflow server --port PORT` (its output to ``log_path``) until the block ends; yields
+    its API URL once it answers, and fails the test if it does not within 120 s."""
+    api = f"http://127.0.0.1:{port}/api"
+    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "server", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=server_env,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not _healthy(api):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"kbflow server did not start:\n{log_path.read_text()}")
+                time.sleep(0.5)
+            yield api
+        finally:
+            server.send_signal(signal.SIGTERM)  # `kbflow server` stops its whole process group
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 def _healthy(api: str) -> bool:

@@ -44,16 +44,7 @@ import pytest
 
 from kbflow.api.launch import launched
 from tests.conftest import free_port
-from tests.flows.browser import (
-    AM,
-    CHROMIUM,
-    LAUNCH_ARGS,
-    ORG,
-    Ui,
-    _healthy,
-    playwright,
-    shoot,
-)
+from tests.flows.browser import AM, ORG, Ui, chromium_tab, kbflow_server, playwright, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -150,24 +141,31 @@ def _website(root: Path) -> Iterator[str]:
         server.server_close()
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    proc.send_signal(signal.SIGTERM)  # `kbflow server` stops its whole process group
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 def _stop_jobs(home: Path, env: dict[str, str]) -> None:
     """End the research jobs still waiting for a review (each is its own session)."""
     done = subprocess.run(
         [sys.executable, "-m", "kbflow.cli", "jobs", "list", "--json"],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
-    for job in json.loads(done.stdout or "[]"):
-        if job["status"] == "processing" and job.get("pid"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job["pid"], signal.SIGTERM)
+    running = [j["pid"] for j in json.loads(done.stdout) if j["status"] == "PROCESSING"]
+    for pid in filter(None, running):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)  # the job's own session: it and what it started
+    for pid in filter(None, running):
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # serve may not reap it
+    except psutil.NoSuchProcess:
+        return False
 
 
 @contextlib.contextmanager
@@ -217,34 +215,17 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
         launched(home, base / "serve.log", env=env, require_ready=False) as served,
     ):
         port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
-        log = (base / "server.log").open("w")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "server", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 120
-            while not _healthy(api):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log_text = (base / "server.log").read_text()
-                    pytest.fail(f"kbflow server did not start:\n{log_text}")
-                time.sleep(0.5)
-            yield Day(home, env, served.base, f"http://127.0.0.1:{port}", site, files, token)
-        finally:
-            _stop_jobs(home, env)
-            _stop(server)
-            log.close()
+        with kbflow_server(port, env, base / "server.log"):  # after serve, not before
+            try:
+                yield Day(home, env, served.base, f"http://127.0.0.1:{port}", site, files, token)
+            finally:  # a research job waiting for its review would outlive the server
+                _stop_jobs(home, env)
 
 
 @pytest.fixture
 def tab(day: Day) -> Iterator[Any]:
-    with playwright().sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            yield browser.new_page(viewport={"width": 1366, "height": 900})
-        finally:
-            browser.close()
+    with chromium_tab(1366, 900) as tab:
+        yield tab
 
 
 def _flash(tab: Any) -> Any:
