@@ -57,6 +57,7 @@ from core.models import (
     Location,
     ParseStatus,
     SourceRef,
+    SourceTag,
 )
 from sinks.registry import DocRecord, SqlRegistry, UserRecord, citations_column
 from sinks.vectors import VectorStore, point_id_for
@@ -73,7 +74,7 @@ from tasks.text.citations import render_footer, split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
 from tasks.text.points import EMBEDDING_MODEL, chunk_to_point
-from tasks.text.review_note import split_review_note
+from tasks.text.review_note import NOTE_OPENING, split_review_note
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,7 @@ def approve(
     """pending_review -> approved, retiring older versions in the same commit; the store is
     written around it (`_publish_decision`)."""
     doc, user = _authorized(registry, doc_id, actor_id, "approve")
+    _refuse_an_inline_banner(doc, open_store)
     return _publish_decision(
         doc,
         registry=registry,
@@ -299,6 +301,29 @@ def approve(
             note=note,
         ),
     )
+
+
+def _refuse_an_inline_banner(doc: DocRecord, open_store: StoreOpener) -> None:
+    """Refuse to approve as it is a research draft whose stored text still opens with the
+    offline synthesizer's note to its reviewer: drafts stored before the note was kept apart
+    (migration 0015) carry it in their chunks, and approving them would serve it to agents.
+
+    Raises:
+        ConfigError: the note is in the text (nothing changed; an edit takes it off).
+    """
+    if doc.review_note is not None or doc.source_tag != SourceTag.AGENT_SYNTHESIS.value:
+        return  # the note, if any, is kept apart: the text is clean
+    with open_store() as store:
+        chunks = store.inspect_document_chunks(doc.id)
+    lines = (line for c in chunks for line in str(c.payload.get("text", "")).splitlines())
+    if any(line.lstrip().startswith(NOTE_OPENING) for line in lines):
+        raise ConfigError(
+            f"draft {doc.id} still carries the offline draft's note to its reviewer in its text "
+            "(it was stored before kbflow kept that note apart), and approving it as it is "
+            "would serve the note to agents. Nothing changed: approve it with an edit (the "
+            "edit takes the note off; `kbflow review edit`, or Approve with my edits in the "
+            "inbox), or run research again for a fresh draft."
+        )
 
 
 def reject(

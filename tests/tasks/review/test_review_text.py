@@ -222,3 +222,36 @@ def test_an_uncited_document_and_unchanged_lines_get_no_attribution(ctx: dict[st
     )  # fmt: skip
     assert "[am:" not in draft_markdown(same, ctx["store"])
     assert all(not c.cite_id.startswith("am:") for c in same.citations)
+
+
+def test_a_draft_stored_with_its_banner_inline_is_not_approved_as_it_is(
+    ctx: dict[str, Any], drafts: dict[str, tuple[str, str]]
+) -> None:
+    """A draft stored before the banner was kept apart (migration 0015) has it in its chunks:
+    approving it as it is would serve it to agents. The approval is refused with what to do,
+    nothing changes, and an edit of the same text approves it without the banner."""
+    from core.errors import ConfigError
+    from core.models import DocStatus, SourceTag
+    from tests.conftest import index_records
+
+    _, written = drafts[KB_FILENAMES[1]]
+    assert NOTE_OPENING in written
+    (old,) = index_records(
+        [{"key": "synthesis:greenleaf:old-draft.md", "title": "Old draft", "text": written,
+          "markdown": True}],
+        org=ORG, collection="kb", status=DocStatus.PENDING_REVIEW,
+        source_tag=SourceTag.AGENT_SYNTHESIS.value, **ctx,
+    )  # fmt: skip
+    opener = review.held(ctx["store"])
+    with pytest.raises(ConfigError, match="approve it with an edit"):
+        review.approve(old, AM, registry=ctx["registry"], open_store=opener)
+    assert ctx["registry"].documents.get_document(old).status == DocStatus.PENDING_REVIEW.value
+    done = review.edit_and_approve(old, AM, written, registry=ctx["registry"],
+                                   open_store=opener, embedder=ctx["embedder"])  # fmt: skip
+    assert done.status == DocStatus.APPROVED.value
+    assert not [t for t in _served_texts(ctx) if BANNER in t or "Edit before approving" in t]
+    # a draft whose banner was kept apart is approved as it is, as before
+    brand_id, _ = drafts[KB_FILENAMES[0]]
+    assert review.approve(brand_id, AM, registry=ctx["registry"], open_store=opener).status == (
+        DocStatus.APPROVED.value
+    )
