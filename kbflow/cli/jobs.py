@@ -21,7 +21,7 @@ def _job_line(job: Any) -> str:
     when = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
     files = counted(len(job.inputs), "file")
     line = f"{job.id}  {job.status.value:<10}  {job.org_id}  {files}  {when}"
-    if progress := getattr(job, "progress", None):  # how far a running research job has got
+    if progress := job.progress:  # how far a running research job has got
         counts = f" {progress['done']} of {progress['total']}" if "total" in progress else ""
         line += f"  ({progress.get('stage')}{counts})"
     return line + (f"\n    {job.reason}" if job.reason else "")

@@ -74,7 +74,7 @@ from tasks.text.citations import render_footer, split_citation_footer
 from tasks.text.embed import Embedder
 from tasks.text.model_check import require_org_model
 from tasks.text.points import EMBEDDING_MODEL, chunk_to_point
-from tasks.text.review_note import NOTE_OPENING, split_review_note
+from tasks.text.review_note import split_review_note
 
 log = logging.getLogger(__name__)
 
@@ -315,8 +315,8 @@ def _refuse_an_inline_banner(doc: DocRecord, open_store: StoreOpener) -> None:
         return  # the note, if any, is kept apart: the text is clean
     with open_store() as store:
         chunks = store.inspect_document_chunks(doc.id)
-    lines = (line for c in chunks for line in str(c.payload.get("text", "")).splitlines())
-    if any(line.lstrip().startswith(NOTE_OPENING) for line in lines):
+    text = "\n".join(str(c.payload.get("text", "")) for c in chunks)
+    if split_review_note(text)[1] is not None:  # the rule that keeps the note apart
         raise ConfigError(
             f"draft {doc.id} still carries the offline draft's note to its reviewer in its text "
             "(it was stored before kbflow kept that note apart), and approving it as it is "

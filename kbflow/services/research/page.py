@@ -19,6 +19,7 @@ from core.settings import Settings
 from kbflow.services.jobs import RESEARCH_KIND, queue, submit_research_job
 from kbflow.services.orchestration import prefect_api, running_server_url
 from kbflow.services.research.seeds import DEFAULT_BUDGET_TOKENS
+from sinks.registry.schema import aware
 from tasks.research.seed import list_seeds
 from tasks.review.access import authorize_decision, may_decide, may_inspect
 
@@ -115,7 +116,7 @@ def _view(job: JobRecord, pending: Sequence[DocRecord], ui: str | None) -> RunVi
     spent = budget.get("tokens", report.get("consumed_tokens"))
     url = f"{ui}/runs/flow-run/{job.flow_run_id}" if ui and job.flow_run_id else None
     since = job.created_at
-    waiting = [d for d in pending if _utc(d.created_at) >= since]
+    waiting = [d for d in pending if aware(d.created_at) >= since]  # SQLite's come naive
     if job.status is JobStatus.FAILED:
         return RunView(job, "failed", job.reason or "the run failed", 0, spent, max_tokens, url)
     if job.status is JobStatus.COMPLETE:
@@ -152,11 +153,6 @@ def _progress(progress: dict[str, object]) -> tuple[str, str]:
     if stage == "saving":
         return "saving", "saving the drafts for your review"
     return "researching", "starting: reading the seed inputs and public pages, then drafting"
-
-
-def _utc(when: dt.datetime) -> dt.datetime:
-    """``when`` as an aware UTC time (SQLite hands the registry's times back naive)."""
-    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when
 
 
 def _prefect_ui(settings: Settings) -> str | None:
