@@ -128,7 +128,9 @@ class _Site:
         self.lock = threading.Lock()
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+def serve_http(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on a free 127.0.0.1 port until the generator is closed; yields the
+    base URL (no trailing slash)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -189,7 +191,7 @@ def website() -> Iterator[Kind]:
         with site.lock:
             del site.pages[key]
 
-    for base in _serve(Handler):
+    for base in serve_http(Handler):
         yield Kind(
             "website",
             "website",
@@ -238,7 +240,7 @@ def rest(monkeypatch: pytest.MonkeyPatch) -> Iterator[Kind]:
         with lock:
             del records[key]
 
-    for base in _serve(Handler):
+    for base in serve_http(Handler):
         yield Kind(
             "rest",
             "rest",

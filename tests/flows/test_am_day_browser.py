@@ -32,7 +32,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -45,6 +44,7 @@ import pytest
 from kbflow.api.launch import launched
 from tests.conftest import free_port
 from tests.flows.browser import AM, ORG, Ui, chromium_tab, kbflow_server, playwright, shoot
+from tests.flows.source_servers import serve_http
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -131,14 +131,8 @@ def _website(root: Path) -> Iterator[str]:
     root.mkdir(parents=True, exist_ok=True)
     (root / "index.html").write_text(SITE)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with contextlib.contextmanager(serve_http)(handler) as base:
+        yield f"{base}/"
 
 
 def _stop_jobs(home: Path, env: dict[str, str]) -> None:
