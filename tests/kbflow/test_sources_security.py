@@ -21,7 +21,7 @@ from kbflow.services.sources import definitions as service
 from sinks.registry import SqlRegistry
 from tasks.sources import kind_module
 from tasks.sources.base import Limits, SourceError
-from tests.flows.source_servers import _serve
+from tests.flows.source_servers import serve_http
 
 ORG = "acme"
 SECRET = "sk-ant-worker-secret-0451"
@@ -59,7 +59,7 @@ def listener() -> Iterator[Listener]:
             self.end_headers()
             self.wfile.write(body)
 
-    for base in _serve(Handler):
+    for base in serve_http(Handler):
         got.base = base
         yield got
 
