@@ -9,6 +9,8 @@ pending_review). The report then says so in ``budget_exceeded`` or ``review_fail
 
 from __future__ import annotations
 
+import uuid
+
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
@@ -25,6 +27,7 @@ from tasks.research.run import persisted_outcome, stopped_outcome
 from tasks.research.steps import gather_task, persist_task, synthesize_task
 from tasks.research.synthesize import resolve_model
 from tasks.review.access import authorize_decision
+from tasks.review.steps import record_review_run_task
 
 
 @flow(name="research")
@@ -86,7 +89,15 @@ def research(
                                      drafted.stopped)  # fmt: skip
         else:
             _progress(settings, job_id, "saving")
-            run_id, persisted = persist_task(drafted.drafts, gathered.corpus, org, settings)
+            run_id = uuid.uuid4().hex
+            if review_timeout_s > 0:
+                # Its drafts are in the inbox before the review subflow pauses: this run holds
+                # them (recorded before they are stored), so a decision made meanwhile waits
+                # for that pause (`kbflow.services.review.decisions`) instead of being applied
+                # beside it and leaving the run paused on a decided draft.
+                record_review_run_task(str(flow_run.id), org, [], settings, run_id)
+            run_id, persisted = persist_task(drafted.drafts, gathered.corpus, org, settings,
+                                             run_id)  # fmt: skip
             report = persisted_outcome(gathered, drafted, run_id, persisted)
     if settings.research.metrics_pushgateway:
         push_metrics(settings.research.metrics_pushgateway, org)

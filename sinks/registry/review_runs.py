@@ -2,13 +2,16 @@
 
 - :meth:`ReviewRunsRepository.redeem_review_proof` uses up the review code that signed a run's
   decisions, in one compare-and-set, once the caller's check of the signature holds;
-- :meth:`ReviewRunsRepository.record_review_run` is written by the review flow before it pauses,
-  and :meth:`ReviewRunsRepository.review_runs_holding` is how the inbox finds a run to hand a
-  decision to: only runs recorded here, never one planted through the Prefect API.
+- :meth:`ReviewRunsRepository.record_review_run` is written by the review flow before it pauses
+  (and by the research flow as soon as its drafts are stored, for the moment until its review
+  subflow has paused), and :meth:`ReviewRunsRepository.review_runs_holding` is how the inbox
+  finds a run to hand a decision to: only runs recorded here, never one planted through the
+  Prefect API.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, update
@@ -94,24 +97,48 @@ class ReviewRunsRepository(Repository):
         with self.session() as s, s.begin():
             s.add(code_refused(org_id, flow_run_id, reason))
 
-    def record_review_run(self, flow_run_id: str, org_id: str, doc_ids: Sequence[str]) -> None:
-        """Record a review run kbflow's own flow is about to pause (idempotent)."""
+    def record_review_run(
+        self,
+        flow_run_id: str,
+        org_id: str,
+        doc_ids: Sequence[str],
+        *,
+        synthesis_run_id: str | None = None,
+    ) -> None:
+        """Record a run of kbflow's own that holds ``doc_ids`` for review (idempotent): a review
+        run about to pause, or a research run (holding every draft of ``synthesis_run_id``,
+        recorded before they are stored) whose review subflow is on its way."""
         with self.session() as s, s.begin():
             row = s.get(ReviewRunRow, flow_run_id)
             if row is None:
-                s.add(ReviewRunRow(flow_run_id=flow_run_id, org_id=org_id,
-                                   doc_ids=list(doc_ids), created_at=utcnow()))  # fmt: skip
+                s.add(ReviewRunRow(flow_run_id=flow_run_id, org_id=org_id, doc_ids=list(doc_ids),
+                                   synthesis_run_id=synthesis_run_id,
+                                   created_at=utcnow()))  # fmt: skip
             else:
                 row.doc_ids = list(doc_ids)
+                row.synthesis_run_id = synthesis_run_id or row.synthesis_run_id
 
-    def review_runs_holding(self, org_id: str, doc_id: str, limit: int = 50) -> list[str]:
-        """The recorded review runs of ``org_id`` whose drafts include ``doc_id``, newest
-        first (whether each is still paused is the Prefect server's to say)."""
+    def review_runs_holding(
+        self,
+        org_id: str,
+        doc_id: str,
+        limit: int = 50,
+        *,
+        synthesis_run_id: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> list[str]:
+        """The recorded runs of ``org_id`` whose drafts include ``doc_id`` (or, given the
+        draft's ``synthesis_run_id``, that hold every draft of that run), newest first,
+        recorded at ``since`` or later when given; whether each is still paused, or on its way
+        to pausing, is the Prefect server's to say."""
+        query = select(ReviewRunRow).where(ReviewRunRow.org_id == org_id)
+        if since is not None:
+            query = query.where(ReviewRunRow.created_at >= since)
         with self.session() as s:
-            rows = s.scalars(
-                select(ReviewRunRow)
-                .where(ReviewRunRow.org_id == org_id)
-                .order_by(ReviewRunRow.created_at.desc())
-                .limit(limit)
-            ).all()
-        return [r.flow_run_id for r in rows if doc_id in (r.doc_ids or [])]
+            rows = s.scalars(query.order_by(ReviewRunRow.created_at.desc()).limit(limit)).all()
+        return [
+            r.flow_run_id
+            for r in rows
+            if doc_id in (r.doc_ids or [])
+            or (synthesis_run_id is not None and r.synthesis_run_id == synthesis_run_id)
+        ]

@@ -320,4 +320,7 @@ class ReviewRunRow(Base):
     org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id"))
     doc_ids: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # A research run holds every draft of its synthesis run, recorded before they are stored
+    # (migration 0016); NULL for a review run recorded with its drafts' ids.
+    synthesis_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     __table_args__ = (Index("ix_review_runs_org", "org_id", "created_at"),)

@@ -75,11 +75,16 @@ def synthesize_task(gathered: Gathered, settings: Settings) -> Drafted:
 
 @task(name="persist-drafts", cache_policy=NO_CACHE, **TASK_RETRIES)
 def persist_task(
-    drafts: tuple[DraftDocument, ...], corpus: ResearchCorpus, org: str, settings: Settings
+    drafts: tuple[DraftDocument, ...],
+    corpus: ResearchCorpus,
+    org: str,
+    settings: Settings,
+    run_id: str | None = None,
 ) -> tuple[str, Persisted]:
-    """The drafts as pending_review documents of one new synthesis run: its id, and what was
-    stored (the drafts' ids, the drafts of the last run superseded, those held back)."""
-    run_id = uuid.uuid4().hex
+    """The drafts as pending_review documents of one new synthesis run (``run_id``, or a new
+    id): its id, and what was stored (the drafts' ids, the drafts of the last run superseded,
+    those held back)."""
+    run_id = run_id or uuid.uuid4().hex
     with open_registry(settings) as registry, open_vector_store(settings) as store:
         persisted = persist_drafts(
             drafts, corpus, org, run_id, registry=registry, store=store,

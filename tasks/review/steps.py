@@ -91,8 +91,15 @@ def prove_reviewer_task(
 
 @task(name="record-review-run", cache_policy=NO_CACHE, persist_result=False, **TASK_RETRIES)
 def record_review_run_task(
-    flow_run_id: str, org: str, doc_ids: list[str], settings: Settings
+    flow_run_id: str,
+    org: str,
+    doc_ids: list[str],
+    settings: Settings,
+    synthesis_run_id: str | None = None,
 ) -> None:
-    """Record this paused run as one kbflow started: the inbox hands decisions to no other."""
+    """Record this run as one kbflow started that holds these drafts (or every draft of
+    ``synthesis_run_id``) for review: the inbox hands decisions to no other."""
     with open_registry(settings) as registry:
-        registry.review_runs.record_review_run(flow_run_id, org, doc_ids)
+        registry.review_runs.record_review_run(
+            flow_run_id, org, doc_ids, synthesis_run_id=synthesis_run_id
+        )

@@ -886,6 +886,60 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
     assert {r.synthesis_run_id for r in rows} == {synthesis_run}
 
 
+def test_a_decision_between_the_drafts_and_the_pause_waits_for_the_run(
+    prefect_server: Server,
+    server_env: dict[str, str],
+    settings: Settings,
+    registry: SqlRegistry,
+    embedder: Any,
+    tmp_path: Path,
+) -> None:
+    """The research run's drafts are in the inbox a moment before its review subflow has
+    paused (the subflow is still being created, listing its drafts, storing its form). An AM
+    who approves one in that moment gets her decision taken by that run once it pauses, not
+    applied directly beside it: on 7494260 it was applied directly, and the run then paused on
+    a draft already decided (the whole-day browser test failed on this in a clean-clone run)."""
+    from kbflow.services.review.inbox import decide
+
+    org = "fresh"
+    _seed_fresh_org(org, settings, registry, embedder, tmp_path)
+    name = f"research-test-{uuid.uuid4().hex[:12]}"
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    env = {**server_env, "KBFLOW_RESEARCH_OFFLINE": "true"}
+    with out.open("wb") as fo, err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RESEARCH_CHILD, name, org, AM],
+            cwd=REPO, env=env, stdout=fo, stderr=fe,
+        )  # fmt: skip
+    child = ReviewChild(proc, f"{name}-review", out, err)
+    try:
+        drafts: list[Any] = []
+        deadline = time.monotonic() + 120
+        while len(drafts) < 4 and time.monotonic() < deadline and proc.poll() is None:
+            drafts = [d for d in registry.documents.list_documents(org)
+                      if d.source_tag == "agent_synthesis"]  # fmt: skip
+            time.sleep(0.02)
+        assert len(drafts) == 4, child.output()
+        with web.client(base_url=prefect_server.api_url, timeout=10) as api:
+            found = api.post(
+                "/flow_runs/filter", json={"flow_runs": {"name": {"any_": [f"{name}-review"]}}}
+            ).json()
+        paused = [r for r in found if r["state"]["type"] == "PAUSED"]
+        assert not paused, "the review had paused already: this test shows nothing"
+        with _inbox(settings, registry, embedder, prefect_server.api_url) as ctx:
+            decided = decide(ctx, settings, registry.people.get_user(AM), drafts[0].id, "approve")
+        assert decided.via_run is not None, decided.message  # went through the run
+        rc, report = child.finish(timeout_s=120)
+        assert rc == 0, child.output()
+        assert _final_state(prefect_server, UUID(decided.via_run)).is_completed()
+        assert report is not None and report["review"]["applied"] == 1
+        assert report["review"]["skipped"] == 3
+    finally:
+        _stop(proc, grace_s=5)
+    assert registry.documents.get_document(drafts[0].id).status == DocStatus.APPROVED.value
+    assert registry.documents.get_document(drafts[0].id).approved_by == AM
+
+
 def _seed_fresh_org(
     org: str, settings: Settings, registry: SqlRegistry, embedder: Any, tmp_path: Path
 ) -> None:

@@ -209,6 +209,28 @@ def paused_review_run(url: str, run_ids: Sequence[str], org: str, field: str) ->
     return None
 
 
+def pausing_soon(url: str, run_ids: Sequence[str]) -> bool:
+    """Whether one of ``run_ids`` is still on its way to a pause: scheduled, pending or
+    running, or paused with its form not stored yet. A run that is done, or gone from the
+    server, is not."""
+    try:
+        with _client(url) as client:
+            for run_id in run_ids:
+                response = client.get(f"/flow_runs/{run_id}")
+                if response.is_error:
+                    continue
+                state = response.json().get("state") or {}
+                kind = state.get("type")
+                if kind in ("SCHEDULED", "PENDING", "RUNNING"):
+                    return True
+                keyset = (state.get("state_details") or {}).get("run_input_keyset") or {}
+                if kind == "PAUSED" and "schema" not in keyset:
+                    return True
+    except httpx.HTTPError as exc:
+        raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
+    return False
+
+
 def resume_run(url: str, flow_run_id: str, run_input: dict[str, Any]) -> None:
     """Resume a paused flow run with ``run_input`` (the form's answer), as the UI's Submit
     does; JobRunnerUnavailable when the server refuses (e.g. the run is no longer paused)."""

@@ -11,7 +11,8 @@ In order, in one place:
 3. what they saw: with ``seen`` (the ``version:status`` the page showed), a document changed
    since is a conflict, so a stale edit never lands over a decision the person did not see;
 4. where it goes: a draft that a paused review run kbflow started (and recorded) waits for —
-   found now, at decision time, whatever was started first — gets the decision through that
+   found now, at decision time, whatever was started first (and waited for a moment when the
+   drafts are stored but their run has not paused yet) — gets the decision through that
    run, as its human input with a proof that a one-time review code bound to the run and the
    person signed for exactly that decision (`tasks.review.codes`; the code never goes to
    Prefect); the run verifies it and applies it as that person. If the run ends without
@@ -23,6 +24,7 @@ In order, in one place:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -46,6 +48,13 @@ Surface = Literal["cli", "http", "inbox"]
 log = logging.getLogger(__name__)
 RUN_APPLY_WAIT_S = 30.0
 """How long a decision sent to a paused run is waited for (the run polls every 2 s)."""
+PAUSE_WAIT_S = 30.0
+"""How long a decision waits for a run that holds the draft and is on its way to its pause
+(a research run's drafts are in the inbox a moment before its review subflow pauses)."""
+PAUSING_RECORDED_S = 300.0
+"""Only a run recorded this recently is waited for: a research run reaches its pause within
+seconds of storing its drafts, and one recorded long ago that still runs (a resumed review
+applying its decisions, a process killed without a trace) is not about to pause."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,12 @@ def _paused_run_for(
     kbflow's review flow recorded (`review_runs`), never one planted through the Prefect API
     (None without a server, or when no recorded run waits for it). The server is this
     process's PREFECT_API_URL, else this home's running `kbflow server`, looked up now: a
-    `kbflow serve` started before `kbflow server` finds it too."""
-    recorded = registry.review_runs.review_runs_holding(doc.org_id, doc.id)
+    `kbflow serve` started before `kbflow server` finds it too. A recorded run still on its
+    way to its pause (the research run whose review subflow is starting) is waited for, up
+    to `PAUSE_WAIT_S`: deciding beside it would leave it paused on a decided draft."""
+    runs = registry.review_runs
+    synthesis = doc.synthesis_run_id
+    recorded = runs.review_runs_holding(doc.org_id, doc.id, synthesis_run_id=synthesis)
     if not recorded:
         return None
     url = prefect_api.configured_url()
@@ -132,11 +145,22 @@ def _paused_run_for(
         if url is None:
             return None
         export_prefect_credential(settings)  # one `kbflow server --auth` made after this began
+    deadline = time.monotonic() + PAUSE_WAIT_S
     try:
-        run = prefect_api.paused_review_run(url, recorded, doc.org_id, f"doc_{doc.id}")
+        while True:
+            run = prefect_api.paused_review_run(url, recorded, doc.org_id, f"doc_{doc.id}")
+            if run is not None:
+                return url, run
+            since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=PAUSING_RECORDED_S)
+            fresh = runs.review_runs_holding(doc.org_id, doc.id, synthesis_run_id=synthesis,
+                                             since=since)  # fmt: skip
+            if time.monotonic() >= deadline or not prefect_api.pausing_soon(url, fresh):
+                return None
+            time.sleep(0.25)
+            # the review subflow records itself just before it pauses
+            recorded = runs.review_runs_holding(doc.org_id, doc.id, synthesis_run_id=synthesis)
     except JobRunnerUnavailable:  # an unreachable server: decide directly instead
         return None
-    return (url, run) if run else None
 
 
 def _through_run(
