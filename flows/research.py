@@ -88,7 +88,7 @@ def research(
             report = stopped_outcome(gathered.notes, drafted.budget, drafted.model_id,
                                      drafted.stopped)  # fmt: skip
         else:
-            _progress(settings, job_id, "saving")
+            _progress(settings, job_id, "saving", tokens=drafted.budget.tokens)
             run_id = uuid.uuid4().hex
             if review_timeout_s > 0:
                 # Its drafts are in the inbox before the review subflow pauses: this run holds
@@ -138,13 +138,15 @@ def research(
     return report
 
 
-def _progress(settings: Settings, job_id: str | None, stage: str) -> None:
-    """Record on the job (if any) that the run has entered ``stage``."""
+def _progress(
+    settings: Settings, job_id: str | None, stage: str, tokens: int | None = None
+) -> None:
+    """Record on the job (if any) that the run has entered ``stage`` (``tokens`` spent)."""
     if job_id is None:
         return
     try:
         with open_registry(settings) as registry:
-            job_progress(registry, job_id)(stage)
+            job_progress(registry, job_id)(stage, tokens=tokens)
     except Exception:  # progress is a courtesy: never the run's failure
         get_run_logger().warning("could not record progress %s on job %s", stage, job_id)
 

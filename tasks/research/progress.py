@@ -2,7 +2,8 @@
 
 A run reports each stage as it enters it: ``reading`` (the seed inputs), ``fetching`` (public
 pages, ``done`` of ``total`` planned), ``synthesising`` (writing the four drafts) and ``saving``
-(storing them for review). A background job's run records them on its job
+(storing them for review, with the tokens spent so far). A background job's run records them on
+its job
 (`sinks.registry.JobsRepository.note_progress`); a run with no job reports nowhere.
 
 Progress is a courtesy: a report that cannot be stored is logged and never fails the run.
@@ -23,11 +24,14 @@ log = logging.getLogger(__name__)
 STAGES = ("reading", "fetching", "synthesising", "saving")
 
 Progress = Callable[..., None]
-"""``progress(stage, done=None, total=None)``: the run has entered ``stage`` (one of
-`STAGES`); ``done`` of ``total`` counts its steps where it has them."""
+"""``progress(stage, done=None, total=None, tokens=None)``: the run has entered ``stage`` (one
+of `STAGES`); ``done`` of ``total`` counts its steps where it has them; ``tokens`` is what it
+has spent of its token budget, where it knows."""
 
 
-def silent(stage: str, done: int | None = None, total: int | None = None) -> None:
+def silent(
+    stage: str, done: int | None = None, total: int | None = None, tokens: int | None = None
+) -> None:
     """Progress reported nowhere (a run with no job)."""
 
 
@@ -36,12 +40,16 @@ def job_progress(registry: SqlRegistry, job_id: str | None) -> Progress:
     if job_id is None:
         return silent
 
-    def report(stage: str, done: int | None = None, total: int | None = None) -> None:
+    def report(
+        stage: str, done: int | None = None, total: int | None = None, tokens: int | None = None
+    ) -> None:
         if stage not in STAGES:
             raise ValueError(f"unknown research stage {stage!r}; one of {', '.join(STAGES)}")
         entry: dict[str, object] = {"stage": stage}
         if done is not None and total is not None:
             entry |= {"done": done, "total": total}
+        if tokens is not None:
+            entry["tokens"] = tokens
         try:
             registry.jobs.note_progress(job_id, entry)
             log.info("research job %s: progress %s", job_id, json.dumps(entry))

@@ -306,6 +306,10 @@ def test_the_account_managers_whole_day(day: Day, tab: Any, tmp_path: Path) -> N
     # 2. Research from the page, followed to four drafts; the run links its Prefect page.
     stages = _research(tab, tmp_path, shot=None)
     assert stages[-1] == "drafts ready", stages
+    # its spend so far beside its cap while the drafts wait (the final report comes later)
+    expect(tab.locator("table.runs tbody tr").first).to_contain_text(
+        re.compile(r"\b[1-9][\d,]* of 200,000 tokens")
+    )
     link = tab.locator("table.runs tbody tr").first.get_by_role("link", name="Prefect run")
     href = link.get_attribute("href") or ""
     assert re.fullmatch(rf"{day.prefect}/runs/flow-run/[0-9a-f-]{{36}}", href), href
@@ -374,13 +378,16 @@ def test_the_account_managers_whole_day(day: Day, tab: Any, tmp_path: Path) -> N
     logs = sorted((day.home / "jobs").glob("*.log"))
     assert len(logs) == 2, logs
     for log in logs:
-        told = re.findall(r"research job \w+: progress (\{.*\})", log.read_text())
-        assert [json.loads(t) for t in told] == [
+        told = [json.loads(t) for t in
+                re.findall(r"research job \w+: progress (\{.*\})", log.read_text())]  # fmt: skip
+        spent = told[-1].pop("tokens", None) if told else None
+        assert told == [
             {"stage": "reading", "done": 0, "total": 5},
             *({"stage": "fetching", "done": n, "total": 4} for n in range(1, 5)),
             {"stage": "synthesising"},
             {"stage": "saving"},
         ], (log.name, told)
+        assert isinstance(spent, int) and 0 < spent <= 200_000, spent  # what it had spent
     print(f"the research page showed {' > '.join(stages)}, then again {' > '.join(again)}")
     tab.goto(f"{base}/review")
     waiting = tab.locator(f"section#org-{ORG} table.list a").all_inner_texts()

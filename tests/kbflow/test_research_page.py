@@ -24,6 +24,7 @@ def test_a_run_whose_drafts_wait_says_so_with_the_registrys_own_times(tmp_path: 
         registry.people.ensure_user("amy", Role.ACCOUNT_MANAGER)
         registry.people.assign_am("larkspur", "amy")
         job = registry.jobs.create_job("larkspur", kind=RESEARCH_KIND, inputs=[], params=PARAMS)
+        registry.jobs.note_progress(job.id, {"stage": "saving", "tokens": 41_250})
         kb = registry.catalog.ensure_collection("larkspur", "kb", "Knowledge-base documents")
         for name in ("brand_voice.md", "key_contacts.md"):
             registry.documents.create_document(
@@ -39,6 +40,8 @@ def test_a_run_whose_drafts_wait_says_so_with_the_registrys_own_times(tmp_path: 
     (run,) = page.runs
     assert (run.job.id, run.stage, run.drafts) == (job.id, "drafts ready", 2)
     assert run.detail == "2 drafts waiting for your review in the inbox"
+    # what it spent, recorded as it saved them: the final report comes after the review
+    assert (run.spent_tokens, run.max_tokens) == (41_250, 200_000)
     assert page.refresh  # the run waits for its review: the page keeps following it
 
 

@@ -113,7 +113,8 @@ def _view(job: JobRecord, pending: Sequence[DocRecord], ui: str | None) -> RunVi
     report = job.report or {}
     budget = report.get("budget") or {}
     max_tokens = int(job.params.get("budget_tokens") or budget.get("max_tokens") or 0)
-    spent = budget.get("tokens", report.get("consumed_tokens"))
+    # the final report's spend, else what the run recorded as it saved its drafts
+    spent = budget.get("tokens", report.get("consumed_tokens", (job.progress or {}).get("tokens")))
     url = f"{ui}/runs/flow-run/{job.flow_run_id}" if ui and job.flow_run_id else None
     since = job.created_at
     waiting = [d for d in pending if aware(d.created_at) >= since]  # SQLite's come naive
