@@ -835,16 +835,8 @@ def test_a_fresh_orgs_research_drafts_are_reviewed_in_the_paused_flow(
     approve two, reject two -> exactly the two approved become searchable."""
     org = "fresh"
     _seed_fresh_org(org, settings, registry, embedder, tmp_path)
-
-    name = f"research-test-{uuid.uuid4().hex[:12]}"
-    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-    env = {**server_env, "KBFLOW_RESEARCH_OFFLINE": "true"}  # the child is not network-guarded
-    with out.open("wb") as fo, err.open("wb") as fe:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RESEARCH_CHILD, name, org, AM],
-            cwd=REPO, env=env, stdout=fo, stderr=fe,
-        )  # fmt: skip
-    child = ReviewChild(proc, f"{name}-review", out, err)
+    child = _start_research(org, server_env, tmp_path)
+    proc = child.proc
     try:
         run_id = child.wait_until_waiting_for_input(prefect_server, timeout_s=120)
         drafts = [
@@ -903,15 +895,8 @@ def test_a_decision_between_the_drafts_and_the_pause_waits_for_the_run(
 
     org = "fresh"
     _seed_fresh_org(org, settings, registry, embedder, tmp_path)
-    name = f"research-test-{uuid.uuid4().hex[:12]}"
-    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-    env = {**server_env, "KBFLOW_RESEARCH_OFFLINE": "true"}
-    with out.open("wb") as fo, err.open("wb") as fe:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RESEARCH_CHILD, name, org, AM],
-            cwd=REPO, env=env, stdout=fo, stderr=fe,
-        )  # fmt: skip
-    child = ReviewChild(proc, f"{name}-review", out, err)
+    child = _start_research(org, server_env, tmp_path)
+    proc = child.proc
     try:
         drafts: list[Any] = []
         deadline = time.monotonic() + 120
@@ -922,7 +907,7 @@ def test_a_decision_between_the_drafts_and_the_pause_waits_for_the_run(
         assert len(drafts) == 4, child.output()
         with web.client(base_url=prefect_server.api_url, timeout=10) as api:
             found = api.post(
-                "/flow_runs/filter", json={"flow_runs": {"name": {"any_": [f"{name}-review"]}}}
+                "/flow_runs/filter", json={"flow_runs": {"name": {"any_": [child.run_name]}}}
             ).json()
         paused = [r for r in found if r["state"]["type"] == "PAUSED"]
         assert not paused, "the review had paused already: this test shows nothing"
@@ -938,6 +923,20 @@ def test_a_decision_between_the_drafts_and_the_pause_waits_for_the_run(
         _stop(proc, grace_s=5)
     assert registry.documents.get_document(drafts[0].id).status == DocStatus.APPROVED.value
     assert registry.documents.get_document(drafts[0].id).approved_by == AM
+
+
+def _start_research(org: str, server_env: dict[str, str], tmp_path: Path) -> ReviewChild:
+    """A research run (offline) for ``org`` as its AM, in a child process; its review subflow
+    is the child's run to wait for."""
+    name = f"research-test-{uuid.uuid4().hex[:12]}"
+    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+    env = {**server_env, "KBFLOW_RESEARCH_OFFLINE": "true"}  # the child is not network-guarded
+    with out.open("wb") as fo, err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RESEARCH_CHILD, name, org, AM],
+            cwd=REPO, env=env, stdout=fo, stderr=fe,
+        )  # fmt: skip
+    return ReviewChild(proc, f"{name}-review", out, err)
 
 
 def _seed_fresh_org(

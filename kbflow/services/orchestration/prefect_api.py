@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,19 @@ def configured_url() -> str | None:
     return os.environ.get("PREFECT_API_URL", "").strip().rstrip("/") or None
 
 
+def _runs(client: httpx.Client, run_ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each of ``run_ids`` the server knows, with its state (``{}`` before it has one) and the
+    form keys a paused run stored (``{}`` while its form is not stored yet)."""
+    for run_id in run_ids:
+        response = client.get(f"/flow_runs/{run_id}")
+        if response.is_error:
+            continue
+        run = response.json()
+        state = run.get("state") or {}
+        keyset = (state.get("state_details") or {}).get("run_input_keyset") or {}
+        yield str(run_id), {**run, "state": state, "keyset": keyset}
+
+
 def paused_review_run(url: str, run_ids: Sequence[str], org: str, field: str) -> str | None:
     """The first of ``run_ids`` (runs kbflow recorded, newest first) that is a paused run of
     the ``review`` flow for ``org`` whose stored form has ``field`` (a draft's ``doc_<id>``),
@@ -190,20 +203,16 @@ def paused_review_run(url: str, run_ids: Sequence[str], org: str, field: str) ->
     considered: a paused run planted through the Prefect API gets no decision."""
     try:
         with _client(url) as client:
-            for run_id in run_ids:
-                response = client.get(f"/flow_runs/{run_id}")
-                if response.is_error:
+            for run_id, run in _runs(client, run_ids):
+                if run["state"].get("type") != "PAUSED":
                     continue
-                run = response.json()
-                state = run.get("state") or {}
-                if state.get("type") != "PAUSED" or (run.get("parameters") or {}).get("org") != org:
+                if (run.get("parameters") or {}).get("org") != org:
                     continue
-                keyset = (state.get("state_details") or {}).get("run_input_keyset") or {}
-                if "schema" not in keyset:
+                if "schema" not in run["keyset"]:
                     continue  # paused, its form not stored yet: not resumable
-                response = client.get(f"/flow_runs/{run_id}/input/{keyset['schema']}")
+                response = client.get(f"/flow_runs/{run_id}/input/{run['keyset']['schema']}")
                 if not response.is_error and f'"{field}"' in response.text:
-                    return str(run_id)
+                    return run_id
     except httpx.HTTPError as exc:
         raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
     return None
@@ -215,16 +224,11 @@ def pausing_soon(url: str, run_ids: Sequence[str]) -> bool:
     server, is not."""
     try:
         with _client(url) as client:
-            for run_id in run_ids:
-                response = client.get(f"/flow_runs/{run_id}")
-                if response.is_error:
-                    continue
-                state = response.json().get("state") or {}
-                kind = state.get("type")
+            for _, run in _runs(client, run_ids):
+                kind = run["state"].get("type")
                 if kind in ("SCHEDULED", "PENDING", "RUNNING"):
                     return True
-                keyset = (state.get("state_details") or {}).get("run_input_keyset") or {}
-                if kind == "PAUSED" and "schema" not in keyset:
+                if kind == "PAUSED" and "schema" not in run["keyset"]:
                     return True
     except httpx.HTTPError as exc:
         raise JobRunnerUnavailable(f"the Prefect server at {url} did not answer: {exc}") from exc
