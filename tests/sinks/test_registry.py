@@ -894,3 +894,28 @@ def test_list_documents_by_source_keys_reads_only_those_sources(registry: SqlReg
     assert [(d.source_key, d.version) for d in picked] == [("a", 1), ("a", 2), ("c", 1), ("c", 2)]
     assert registry.documents.list_documents("acme", source_keys=[]) == []
     assert len(registry.documents.list_documents("acme")) == 6
+
+
+def test_review_runs_hold_drafts_by_id_or_by_their_synthesis_run(registry: SqlRegistry) -> None:
+    """A review run holds the drafts it lists; a research run, recorded before its drafts are
+    stored, holds every draft of its synthesis run (migration 0016); ``since`` keeps only the
+    runs recorded from then on (SQLite and PostgreSQL alike)."""
+    registry.people.ensure_org("acme")
+    runs = registry.review_runs
+    runs.record_review_run("research-1", "acme", [], synthesis_run_id="syn-1")
+    runs.record_review_run("review-1", "acme", ["d1", "d2"])
+    assert runs.review_runs_holding("acme", "d1") == ["review-1"]
+    assert sorted(runs.review_runs_holding("acme", "d1", synthesis_run_id="syn-1")) == [
+        "research-1",
+        "review-1",
+    ]
+    assert runs.review_runs_holding("acme", "d9", synthesis_run_id="syn-1") == ["research-1"]
+    assert runs.review_runs_holding("acme", "d9", synthesis_run_id="syn-2") == []
+    assert runs.review_runs_holding("other", "d1", synthesis_run_id="syn-1") == []
+    now = dt.datetime.now(dt.UTC)
+    assert runs.review_runs_holding("acme", "d1", since=now - dt.timedelta(minutes=5)) == [
+        "review-1"
+    ]
+    assert runs.review_runs_holding("acme", "d1", since=now + dt.timedelta(minutes=5)) == []
+    runs.record_review_run("research-1", "acme", ["d9"])  # again: keeps its synthesis run
+    assert runs.review_runs_holding("acme", "d8", synthesis_run_id="syn-1") == ["research-1"]
