@@ -96,8 +96,7 @@ def research(
                 # for that pause (`kbflow.services.review.decisions`) instead of being applied
                 # beside it and leaving the run paused on a decided draft.
                 record_review_run_task(str(flow_run.id), org, [], settings, run_id)
-            run_id, persisted = persist_task(drafted.drafts, gathered.corpus, org, settings,
-                                             run_id)  # fmt: skip
+            persisted = persist_task(drafted.drafts, gathered.corpus, org, settings, run_id)
             report = persisted_outcome(gathered, drafted, run_id, persisted)
     if settings.research.metrics_pushgateway:
         push_metrics(settings.research.metrics_pushgateway, org)

@@ -16,8 +16,6 @@ Gathering is not retried as a whole: its fetches are, one by one.
 
 from __future__ import annotations
 
-import uuid
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -79,15 +77,13 @@ def persist_task(
     corpus: ResearchCorpus,
     org: str,
     settings: Settings,
-    run_id: str | None = None,
-) -> tuple[str, Persisted]:
-    """The drafts as pending_review documents of one new synthesis run (``run_id``, or a new
-    id): its id, and what was stored (the drafts' ids, the drafts of the last run superseded,
-    those held back)."""
-    run_id = run_id or uuid.uuid4().hex
+    run_id: str,
+) -> Persisted:
+    """The drafts as pending_review documents of the synthesis run ``run_id`` (the flow names
+    it first, to record its review's hold on them): what was stored (the drafts' ids, the
+    drafts of the last run superseded, those held back)."""
     with open_registry(settings) as registry, open_vector_store(settings) as store:
-        persisted = persist_drafts(
+        return persist_drafts(
             drafts, corpus, org, run_id, registry=registry, store=store,
             embedder=embedder_for(settings),
         )  # fmt: skip
-    return run_id, persisted
